@@ -1,0 +1,2 @@
+//! One module per subcommand: argument struct (`Args`) and `run(&Args) -> anyhow::Result<ExitCode>`.
+pub mod runqlat;

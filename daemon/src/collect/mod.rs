@@ -1,0 +1,4 @@
+//! Kernel events and samples -> time-windowed aggregates; procfs enrichment.
+
+pub mod procfs;
+pub mod runq;

@@ -1,0 +1,34 @@
+//! The `inferscope` binary: one subcommand per file under `cli/`.
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+/// Stress AI inference services and explain, from kernel evidence, why latency rose.
+#[derive(Parser)]
+#[command(name = "inferscope", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run-queue latency per process, like bcc's runqlat (needs root).
+    Runqlat(cli::runqlat::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Runqlat(args) => cli::runqlat::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("inferscope: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

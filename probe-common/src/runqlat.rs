@@ -1,0 +1,100 @@
+//! Run-queue latency (bcc `runqlat` semantics) from `sched:sched_wakeup`, `sched_wakeup_new`
+//! and `sched_switch`.
+
+use crate::assert_size;
+
+/// Number of log2 buckets; bucket `i` holds delays in `[2^i, 2^(i+1))` microseconds
+/// (bucket 0 also holds 0 µs). 2^31 µs is 35 minutes: nothing real lands beyond it.
+pub const SLOTS: usize = 32;
+
+/// `tgid -> Hist`: per-process run-queue delay histogram.
+pub const MAP_HISTS: &str = "RUNQ_HISTS";
+/// `tid -> u64` enqueue timestamp (ns) of runnable tasks not yet on a CPU.
+pub const MAP_START: &str = "RUNQ_START";
+/// `tgid -> u8`: processes to record when watching is on.
+pub const MAP_WATCH: &str = "RUNQ_WATCH";
+/// `Array<u32>[1]`: 0 = record every process, 1 = only tgids in [`MAP_WATCH`].
+pub const MAP_WATCH_MODE: &str = "RUNQ_WATCH_MODE";
+/// Per-CPU `u64` counters of what could not be recorded, indexed by `DROP_*`.
+pub const MAP_DROPS: &str = "RUNQ_DROPS";
+
+/// [`MAP_START`] was full: a wakeup could not be stamped.
+pub const DROP_START_FULL: u32 = 0;
+/// [`MAP_HISTS`] was full: a process's histogram could not be created.
+pub const DROP_HIST_FULL: u32 = 1;
+/// Number of drop counters.
+pub const DROP_KINDS: u32 = 2;
+
+/// Capacity of [`MAP_START`]: runnable-but-waiting tasks at any instant.
+pub const START_ENTRIES: u32 = 65_536;
+/// Capacity of [`MAP_HISTS`]: distinct processes with a histogram.
+pub const HIST_ENTRIES: u32 = 16_384;
+
+/// Names of the globals that userspace fills from the tracepoint format files.
+pub mod globals {
+    /// Offset of `pid` in `sched_wakeup` / `sched_wakeup_new`.
+    pub const WAKEUP_PID: &str = "WAKEUP_PID_OFF";
+    /// Offset of `prev_pid` in `sched_switch`.
+    pub const SWITCH_PREV_PID: &str = "SWITCH_PREV_PID_OFF";
+    /// Offset of `prev_state` in `sched_switch`.
+    pub const SWITCH_PREV_STATE: &str = "SWITCH_PREV_STATE_OFF";
+    /// Offset of `next_pid` in `sched_switch`.
+    pub const SWITCH_NEXT_PID: &str = "SWITCH_NEXT_PID_OFF";
+    /// Bits of `prev_state` that mean "not runnable" (from the format's `__print_flags`).
+    pub const STATE_MASK: &str = "SWITCH_STATE_MASK";
+}
+
+/// A log2 histogram of run-queue delay in microseconds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hist {
+    /// Counts per log2 bucket.
+    pub slots: [u64; SLOTS],
+    /// Total number of samples.
+    pub count: u64,
+    /// Sum of all delays, microseconds.
+    pub sum_us: u64,
+}
+assert_size!(Hist, SLOTS * 8 + 16);
+
+impl Hist {
+    /// An empty histogram.
+    pub const ZERO: Self = Self {
+        slots: [0; SLOTS],
+        count: 0,
+        sum_us: 0,
+    };
+}
+
+/// The per-CPU record of the task that was just switched in: its tid and how long it waited.
+/// Its tgid is only known when it is switched out again (then it is `current`), so the sample
+/// is recorded then. This avoids reading `task_struct`, which Rust eBPF cannot do portably.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Pending {
+    /// Thread id switched in; 0 = nothing pending.
+    pub tid: u32,
+    /// Explicit padding.
+    pub _pad: u32,
+    /// Run-queue delay of that switch-in, microseconds.
+    pub delay_us: u64,
+}
+assert_size!(Pending, 16);
+
+/// Log2 bucket of a value (bcc's `log2l`): 0 and 1 -> 0, 2..3 -> 1, 4..7 -> 2, ...
+#[must_use]
+#[inline(always)]
+pub const fn log2_slot(v: u64) -> usize {
+    if v == 0 {
+        return 0;
+    }
+    let s = 63 - v.leading_zeros() as usize;
+    if s >= SLOTS { SLOTS - 1 } else { s }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: both are repr(C), Copy, with explicit padding and no invalid bit patterns.
+    unsafe impl aya::Pod for super::Hist {}
+    unsafe impl aya::Pod for super::Pending {}
+}
