@@ -1,1 +1,53 @@
-fn main() {}
+//! `cargo xtask setup | test | demo`: orchestration only. The eBPF object is built by
+//! `daemon/build.rs`; this crate installs what that build and the tests need, and runs them.
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod demo;
+mod run;
+mod setup;
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "inferscope's developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install everything the build and the tests need (idempotent).
+    Setup,
+    /// Run setup, then every test of the workspace, root-only integration tests included.
+    Test {
+        /// Extra arguments for `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// Build inferscope and run the demo.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().task {
+        Task::Setup => setup::all(),
+        Task::Test { args } => setup::all().and_then(|()| test(&args)),
+        Task::Demo => setup::all().and_then(|()| demo::run()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn test(args: &[String]) -> anyhow::Result<()> {
+    let mut cmd = run::cargo(&["test", "--workspace", "--exclude", "probe-ebpf"]);
+    if !args.is_empty() {
+        cmd.arg("--").args(args);
+    }
+    run::status(&mut cmd)
+}
