@@ -11,10 +11,6 @@ pub const SLOTS: usize = 32;
 pub const MAP_HISTS: &str = "RUNQ_HISTS";
 /// `tid -> u64` enqueue timestamp (ns) of runnable tasks not yet on a CPU.
 pub const MAP_START: &str = "RUNQ_START";
-/// `tgid -> u8`: processes to record when watching is on.
-pub const MAP_WATCH: &str = "RUNQ_WATCH";
-/// `Array<u32>[1]`: 0 = record every process, 1 = only tgids in [`MAP_WATCH`].
-pub const MAP_WATCH_MODE: &str = "RUNQ_WATCH_MODE";
 /// Per-CPU `u64` counters of what could not be recorded, indexed by `DROP_*`.
 pub const MAP_DROPS: &str = "RUNQ_DROPS";
 

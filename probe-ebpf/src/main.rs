@@ -6,7 +6,10 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod cuda;
 mod runqlat;
+mod sockets;
+mod watch;
 
 /// `*dst += v` as one BPF atomic add, for counters shared across CPUs.
 ///

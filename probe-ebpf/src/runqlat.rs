@@ -6,12 +6,16 @@
 //! task out, and since it is then `current`, its tgid is known and the sample lands in the
 //! per-process histogram. Field offsets come from userspace (tracefs format files).
 
-use crate::atomic_add;
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::bpf_ktime_get_ns,
     macros::{map, tracepoint},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{HashMap, PerCpuArray},
     programs::TracePointContext,
+};
+
+use crate::{
+    atomic_add,
+    watch::{count_drop, current, global, watched},
 };
 use probe_common::runqlat::{
     DROP_HIST_FULL, DROP_KINDS, DROP_START_FULL, HIST_ENTRIES, Hist, Pending, START_ENTRIES,
@@ -34,29 +38,12 @@ static RUNQ_START: HashMap<u32, u64> = HashMap::with_max_entries(START_ENTRIES, 
 #[map]
 static RUNQ_HISTS: HashMap<u32, Hist> = HashMap::with_max_entries(HIST_ENTRIES, 0);
 #[map]
-static RUNQ_WATCH: HashMap<u32, u8> = HashMap::with_max_entries(1024, 0);
-#[map]
-static RUNQ_WATCH_MODE: Array<u32> = Array::with_max_entries(1, 0);
-#[map]
 static RUNQ_PENDING: PerCpuArray<Pending> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static RUNQ_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_KINDS, 0);
 
 const BPF_NOEXIST: u64 = 1;
 
-#[inline(always)]
-fn global<T: Copy>(v: &'static T) -> T {
-    // SAFETY: globals live in .rodata, written by the loader before the program runs.
-    unsafe { core::ptr::read_volatile(v) }
-}
-
-#[inline(always)]
-fn drop_count(kind: u32) {
-    if let Some(p) = RUNQ_DROPS.get_ptr_mut(kind) {
-        // SAFETY: per-CPU slot, and tracepoint programs do not nest on one CPU.
-        unsafe { *p += 1 };
-    }
-}
 
 #[inline(always)]
 fn stamp(tid: u32) {
@@ -65,7 +52,7 @@ fn stamp(tid: u32) {
     }
     let now = unsafe { bpf_ktime_get_ns() };
     if RUNQ_START.insert(tid, now, 0).is_err() {
-        drop_count(DROP_START_FULL);
+        count_drop(&RUNQ_DROPS, DROP_START_FULL);
     }
 }
 
@@ -106,8 +93,7 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     // SAFETY: per-CPU slot; tracepoints do not nest on one CPU.
     let parked = unsafe { *pending };
     if parked.tid != 0 && parked.tid == prev as u32 {
-        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-        record(tgid, parked.delay_us);
+        record(current().0, parked.delay_us);
     }
 
     // Preempted while runnable: it goes back on the run queue now.
@@ -139,14 +125,6 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
 }
 
 #[inline(always)]
-fn watched(tgid: u32) -> bool {
-    match RUNQ_WATCH_MODE.get(0) {
-        Some(&1) => unsafe { RUNQ_WATCH.get(&tgid) }.is_some(),
-        _ => true,
-    }
-}
-
-#[inline(always)]
 fn record(tgid: u32, delay_us: u64) {
     if tgid == 0 || !watched(tgid) {
         return;
@@ -157,7 +135,7 @@ fn record(tgid: u32, delay_us: u64) {
             if RUNQ_HISTS.insert(&tgid, &Hist::ZERO, BPF_NOEXIST).is_err() {
                 // Either another CPU created it first (fine) or the map is full.
                 if RUNQ_HISTS.get_ptr_mut(&tgid).is_none() {
-                    drop_count(DROP_HIST_FULL);
+                    count_drop(&RUNQ_DROPS, DROP_HIST_FULL);
                     return;
                 }
             }

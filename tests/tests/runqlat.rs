@@ -8,14 +8,17 @@ use std::{
     time::Duration,
 };
 
-use inferscope::{collect::runq::RunqHist, probes::runqlat::Runqlat};
+use inferscope::{
+    collect::runq::RunqHist,
+    probes::{Family, Probes},
+};
 use inferscope_tests::{Hogs, cpus, root_or_skip};
 
 /// Runs a 1 ms sleep/wake loop on a thread of this process for `dur`; returns this process's
 /// run-queue histogram over that time.
-fn measure(probe: &Runqlat, dur: Duration) -> RunqHist {
+fn measure(probe: &Probes, dur: Duration) -> RunqHist {
     let me = std::process::id();
-    let before = probe.snapshot().unwrap().get(&me).copied().map(RunqHist).unwrap_or_default();
+    let before = probe.runq_snapshot().unwrap().get(&me).copied().map(RunqHist).unwrap_or_default();
     let stop = Arc::new(AtomicBool::new(false));
     let s = Arc::clone(&stop);
     let sleeper = std::thread::spawn(move || {
@@ -26,8 +29,15 @@ fn measure(probe: &Runqlat, dur: Duration) -> RunqHist {
     std::thread::sleep(dur);
     stop.store(true, Ordering::Relaxed);
     sleeper.join().unwrap();
-    let after = probe.snapshot().unwrap().get(&me).copied().map(RunqHist).unwrap();
+    let after = probe.runq_snapshot().unwrap().get(&me).copied().map(RunqHist).unwrap();
     after.since(&before)
+}
+
+fn attach(watch: &[u32]) -> Probes {
+    let mut p = Probes::load().unwrap();
+    p.set_watch(watch).unwrap();
+    p.attach(Family::Runqlat).unwrap();
+    p
 }
 
 #[test]
@@ -35,7 +45,7 @@ fn sleeper_delay_grows_under_cpu_contention() {
     if !root_or_skip("sleeper_delay_grows_under_cpu_contention") {
         return;
     }
-    let probe = Runqlat::attach(&[std::process::id()]).unwrap();
+    let probe = attach(&[std::process::id()]);
     let idle = measure(&probe, Duration::from_secs(2));
     let busy = {
         let _hogs = Hogs::start(2 * cpus(), -10);
@@ -63,7 +73,7 @@ fn sleeper_delay_grows_under_cpu_contention() {
     let (idle90, busy90) = (idle.quantile_us(0.9).unwrap(), busy.quantile_us(0.9).unwrap());
     assert!(busy.mean_us() >= 5.0 * idle.mean_us(), "mean: idle {:.1}us vs busy {:.1}us", idle.mean_us(), busy.mean_us());
     assert!(busy90 >= 5.0 * idle90, "p90: idle {idle90:.1}us vs busy {busy90:.1}us");
-    let drops = probe.drops().unwrap();
+    let drops = probe.runq_drops().unwrap();
     assert_eq!(drops.start_full + drops.hist_full, 0, "{drops:?}");
 }
 
@@ -73,9 +83,9 @@ fn watch_list_excludes_other_processes() {
         return;
     }
     let me = std::process::id();
-    let probe = Runqlat::attach(&[me]).unwrap();
+    let probe = attach(&[me]);
     let _hogs = Hogs::start(2, 0);
     std::thread::sleep(Duration::from_millis(500));
-    let snap = probe.snapshot().unwrap();
+    let snap = probe.runq_snapshot().unwrap();
     assert!(snap.keys().all(|&t| t == me), "recorded other tgids: {:?}", snap.keys().collect::<Vec<_>>());
 }

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use inferscope::{
     collect::{procfs, runq::RunqHist},
-    probes::runqlat::Runqlat,
+    probes::{Family, Probes},
 };
 
 /// Arguments of `inferscope runqlat`.
@@ -26,7 +26,9 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let mut probe = Runqlat::attach(&args.pids)?;
+    let mut probe = Probes::load()?;
+    probe.set_watch(&args.pids)?;
+    probe.attach(Family::Runqlat)?;
     println!("Tracing run queue latency... Hit Ctrl-C to end.");
     let mut last: BTreeMap<u32, RunqHist> = BTreeMap::new();
     let mut n = 0;
@@ -34,7 +36,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         std::thread::sleep(args.interval);
         n += 1;
         let now: BTreeMap<u32, RunqHist> = probe
-            .snapshot()?
+            .runq_snapshot()?
             .into_iter()
             .map(|(t, h)| (t, RunqHist(h)))
             .collect();
@@ -61,7 +63,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             fmt_q(total.quantile_us(0.99)),
             total.mean_us(),
         );
-        let drops = probe.drops().context("reading drop counters")?;
+        let drops = probe.runq_drops().context("reading drop counters")?;
         if drops.start_full + drops.hist_full > 0 {
             println!(
                 "  not recorded (maps full): {} wakeups, {} samples",
@@ -69,7 +71,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             );
         }
         last = now;
-        probe.prune(procfs::alive)?;
+        probe.runq_prune(procfs::alive)?;
         last.retain(|t, _| procfs::alive(*t));
     }
     Ok(ExitCode::SUCCESS)

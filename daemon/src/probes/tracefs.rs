@@ -131,6 +131,29 @@ impl Format {
     }
 }
 
+impl Format {
+    /// The value of symbol `name` in the print format's `__print_symbolic(..)` tables
+    /// (e.g. `TCP_ESTABLISHED` -> 1 in `sock:inet_sock_set_state`).
+    pub fn print_symbol(&self, name: &str) -> Result<u64, ProbeError> {
+        let needle = format!("\"{name}\" }}");
+        let end = self.print_fmt.find(&needle).ok_or_else(|| ProbeError::Format {
+            event: self.event.clone(),
+            reason: format!("no symbol `{name}` in its print format"),
+        })?;
+        let head = &self.print_fmt[..end];
+        let start = head.rfind('{').map_or(0, |i| i + 1);
+        let value = head[start..].trim().trim_end_matches(',').trim();
+        let parsed = match value.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => value.parse().ok(),
+        };
+        parsed.ok_or_else(|| ProbeError::Format {
+            event: self.event.clone(),
+            reason: format!("symbol `{name}` has no numeric value (`{value}`)"),
+        })
+    }
+}
+
 /// Parses `field:unsigned int foo[4];	offset:8;	size:16;	signed:0;`.
 fn parse_field(line: &str) -> Option<Field> {
     let mut decl = None;
@@ -194,6 +217,7 @@ mod tests {
 
     const SWITCH: &str = include_str!("../../tests/fixtures/sched_switch.format");
     const WAKEUP: &str = include_str!("../../tests/fixtures/sched_wakeup.format");
+    const STATE: &str = include_str!("../../tests/fixtures/inet_sock_set_state.format");
 
     #[test]
     fn parses_real_sched_switch_format() {
@@ -232,6 +256,15 @@ mod tests {
                 .to_string()
                 .contains("4 bytes")
         );
+    }
+
+    #[test]
+    fn symbols_come_from_print_symbolic() {
+        let f = Format::parse("sock:inet_sock_set_state", STATE).unwrap();
+        assert_eq!(f.print_symbol("TCP_ESTABLISHED").unwrap(), 1);
+        assert_eq!(f.print_symbol("TCP_CLOSE").unwrap(), 7);
+        assert_eq!(f.print_symbol("IPPROTO_TCP").unwrap(), 6);
+        assert!(f.print_symbol("TCP_NOPE").unwrap_err().to_string().contains("TCP_NOPE"));
     }
 
     #[test]

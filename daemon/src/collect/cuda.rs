@@ -1,0 +1,109 @@
+//! CUDA driver events -> per-process device-memory accounting and synchronisation time.
+
+use std::collections::HashMap;
+
+use probe_common::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CudaEvent, api};
+use serde::Serialize;
+
+/// Running totals of one process's driver calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GpuMemStats {
+    /// Successful allocation calls.
+    pub allocs: u64,
+    /// Free calls.
+    pub frees: u64,
+    /// Bytes successfully allocated.
+    pub bytes_allocated: u64,
+    /// Bytes freed (of allocations seen by the probe).
+    pub bytes_freed: u64,
+    /// Bytes allocated and not yet freed.
+    pub live_bytes: u64,
+    /// Allocation calls that returned `CUDA_ERROR_OUT_OF_MEMORY`.
+    pub oom: u64,
+    /// Allocation calls that failed otherwise.
+    pub alloc_errors: u64,
+    /// Synchronisation calls completed.
+    pub syncs: u64,
+    /// Time blocked in synchronisation, ns.
+    pub sync_ns: u64,
+    /// XID errors reported by the driver (node-wide; counted on the reporting tgid).
+    pub xids: u64,
+}
+
+/// Folds CUDA events into per-process totals; remembers live allocations to size frees.
+#[derive(Debug, Default)]
+pub struct GpuMemAccount {
+    stats: HashMap<u32, GpuMemStats>,
+    live: HashMap<(u32, u64), u64>,
+}
+
+impl GpuMemAccount {
+    /// Adds one event.
+    pub fn apply(&mut self, ev: &CudaEvent) {
+        let s = self.stats.entry(ev.tgid).or_default();
+        match ev.api {
+            api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE => {
+                if ev.ret == 0 {
+                    s.allocs += 1;
+                    s.bytes_allocated += ev.size;
+                    s.live_bytes += ev.size;
+                    self.live.insert((ev.tgid, ev.ptr), ev.size);
+                } else if ev.ret == CUDA_ERROR_OUT_OF_MEMORY {
+                    s.oom += 1;
+                } else {
+                    s.alloc_errors += 1;
+                }
+            }
+            api::MEM_FREE | api::MEM_FREE_ASYNC | api::MEM_RELEASE => {
+                s.frees += 1;
+                // Frees of allocations made before the probe attached have no known size.
+                if let Some(size) = self.live.remove(&(ev.tgid, ev.ptr)) {
+                    s.bytes_freed += size;
+                    s.live_bytes = s.live_bytes.saturating_sub(size);
+                }
+            }
+            api::STREAM_SYNC | api::CTX_SYNC => {
+                s.syncs += 1;
+                s.sync_ns += ev.duration_ns;
+            }
+            api::XID => s.xids += 1,
+            _ => {}
+        }
+    }
+
+    /// Totals of process `tgid`.
+    #[must_use]
+    pub fn get(&self, tgid: u32) -> Option<&GpuMemStats> {
+        self.stats.get(&tgid)
+    }
+
+    /// Totals of every process seen.
+    pub fn iter(&self) -> impl Iterator<Item = (&u32, &GpuMemStats)> {
+        self.stats.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(api: u32, ret: i32, ptr: u64, size: u64) -> CudaEvent {
+        CudaEvent { api, tgid: 7, tid: 8, ret, ts_ns: 0, duration_ns: 5, ptr, size }
+    }
+
+    #[test]
+    fn live_bytes_follow_allocs_and_frees() {
+        let mut a = GpuMemAccount::default();
+        a.apply(&ev(api::MEM_ALLOC, 0, 0x1000, 100));
+        a.apply(&ev(api::MEM_CREATE, 0, 0x2000, 50));
+        a.apply(&ev(api::MEM_ALLOC, CUDA_ERROR_OUT_OF_MEMORY, 0, 1 << 40));
+        assert_eq!(a.get(7).unwrap().live_bytes, 150);
+        a.apply(&ev(api::MEM_FREE, 0, 0x1000, 0));
+        a.apply(&ev(api::MEM_RELEASE, 0, 0x2000, 0));
+        a.apply(&ev(api::MEM_FREE, 0, 0x9999, 0)); // allocated before the probe: no size
+        a.apply(&ev(api::STREAM_SYNC, 0, 0, 0));
+        let s = a.get(7).unwrap();
+        assert_eq!((s.allocs, s.frees, s.oom, s.live_bytes, s.bytes_freed), (2, 3, 1, 0, 150));
+        assert_eq!((s.syncs, s.sync_ns), (1, 5));
+    }
+}

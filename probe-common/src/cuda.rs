@@ -1,0 +1,114 @@
+//! CUDA driver API calls (`libcuda.so.1`) seen through uprobes, and NVIDIA XID errors.
+
+use crate::assert_size;
+
+/// Ring buffer of [`CudaEvent`]s.
+pub const MAP_EVENTS: &str = "CUDA_EVENTS";
+/// `pid_tgid -> Pending`: calls in flight, keyed by thread (never by process).
+pub const MAP_PENDING: &str = "CUDA_PENDING";
+/// `tgid -> Launches`: launch counts, on entry only (the hot path).
+pub const MAP_LAUNCHES: &str = "CUDA_LAUNCHES";
+/// Per-CPU `u64` counters of what could not be recorded, indexed by `DROP_*`.
+pub const MAP_DROPS: &str = "CUDA_DROPS";
+
+/// The ring buffer was full.
+pub const DROP_RINGBUF: u32 = 0;
+/// [`MAP_PENDING`] was full: a call's return could not be matched.
+pub const DROP_PENDING_FULL: u32 = 1;
+/// [`MAP_LAUNCHES`] was full.
+pub const DROP_LAUNCHES_FULL: u32 = 2;
+/// Number of drop counters.
+pub const DROP_KINDS: u32 = 3;
+
+/// Size of [`MAP_EVENTS`] in bytes.
+pub const EVENTS_BYTES: u32 = 1 << 20;
+
+/// API ids, passed to programs as the attach cookie.
+pub mod api {
+    /// `cuMemAlloc_v2(CUdeviceptr*, size_t)`.
+    pub const MEM_ALLOC: u32 = 1;
+    /// `cuMemAllocAsync(_ptsz)(CUdeviceptr*, size_t, CUstream)`.
+    pub const MEM_ALLOC_ASYNC: u32 = 2;
+    /// `cuMemCreate(CUmemGenericAllocationHandle*, size_t, prop*, flags)`.
+    pub const MEM_CREATE: u32 = 3;
+    /// `cuMemFree_v2(CUdeviceptr)`.
+    pub const MEM_FREE: u32 = 4;
+    /// `cuMemFreeAsync(CUdeviceptr, CUstream)`.
+    pub const MEM_FREE_ASYNC: u32 = 5;
+    /// `cuMemRelease(handle)`.
+    pub const MEM_RELEASE: u32 = 6;
+    /// `cuLaunchKernel(_ptsz)`.
+    pub const LAUNCH_KERNEL: u32 = 7;
+    /// `cuGraphLaunch(_ptsz)`.
+    pub const GRAPH_LAUNCH: u32 = 8;
+    /// `cuStreamSynchronize(_ptsz)`.
+    pub const STREAM_SYNC: u32 = 9;
+    /// `cuCtxSynchronize()`.
+    pub const CTX_SYNC: u32 = 10;
+    /// `nvidia:nvidia_dev_xid` tracepoint; `size` holds the XID.
+    pub const XID: u32 = 11;
+}
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+pub const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
+
+/// Name of the global with the offset of `error_code` in `nvidia:nvidia_dev_xid`.
+pub const XID_CODE_OFF: &str = "XID_CODE_OFF";
+
+/// A call in flight on one thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pending {
+    /// Entry time (ktime ns).
+    pub ts_ns: u64,
+    /// The out-pointer argument (alloc calls) where the result lands.
+    pub out_ptr: u64,
+    /// Requested bytes (alloc calls).
+    pub size: u64,
+    /// `api::*`.
+    pub api: u32,
+    /// Explicit padding.
+    pub _pad: u32,
+}
+assert_size!(Pending, 32);
+
+/// Launch counters of one process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Launches {
+    /// `cuLaunchKernel(_ptsz)` calls.
+    pub kernels: u64,
+    /// `cuGraphLaunch(_ptsz)` calls.
+    pub graphs: u64,
+}
+assert_size!(Launches, 16);
+
+/// One completed allocation, free or synchronisation call, or an XID.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaEvent {
+    /// `api::*`.
+    pub api: u32,
+    /// Calling process.
+    pub tgid: u32,
+    /// Calling thread.
+    pub tid: u32,
+    /// The call's return value (`CUresult`); 0 for frees seen on entry.
+    pub ret: i32,
+    /// Entry time (ktime ns).
+    pub ts_ns: u64,
+    /// Time inside the call, ns (0 for frees seen on entry).
+    pub duration_ns: u64,
+    /// Device pointer or handle allocated or freed.
+    pub ptr: u64,
+    /// Bytes requested (allocs); XID code (xid).
+    pub size: u64,
+}
+assert_size!(CudaEvent, 48);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C), Copy, explicit padding, every bit pattern valid.
+    unsafe impl aya::Pod for super::Launches {}
+    unsafe impl aya::Pod for super::CudaEvent {}
+}

@@ -1,0 +1,167 @@
+//! TCP connections and server-side request timing, from `sock:inet_sock_set_state`,
+//! `tcp:tcp_probe`, `tcp:tcp_retransmit_skb`, `sock:sock_recv_length` and `sock:sock_send_length`.
+
+use crate::assert_size;
+
+/// Ring buffer of [`SockEvent`]s.
+pub const MAP_EVENTS: &str = "SOCK_EVENTS";
+/// `skaddr -> Conn`: live TCP connections.
+pub const MAP_CONNS: &str = "SOCK_CONNS";
+/// Per-CPU `u64` counters of what could not be recorded, indexed by `DROP_*`.
+pub const MAP_DROPS: &str = "SOCK_DROPS";
+
+/// The ring buffer was full: an event was lost.
+pub const DROP_RINGBUF: u32 = 0;
+/// [`MAP_CONNS`] was full: a connection is not tracked.
+pub const DROP_CONNS_FULL: u32 = 1;
+/// Number of drop counters.
+pub const DROP_KINDS: u32 = 2;
+
+/// Capacity of [`MAP_CONNS`].
+pub const CONN_ENTRIES: u32 = 32_768;
+/// Size of [`MAP_EVENTS`] in bytes.
+pub const EVENTS_BYTES: u32 = 1 << 20;
+
+/// An outgoing connection reached ESTABLISHED: `duration_ns` is the connect latency.
+pub const EV_CONNECT: u32 = 1;
+/// An incoming connection reached ESTABLISHED: `duration_ns` is SYN_RECV -> ESTABLISHED.
+pub const EV_ACCEPT: u32 = 2;
+/// A connection closed: `duration_ns` is its lifetime; bytes and RTT cover all of it.
+pub const EV_CLOSE: u32 = 3;
+/// A watched process answered a request on this connection (the `req` fields).
+pub const EV_REQUEST: u32 = 4;
+
+/// Request phases of a connection owned by a watched process.
+pub const PHASE_IDLE: u32 = 0;
+/// Request bytes are arriving.
+pub const PHASE_RECEIVING: u32 = 1;
+/// Response bytes are leaving.
+pub const PHASE_RESPONDING: u32 = 2;
+
+/// Names of the globals userspace fills from the tracepoint format files.
+pub mod globals {
+    /// `inet_sock_set_state` offsets: skaddr, oldstate, newstate, sport, dport, family,
+    /// protocol, saddr, daddr, saddr_v6, daddr_v6.
+    pub const STATE: [&str; 11] = [
+        "SS_SKADDR", "SS_OLDSTATE", "SS_NEWSTATE", "SS_SPORT", "SS_DPORT", "SS_FAMILY",
+        "SS_PROTOCOL", "SS_SADDR", "SS_DADDR", "SS_SADDR6", "SS_DADDR6",
+    ];
+    /// `IPPROTO_TCP`, from the format's `__print_symbolic` table.
+    pub const IPPROTO_TCP: &str = "IPPROTO_TCP";
+    /// `tcp_probe` offsets: skaddr, srtt, snd_cwnd.
+    pub const PROBE: [&str; 3] = ["TP_SKADDR", "TP_SRTT", "TP_CWND"];
+    /// `tcp_retransmit_skb` offset of skaddr.
+    pub const RETRANS_SKADDR: &str = "RT_SKADDR";
+    /// `sock_{send,recv}_length` offsets: sk, family, protocol, ret, flags.
+    pub const LENGTH: [&str; 5] = ["SL_SK", "SL_FAMILY", "SL_PROTOCOL", "SL_RET", "SL_FLAGS"];
+    /// TCP state numbers, from the format's `__print_symbolic` table:
+    /// ESTABLISHED, SYN_SENT, SYN_RECV, CLOSE.
+    pub const TCP_STATES: [&str; 4] = ["TCP_ESTABLISHED", "TCP_SYN_SENT", "TCP_SYN_RECV", "TCP_CLOSE"];
+}
+
+/// A connection's addresses; IPv4 addresses use the first 4 bytes. Ports in host order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tuple {
+    /// Local (source) address, network byte order.
+    pub saddr: [u8; 16],
+    /// Remote (destination) address, network byte order.
+    pub daddr: [u8; 16],
+    /// Local port.
+    pub sport: u16,
+    /// Remote port.
+    pub dport: u16,
+    /// `AF_INET` (2) or `AF_INET6` (10); 0 when unknown (connection older than the probe).
+    pub family: u16,
+    /// Explicit padding.
+    pub _pad: u16,
+}
+assert_size!(Tuple, 40);
+
+/// One request/response exchange seen on a connection of a watched process (server side).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// First request byte read (ktime ns).
+    pub req_in_ns: u64,
+    /// Last request byte read before the response began.
+    pub req_last_ns: u64,
+    /// First response write.
+    pub first_out_ns: u64,
+    /// Second response write (first token after headers, for streamed responses); 0 if none.
+    pub second_out_ns: u64,
+    /// Last response write so far.
+    pub last_out_ns: u64,
+    /// Largest gap between two response writes.
+    pub max_gap_ns: u64,
+    /// Request bytes read.
+    pub bytes_in: u64,
+    /// Response bytes written.
+    pub bytes_out: u64,
+    /// Response writes.
+    pub writes: u32,
+    /// `PHASE_*`.
+    pub phase: u32,
+}
+assert_size!(Exchange, 72);
+
+/// A tracked TCP connection (value of [`MAP_CONNS`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conn {
+    /// Addresses.
+    pub tuple: Tuple,
+    /// Process that owns it, when seen in process context; 0 until then.
+    pub tgid: u32,
+    /// 1 when this side connected (client), 2 when it accepted (server), 0 unknown.
+    pub role: u32,
+    /// SYN_SENT / SYN_RECV time, or when first seen (ktime ns).
+    pub start_ns: u64,
+    /// ESTABLISHED time; 0 before.
+    pub established_ns: u64,
+    /// Bytes read and written by processes on this connection.
+    pub bytes_in: u64,
+    /// See `bytes_in`.
+    pub bytes_out: u64,
+    /// `tcp_probe` samples.
+    pub rtt_samples: u64,
+    /// Sum of smoothed RTTs over the samples, µs.
+    pub srtt_sum_us: u64,
+    /// Latest smoothed RTT, µs.
+    pub srtt_last_us: u32,
+    /// Largest smoothed RTT seen, µs.
+    pub srtt_max_us: u32,
+    /// Latest congestion window, segments.
+    pub cwnd_last: u32,
+    /// Retransmitted segments.
+    pub retrans: u32,
+    /// The request in progress (watched processes only).
+    pub exchange: Exchange,
+}
+assert_size!(Conn, 40 + 8 + 48 + 16 + 72);
+
+/// What the kernel reports through [`MAP_EVENTS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockEvent {
+    /// `EV_*`.
+    pub kind: u32,
+    /// Owning process (0 unknown).
+    pub tgid: u32,
+    /// When it happened (ktime ns).
+    pub ts_ns: u64,
+    /// Kernel socket address: the connection's identity while it lives.
+    pub skaddr: u64,
+    /// Connect latency, accept latency or lifetime, by kind.
+    pub duration_ns: u64,
+    /// The connection's state at the event.
+    pub conn: Conn,
+}
+assert_size!(SockEvent, 32 + 184);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C), Copy, explicit padding, every bit pattern valid.
+    unsafe impl aya::Pod for super::Conn {}
+    unsafe impl aya::Pod for super::SockEvent {}
+}

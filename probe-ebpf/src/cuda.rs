@@ -1,0 +1,180 @@
+//! CUDA driver API uprobes (`libcuda.so.1`, or the simulated device's symbols) and the
+//! `nvidia:nvidia_dev_xid` tracepoint. The API id of each attachment arrives as its cookie.
+//!
+//! Allocation and synchronisation calls are matched entry -> return by thread id (a process
+//! has many threads in the driver at once); frees are reported on entry; launches are only
+//! counted, on entry, because they are the hot path.
+
+use aya_ebpf::{
+    helpers::{bpf_get_attach_cookie, bpf_ktime_get_ns, bpf_probe_read_user},
+    macros::{map, tracepoint, uprobe, uretprobe},
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
+};
+use probe_common::cuda::{
+    CudaEvent, DROP_KINDS, DROP_LAUNCHES_FULL, DROP_PENDING_FULL, DROP_RINGBUF, EVENTS_BYTES,
+    Launches, Pending, api,
+};
+
+use crate::{
+    atomic_add,
+    watch::{count_drop, current, global, watched},
+};
+
+#[unsafe(no_mangle)]
+static XID_CODE_OFF: u32 = 0;
+
+#[map]
+static CUDA_PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(16_384, 0);
+#[map]
+static CUDA_LAUNCHES: HashMap<u32, Launches> = HashMap::with_max_entries(4096, 0);
+#[map]
+static CUDA_EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+#[map]
+static CUDA_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_KINDS, 0);
+
+const BPF_NOEXIST: u64 = 1;
+
+#[inline(always)]
+fn emit(ev: CudaEvent) {
+    match CUDA_EVENTS.reserve::<CudaEvent>(0) {
+        Some(mut slot) => {
+            slot.write(ev);
+            slot.submit(0);
+        }
+        None => count_drop(&CUDA_DROPS, DROP_RINGBUF),
+    }
+}
+
+#[inline(always)]
+fn cookie<C: aya_ebpf::EbpfContext>(ctx: &C) -> u32 {
+    // SAFETY: the helper only reads the cookie of the running attachment.
+    unsafe { bpf_get_attach_cookie(ctx.as_ptr()) as u32 }
+}
+
+#[inline(always)]
+fn pid_tgid() -> u64 {
+    aya_ebpf::helpers::bpf_get_current_pid_tgid()
+}
+
+/// `(out_ptr, size, ...)`: cuMemAlloc_v2, cuMemAllocAsync(_ptsz), cuMemCreate.
+#[uprobe]
+pub fn cuda_alloc(ctx: ProbeContext) -> u32 {
+    let (tgid, _) = current();
+    if !watched(tgid) {
+        return 0;
+    }
+    let pending = Pending {
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        out_ptr: ctx.arg::<u64>(0).unwrap_or(0),
+        size: ctx.arg::<u64>(1).unwrap_or(0),
+        api: cookie(&ctx),
+        _pad: 0,
+    };
+    if CUDA_PENDING.insert(&pid_tgid(), &pending, 0).is_err() {
+        count_drop(&CUDA_DROPS, DROP_PENDING_FULL);
+    }
+    0
+}
+
+#[uretprobe]
+pub fn cuda_alloc_ret(ctx: RetProbeContext) -> u32 {
+    let key = pid_tgid();
+    // SAFETY: the value is copied out before the remove.
+    let Some(p) = (unsafe { CUDA_PENDING.get(&key) }).copied() else { return 0 };
+    let _ = CUDA_PENDING.remove(&key);
+    let ret: i32 = ctx.ret::<i32>();
+    let ptr = if ret == 0 && p.out_ptr != 0 {
+        // SAFETY: a user pointer the call just wrote through; a failed read yields 0.
+        unsafe { bpf_probe_read_user(p.out_ptr as *const u64) }.unwrap_or(0)
+    } else {
+        0
+    };
+    let (tgid, tid) = current();
+    let now = unsafe { bpf_ktime_get_ns() };
+    emit(CudaEvent { api: p.api, tgid, tid, ret, ts_ns: p.ts_ns, duration_ns: now - p.ts_ns, ptr, size: p.size });
+    0
+}
+
+/// `(ptr_or_handle, ...)`: cuMemFree_v2, cuMemFreeAsync, cuMemRelease.
+#[uprobe]
+pub fn cuda_free(ctx: ProbeContext) -> u32 {
+    let (tgid, tid) = current();
+    if !watched(tgid) {
+        return 0;
+    }
+    let ptr = ctx.arg::<u64>(0).unwrap_or(0);
+    let now = unsafe { bpf_ktime_get_ns() };
+    emit(CudaEvent { api: cookie(&ctx), tgid, tid, ret: 0, ts_ns: now, duration_ns: 0, ptr, size: 0 });
+    0
+}
+
+/// cuLaunchKernel(_ptsz), cuGraphLaunch(_ptsz): counted on entry.
+#[uprobe]
+pub fn cuda_launch(ctx: ProbeContext) -> u32 {
+    let (tgid, _) = current();
+    if !watched(tgid) {
+        return 0;
+    }
+    let counts = match CUDA_LAUNCHES.get_ptr_mut(&tgid) {
+        Some(c) => c,
+        None => {
+            let _ = CUDA_LAUNCHES.insert(&tgid, &Launches::default(), BPF_NOEXIST);
+            match CUDA_LAUNCHES.get_ptr_mut(&tgid) {
+                Some(c) => c,
+                None => {
+                    count_drop(&CUDA_DROPS, DROP_LAUNCHES_FULL);
+                    return 0;
+                }
+            }
+        }
+    };
+    // SAFETY: live map value shared across CPUs: atomic adds.
+    unsafe {
+        if cookie(&ctx) == api::GRAPH_LAUNCH {
+            atomic_add(&raw mut (*counts).graphs, 1);
+        } else {
+            atomic_add(&raw mut (*counts).kernels, 1);
+        }
+    }
+    0
+}
+
+/// cuStreamSynchronize(_ptsz), cuCtxSynchronize: entry.
+#[uprobe]
+pub fn cuda_sync(ctx: ProbeContext) -> u32 {
+    let (tgid, _) = current();
+    if !watched(tgid) {
+        return 0;
+    }
+    let pending =
+        Pending { ts_ns: unsafe { bpf_ktime_get_ns() }, out_ptr: 0, size: 0, api: cookie(&ctx), _pad: 0 };
+    if CUDA_PENDING.insert(&pid_tgid(), &pending, 0).is_err() {
+        count_drop(&CUDA_DROPS, DROP_PENDING_FULL);
+    }
+    0
+}
+
+/// cuStreamSynchronize(_ptsz), cuCtxSynchronize: return.
+#[uretprobe]
+pub fn cuda_sync_ret(ctx: RetProbeContext) -> u32 {
+    let key = pid_tgid();
+    // SAFETY: the value is copied out before the remove.
+    let Some(p) = (unsafe { CUDA_PENDING.get(&key) }).copied() else { return 0 };
+    let _ = CUDA_PENDING.remove(&key);
+    let (tgid, tid) = current();
+    let now = unsafe { bpf_ktime_get_ns() };
+    emit(CudaEvent { api: p.api, tgid, tid, ret: ctx.ret::<i32>(), ts_ns: p.ts_ns, duration_ns: now - p.ts_ns, ptr: 0, size: 0 });
+    0
+}
+
+/// `nvidia:nvidia_dev_xid`: every XID the driver reports.
+#[tracepoint]
+pub fn nvidia_xid(ctx: TracePointContext) -> u32 {
+    // SAFETY: offset from this kernel's format file.
+    let code: u32 = unsafe { ctx.read_at(global(&XID_CODE_OFF) as usize) }.unwrap_or(0);
+    let (tgid, tid) = current();
+    let now = unsafe { bpf_ktime_get_ns() };
+    emit(CudaEvent { api: api::XID, tgid, tid, ret: 0, ts_ns: now, duration_ns: 0, ptr: 0, size: u64::from(code) });
+    0
+}
