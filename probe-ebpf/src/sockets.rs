@@ -55,6 +55,10 @@ static SOCK_CONNS: HashMap<u64, Conn> = HashMap::with_max_entries(CONN_ENTRIES, 
 static SOCK_EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
 #[map]
 static SOCK_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_KINDS, 0);
+/// Per-CPU scratch space for building a `Conn`: it is too large for the 512-byte BPF stack
+/// next to everything else.
+#[map]
+static SOCK_SCRATCH: PerCpuArray<Conn> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn at<T>(ctx: &TracePointContext, off: &'static u32) -> Result<T, i32> {
@@ -62,15 +66,46 @@ fn at<T>(ctx: &TracePointContext, off: &'static u32) -> Result<T, i32> {
     unsafe { ctx.read_at::<T>(global(off) as usize) }
 }
 
+/// Copies `conn` (a map value) straight into a ring-buffer record: no stack copy.
 #[inline(always)]
-fn emit(kind: u32, ts_ns: u64, skaddr: u64, duration_ns: u64, conn: &Conn) {
+fn emit(kind: u32, ts_ns: u64, skaddr: u64, duration_ns: u64, conn: *const Conn) {
     match SOCK_EVENTS.reserve::<SockEvent>(0) {
         Some(mut slot) => {
-            slot.write(SockEvent { kind, tgid: conn.tgid, ts_ns, skaddr, duration_ns, conn: *conn });
+            let ev = slot.as_mut_ptr();
+            // SAFETY: `ev` is a reserved record of the right size; `conn` a live map value.
+            unsafe {
+                (*ev).kind = kind;
+                (*ev).tgid = (*conn).tgid;
+                (*ev).ts_ns = ts_ns;
+                (*ev).skaddr = skaddr;
+                (*ev).duration_ns = duration_ns;
+                core::ptr::copy_nonoverlapping(conn, &raw mut (*ev).conn, 1);
+            }
             slot.submit(0);
         }
         None => count_drop(&SOCK_DROPS, DROP_RINGBUF),
     }
+}
+
+/// Starts tracking `sk`: fills the per-CPU scratch `Conn` and inserts it.
+#[inline(always)]
+fn track(ctx: &TracePointContext, sk: u64, tgid: u32, role: u32, now: u64, established: bool) -> Result<(), i32> {
+    let conn = SOCK_SCRATCH.get_ptr_mut(0).ok_or(0)?;
+    // SAFETY: per-CPU scratch slot, fully overwritten before use.
+    unsafe {
+        core::ptr::write_bytes(conn, 0, 1);
+        fill_tuple(ctx, &raw mut (*conn).tuple)?;
+        (*conn).tgid = tgid;
+        (*conn).role = role;
+        (*conn).start_ns = now;
+        if established {
+            (*conn).established_ns = now;
+        }
+        if SOCK_CONNS.insert(&sk, &*conn, 0).is_err() {
+            count_drop(&SOCK_DROPS, DROP_CONNS_FULL);
+        }
+    }
+    Ok(())
 }
 
 #[tracepoint]
@@ -80,19 +115,28 @@ pub fn sock_state(ctx: TracePointContext) -> u32 {
     }
 }
 
-fn read_tuple(ctx: &TracePointContext) -> Result<Tuple, i32> {
+/// Writes the event's addresses into `t` (map memory).
+#[inline(always)]
+unsafe fn fill_tuple(ctx: &TracePointContext, t: *mut Tuple) -> Result<(), i32> {
     let family: u16 = at(ctx, &SS_FAMILY)?;
-    let mut t = Tuple { sport: at(ctx, &SS_SPORT)?, dport: at(ctx, &SS_DPORT)?, family, ..Tuple::default() };
-    if family == AF_INET6 {
-        t.saddr = at(ctx, &SS_SADDR6)?;
-        t.daddr = at(ctx, &SS_DADDR6)?;
-    } else {
-        let s: [u8; 4] = at(ctx, &SS_SADDR)?;
-        let d: [u8; 4] = at(ctx, &SS_DADDR)?;
-        t.saddr[..4].copy_from_slice(&s);
-        t.daddr[..4].copy_from_slice(&d);
+    // SAFETY: the caller passes a pointer into a live map value.
+    unsafe {
+        (*t).family = family;
+        (*t).sport = at(ctx, &SS_SPORT)?;
+        (*t).dport = at(ctx, &SS_DPORT)?;
+        if family == AF_INET6 {
+            (*t).saddr = at(ctx, &SS_SADDR6)?;
+            (*t).daddr = at(ctx, &SS_DADDR6)?;
+        } else {
+            let s: u32 = at(ctx, &SS_SADDR)?;
+            let d: u32 = at(ctx, &SS_DADDR)?;
+            (*t).saddr = [0; 16];
+            (*t).daddr = [0; 16];
+            core::ptr::write_unaligned((&raw mut (*t).saddr).cast::<u32>(), s);
+            core::ptr::write_unaligned((&raw mut (*t).daddr).cast::<u32>(), d);
+        }
     }
-    Ok(t)
+    Ok(())
 }
 
 fn try_state(ctx: &TracePointContext) -> Result<(), i32> {
@@ -108,41 +152,36 @@ fn try_state(ctx: &TracePointContext) -> Result<(), i32> {
 
     if new == global(&TCP_SYN_SENT) {
         // connect() runs in the caller's context: the owner is current.
-        let conn = Conn { tuple: read_tuple(ctx)?, tgid: current().0, role: ROLE_CLIENT, start_ns: now, ..Conn::default() };
-        if SOCK_CONNS.insert(&sk, &conn, 0).is_err() {
-            count_drop(&SOCK_DROPS, DROP_CONNS_FULL);
-        }
+        track(ctx, sk, current().0, ROLE_CLIENT, now, false)?;
     } else if new == global(&TCP_SYN_RECV) {
-        let conn = Conn { tuple: read_tuple(ctx)?, role: ROLE_SERVER, start_ns: now, ..Conn::default() };
-        if SOCK_CONNS.insert(&sk, &conn, 0).is_err() {
-            count_drop(&SOCK_DROPS, DROP_CONNS_FULL);
-        }
+        track(ctx, sk, 0, ROLE_SERVER, now, false)?;
     } else if new == global(&TCP_ESTABLISHED) {
         let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) else {
-            // SYN_RECV of this socket predates the probe, or the map was full.
-            let conn = Conn { tuple: read_tuple(ctx)?, start_ns: now, established_ns: now, ..Conn::default() };
-            if SOCK_CONNS.insert(&sk, &conn, 0).is_err() {
-                count_drop(&SOCK_DROPS, DROP_CONNS_FULL);
-            }
-            return Ok(());
+            // This socket's handshake predates the probe, or the map was full.
+            return track(ctx, sk, 0, 0, now, true);
         };
         // SAFETY: a live map value; only this event writes these fields.
-        let conn = unsafe { &mut *conn };
-        conn.established_ns = now;
-        if old == global(&TCP_SYN_SENT) {
-            emit(EV_CONNECT, now, sk, now - conn.start_ns, conn);
-        } else if old == global(&TCP_SYN_RECV) {
-            // The passive side's tuple is final only now (the listener's was copied at SYN_RECV).
-            conn.tuple = read_tuple(ctx)?;
-            emit(EV_ACCEPT, now, sk, now - conn.start_ns, conn);
+        unsafe {
+            // The tuple is final only now: connect() sets SYN_SENT before it picks the source
+            // port, and a passive socket starts with its listener's addresses.
+            fill_tuple(ctx, &raw mut (*conn).tuple)?;
+            (*conn).established_ns = now;
+            let took = now - (*conn).start_ns;
+            if old == global(&TCP_SYN_SENT) {
+                emit(EV_CONNECT, now, sk, took, conn);
+            } else if old == global(&TCP_SYN_RECV) {
+                emit(EV_ACCEPT, now, sk, took, conn);
+            }
         }
     } else if new == global(&TCP_CLOSE) {
-        if let Some(conn) = unsafe { SOCK_CONNS.get(&sk) } {
-            let conn = *conn;
-            if conn.exchange.phase == PHASE_RESPONDING {
-                emit(EV_REQUEST, now, sk, 0, &conn);
+        if let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) {
+            // SAFETY: a live map value, removed only after both emits.
+            unsafe {
+                if (*conn).exchange.phase == PHASE_RESPONDING {
+                    emit(EV_REQUEST, now, sk, 0, conn);
+                }
+                emit(EV_CLOSE, now, sk, now - (*conn).start_ns, conn);
             }
-            emit(EV_CLOSE, now, sk, now - conn.start_ns, &conn);
             let _ = SOCK_CONNS.remove(&sk);
         }
     }

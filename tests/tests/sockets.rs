@@ -1,0 +1,100 @@
+//! Socket probes against real loopback traffic: connect latency for the client's 4-tuple, RTT
+//! samples for an active connection, and the server-side first-byte time of a server that
+//! sleeps 100 ms before it answers.
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::TcpStream,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use inferscope::probes::{Family, Probes, sockets::endpoints};
+use inferscope_tests::root_or_skip;
+use probe_common::sockets::{EV_ACCEPT, EV_CLOSE, EV_CONNECT, EV_REQUEST, SockEvent};
+
+/// A server in its own process: reads a request, sleeps 100 ms, answers 100 bytes.
+const SLOW_SERVER: &str = r"
+import socket, sys, time
+s = socket.socket()
+s.bind(('127.0.0.1', 0))
+s.listen(8)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    while True:
+        d = c.recv(4096)
+        if not d:
+            break
+        time.sleep(0.1)
+        c.sendall(b'x' * 100)
+    c.close()
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_rtt_and_server_first_byte() {
+    if !root_or_skip("connect_rtt_and_server_first_byte") {
+        return;
+    }
+    let mut server = Command::new("python3").args(["-c", SLOW_SERVER]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+
+    let mut probes = Probes::load().unwrap();
+    probes.set_watch(&[server.id()]).unwrap();
+    probes.attach(Family::Sockets).unwrap();
+    assert!(probes.hooks().iter().all(|h| h.attached), "{:?}", probes.hooks());
+    let mut reader = probes.sock_events(4096).unwrap().unwrap();
+
+    let local = tokio::task::spawn_blocking(move || {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let local = c.local_addr().unwrap();
+        let mut buf = [0u8; 100];
+        for _ in 0..3 {
+            c.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+            c.read_exact(&mut buf).unwrap();
+        }
+        local
+    })
+    .await
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+
+    let mut events: Vec<SockEvent> = Vec::new();
+    while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(500), reader.rx.recv()).await {
+        events.push(ev);
+    }
+    server.kill().unwrap();
+    let _ = server.wait();
+
+    let connect = events
+        .iter()
+        .find(|e| e.kind == EV_CONNECT && endpoints(&e.conn.tuple).is_some_and(|(l, _)| l == local))
+        .expect("a connect event for the client's 4-tuple");
+    assert_eq!(endpoints(&connect.conn.tuple).unwrap().1.port(), port);
+    assert_eq!(connect.tgid, std::process::id());
+    assert!(connect.duration_ns > 0 && connect.duration_ns < 1_000_000_000);
+
+    let server_side = |e: &&SockEvent| endpoints(&e.conn.tuple).is_some_and(|(l, r)| l.port() == port && r == local);
+    assert!(events.iter().filter(|e| e.kind == EV_ACCEPT).any(|e| server_side(&e)), "accept event");
+    let requests: Vec<&SockEvent> = events.iter().filter(|e| e.kind == EV_REQUEST).filter(server_side).collect();
+    assert_eq!(requests.len(), 3, "three exchanges on the server's connection");
+    for r in &requests {
+        let ex = r.conn.exchange;
+        let ttfb_ms = (ex.first_out_ns - ex.req_in_ns) as f64 / 1e6;
+        assert!((90.0..=110.0).contains(&ttfb_ms), "server first byte after {ttfb_ms:.1} ms, expected 100 +-10%");
+        assert_eq!((ex.bytes_in, ex.bytes_out), (18, 100));
+        assert_eq!(r.tgid, server.id());
+    }
+
+    let close = events
+        .iter()
+        .find(|e| e.kind == EV_CLOSE && endpoints(&e.conn.tuple).is_some_and(|(l, _)| l == local))
+        .expect("a close event for the client's connection");
+    assert!(close.conn.rtt_samples > 0, "tcp_probe RTT samples on an active connection");
+    assert!(close.conn.srtt_last_us > 0);
+    assert_eq!((close.conn.bytes_out, close.conn.bytes_in), (54, 300));
+    assert!(close.duration_ns >= 300_000_000, "lifetime covers the three 100 ms exchanges");
+    let d = probes.sock_drops().unwrap();
+    assert_eq!(d.ringbuf_full + d.conns_full + reader.drops.get(), 0);
+}
