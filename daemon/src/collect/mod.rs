@@ -3,3 +3,4 @@
 pub mod cuda;
 pub mod procfs;
 pub mod runq;
+pub mod timeline;

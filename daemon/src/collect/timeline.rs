@@ -1,0 +1,220 @@
+//! The one time line: every signal folded into fixed windows (default 1 s). Each source
+//! (load generator, server metrics, run-queue, sockets, GPU) fills its own part of a window;
+//! `attribute` reads whole windows. Absent sources stay `None`: "no evidence", not zero.
+
+use serde::{Deserialize, Serialize};
+
+/// p50/p95/p99/max of one distribution in one window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+/// What the load generator saw in the window (requests that started in it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadSignals {
+    /// Requests that started.
+    pub requests: u64,
+    /// Of those, failed.
+    pub errors: u64,
+    /// Intended arrival rate, if open-loop.
+    pub target_rps: Option<f64>,
+    /// Achieved rate.
+    pub achieved_rps: f64,
+    /// Most requests in flight at once.
+    pub in_flight_max: u64,
+    /// Time to first token, ms (from the intended start).
+    pub ttft_ms: Option<Quantiles>,
+    /// Inter-token latency, ms.
+    pub itl_ms: Option<Quantiles>,
+    /// End-to-end latency, ms.
+    pub e2e_ms: Option<Quantiles>,
+    /// The generator's own lag: actual - intended send time, ms.
+    pub send_lag_ms: Option<Quantiles>,
+    /// Output tokens per second.
+    pub output_tokens_per_s: f64,
+}
+
+/// The inference server's own metrics, mapped from vLLM / SGLang / TGI names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerSignals {
+    /// Requests running (in the batch).
+    pub running: Option<f64>,
+    /// Requests waiting (queued).
+    pub waiting: Option<f64>,
+    /// KV-cache usage, 0..1.
+    pub kv_usage: Option<f64>,
+    /// Preemptions (SGLang: retractions) per second.
+    pub preemptions_per_s: Option<f64>,
+    /// Prefix-cache hit rate, 0..1.
+    pub prefix_hit_rate: Option<f64>,
+    /// Queue time p95 in the window, ms.
+    pub queue_time_p95_ms: Option<f64>,
+    /// Server-reported TTFT p95 in the window, ms.
+    pub ttft_p95_ms: Option<f64>,
+    /// Prompt tokens per second (rises faster than requests under recompute).
+    pub prompt_tokens_per_s: Option<f64>,
+}
+
+/// Run-queue delay of the watched server's threads (and of the load generator's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunqSignals {
+    /// Samples of the server.
+    pub samples: u64,
+    /// Server p50, µs.
+    pub p50_us: f64,
+    /// Server p99, µs.
+    pub p99_us: f64,
+    /// Server mean, µs.
+    pub mean_us: f64,
+    /// Server total run-queue wait in the window, ms (all threads).
+    pub total_ms: f64,
+    /// Load generator p99, µs, when it is watched too.
+    pub loadgen_p99_us: Option<f64>,
+    /// Load generator total run-queue wait in the window, ms.
+    pub loadgen_total_ms: Option<f64>,
+}
+
+/// TCP signals of the watched server's connections.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetSignals {
+    /// Connections established (either side).
+    pub connects: u64,
+    /// Connect latency p99, ms.
+    pub connect_p99_ms: Option<f64>,
+    /// Mean smoothed RTT over the window's samples, µs.
+    pub srtt_mean_us: Option<f64>,
+    /// Largest smoothed RTT, µs.
+    pub srtt_max_us: Option<f64>,
+    /// Retransmitted segments.
+    pub retrans: u64,
+    /// Request/response exchanges the server completed.
+    pub exchanges: u64,
+    /// Server-side first byte (request in -> first write) p50, ms.
+    pub server_ttfb_p50_ms: Option<f64>,
+    /// Server-side first token (request in -> second write) p50, ms.
+    pub server_first_token_p50_ms: Option<f64>,
+}
+
+/// GPU signals: driver API calls (uprobes) and NVML.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSignals {
+    /// Successful allocation calls.
+    pub allocs: u64,
+    /// Free calls.
+    pub frees: u64,
+    /// Allocation calls that returned out-of-memory.
+    pub oom: u64,
+    /// Device bytes the server holds (allocated and not freed).
+    pub live_bytes: u64,
+    /// Host time blocked in synchronisation, ms (summed over threads).
+    pub sync_ms: f64,
+    /// Kernel and graph launches.
+    pub launches: u64,
+    /// NVML memory used / total, when a driver is present.
+    pub mem_used_frac: Option<f64>,
+    /// XID errors.
+    pub xids: u64,
+}
+
+/// Everything known about one window of the watched target.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    /// Window start, Unix ms.
+    pub start_unix_ms: u64,
+    /// Window length, ms.
+    pub len_ms: u64,
+    /// Phase of the run (load generator's or an external mark), if any.
+    pub phase: Option<String>,
+    /// Load generator.
+    pub load: Option<LoadSignals>,
+    /// Server metrics.
+    pub server: Option<ServerSignals>,
+    /// Scheduler.
+    pub runq: Option<RunqSignals>,
+    /// Network.
+    pub net: Option<NetSignals>,
+    /// GPU.
+    pub gpu: Option<GpuSignals>,
+}
+
+/// Fixed-length windows from an origin, grown on demand.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Timeline {
+    /// Start of window 0, Unix ms.
+    pub origin_unix_ms: u64,
+    /// Window length, ms.
+    pub len_ms: u64,
+    /// The windows, oldest first.
+    pub windows: Vec<Window>,
+}
+
+impl Timeline {
+    /// An empty time line starting at `origin_unix_ms`.
+    #[must_use]
+    pub fn new(origin_unix_ms: u64, len_ms: u64) -> Self {
+        Self { origin_unix_ms, len_ms: len_ms.max(1), windows: Vec::new() }
+    }
+
+    /// Index of the window holding `unix_ms` (times before the origin land in window 0).
+    #[must_use]
+    pub fn index(&self, unix_ms: u64) -> usize {
+        (unix_ms.saturating_sub(self.origin_unix_ms) / self.len_ms) as usize
+    }
+
+    /// The window holding `unix_ms`, created (with any before it) if needed.
+    pub fn at(&mut self, unix_ms: u64) -> &mut Window {
+        let i = self.index(unix_ms);
+        while self.windows.len() <= i {
+            let n = self.windows.len() as u64;
+            self.windows.push(Window {
+                start_unix_ms: self.origin_unix_ms + n * self.len_ms,
+                len_ms: self.len_ms,
+                ..Window::default()
+            });
+        }
+        &mut self.windows[i]
+    }
+
+    /// Drops windows older than the newest `keep`, so a long-running daemon stays bounded.
+    pub fn retain_last(&mut self, keep: usize) {
+        if self.windows.len() > keep {
+            let cut = self.windows.len() - keep;
+            self.windows.drain(..cut);
+            self.origin_unix_ms += cut as u64 * self.len_ms;
+        }
+    }
+}
+
+/// Current wall-clock time, Unix ms.
+#[must_use]
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_created_in_order_and_bounded() {
+        let mut t = Timeline::new(10_000, 1000);
+        t.at(12_500).runq = Some(RunqSignals { samples: 3, ..RunqSignals::default() });
+        assert_eq!(t.windows.len(), 3);
+        assert_eq!(t.windows[2].start_unix_ms, 12_000);
+        assert_eq!(t.index(9_000), 0);
+        t.retain_last(1);
+        assert_eq!(t.origin_unix_ms, 12_000);
+        assert_eq!(t.windows[0].runq.as_ref().unwrap().samples, 3);
+        assert_eq!(t.at(12_999).start_unix_ms, 12_000);
+    }
+}
