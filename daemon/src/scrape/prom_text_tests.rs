@@ -132,8 +132,15 @@ fn long_bad_text_is_clipped_in_errors() {
 /// cut (last) line can be bad.
 #[test]
 fn truncated_vllm_exposition() {
-    for cut in (0..=VLLM_V1.len()).filter(|&i| VLLM_V1.is_char_boundary(i)) {
-        let text = &VLLM_V1[..cut];
+    // Every byte position of an excerpt holding each kind of line (gauges,
+    // counters with `_created`, a histogram, the info gauge), plus a stride
+    // through the whole file; all positions of all 37 KB would be quadratic.
+    let lines: Vec<&str> = VLLM_V1.lines().collect();
+    let excerpt = [&lines[14..45], &lines[90..100], &lines[139..147], &lines[354..]].concat().join("\n");
+    let cuts = (0..=excerpt.len()).map(|i| (excerpt.as_str(), i));
+    let strided = (0..=VLLM_V1.len()).step_by(97).map(|i| (VLLM_V1, i));
+    for (text, cut) in cuts.chain(strided).filter(|(t, i)| t.is_char_boundary(*i)) {
+        let text = &text[..cut];
         let exp = parse(text);
         let last_line = text.split('\n').count();
         assert!(exp.errors().len() <= 1, "cut at {cut}: {:?}", exp.errors());
@@ -167,6 +174,12 @@ proptest! {
     fn exposition_alphabet_never_panics(text in "[a-z_:{}=\",\\\\ \\t\\n#0-9.+eEINFaT-]{0,300}") {
         check_invariants(&text);
     }
+
+}
+
+proptest! {
+    // Each case parses the whole 37 KB fixture; fewer cases keep debug runs short.
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn mutated_fixture_never_panics(
