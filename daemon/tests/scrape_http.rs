@@ -2,6 +2,9 @@
 //! scraper, signal mapping and windowing must produce the rates and window
 //! quantiles that follow from it. Also: servers that answer badly.
 
+// Compared values are exact binary fractions.
+#![allow(clippy::float_cmp)]
+
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,19 +32,60 @@ fn exposition(step: u64) -> String {
     let slow = 20 * step.saturating_sub(1);
     let lab = r#"engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct""#;
     let mut s = String::new();
-    writeln!(s, "# HELP vllm:num_requests_running Number of requests in model execution batches.").unwrap();
-    writeln!(s, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{{lab}}} {}.0", 5 + step).unwrap();
-    writeln!(s, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{{lab}}} {}", step as f64 / 10.0)
-        .unwrap();
-    writeln!(s, "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{{lab}}} {}.0", 1000 * step)
-        .unwrap();
-    writeln!(s, "# TYPE vllm:prompt_tokens_created gauge\nvllm:prompt_tokens_created{{{lab}}} 1.73e+09").unwrap();
+    writeln!(
+        s,
+        "# HELP vllm:num_requests_running Number of requests in model execution batches."
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{{lab}}} {}.0",
+        5 + step
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{{lab}}} {}",
+        step as f64 / 10.0
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{{lab}}} {}.0",
+        1000 * step
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "# TYPE vllm:prompt_tokens_created gauge\nvllm:prompt_tokens_created{{{lab}}} 1.73e+09"
+    )
+    .unwrap();
     writeln!(s, "# TYPE vllm:time_to_first_token_seconds histogram").unwrap();
-    for (le, count) in [("0.1", 0), ("0.25", fast), ("1.0", fast), ("2.5", fast + slow), ("+Inf", fast + slow)] {
-        writeln!(s, "vllm:time_to_first_token_seconds_bucket{{{lab},le=\"{le}\"}} {count}.0").unwrap();
+    for (le, count) in [
+        ("0.1", 0),
+        ("0.25", fast),
+        ("1.0", fast),
+        ("2.5", fast + slow),
+        ("+Inf", fast + slow),
+    ] {
+        writeln!(
+            s,
+            "vllm:time_to_first_token_seconds_bucket{{{lab},le=\"{le}\"}} {count}.0"
+        )
+        .unwrap();
     }
-    writeln!(s, "vllm:time_to_first_token_seconds_count{{{lab}}} {}.0", fast + slow).unwrap();
-    writeln!(s, "vllm:time_to_first_token_seconds_sum{{{lab}}} {}", 0.2 * fast as f64 + 2.0 * slow as f64).unwrap();
+    writeln!(
+        s,
+        "vllm:time_to_first_token_seconds_count{{{lab}}} {}.0",
+        fast + slow
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "vllm:time_to_first_token_seconds_sum{{{lab}}} {}",
+        0.2 * fast as f64 + 2.0 * slow as f64
+    )
+    .unwrap();
     s
 }
 
@@ -52,7 +96,15 @@ async fn rates_and_window_quantiles_end_to_end() {
         "/metrics",
         get(move || {
             let n = step.fetch_add(1, Ordering::SeqCst) + 1;
-            async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], exposition(n)) }
+            async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    exposition(n),
+                )
+            }
         }),
     );
     let url = serve(app).await;
@@ -62,7 +114,10 @@ async fn rates_and_window_quantiles_end_to_end() {
 
     let mut window = WindowBuilder::new();
     for _ in 0..3 {
-        let scrape = tokio::time::timeout(Duration::from_secs(5), task.rx.recv()).await.unwrap().unwrap();
+        let scrape = tokio::time::timeout(Duration::from_secs(5), task.rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert!(scrape.line_errors.is_empty(), "{:?}", scrape.line_errors);
         let signals = scrape.signals.unwrap();
         assert_eq!(signals.server, ServerKind::Vllm);
@@ -74,13 +129,19 @@ async fn rates_and_window_quantiles_end_to_end() {
     assert!(secs >= 0.15, "two 100 ms intervals, got {secs}");
     // Scrapes 1 -> 3: 2000 prompt tokens.
     let prompt = w.prompt_tokens_per_s.unwrap();
-    assert!((prompt * secs - 2000.0).abs() < 1e-6, "{prompt}/s over {secs}s");
+    assert!(
+        (prompt * secs - 2000.0).abs() < 1e-6,
+        "{prompt}/s over {secs}s"
+    );
     assert_eq!(w.running.unwrap().last, 8.0);
     assert_eq!(w.kv_usage.unwrap().max, 0.3);
     // In the window: 20 observations in (0.1, 0.25] and 40 in (1.0, 2.5].
     let ttft = w.ttft.unwrap();
     assert_eq!(ttft.count, 60.0);
-    assert!((ttft.mean - (20.0 * 0.2 + 40.0 * 2.0) / 60.0).abs() < 1e-9, "{ttft:?}");
+    assert!(
+        (ttft.mean - (20.0 * 0.2 + 40.0 * 2.0) / 60.0).abs() < 1e-9,
+        "{ttft:?}"
+    );
     assert!((ttft.p50 - 1.375).abs() < 1e-9, "{ttft:?}");
     assert!((ttft.p95 - 2.3875).abs() < 1e-9, "{ttft:?}");
     // The fast-only baseline would have put p50 near 0.175 s: the window must not.
@@ -100,9 +161,28 @@ async fn full_channel_counts_dropped_scrapes() {
 #[tokio::test]
 async fn garbage_is_a_clear_error() {
     let app = Router::new()
-        .route("/metrics", get(|| async { ([(header::CONTENT_TYPE, "text/plain")], "\u{1}\u{0}{{{ ]]] garbage\n<<<>>>\n") }))
-        .route("/html/metrics", get(|| async { ([(header::CONTENT_TYPE, "text/html")], "<html><body>hi</body></html>") }))
-        .route("/fail/metrics", get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response() }))
+        .route(
+            "/metrics",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/plain")],
+                    "\u{1}\u{0}{{{ ]]] garbage\n<<<>>>\n",
+                )
+            }),
+        )
+        .route(
+            "/html/metrics",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/html")],
+                    "<html><body>hi</body></html>",
+                )
+            }),
+        )
+        .route(
+            "/fail/metrics",
+            get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response() }),
+        )
         .route("/big/metrics", get(|| async { "x 1\n".repeat(1 << 20) }))
         .route(
             "/slow/metrics",
@@ -121,21 +201,46 @@ async fn garbage_is_a_clear_error() {
     let err = fetch("/metrics", |_| {}).await.unwrap_err();
     assert!(matches!(err, ScrapeError::NotPrometheus { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("not Prometheus text: line 1: invalid metric name"), "{msg}");
+    assert!(
+        msg.contains("not Prometheus text: line 1: invalid metric name"),
+        "{msg}"
+    );
     assert!(!msg.contains('\n'), "{msg}");
 
     let err = fetch("/html/metrics", |_| {}).await.unwrap_err();
-    assert!(err.to_string().contains("content type \"text/html\""), "{err}");
+    assert!(
+        err.to_string().contains("content type \"text/html\""),
+        "{err}"
+    );
 
     let err = fetch("/fail/metrics", |_| {}).await.unwrap_err();
-    assert!(matches!(err, ScrapeError::Status { status: 500, .. }), "{err}");
+    assert!(
+        matches!(err, ScrapeError::Status { status: 500, .. }),
+        "{err}"
+    );
 
-    let err = fetch("/big/metrics", |c| c.body_limit = 1 << 20).await.unwrap_err();
-    assert!(matches!(err, ScrapeError::TooLarge { limit: 1_048_576, .. }), "{err}");
+    let err = fetch("/big/metrics", |c| c.body_limit = 1 << 20)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ScrapeError::TooLarge {
+                limit: 1_048_576,
+                ..
+            }
+        ),
+        "{err}"
+    );
     // Under the limit the same body parses.
-    assert_eq!(fetch("/big/metrics", |_| {}).await.unwrap().sample_count(), 1 << 20);
+    assert_eq!(
+        fetch("/big/metrics", |_| {}).await.unwrap().sample_count(),
+        1 << 20
+    );
 
-    let err = fetch("/slow/metrics", |c| c.timeout = Duration::from_millis(200)).await.unwrap_err();
+    let err = fetch("/slow/metrics", |c| c.timeout = Duration::from_millis(200))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ScrapeError::Timeout { .. }), "{err}");
 }
 
@@ -148,6 +253,15 @@ async fn connection_refused_is_one_line() {
     let scraper = Scraper::new(ScrapeConfig::new(format!("http://{addr}"))).unwrap();
     let scrape = scraper.scrape().await;
     let err = scrape.signals.unwrap_err();
-    assert_eq!(err, ScrapeError::ConnectionRefused { url: format!("http://{addr}/metrics") });
-    assert!(err.to_string().starts_with(&format!("http://{addr}/metrics: connection refused")), "{err}");
+    assert_eq!(
+        err,
+        ScrapeError::ConnectionRefused {
+            url: format!("http://{addr}/metrics")
+        }
+    );
+    assert!(
+        err.to_string()
+            .starts_with(&format!("http://{addr}/metrics: connection refused")),
+        "{err}"
+    );
 }

@@ -46,7 +46,10 @@ pub enum GpuStatus {
 impl fmt::Display for GpuStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Ready { driver_version, devices } => write!(f, "{devices} GPU(s), NVIDIA driver {driver_version}"),
+            Self::Ready {
+                driver_version,
+                devices,
+            } => write!(f, "{devices} GPU(s), NVIDIA driver {driver_version}"),
             Self::NoDriver { .. } => f.write_str("no NVIDIA driver"),
             Self::Unavailable { reason } => write!(f, "NVML unavailable: {reason}"),
         }
@@ -77,7 +80,11 @@ impl ClockEventReasons {
     /// Names of the known bits that are set, in bit order.
     #[must_use]
     pub fn names(self) -> Vec<&'static str> {
-        REASONS.iter().filter(|(bit, _)| self.0 & bit != 0).map(|&(_, name)| name).collect()
+        REASONS
+            .iter()
+            .filter(|(bit, _)| self.0 & bit != 0)
+            .map(|&(_, name)| name)
+            .collect()
     }
 
     /// Set bits this version does not know.
@@ -95,14 +102,15 @@ impl ClockEventReasons {
 
 impl fmt::Display for ClockEventReasons {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut names = self.names().join(",");
+        let mut parts: Vec<String> = self.names().into_iter().map(str::to_owned).collect();
         if self.unknown_bits() != 0 {
-            if !names.is_empty() {
-                names.push(',');
-            }
-            names.push_str(&format!("0x{:x}", self.unknown_bits()));
+            parts.push(format!("0x{:x}", self.unknown_bits()));
         }
-        f.write_str(if names.is_empty() { "none" } else { &names })
+        if parts.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&parts.join(","))
+        }
     }
 }
 
@@ -166,7 +174,11 @@ pub struct NvmlConfig {
 
 impl Default for NvmlConfig {
     fn default() -> Self {
-        Self { interval: Duration::from_secs(1), capacity: 16, lib_path: None }
+        Self {
+            interval: Duration::from_secs(1),
+            capacity: 16,
+            lib_path: None,
+        }
     }
 }
 
@@ -206,8 +218,12 @@ pub fn status_from_init_error(e: &NvmlError) -> GpuStatus {
         NvmlError::LibloadingError(_)
         | NvmlError::FailedToLoadSymbol(_)
         | NvmlError::LibraryNotFound
-        | NvmlError::DriverNotLoaded => GpuStatus::NoDriver { detail: e.to_string() },
-        other => GpuStatus::Unavailable { reason: other.to_string() },
+        | NvmlError::DriverNotLoaded => GpuStatus::NoDriver {
+            detail: e.to_string(),
+        },
+        other => GpuStatus::Unavailable {
+            reason: other.to_string(),
+        },
     }
 }
 
@@ -233,19 +249,29 @@ pub fn spawn(config: &NvmlConfig) -> NvmlTask {
         Ok(nvml) => nvml,
         Err(e) => {
             let status = status_from_init_error(&e);
-            match &status {
-                GpuStatus::NoDriver { detail } => tracing::info!("GPU: no NVIDIA driver ({detail})"),
-                _ => tracing::warn!("GPU: {status}"),
+            if let GpuStatus::NoDriver { detail } = &status {
+                tracing::info!("GPU: no NVIDIA driver ({detail})");
+            } else {
+                tracing::warn!("GPU: {status}");
             }
             return idle(status);
         }
     };
     let devices = match nvml.device_count() {
         Ok(n) => n,
-        Err(e) => return idle(GpuStatus::Unavailable { reason: format!("device count: {e}") }),
+        Err(e) => {
+            return idle(GpuStatus::Unavailable {
+                reason: format!("device count: {e}"),
+            });
+        }
     };
-    let driver_version = nvml.sys_driver_version().unwrap_or_else(|_| "unknown".to_owned());
-    let status = GpuStatus::Ready { driver_version, devices };
+    let driver_version = nvml
+        .sys_driver_version()
+        .unwrap_or_else(|_| "unknown".to_owned());
+    let status = GpuStatus::Ready {
+        driver_version,
+        devices,
+    };
     tracing::info!("GPU: {status}");
     let (tx, rx) = mpsc::channel(config.capacity.max(1));
     let interval = config.interval;
@@ -255,9 +281,17 @@ pub fn spawn(config: &NvmlConfig) -> NvmlTask {
         .spawn(move || sample_loop(&nvml, devices, interval, &tx, &thread_dropped, &thread_stop))
         .ok();
     if thread.is_none() {
-        return idle(GpuStatus::Unavailable { reason: "cannot start the sampler thread".to_owned() });
+        return idle(GpuStatus::Unavailable {
+            reason: "cannot start the sampler thread".to_owned(),
+        });
     }
-    NvmlTask { status, rx: Some(rx), dropped, stop, thread }
+    NvmlTask {
+        status,
+        rx: Some(rx),
+        dropped,
+        stop,
+        thread,
+    }
 }
 
 fn sample_loop(
@@ -287,15 +321,27 @@ fn sample_loop(
 pub fn sample_all(nvml: &Nvml, count: u32) -> GpuSample {
     let at = SystemTime::now();
     let instant = Instant::now();
-    let devices = (0..count).filter_map(|i| nvml.device_by_index(i).ok().map(|d| sample_device(i, &d))).collect();
-    GpuSample { at, instant, devices }
+    let devices = (0..count)
+        .filter_map(|i| nvml.device_by_index(i).ok().map(|d| sample_device(i, &d)))
+        .collect();
+    GpuSample {
+        at,
+        instant,
+        devices,
+    }
 }
 
 fn sample_device(index: u32, d: &Device<'_>) -> DeviceSample {
     let memory = d.memory_info().ok();
     let util = d.utilization_rates().ok();
     let mut procs: Vec<(u32, UsedGpuMemory)> = Vec::new();
-    for list in [d.running_compute_processes(), d.running_graphics_processes()].into_iter().flatten() {
+    for list in [
+        d.running_compute_processes(),
+        d.running_graphics_processes(),
+    ]
+    .into_iter()
+    .flatten()
+    {
         procs.extend(list.into_iter().map(|p| (p.pid, p.used_gpu_memory)));
     }
     DeviceSample {
@@ -308,7 +354,10 @@ fn sample_device(index: u32, d: &Device<'_>) -> DeviceSample {
         memory_util_percent: util.as_ref().map(|u| u.memory),
         sm_clock_mhz: d.clock_info(Clock::SM).ok(),
         power_mw: d.power_usage().ok(),
-        clock_event_reasons: d.current_throttle_reasons().ok().map(|r| ClockEventReasons(r.bits())),
+        clock_event_reasons: d
+            .current_throttle_reasons()
+            .ok()
+            .map(|r| ClockEventReasons(r.bits())),
         processes: merge_processes(procs),
     }
 }
@@ -326,7 +375,10 @@ pub fn merge_processes(list: Vec<(u32, UsedGpuMemory)>) -> Vec<GpuProcess> {
         if let Some(p) = out.iter_mut().find(|p| p.pid == pid) {
             p.used_bytes = p.used_bytes.max(used);
         } else {
-            out.push(GpuProcess { pid, used_bytes: used });
+            out.push(GpuProcess {
+                pid,
+                used_bytes: used,
+            });
         }
     }
     out.sort_by_key(|p| p.pid);

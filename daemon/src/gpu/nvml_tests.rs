@@ -42,16 +42,37 @@ fn processes_merge_by_pid() {
     ]);
     assert_eq!(
         merged,
-        vec![GpuProcess { pid: 7, used_bytes: Some(512) }, GpuProcess { pid: 42, used_bytes: Some(1 << 30) }]
+        vec![
+            GpuProcess {
+                pid: 7,
+                used_bytes: Some(512)
+            },
+            GpuProcess {
+                pid: 42,
+                used_bytes: Some(1 << 30)
+            }
+        ]
     );
 }
 
 #[test]
 fn init_errors_map_to_statuses() {
-    assert!(matches!(status_from_init_error(&NvmlError::DriverNotLoaded), GpuStatus::NoDriver { .. }));
-    assert!(matches!(status_from_init_error(&NvmlError::LibraryNotFound), GpuStatus::NoDriver { .. }));
-    assert!(matches!(status_from_init_error(&NvmlError::NoPermission), GpuStatus::Unavailable { .. }));
-    assert_eq!(GpuStatus::NoDriver { detail: "x".into() }.to_string(), "no NVIDIA driver");
+    assert!(matches!(
+        status_from_init_error(&NvmlError::DriverNotLoaded),
+        GpuStatus::NoDriver { .. }
+    ));
+    assert!(matches!(
+        status_from_init_error(&NvmlError::LibraryNotFound),
+        GpuStatus::NoDriver { .. }
+    ));
+    assert!(matches!(
+        status_from_init_error(&NvmlError::NoPermission),
+        GpuStatus::Unavailable { .. }
+    ));
+    assert_eq!(
+        GpuStatus::NoDriver { detail: "x".into() }.to_string(),
+        "no NVIDIA driver"
+    );
 }
 
 #[test]
@@ -61,7 +82,11 @@ fn missing_library_reports_no_driver() {
         ..NvmlConfig::default()
     };
     let task = spawn(&config);
-    assert!(matches!(task.status, GpuStatus::NoDriver { .. }), "got {:?}", task.status);
+    assert!(
+        matches!(task.status, GpuStatus::NoDriver { .. }),
+        "got {:?}",
+        task.status
+    );
     assert!(task.rx.is_none());
     assert_eq!(task.status.to_string(), "no NVIDIA driver");
 }
@@ -70,12 +95,19 @@ fn missing_library_reports_no_driver() {
 /// `NoDriver`; where NVML loads, samples must arrive for every device.
 #[test]
 fn default_library_reports_driver_state() {
-    let config = NvmlConfig { interval: Duration::from_millis(50), ..NvmlConfig::default() };
+    let config = NvmlConfig {
+        interval: Duration::from_millis(50),
+        ..NvmlConfig::default()
+    };
     let mut task = spawn(&config);
     let has_driver = std::path::Path::new("/proc/driver/nvidia/version").exists();
     match &task.status {
         GpuStatus::NoDriver { .. } => {
-            assert!(!has_driver, "driver present but NVML reported {:?}", task.status);
+            assert!(
+                !has_driver,
+                "driver present but NVML reported {:?}",
+                task.status
+            );
             assert!(task.rx.is_none());
         }
         GpuStatus::Ready { devices, .. } => {

@@ -138,7 +138,11 @@ impl Scraper {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.timeout));
         let client = Client::builder(TokioExecutor::new()).build(connector);
-        Ok(Self { client, uri, config })
+        Ok(Self {
+            client,
+            uri,
+            config,
+        })
     }
 
     /// The URL actually requested.
@@ -161,38 +165,70 @@ impl Scraper {
         let request = Request::get(self.uri.clone())
             .header(ACCEPT, "text/plain;version=0.0.4;q=1,*/*;q=0.1")
             .body(Empty::new())
-            .map_err(|e| ScrapeError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })?;
-        let response = self.client.request(request).await.map_err(|e| connect_error(url, &e))?;
+            .map_err(|e| ScrapeError::InvalidUrl {
+                url: url.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| connect_error(url, &e))?;
         let status = response.status();
         if status != hyper::StatusCode::OK {
-            return Err(ScrapeError::Status { url: url.to_owned(), status: status.as_u16() });
+            return Err(ScrapeError::Status {
+                url: url.to_owned(),
+                status: status.as_u16(),
+            });
         }
         let limit = self.config.body_limit;
-        let too_large = || ScrapeError::TooLarge { url: url.to_owned(), limit };
-        let declared = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let too_large = || ScrapeError::TooLarge {
+            url: url.to_owned(),
+            limit,
+        };
+        let declared = response
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(too_large());
         }
-        let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         if let Some(ct) = &content_type
             && !is_text_exposition(ct)
         {
-            return Err(ScrapeError::NotPrometheus { url: url.to_owned(), reason: format!("content type {ct:?}") });
+            return Err(ScrapeError::NotPrometheus {
+                url: url.to_owned(),
+                reason: format!("content type {ct:?}"),
+            });
         }
-        let body = Limited::new(response.into_body(), limit).collect().await.map_err(|e| {
-            if e.downcast_ref::<LengthLimitError>().is_some() {
-                too_large()
-            } else {
-                ScrapeError::Http { url: url.to_owned(), reason: innermost(e.as_ref()) }
-            }
-        })?;
+        let body = Limited::new(response.into_body(), limit)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.downcast_ref::<LengthLimitError>().is_some() {
+                    too_large()
+                } else {
+                    ScrapeError::Http {
+                        url: url.to_owned(),
+                        reason: innermost(e.as_ref()),
+                    }
+                }
+            })?;
         let bytes = body.to_bytes();
         let text = String::from_utf8_lossy(&bytes);
         let exposition = prom_text::parse(&text);
         if exposition.sample_count() == 0
             && let Some(first) = exposition.errors().first()
         {
-            return Err(ScrapeError::NotPrometheus { url: url.to_owned(), reason: first.to_string() });
+            return Err(ScrapeError::NotPrometheus {
+                url: url.to_owned(),
+                reason: first.to_string(),
+            });
         }
         Ok(exposition)
     }
@@ -202,10 +238,19 @@ impl Scraper {
         let at = SystemTime::now();
         let instant = Instant::now();
         let (signals, line_errors) = match self.fetch().await {
-            Ok(exp) => (Ok(signals::extract(&exp, &self.config.options)), exp.errors().to_vec()),
+            Ok(exp) => (
+                Ok(signals::extract(&exp, &self.config.options)),
+                exp.errors().to_vec(),
+            ),
             Err(e) => (Err(e), Vec::new()),
         };
-        Scrape { at, instant, took: instant.elapsed(), signals, line_errors }
+        Scrape {
+            at,
+            instant,
+            took: instant.elapsed(),
+            signals,
+            line_errors,
+        }
     }
 }
 
@@ -260,16 +305,29 @@ pub fn spawn(config: ScrapeConfig, capacity: usize) -> Result<ScrapeTask, Scrape
             }
         }
     });
-    Ok(ScrapeTask { rx, dropped, handle })
+    Ok(ScrapeTask {
+        rx,
+        dropped,
+        handle,
+    })
 }
 
 /// `http://host:port` -> `http://host:port/metrics`; a URL with a path is kept.
 fn metrics_uri(url: &str) -> Result<Uri, ScrapeError> {
-    let invalid = |reason: &str| ScrapeError::InvalidUrl { url: url.to_owned(), reason: reason.to_owned() };
-    let uri: Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
+    let invalid = |reason: &str| ScrapeError::InvalidUrl {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let uri: Uri = url
+        .parse()
+        .map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
     match uri.scheme_str() {
         Some("http") => {}
-        Some("https") => return Err(invalid("https is not supported; scrape the plain-HTTP metrics port")),
+        Some("https") => {
+            return Err(invalid(
+                "https is not supported; scrape the plain-HTTP metrics port",
+            ));
+        }
         _ => return Err(invalid("expected http://host:port[/path]")),
     }
     if uri.authority().is_none() {
@@ -277,7 +335,9 @@ fn metrics_uri(url: &str) -> Result<Uri, ScrapeError> {
     }
     if uri.path() == "/" && uri.query().is_none() {
         let full = format!("{}/metrics", url.trim_end_matches('/'));
-        return full.parse().map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()));
+        return full
+            .parse()
+            .map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()));
     }
     Ok(uri)
 }
@@ -293,11 +353,16 @@ fn connect_error(url: &str, e: &hyper_util::client::legacy::Error) -> ScrapeErro
         if let Some(io) = s.downcast_ref::<std::io::Error>()
             && io.kind() == std::io::ErrorKind::ConnectionRefused
         {
-            return ScrapeError::ConnectionRefused { url: url.to_owned() };
+            return ScrapeError::ConnectionRefused {
+                url: url.to_owned(),
+            };
         }
         source = s.source();
     }
-    ScrapeError::Http { url: url.to_owned(), reason: innermost(e) }
+    ScrapeError::Http {
+        url: url.to_owned(),
+        reason: innermost(e),
+    }
 }
 
 /// The innermost cause of an error chain, on one line.
@@ -315,18 +380,40 @@ mod tests {
 
     #[test]
     fn url_gets_metrics_path_only_when_it_has_none() {
-        assert_eq!(metrics_uri("http://127.0.0.1:8000").unwrap().to_string(), "http://127.0.0.1:8000/metrics");
-        assert_eq!(metrics_uri("http://127.0.0.1:8000/").unwrap().to_string(), "http://127.0.0.1:8000/metrics");
-        assert_eq!(metrics_uri("http://h:9/custom/path").unwrap().to_string(), "http://h:9/custom/path");
-        assert!(matches!(metrics_uri("https://h:9"), Err(ScrapeError::InvalidUrl { .. })));
-        assert!(matches!(metrics_uri("localhost:8000"), Err(ScrapeError::InvalidUrl { .. })));
-        assert!(matches!(metrics_uri("not a url"), Err(ScrapeError::InvalidUrl { .. })));
+        assert_eq!(
+            metrics_uri("http://127.0.0.1:8000").unwrap().to_string(),
+            "http://127.0.0.1:8000/metrics"
+        );
+        assert_eq!(
+            metrics_uri("http://127.0.0.1:8000/").unwrap().to_string(),
+            "http://127.0.0.1:8000/metrics"
+        );
+        assert_eq!(
+            metrics_uri("http://h:9/custom/path").unwrap().to_string(),
+            "http://h:9/custom/path"
+        );
+        assert!(matches!(
+            metrics_uri("https://h:9"),
+            Err(ScrapeError::InvalidUrl { .. })
+        ));
+        assert!(matches!(
+            metrics_uri("localhost:8000"),
+            Err(ScrapeError::InvalidUrl { .. })
+        ));
+        assert!(matches!(
+            metrics_uri("not a url"),
+            Err(ScrapeError::InvalidUrl { .. })
+        ));
     }
 
     #[test]
     fn content_types() {
-        assert!(is_text_exposition("text/plain; version=0.0.4; charset=utf-8"));
-        assert!(is_text_exposition("application/openmetrics-text; version=1.0.0"));
+        assert!(is_text_exposition(
+            "text/plain; version=0.0.4; charset=utf-8"
+        ));
+        assert!(is_text_exposition(
+            "application/openmetrics-text; version=1.0.0"
+        ));
         assert!(!is_text_exposition("text/html; charset=utf-8"));
         assert!(!is_text_exposition("application/json"));
     }

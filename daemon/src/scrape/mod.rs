@@ -1,4 +1,4 @@
-//! Inference-server `/metrics` (vLLM, SGLang, TGI) -> common signals per window.
+//! Inference-server `/metrics` (vLLM, `SGLang`, TGI) -> common signals per window.
 //!
 //! The pipeline, one module per step:
 //!

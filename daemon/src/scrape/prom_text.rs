@@ -19,7 +19,7 @@ pub enum MetricKind {
     Histogram,
     /// Summary: `{quantile=..}`, `_sum`, `_count`.
     Summary,
-    /// Untyped (or OpenMetrics `unknown`).
+    /// Untyped (or `OpenMetrics` `unknown`).
     Untyped,
 }
 
@@ -53,7 +53,10 @@ impl Sample {
     /// The value of label `name`, if present.
     #[must_use]
     pub fn label(&self, name: &str) -> Option<&str> {
-        self.labels.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -172,7 +175,12 @@ impl Exposition {
         let i = if let Some(&i) = self.index.get(name) {
             i
         } else {
-            self.families.push(Family { name: name.to_owned(), help: None, kind, samples: Vec::new() });
+            self.families.push(Family {
+                name: name.to_owned(),
+                help: None,
+                kind,
+                samples: Vec::new(),
+            });
             self.index.insert(name.to_owned(), self.families.len() - 1);
             self.families.len() - 1
         };
@@ -229,23 +237,29 @@ fn parse_line(out: &mut Exposition, line: &str) -> Result<(), LineErrorKind> {
     if let Some(i) = idx {
         let fam = &out.families[i];
         match fam.kind {
-            MetricKind::Histogram if sample.name.ends_with("_bucket") => {
-                let le = sample.label("le").and_then(parse_float);
-                if le.is_none_or(f64::is_nan) {
-                    return Err(LineErrorKind::BadBucketBound);
-                }
+            MetricKind::Histogram
+                if sample.name.ends_with("_bucket")
+                    && sample
+                        .label("le")
+                        .and_then(parse_float)
+                        .is_none_or(f64::is_nan) =>
+            {
+                return Err(LineErrorKind::BadBucketBound);
             }
-            MetricKind::Summary if sample.name == fam.name => {
-                if sample.label("quantile").and_then(parse_float).is_none() {
-                    return Err(LineErrorKind::BadQuantile);
-                }
+            MetricKind::Summary
+                if sample.name == fam.name
+                    && sample.label("quantile").and_then(parse_float).is_none() =>
+            {
+                return Err(LineErrorKind::BadQuantile);
             }
             _ => {}
         }
         out.families[i].samples.push(sample);
     } else {
         let name = sample.name.clone();
-        out.family_mut(&name, MetricKind::Untyped).samples.push(sample);
+        out.family_mut(&name, MetricKind::Untyped)
+            .samples
+            .push(sample);
     }
     Ok(())
 }
@@ -271,7 +285,8 @@ fn parse_comment(out: &mut Exposition, comment: &str) -> Result<(), LineErrorKin
             if !is_metric_name(name) || word.is_empty() || !trailing.trim().is_empty() {
                 return Err(LineErrorKind::MalformedComment("TYPE"));
             }
-            let kind = MetricKind::parse(word).ok_or_else(|| LineErrorKind::UnknownType(clip(word)))?;
+            let kind =
+                MetricKind::parse(word).ok_or_else(|| LineErrorKind::UnknownType(clip(word)))?;
             if let Some(&i) = out.index.get(name) {
                 let fam = &out.families[i];
                 // A family created by a HELP line is still untyped and empty.
@@ -289,7 +304,9 @@ fn parse_comment(out: &mut Exposition, comment: &str) -> Result<(), LineErrorKin
 
 /// Parses `name{labels} value [timestamp]`.
 fn parse_sample(line: &str) -> Result<Sample, LineErrorKind> {
-    let name_end = line.find(|c: char| !is_name_char(c, true)).unwrap_or(line.len());
+    let name_end = line
+        .find(|c: char| !is_name_char(c, true))
+        .unwrap_or(line.len());
     let name = &line[..name_end];
     if !is_metric_name(name) {
         let bad = line.split([' ', '\t', '{']).next().unwrap_or(line);
@@ -297,7 +314,9 @@ fn parse_sample(line: &str) -> Result<Sample, LineErrorKind> {
     }
     let mut rest = &line[name_end..];
     if !rest.is_empty() && !rest.starts_with([' ', '\t', '{']) {
-        return Err(LineErrorKind::InvalidMetricName(clip(line.split([' ', '\t']).next().unwrap_or(line))));
+        return Err(LineErrorKind::InvalidMetricName(clip(
+            line.split([' ', '\t']).next().unwrap_or(line),
+        )));
     }
     let mut labels = Vec::new();
     // Go's parser allows blanks between the name and `{`.
@@ -308,21 +327,34 @@ fn parse_sample(line: &str) -> Result<Sample, LineErrorKind> {
     if value_text.is_empty() {
         return Err(LineErrorKind::MissingValue);
     }
-    let value = parse_float(value_text).ok_or_else(|| LineErrorKind::InvalidValue(clip(value_text)))?;
+    let value =
+        parse_float(value_text).ok_or_else(|| LineErrorKind::InvalidValue(clip(value_text)))?;
     let (ts_text, trailing) = split_word(rest);
     let timestamp_ms = if ts_text.is_empty() {
         None
     } else {
-        Some(ts_text.parse::<i64>().map_err(|_| LineErrorKind::InvalidTimestamp(clip(ts_text)))?)
+        Some(
+            ts_text
+                .parse::<i64>()
+                .map_err(|_| LineErrorKind::InvalidTimestamp(clip(ts_text)))?,
+        )
     };
     if !trailing.trim().is_empty() {
         return Err(LineErrorKind::TrailingText(clip(trailing.trim())));
     }
-    Ok(Sample { name: name.to_owned(), labels, value, timestamp_ms })
+    Ok(Sample {
+        name: name.to_owned(),
+        labels,
+        value,
+        timestamp_ms,
+    })
 }
 
 /// Parses label pairs after `{`; returns the text after the closing `}`.
-fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Result<&'a str, LineErrorKind> {
+fn parse_labels<'a>(
+    mut s: &'a str,
+    labels: &mut Vec<(String, String)>,
+) -> Result<&'a str, LineErrorKind> {
     loop {
         s = s.trim_start_matches([' ', '\t']);
         if let Some(after) = s.strip_prefix('}') {
@@ -334,7 +366,9 @@ fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Resul
         let name_end = s.find(|c: char| !is_name_char(c, false)).unwrap_or(s.len());
         let name = &s[..name_end];
         if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
-            return Err(LineErrorKind::InvalidLabelName(clip(s.split(['=', ',', '}']).next().unwrap_or(s))));
+            return Err(LineErrorKind::InvalidLabelName(clip(
+                s.split(['=', ',', '}']).next().unwrap_or(s),
+            )));
         }
         s = s[name_end..].trim_start_matches([' ', '\t']);
         s = s.strip_prefix('=').ok_or_else(|| bad_syntax("'='", s))?;
@@ -349,7 +383,11 @@ fn parse_labels<'a>(mut s: &'a str, labels: &mut Vec<(String, String)>) -> Resul
         if let Some(after) = s.strip_prefix(',') {
             s = after;
         } else if !s.starts_with('}') {
-            return Err(if s.is_empty() { LineErrorKind::UnterminatedLabels } else { bad_syntax("',' or '}'", s) });
+            return Err(if s.is_empty() {
+                LineErrorKind::UnterminatedLabels
+            } else {
+                bad_syntax("',' or '}'", s)
+            });
         }
     }
 }
@@ -382,12 +420,11 @@ fn unescape_help(text: &str) -> String {
         if c == '\\' {
             match chars.next() {
                 Some('n') => out.push('\n'),
-                Some('\\') => out.push('\\'),
+                Some('\\') | None => out.push('\\'),
                 Some(other) => {
                     out.push('\\');
                     out.push(other);
                 }
-                None => out.push('\\'),
             }
         } else {
             out.push(c);
@@ -414,11 +451,16 @@ fn is_name_char(c: char, colon: bool) -> bool {
 }
 
 fn is_metric_name(name: &str) -> bool {
-    !name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit()) && name.chars().all(|c| is_name_char(c, true))
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| is_name_char(c, true))
 }
 
 fn bad_syntax(expected: &'static str, found: &str) -> LineErrorKind {
-    LineErrorKind::BadLabelSyntax { expected, found: clip(found) }
+    LineErrorKind::BadLabelSyntax {
+        expected,
+        found: clip(found),
+    }
 }
 
 /// Bounds the text quoted in an error so a huge bad line does not make a huge message.

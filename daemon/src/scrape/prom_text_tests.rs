@@ -1,3 +1,6 @@
+// Expected values here are exact binary fractions or sums of them.
+#![allow(clippy::float_cmp)]
+
 use super::*;
 use proptest::prelude::*;
 
@@ -7,15 +10,26 @@ const SGLANG: &str = include_str!("../../tests/fixtures/sglang_metrics.txt");
 const TGI: &str = include_str!("../../tests/fixtures/tgi_metrics.txt");
 
 fn kinds(exp: &Exposition) -> Vec<(usize, LineErrorKind)> {
-    exp.errors().iter().map(|e| (e.line, e.kind.clone())).collect()
+    exp.errors()
+        .iter()
+        .map(|e| (e.line, e.kind.clone()))
+        .collect()
 }
 
 #[test]
 fn fixtures_parse_cleanly() {
-    for (name, text) in [("vllm v1", VLLM_V1), ("vllm v0", VLLM_V0), ("sglang", SGLANG), ("tgi", TGI)] {
+    for (name, text) in [
+        ("vllm v1", VLLM_V1),
+        ("vllm v0", VLLM_V0),
+        ("sglang", SGLANG),
+        ("tgi", TGI),
+    ] {
         let exp = parse(text);
         assert!(exp.errors().is_empty(), "{name}: {:?}", exp.errors());
-        let sample_lines = text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).count();
+        let sample_lines = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .count();
         assert_eq!(exp.sample_count(), sample_lines, "{name}");
     }
 }
@@ -25,16 +39,37 @@ fn vllm_families_are_grouped_by_type_name() {
     let exp = parse(VLLM_V1);
     let ttft = exp.family("vllm:time_to_first_token_seconds").unwrap();
     assert_eq!(ttft.kind, MetricKind::Histogram);
-    assert_eq!(ttft.help.as_deref(), Some("Histogram of time to first token in seconds."));
+    assert_eq!(
+        ttft.help.as_deref(),
+        Some("Histogram of time to first token in seconds.")
+    );
     // 2 engines x (22 finite bounds + +Inf + _count + _sum).
     assert_eq!(ttft.samples.len(), 2 * 25);
-    let inf = ttft.samples.iter().find(|s| s.label("le") == Some("+Inf") && s.label("engine") == Some("1")).unwrap();
+    let inf = ttft
+        .samples
+        .iter()
+        .find(|s| s.label("le") == Some("+Inf") && s.label("engine") == Some("1"))
+        .unwrap();
     assert_eq!(inf.value, 644.0);
-    assert_eq!(exp.family("vllm:time_to_first_token_seconds_created").unwrap().kind, MetricKind::Gauge);
+    assert_eq!(
+        exp.family("vllm:time_to_first_token_seconds_created")
+            .unwrap()
+            .kind,
+        MetricKind::Gauge
+    );
     let pre = exp.family("vllm:num_preemptions_total").unwrap();
     assert_eq!(pre.kind, MetricKind::Counter);
-    assert_eq!(pre.samples[0].labels[1], ("model_name".into(), "meta-llama/Llama-3.1-8B-Instruct".into()));
-    assert!(exp.family("vllm:time_to_first_token_seconds_bucket").is_none());
+    assert_eq!(
+        pre.samples[0].labels[1],
+        (
+            "model_name".into(),
+            "meta-llama/Llama-3.1-8B-Instruct".into()
+        )
+    );
+    assert!(
+        exp.family("vllm:time_to_first_token_seconds_bucket")
+            .is_none()
+    );
     let info = exp.family("vllm:cache_config_info").unwrap();
     assert_eq!(info.samples[0].label("num_gpu_blocks"), Some("27089"));
 }
@@ -58,9 +93,18 @@ fn special_values_timestamps_and_spacing() {
     assert!(exp.errors().is_empty(), "{:?}", exp.errors());
     let s = &exp.family("g").unwrap().samples;
     assert!(s[0].value.is_nan());
-    assert_eq!((s[1].value, s[1].timestamp_ms), (f64::INFINITY, Some(1_700_000_000_000)));
-    assert_eq!((s[2].value, s[2].timestamp_ms), (f64::NEG_INFINITY, Some(-5)));
-    assert_eq!((s[3].value, s[3].timestamp_ms, s[3].label("x")), (2.5e-3, Some(42), Some("3")));
+    assert_eq!(
+        (s[1].value, s[1].timestamp_ms),
+        (f64::INFINITY, Some(1_700_000_000_000))
+    );
+    assert_eq!(
+        (s[2].value, s[2].timestamp_ms),
+        (f64::NEG_INFINITY, Some(-5))
+    );
+    assert_eq!(
+        (s[3].value, s[3].timestamp_ms, s[3].label("x")),
+        (2.5e-3, Some(42), Some("3"))
+    );
     assert_eq!((s[4].value, s[4].labels.len()), (7.0, 0));
 }
 
@@ -76,11 +120,20 @@ fn summary_counter_and_untyped_families() {
     assert!(exp.errors().is_empty(), "{:?}", exp.errors());
     let rpc = exp.family("rpc_seconds").unwrap();
     assert_eq!((rpc.kind, rpc.samples.len()), (MetricKind::Summary, 4));
-    assert_eq!(exp.family("tgi_request_count").unwrap().kind, MetricKind::Counter);
+    assert_eq!(
+        exp.family("tgi_request_count").unwrap().kind,
+        MetricKind::Counter
+    );
     let jobs = exp.family("jobs").unwrap();
-    assert_eq!((jobs.kind, jobs.samples[0].name.as_str()), (MetricKind::Counter, "jobs_total"));
+    assert_eq!(
+        (jobs.kind, jobs.samples[0].name.as_str()),
+        (MetricKind::Counter, "jobs_total")
+    );
     // Untyped samples are their own families, even with a histogram-like suffix.
-    assert_eq!(exp.family("loose_metric").unwrap().kind, MetricKind::Untyped);
+    assert_eq!(
+        exp.family("loose_metric").unwrap().kind,
+        MetricKind::Untyped
+    );
     assert_eq!(exp.family("loose_metric_count").unwrap().samples.len(), 1);
     assert_eq!(exp.families().len(), 5);
 }
@@ -96,7 +149,13 @@ fn bad_lines_are_reported_and_good_lines_kept() {
         kinds(&exp),
         vec![
             (2, LineErrorKind::InvalidMetricName("1bad".into())),
-            (3, LineErrorKind::BadLabelSyntax { expected: "',' or '}'", found: "3".into() }),
+            (
+                3,
+                LineErrorKind::BadLabelSyntax {
+                    expected: "',' or '}'",
+                    found: "3".into()
+                }
+            ),
             (4, LineErrorKind::InvalidEscape('t')),
             (5, LineErrorKind::DuplicateLabel("a".into())),
             (6, LineErrorKind::MissingValue),
@@ -107,8 +166,14 @@ fn bad_lines_are_reported_and_good_lines_kept() {
             (11, LineErrorKind::LateType("good".into())),
             (13, LineErrorKind::BadBucketBound),
             (16, LineErrorKind::BadQuantile),
-            (17, LineErrorKind::InvalidLabelName("".into())),
-            (18, LineErrorKind::BadLabelSyntax { expected: "'\"'", found: "b} 1".into() }),
+            (17, LineErrorKind::InvalidLabelName(String::new())),
+            (
+                18,
+                LineErrorKind::BadLabelSyntax {
+                    expected: "'\"'",
+                    found: "b} 1".into()
+                }
+            ),
             (19, LineErrorKind::InvalidValue("junk".into())),
         ],
         "{:#?}",
@@ -117,7 +182,10 @@ fn bad_lines_are_reported_and_good_lines_kept() {
     assert_eq!(exp.family("good").unwrap().samples[0].value, 1.0);
     assert_eq!(exp.family("h").unwrap().samples.len(), 1);
     assert_eq!(exp.family("also_good").unwrap().samples[0].value, 2.0);
-    assert_eq!(exp.errors()[0].to_string(), "line 2: invalid metric name \"1bad\"");
+    assert_eq!(
+        exp.errors()[0].to_string(),
+        "line 2: invalid metric name \"1bad\""
+    );
 }
 
 #[test]
@@ -136,7 +204,14 @@ fn truncated_vllm_exposition() {
     // counters with `_created`, a histogram, the info gauge), plus a stride
     // through the whole file; all positions of all 37 KB would be quadratic.
     let lines: Vec<&str> = VLLM_V1.lines().collect();
-    let excerpt = [&lines[14..45], &lines[90..100], &lines[139..147], &lines[354..]].concat().join("\n");
+    let excerpt = [
+        &lines[14..45],
+        &lines[90..100],
+        &lines[139..147],
+        &lines[354..],
+    ]
+    .concat()
+    .join("\n");
     let cuts = (0..=excerpt.len()).map(|i| (excerpt.as_str(), i));
     let strided = (0..=VLLM_V1.len()).step_by(97).map(|i| (VLLM_V1, i));
     for (text, cut) in cuts.chain(strided).filter(|(t, i)| t.is_char_boundary(*i)) {

@@ -1,4 +1,4 @@
-//! Maps vLLM, SGLang and TGI metric names onto one set of [`Signals`].
+//! Maps vLLM, `SGLang` and TGI metric names onto one set of [`Signals`].
 //!
 //! A [`Signals`] value is what one scrape says at that instant: gauges as
 //! values, counters and histograms as their cumulative totals. Turning two of
@@ -16,7 +16,7 @@ use super::prom_text::{Exposition, Sample, parse_float};
 pub enum ServerKind {
     /// vLLM (`vllm:` names).
     Vllm,
-    /// SGLang (`sglang:` names).
+    /// `SGLang` (`sglang:` names).
     Sglang,
     /// Hugging Face text-generation-inference (`tgi_` names).
     Tgi,
@@ -39,15 +39,31 @@ impl Histogram {
     /// Cumulative count at the largest bound `<= le` (a step function), used
     /// to merge series whose bucket layouts differ.
     fn count_at(&self, le: f64) -> f64 {
-        self.buckets.iter().take_while(|(b, _)| *b <= le).last().map_or(0.0, |&(_, c)| c)
+        self.buckets
+            .iter()
+            .take_while(|(b, _)| *b <= le)
+            .last()
+            .map_or(0.0, |&(_, c)| c)
     }
 
     fn merge(&self, other: &Self) -> Self {
-        let mut bounds: Vec<f64> = self.buckets.iter().chain(&other.buckets).map(|&(b, _)| b).collect();
+        let mut bounds: Vec<f64> = self
+            .buckets
+            .iter()
+            .chain(&other.buckets)
+            .map(|&(b, _)| b)
+            .collect();
         bounds.sort_by(f64::total_cmp);
         bounds.dedup();
-        let buckets = bounds.into_iter().map(|le| (le, self.count_at(le) + other.count_at(le))).collect();
-        Self { buckets, count: self.count + other.count, sum: self.sum + other.sum }
+        let buckets = bounds
+            .into_iter()
+            .map(|le| (le, self.count_at(le) + other.count_at(le)))
+            .collect();
+        Self {
+            buckets,
+            count: self.count + other.count,
+            sum: self.sum + other.sum,
+        }
     }
 }
 
@@ -66,13 +82,13 @@ pub struct Signals {
     pub num_gpu_blocks: Option<u64>,
     /// Cumulative preemptions (vLLM counter).
     pub preemptions_total: Option<f64>,
-    /// Requests retracted at the last retraction (SGLang gauge `num_retracted_reqs`).
+    /// Requests retracted at the last retraction (`SGLang` gauge `num_retracted_reqs`).
     pub retracted_reqs: Option<f64>,
     /// Cumulative prefix-cache queries (vLLM; tokens, or blocks with the old names).
     pub prefix_cache_queries_total: Option<f64>,
     /// Cumulative prefix-cache hits, same unit as the queries.
     pub prefix_cache_hits_total: Option<f64>,
-    /// Prefix-cache hit rate as a gauge, 0..1 (SGLang `cache_hit_rate`).
+    /// Prefix-cache hit rate as a gauge, 0..1 (`SGLang` `cache_hit_rate`).
     pub prefix_cache_hit_rate: Option<f64>,
     /// Cumulative prompt (prefill) tokens.
     pub prompt_tokens_total: Option<f64>,
@@ -142,13 +158,14 @@ pub fn extract(exp: &Exposition, opts: &SignalOptions) -> Signals {
         ServerKind::Vllm => {
             s.running = sum(exp, "vllm:num_requests_running");
             s.waiting = sum(exp, "vllm:num_requests_waiting");
-            s.kv_usage = max(exp, "vllm:kv_cache_usage_perc").or_else(|| max(exp, "vllm:gpu_cache_usage_perc"));
+            s.kv_usage = max(exp, "vllm:kv_cache_usage_perc")
+                .or_else(|| max(exp, "vllm:gpu_cache_usage_perc"));
             s.num_gpu_blocks = gpu_blocks(exp);
             s.preemptions_total = sum(exp, "vllm:num_preemptions_total");
-            s.prefix_cache_queries_total =
-                sum(exp, "vllm:prefix_cache_queries_total").or_else(|| sum(exp, "vllm:gpu_prefix_cache_queries_total"));
-            s.prefix_cache_hits_total =
-                sum(exp, "vllm:prefix_cache_hits_total").or_else(|| sum(exp, "vllm:gpu_prefix_cache_hits_total"));
+            s.prefix_cache_queries_total = sum(exp, "vllm:prefix_cache_queries_total")
+                .or_else(|| sum(exp, "vllm:gpu_prefix_cache_queries_total"));
+            s.prefix_cache_hits_total = sum(exp, "vllm:prefix_cache_hits_total")
+                .or_else(|| sum(exp, "vllm:gpu_prefix_cache_hits_total"));
             s.prompt_tokens_total = sum(exp, "vllm:prompt_tokens_total");
             s.generation_tokens_total = sum(exp, "vllm:generation_tokens_total");
             s.queue_time = histogram(exp, "vllm:request_queue_time_seconds");
@@ -173,7 +190,10 @@ pub fn extract(exp: &Exposition, opts: &SignalOptions) -> Signals {
         ServerKind::Tgi => {
             s.running = sum(exp, "tgi_batch_current_size");
             s.waiting = sum(exp, "tgi_queue_size");
-            s.kv_usage = match (sum(exp, "tgi_batch_current_max_tokens"), opts.tgi_max_batch_total_tokens) {
+            s.kv_usage = match (
+                sum(exp, "tgi_batch_current_max_tokens"),
+                opts.tgi_max_batch_total_tokens,
+            ) {
                 (Some(used), Some(cap)) if cap > 0 => Some((used / cap as f64).clamp(0.0, 1.0)),
                 _ => None,
             };
@@ -210,7 +230,9 @@ fn samples<'a>(exp: &'a Exposition, name: &str) -> impl Iterator<Item = &'a Samp
         })
         .collect();
     let name = name.to_owned();
-    fams.into_iter().flat_map(|f| &f.samples).filter(move |s| s.name == name && s.value.is_finite())
+    fams.into_iter()
+        .flat_map(|f| &f.samples)
+        .filter(move |s| s.name == name && s.value.is_finite())
 }
 
 fn sum(exp: &Exposition, name: &str) -> Option<f64> {
@@ -238,7 +260,12 @@ fn histogram(exp: &Exposition, base: &str) -> Option<Histogram> {
     // One series per label set without `le`.
     let mut series: Vec<(Vec<(String, String)>, Histogram)> = Vec::new();
     for s in &fam.samples {
-        let key: Vec<(String, String)> = s.labels.iter().filter(|(k, _)| k != "le").cloned().collect();
+        let key: Vec<(String, String)> = s
+            .labels
+            .iter()
+            .filter(|(k, _)| k != "le")
+            .cloned()
+            .collect();
         let idx = if let Some(i) = series.iter().position(|(k, _)| *k == key) {
             i
         } else {

@@ -1,3 +1,6 @@
+// Expected values here are exact binary fractions or sums of them.
+#![allow(clippy::float_cmp)]
+
 use super::*;
 use crate::scrape::prom_text::parse;
 
@@ -44,8 +47,14 @@ fn vllm_v1_two_engines_are_combined() {
 fn vllm_old_names_are_used_when_new_ones_are_absent() {
     let s = signals(VLLM_V0);
     assert_eq!(s.server, ServerKind::Vllm);
-    assert_eq!((s.running, s.waiting, s.kv_usage), (Some(32.0), Some(17.0), Some(0.97)));
-    assert_eq!((s.prefix_cache_queries_total, s.prefix_cache_hits_total), (Some(5000.0), Some(1250.0)));
+    assert_eq!(
+        (s.running, s.waiting, s.kv_usage),
+        (Some(32.0), Some(17.0), Some(0.97))
+    );
+    assert_eq!(
+        (s.prefix_cache_queries_total, s.prefix_cache_hits_total),
+        (Some(5000.0), Some(1250.0))
+    );
     assert_eq!(s.itl.unwrap().count, 4050.0);
     assert_eq!(s.ttft.unwrap().count, 100.0);
     assert_eq!((s.queue_time, s.num_gpu_blocks), (None, None));
@@ -55,10 +64,16 @@ fn vllm_old_names_are_used_when_new_ones_are_absent() {
 fn sglang_names() {
     let s = signals(SGLANG);
     assert_eq!(s.server, ServerKind::Sglang);
-    assert_eq!((s.running, s.waiting, s.kv_usage), (Some(24.0), Some(5.0), Some(0.28)));
+    assert_eq!(
+        (s.running, s.waiting, s.kv_usage),
+        (Some(24.0), Some(5.0), Some(0.28))
+    );
     assert_eq!(s.retracted_reqs, Some(2.0));
     assert_eq!(s.prefix_cache_hit_rate, Some(0.007_507_552_643_049_313));
-    assert_eq!((s.prompt_tokens_total, s.generation_tokens_total), (Some(8_128_902.0), Some(7_557_572.0)));
+    assert_eq!(
+        (s.prompt_tokens_total, s.generation_tokens_total),
+        (Some(8_128_902.0), Some(7_557_572.0))
+    );
     assert_eq!(s.ttft.unwrap().count, 20110.0);
     assert_eq!(s.queue_time.unwrap().count, 20110.0);
     assert!(s.itl.is_some());
@@ -70,12 +85,20 @@ fn tgi_names_and_kv_proxy() {
     let s = signals(TGI);
     assert_eq!(s.server, ServerKind::Tgi);
     assert_eq!((s.running, s.waiting), (Some(28.0), Some(9.0)));
-    assert_eq!(s.kv_usage, None, "no KV gauge without --max-batch-total-tokens");
+    assert_eq!(
+        s.kv_usage, None,
+        "no KV gauge without --max-batch-total-tokens"
+    );
     assert_eq!(s.ttft, None);
-    assert_eq!((s.prompt_tokens_total, s.generation_tokens_total), (Some(1_288_110.0), Some(811_022.0)));
+    assert_eq!(
+        (s.prompt_tokens_total, s.generation_tokens_total),
+        (Some(1_288_110.0), Some(811_022.0))
+    );
     assert_eq!(s.queue_time.unwrap().count, 5120.0);
     assert_eq!(s.itl.unwrap().count, 5095.0);
-    let opts = SignalOptions { tgi_max_batch_total_tokens: Some(102_400) };
+    let opts = SignalOptions {
+        tgi_max_batch_total_tokens: Some(102_400),
+    };
     assert_eq!(extract(&parse(TGI), &opts).kv_usage, Some(0.5));
 }
 
@@ -89,7 +112,9 @@ fn unknown_server_has_no_signals() {
 
 #[test]
 fn non_finite_gauges_are_ignored() {
-    let s = signals("vllm:num_requests_running{engine=\"0\"} NaN\nvllm:num_requests_running{engine=\"1\"} 4\n");
+    let s = signals(
+        "vllm:num_requests_running{engine=\"0\"} NaN\nvllm:num_requests_running{engine=\"1\"} 4\n",
+    );
     assert_eq!(s.running, Some(4.0));
 }
 
@@ -105,6 +130,9 @@ fn histograms_with_different_layouts_merge_as_step_functions() {
         vllm:time_to_first_token_seconds_count{engine=\"1\"} 3\n\
         vllm:time_to_first_token_seconds_sum{engine=\"1\"} 9\n";
     let h = signals(text).ttft.unwrap();
-    assert_eq!(h.buckets, vec![(1.0, 4.0), (2.0, 5.0), (f64::INFINITY, 13.0)]);
+    assert_eq!(
+        h.buckets,
+        vec![(1.0, 4.0), (2.0, 5.0), (f64::INFINITY, 13.0)]
+    );
     assert_eq!((h.count, h.sum), (13.0, 21.0));
 }

@@ -48,13 +48,13 @@ pub struct WindowSignals {
     pub waiting: Option<GaugeWindow>,
     /// KV-cache usage 0..1.
     pub kv_usage: Option<GaugeWindow>,
-    /// SGLang's retracted-requests gauge.
+    /// `SGLang`'s retracted-requests gauge.
     pub retracted_reqs: Option<GaugeWindow>,
     /// KV blocks on the GPU (vLLM), from the last scrape.
     pub num_gpu_blocks: Option<u64>,
     /// vLLM preemptions per second.
     pub preemptions_per_s: Option<f64>,
-    /// Prefix-cache hits / queries in this window (vLLM counters), or SGLang's
+    /// Prefix-cache hits / queries in this window (vLLM counters), or `SGLang`'s
     /// hit-rate gauge at the last scrape. `None` when nothing was queried.
     pub prefix_cache_hit_rate: Option<f64>,
     /// Prompt tokens per second.
@@ -71,10 +71,11 @@ pub struct WindowSignals {
 
 impl WindowSignals {
     /// Preemption activity, whichever form the server reports: vLLM
-    /// preemptions per second, or SGLang's largest retracted-requests count.
+    /// preemptions per second, or `SGLang`'s largest retracted-requests count.
     #[must_use]
     pub fn preemption_activity(&self) -> Option<f64> {
-        self.preemptions_per_s.or(self.retracted_reqs.map(|g| g.max))
+        self.preemptions_per_s
+            .or(self.retracted_reqs.map(|g| g.max))
     }
 }
 
@@ -105,7 +106,11 @@ pub fn bucket_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
                 return Some(bound);
             }
             let width = count - prev_count;
-            let frac = if width > 0.0 { (rank - prev_count) / width } else { 1.0 };
+            let frac = if width > 0.0 {
+                (rank - prev_count) / width
+            } else {
+                1.0
+            };
             return Some(prev_bound + (bound - prev_bound) * frac);
         }
         prev_bound = bound;
@@ -149,17 +154,44 @@ impl WindowBuilder {
         let gauges = [cur.running, cur.waiting, cur.kv_usage, cur.retracted_reqs];
         for (slot, value) in self.acc.gauges.iter_mut().zip(gauges) {
             if let Some(v) = value {
-                *slot = Some(GaugeWindow { last: v, max: slot.map_or(v, |g| g.max.max(v)) });
+                *slot = Some(GaugeWindow {
+                    last: v,
+                    max: slot.map_or(v, |g| g.max.max(v)),
+                });
             }
         }
         if let Some((_, prev)) = &self.prev {
             let a = &mut self.acc;
-            add(&mut a.preemptions, prev.preemptions_total, cur.preemptions_total);
-            add(&mut a.prefix_queries, prev.prefix_cache_queries_total, cur.prefix_cache_queries_total);
-            add(&mut a.prefix_hits, prev.prefix_cache_hits_total, cur.prefix_cache_hits_total);
-            add(&mut a.prompt_tokens, prev.prompt_tokens_total, cur.prompt_tokens_total);
-            add(&mut a.generation_tokens, prev.generation_tokens_total, cur.generation_tokens_total);
-            add_hist(&mut a.queue_time, prev.queue_time.as_ref(), cur.queue_time.as_ref());
+            add(
+                &mut a.preemptions,
+                prev.preemptions_total,
+                cur.preemptions_total,
+            );
+            add(
+                &mut a.prefix_queries,
+                prev.prefix_cache_queries_total,
+                cur.prefix_cache_queries_total,
+            );
+            add(
+                &mut a.prefix_hits,
+                prev.prefix_cache_hits_total,
+                cur.prefix_cache_hits_total,
+            );
+            add(
+                &mut a.prompt_tokens,
+                prev.prompt_tokens_total,
+                cur.prompt_tokens_total,
+            );
+            add(
+                &mut a.generation_tokens,
+                prev.generation_tokens_total,
+                cur.generation_tokens_total,
+            );
+            add_hist(
+                &mut a.queue_time,
+                prev.queue_time.as_ref(),
+                cur.queue_time.as_ref(),
+            );
             add_hist(&mut a.ttft, prev.ttft.as_ref(), cur.ttft.as_ref());
             add_hist(&mut a.itl, prev.itl.as_ref(), cur.itl.as_ref());
             a.pushes += 1;
@@ -220,23 +252,39 @@ fn add(acc: &mut Option<f64>, prev: Option<f64>, cur: Option<f64>) {
 
 /// Adds the bucket-wise increase between two cumulative histograms.
 fn add_hist(acc: &mut Option<Histogram>, prev: Option<&Histogram>, cur: Option<&Histogram>) {
-    let (Some(p), Some(c)) = (prev, cur) else { return };
+    let (Some(p), Some(c)) = (prev, cur) else {
+        return;
+    };
     let reset = c.count < p.count || c.buckets.len() != p.buckets.len();
     let delta = if reset {
         c.clone()
     } else {
-        let buckets = c.buckets.iter().zip(&p.buckets).map(|(&(le, cc), &(_, pc))| (le, increase(pc, cc))).collect();
-        Histogram { buckets, count: c.count - p.count, sum: increase(p.sum, c.sum) }
+        let buckets = c
+            .buckets
+            .iter()
+            .zip(&p.buckets)
+            .map(|(&(le, cc), &(_, pc))| (le, increase(pc, cc)))
+            .collect();
+        Histogram {
+            buckets,
+            count: c.count - p.count,
+            sum: increase(p.sum, c.sum),
+        }
     };
     *acc = Some(match acc.take() {
-        None => delta,
         Some(a) if a.buckets.len() == delta.buckets.len() => Histogram {
-            buckets: a.buckets.iter().zip(&delta.buckets).map(|(&(le, x), &(_, y))| (le, x + y)).collect(),
+            buckets: a
+                .buckets
+                .iter()
+                .zip(&delta.buckets)
+                .map(|(&(le, x), &(_, y))| (le, x + y))
+                .collect(),
             count: a.count + delta.count,
             sum: a.sum + delta.sum,
         },
-        // The layout changed mid-window (a restart with other buckets): keep the newer part.
-        Some(_) => delta,
+        // First pair of the window, or the layout changed mid-window (a
+        // restart with other buckets): keep the newer part.
+        _ => delta,
     });
 }
 

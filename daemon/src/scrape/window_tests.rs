@@ -1,3 +1,6 @@
+// Expected values here are exact binary fractions or sums of them.
+#![allow(clippy::float_cmp)]
+
 use super::*;
 
 const INF: f64 = f64::INFINITY;
@@ -23,7 +26,11 @@ fn empty(server: ServerKind) -> Signals {
 }
 
 fn hist(buckets: &[(f64, f64)], sum: f64) -> Histogram {
-    Histogram { buckets: buckets.to_vec(), count: buckets.last().unwrap().1, sum }
+    Histogram {
+        buckets: buckets.to_vec(),
+        count: buckets.last().unwrap().1,
+        sum,
+    }
 }
 
 #[test]
@@ -32,13 +39,28 @@ fn quantile_interpolates_like_histogram_quantile() {
     assert_eq!(bucket_quantile(0.25, &b), Some(1.0));
     assert_eq!(bucket_quantile(0.5, &b), Some(2.0));
     assert_eq!(bucket_quantile(0.75, &b), Some(3.0));
-    assert_eq!(bucket_quantile(0.125, &b), Some(0.5), "lowest bucket starts at 0");
+    assert_eq!(
+        bucket_quantile(0.125, &b),
+        Some(0.5),
+        "lowest bucket starts at 0"
+    );
     // Rank in the +Inf bucket: the largest finite bound.
     assert_eq!(bucket_quantile(0.99, &[(1.0, 1.0), (INF, 10.0)]), Some(1.0));
     // A non-positive first bound is returned as is.
-    assert_eq!(bucket_quantile(0.1, &[(0.0, 5.0), (1.0, 10.0), (INF, 10.0)]), Some(0.0));
-    assert_eq!(bucket_quantile(0.5, &[(1.0, 0.0), (INF, 0.0)]), None, "no observations");
-    assert_eq!(bucket_quantile(0.5, &[(1.0, 3.0), (2.0, 4.0)]), None, "no +Inf bucket");
+    assert_eq!(
+        bucket_quantile(0.1, &[(0.0, 5.0), (1.0, 10.0), (INF, 10.0)]),
+        Some(0.0)
+    );
+    assert_eq!(
+        bucket_quantile(0.5, &[(1.0, 0.0), (INF, 0.0)]),
+        None,
+        "no observations"
+    );
+    assert_eq!(
+        bucket_quantile(0.5, &[(1.0, 3.0), (2.0, 4.0)]),
+        None,
+        "no +Inf bucket"
+    );
     assert_eq!(bucket_quantile(0.5, &[(INF, 4.0)]), None, "no finite bound");
     assert_eq!(bucket_quantile(0.5, &[]), None);
     // Non-monotonic counts are forced monotonic rather than producing garbage.
@@ -56,7 +78,10 @@ fn rates_quantiles_and_gauges_over_a_window() {
     a.prefix_cache_queries_total = Some(100.0);
     a.prefix_cache_hits_total = Some(50.0);
     // 1000 fast requests before the window: they must not count in it.
-    a.ttft = Some(hist(&[(0.1, 1000.0), (1.0, 1000.0), (10.0, 1000.0), (INF, 1000.0)], 50.0));
+    a.ttft = Some(hist(
+        &[(0.1, 1000.0), (1.0, 1000.0), (10.0, 1000.0), (INF, 1000.0)],
+        50.0,
+    ));
     let mut b = a.clone();
     b.running = Some(9.0);
     b.preemptions_total = Some(14.0);
@@ -68,7 +93,10 @@ fn rates_quantiles_and_gauges_over_a_window() {
     c.prefix_cache_queries_total = Some(300.0);
     c.prefix_cache_hits_total = Some(100.0);
     // 100 slow requests in the window, all between 1 s and 10 s.
-    c.ttft = Some(hist(&[(0.1, 1000.0), (1.0, 1000.0), (10.0, 1100.0), (INF, 1100.0)], 600.0));
+    c.ttft = Some(hist(
+        &[(0.1, 1000.0), (1.0, 1000.0), (10.0, 1100.0), (INF, 1100.0)],
+        600.0,
+    ));
 
     let mut w = WindowBuilder::new();
     w.push(t0, a);
@@ -77,7 +105,13 @@ fn rates_quantiles_and_gauges_over_a_window() {
     w.push(t0 + Duration::from_secs(2), c);
     let win = w.finish().unwrap();
     assert_eq!(win.elapsed, Duration::from_secs(2));
-    assert_eq!(win.running, Some(GaugeWindow { last: 6.0, max: 9.0 }));
+    assert_eq!(
+        win.running,
+        Some(GaugeWindow {
+            last: 6.0,
+            max: 9.0
+        })
+    );
     assert_eq!(win.preemptions_per_s, Some(3.0));
     assert_eq!(win.preemption_activity(), Some(3.0));
     assert_eq!(win.prompt_tokens_per_s, Some(2000.0));
@@ -125,7 +159,13 @@ fn next_window_starts_at_the_previous_last_scrape() {
         w.push(t0 + Duration::from_secs(i as u64), s.clone());
         if i == 1 {
             let first = w.finish().unwrap();
-            assert_eq!(first.retracted_reqs, Some(GaugeWindow { last: 3.0, max: 3.0 }));
+            assert_eq!(
+                first.retracted_reqs,
+                Some(GaugeWindow {
+                    last: 3.0,
+                    max: 3.0
+                })
+            );
             assert_eq!(first.preemption_activity(), Some(3.0));
         }
     }
@@ -133,7 +173,17 @@ fn next_window_starts_at_the_previous_last_scrape() {
     assert_eq!(second.elapsed, Duration::from_secs(1));
     assert_eq!(second.prompt_tokens_per_s, Some(100.0));
     // Gauges restart with the window.
-    assert_eq!(second.retracted_reqs, Some(GaugeWindow { last: 1.0, max: 1.0 }));
-    assert_eq!(second.prefix_cache_hit_rate, Some(0.3), "SGLang's gauge is used as is");
+    assert_eq!(
+        second.retracted_reqs,
+        Some(GaugeWindow {
+            last: 1.0,
+            max: 1.0
+        })
+    );
+    assert_eq!(
+        second.prefix_cache_hit_rate,
+        Some(0.3),
+        "SGLang's gauge is used as is"
+    );
     assert_eq!(second.server, ServerKind::Sglang);
 }
