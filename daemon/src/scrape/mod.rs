@@ -29,10 +29,12 @@
 //! ```
 
 pub mod client;
+pub mod error;
 pub mod prom_text;
 pub mod signals;
 pub mod window;
 
-pub use client::{Scrape, ScrapeConfig, ScrapeError, ScrapeTask, Scraper, spawn};
+pub use client::{Scrape, ScrapeConfig, ScrapeTask, Scraper, spawn};
+pub use error::ScrapeError;
 pub use signals::{Histogram, ServerKind, SignalOptions, Signals};
 pub use window::{GaugeWindow, LatencyWindow, WindowBuilder, WindowSignals};

@@ -4,10 +4,10 @@
 use super::*;
 use proptest::prelude::*;
 
-const VLLM_V1: &str = include_str!("../../tests/fixtures/vllm_v1_metrics.txt");
-const VLLM_V0: &str = include_str!("../../tests/fixtures/vllm_v0_metrics.txt");
-const SGLANG: &str = include_str!("../../tests/fixtures/sglang_metrics.txt");
-const TGI: &str = include_str!("../../tests/fixtures/tgi_metrics.txt");
+const VLLM_V1: &str = include_str!("../../../tests/fixtures/vllm_v1_metrics.txt");
+const VLLM_V0: &str = include_str!("../../../tests/fixtures/vllm_v0_metrics.txt");
+const SGLANG: &str = include_str!("../../../tests/fixtures/sglang_metrics.txt");
+const TGI: &str = include_str!("../../../tests/fixtures/tgi_metrics.txt");
 
 fn kinds(exp: &Exposition) -> Vec<(usize, LineErrorKind)> {
     exp.errors()
