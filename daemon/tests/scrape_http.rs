@@ -265,3 +265,37 @@ async fn connection_refused_is_one_line() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn tgi_kv_usage_from_info_endpoint() {
+    const TGI: &str = include_str!("fixtures/tgi_metrics.txt");
+    let info_requests = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&info_requests);
+    let with_info = Router::new()
+        .route("/metrics", get(|| async { TGI }))
+        .route(
+            "/info",
+            get(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { r#"{"model_id":"bigscience/bloom-560m","max_batch_total_tokens":204800}"# }
+            }),
+        );
+    let scraper = Scraper::new(ScrapeConfig::new(serve(with_info).await)).unwrap();
+    for _ in 0..3 {
+        let signals = scraper.scrape().await.signals.unwrap();
+        assert_eq!(signals.server, ServerKind::Tgi);
+        // tgi_batch_current_max_tokens 51200 of 204800.
+        assert_eq!(signals.kv_usage, Some(0.25));
+    }
+    assert_eq!(
+        info_requests.load(Ordering::SeqCst),
+        1,
+        "/info is asked once"
+    );
+
+    // Without /info and without the option there is no KV usage, and no error.
+    let without = Router::new().route("/metrics", get(|| async { TGI }));
+    let scraper = Scraper::new(ScrapeConfig::new(serve(without).await)).unwrap();
+    let signals = scraper.scrape().await.signals.unwrap();
+    assert_eq!((signals.kv_usage, signals.waiting), (None, Some(9.0)));
+}

@@ -13,12 +13,12 @@ use hyper::{Request, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tokio::sync::mpsc;
+use tokio::sync::{OnceCell, mpsc};
 use tokio::task::JoinHandle;
 
 use super::error::ScrapeError;
 use super::prom_text::{self, Exposition, LineError};
-use super::signals::{self, SignalOptions, Signals};
+use super::signals::{self, ServerKind, SignalOptions, Signals};
 
 /// Where and how to scrape.
 #[derive(Debug, Clone)]
@@ -70,6 +70,7 @@ pub struct Scraper {
     client: Client<HttpConnector, Empty<Bytes>>,
     uri: Uri,
     config: ScrapeConfig,
+    tgi_info: Arc<OnceCell<Option<u64>>>,
 }
 
 impl Scraper {
@@ -84,6 +85,7 @@ impl Scraper {
             client,
             uri,
             config,
+            tgi_info: Arc::default(),
         })
     }
 
@@ -96,16 +98,53 @@ impl Scraper {
     /// GETs and parses the exposition once.
     pub async fn fetch(&self) -> Result<Exposition, ScrapeError> {
         let url = self.uri.to_string();
+        let accept = "text/plain;version=0.0.4;q=1,*/*;q=0.1";
+        let (content_type, bytes) = self.get(&self.uri, accept, self.config.body_limit).await?;
+        if let Some(ct) = &content_type
+            && !is_text_exposition(ct)
+        {
+            return Err(ScrapeError::NotPrometheus {
+                url,
+                reason: format!("content type {ct:?}"),
+            });
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        let exposition = prom_text::parse(&text);
+        if exposition.sample_count() == 0
+            && let Some(first) = exposition.errors().first()
+        {
+            return Err(ScrapeError::NotPrometheus {
+                url,
+                reason: first.to_string(),
+            });
+        }
+        Ok(exposition)
+    }
+
+    /// GET with the configured timeout: the content type and the whole body.
+    async fn get(
+        &self,
+        uri: &Uri,
+        accept: &str,
+        limit: usize,
+    ) -> Result<(Option<String>, Bytes), ScrapeError> {
+        let url = uri.to_string();
         let timeout = self.config.timeout;
-        match tokio::time::timeout(timeout, self.fetch_inner(&url)).await {
+        match tokio::time::timeout(timeout, self.get_inner(uri, &url, accept, limit)).await {
             Ok(result) => result,
             Err(_) => Err(ScrapeError::Timeout { url, timeout }),
         }
     }
 
-    async fn fetch_inner(&self, url: &str) -> Result<Exposition, ScrapeError> {
-        let request = Request::get(self.uri.clone())
-            .header(ACCEPT, "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+    async fn get_inner(
+        &self,
+        uri: &Uri,
+        url: &str,
+        accept: &str,
+        limit: usize,
+    ) -> Result<(Option<String>, Bytes), ScrapeError> {
+        let request = Request::get(uri.clone())
+            .header(ACCEPT, accept)
             .body(Empty::new())
             .map_err(|e| ScrapeError::InvalidUrl {
                 url: url.to_owned(),
@@ -123,7 +162,6 @@ impl Scraper {
                 status: status.as_u16(),
             });
         }
-        let limit = self.config.body_limit;
         let too_large = || ScrapeError::TooLarge {
             url: url.to_owned(),
             limit,
@@ -140,14 +178,6 @@ impl Scraper {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        if let Some(ct) = &content_type
-            && !is_text_exposition(ct)
-        {
-            return Err(ScrapeError::NotPrometheus {
-                url: url.to_owned(),
-                reason: format!("content type {ct:?}"),
-            });
-        }
         let body = Limited::new(response.into_body(), limit)
             .collect()
             .await
@@ -161,18 +191,24 @@ impl Scraper {
                     }
                 }
             })?;
-        let bytes = body.to_bytes();
-        let text = String::from_utf8_lossy(&bytes);
-        let exposition = prom_text::parse(&text);
-        if exposition.sample_count() == 0
-            && let Some(first) = exposition.errors().first()
-        {
-            return Err(ScrapeError::NotPrometheus {
-                url: url.to_owned(),
-                reason: first.to_string(),
-            });
-        }
-        Ok(exposition)
+        Ok((content_type, body.to_bytes()))
+    }
+
+    /// TGI's `--max-batch-total-tokens` from its `/info` endpoint, asked once.
+    async fn tgi_max_batch_total_tokens(&self) -> Option<u64> {
+        *self
+            .tgi_info
+            .get_or_init(|| async {
+                let uri = info_uri(&self.uri)?;
+                match self.get(&uri, "application/json", 1 << 20).await {
+                    Ok((_, body)) => max_batch_total_tokens(&body),
+                    Err(e) => {
+                        tracing::debug!("TGI /info: {e}");
+                        None
+                    }
+                }
+            })
+            .await
     }
 
     /// Scrapes once and extracts the signals.
@@ -180,10 +216,20 @@ impl Scraper {
         let at = SystemTime::now();
         let instant = Instant::now();
         let (signals, line_errors) = match self.fetch().await {
-            Ok(exp) => (
-                Ok(signals::extract(&exp, &self.config.options)),
-                exp.errors().to_vec(),
-            ),
+            Ok(exp) => {
+                let mut options = self.config.options;
+                let mut signals = signals::extract(&exp, &options);
+                // TGI has no KV gauge; its batch token cap makes one when
+                // the user did not give it.
+                if signals.server == ServerKind::Tgi && options.tgi_max_batch_total_tokens.is_none()
+                {
+                    options.tgi_max_batch_total_tokens = self.tgi_max_batch_total_tokens().await;
+                    if options.tgi_max_batch_total_tokens.is_some() {
+                        signals = signals::extract(&exp, &options);
+                    }
+                }
+                (Ok(signals), exp.errors().to_vec())
+            }
             Err(e) => (Err(e), Vec::new()),
         };
         Scrape {
@@ -284,6 +330,20 @@ fn metrics_uri(url: &str) -> Result<Uri, ScrapeError> {
     Ok(uri)
 }
 
+/// `http://host:port/anything` -> `http://host:port/info`.
+fn info_uri(metrics: &Uri) -> Option<Uri> {
+    let authority = metrics.authority()?;
+    format!("http://{authority}/info").parse().ok()
+}
+
+/// `max_batch_total_tokens` from TGI's `/info` JSON, when it is a positive number.
+fn max_batch_total_tokens(body: &[u8]) -> Option<u64> {
+    let info: serde_json::Value = serde_json::from_slice(body).ok()?;
+    info.get("max_batch_total_tokens")?
+        .as_u64()
+        .filter(|&n| n > 0)
+}
+
 fn is_text_exposition(content_type: &str) -> bool {
     let ct = content_type.trim_start().to_ascii_lowercase();
     ct.starts_with("text/plain") || ct.starts_with("application/openmetrics-text")
@@ -346,6 +406,27 @@ mod tests {
             metrics_uri("not a url"),
             Err(ScrapeError::InvalidUrl { .. })
         ));
+    }
+
+    #[test]
+    fn tgi_info_parsing() {
+        let uri = metrics_uri("http://10.0.0.5:3000").unwrap();
+        assert_eq!(
+            info_uri(&uri).unwrap().to_string(),
+            "http://10.0.0.5:3000/info"
+        );
+        let info =
+            br#"{"model_id":"m","max_batch_total_tokens":102400,"max_concurrent_requests":128}"#;
+        assert_eq!(max_batch_total_tokens(info), Some(102_400));
+        assert_eq!(
+            max_batch_total_tokens(br#"{"max_batch_total_tokens":null}"#),
+            None
+        );
+        assert_eq!(
+            max_batch_total_tokens(br#"{"max_batch_total_tokens":0}"#),
+            None
+        );
+        assert_eq!(max_batch_total_tokens(b"<html>"), None);
     }
 
     #[test]
