@@ -5,4 +5,6 @@
 //! run time: on a machine without the NVIDIA driver the sampler reports
 //! [`nvml::GpuStatus::NoDriver`] and the rest of the daemon carries on.
 
+#![warn(missing_docs)]
+
 pub mod nvml;

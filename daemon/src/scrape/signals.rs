@@ -254,12 +254,13 @@ fn gpu_blocks(exp: &Exposition) -> Option<u64> {
         .reduce(u64::saturating_add)
 }
 
-/// The histogram family `base`, all label sets merged bucket by bucket.
+/// The histogram `base`, all label sets merged bucket by bucket. Works
+/// whether or not a `# TYPE base histogram` line grouped the samples.
 fn histogram(exp: &Exposition, base: &str) -> Option<Histogram> {
-    let fam = exp.family(base)?;
+    let parts = ["_bucket", "_count", "_sum"].map(|suffix| format!("{base}{suffix}"));
     // One series per label set without `le`.
     let mut series: Vec<(Vec<(String, String)>, Histogram)> = Vec::new();
-    for s in &fam.samples {
+    for s in parts.iter().flat_map(|name| samples(exp, name)) {
         let key: Vec<(String, String)> = s
             .labels
             .iter()

@@ -136,3 +136,14 @@ fn histograms_with_different_layouts_merge_as_step_functions() {
     );
     assert_eq!((h.count, h.sum), (13.0, 21.0));
 }
+
+#[test]
+fn untyped_histogram_samples_are_still_a_histogram() {
+    let text = "tgi_queue_size 3\n\
+        tgi_request_queue_duration_bucket{le=\"0.5\"} 2\n\
+        tgi_request_queue_duration_bucket{le=\"+Inf\"} 4\n\
+        tgi_request_queue_duration_sum 3.5\ntgi_request_queue_duration_count 4\n";
+    let h = signals(text).queue_time.unwrap();
+    assert_eq!(h.buckets, vec![(0.5, 2.0), (f64::INFINITY, 4.0)]);
+    assert_eq!((h.count, h.sum), (4.0, 3.5));
+}
