@@ -151,16 +151,18 @@ impl WindowBuilder {
 
     /// Adds a scrape taken at `at`. Scrapes must be pushed in time order.
     pub fn push(&mut self, at: Instant, cur: Signals) {
-        let gauges = [cur.running, cur.waiting, cur.kv_usage, cur.retracted_reqs];
-        for (slot, value) in self.acc.gauges.iter_mut().zip(gauges) {
-            if let Some(v) = value {
-                *slot = Some(GaugeWindow {
-                    last: v,
-                    max: slot.map_or(v, |g| g.max.max(v)),
-                });
-            }
-        }
         if let Some((_, prev)) = &self.prev {
+            // A window covers the scrapes after its baseline, so the very
+            // first scrape, like every later baseline, sets no gauge.
+            let gauges = [cur.running, cur.waiting, cur.kv_usage, cur.retracted_reqs];
+            for (slot, value) in self.acc.gauges.iter_mut().zip(gauges) {
+                if let Some(v) = value {
+                    *slot = Some(GaugeWindow {
+                        last: v,
+                        max: slot.map_or(v, |g| g.max.max(v)),
+                    });
+                }
+            }
             let a = &mut self.acc;
             add(
                 &mut a.preemptions,
@@ -255,7 +257,12 @@ fn add_hist(acc: &mut Option<Histogram>, prev: Option<&Histogram>, cur: Option<&
     let (Some(p), Some(c)) = (prev, cur) else {
         return;
     };
-    let reset = c.count < p.count || c.buckets.len() != p.buckets.len();
+    let same_layout = c.buckets.len() == p.buckets.len()
+        && c.buckets
+            .iter()
+            .zip(&p.buckets)
+            .all(|(x, y)| x.0.total_cmp(&y.0).is_eq());
+    let reset = c.count < p.count || !same_layout;
     let delta = if reset {
         c.clone()
     } else {

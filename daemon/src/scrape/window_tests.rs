@@ -187,3 +187,30 @@ fn next_window_starts_at_the_previous_last_scrape() {
     );
     assert_eq!(second.server, ServerKind::Sglang);
 }
+
+#[test]
+fn baseline_gauges_and_changed_bucket_layouts() {
+    let t0 = Instant::now();
+    let mut a = empty(ServerKind::Vllm);
+    a.kv_usage = Some(0.99);
+    a.ttft = Some(hist(&[(0.5, 900.0), (1.0, 1000.0), (INF, 1000.0)], 600.0));
+    let mut b = empty(ServerKind::Vllm);
+    b.kv_usage = Some(0.2);
+    // Same number of buckets, other bounds, and a larger count: still a
+    // restart with a new layout, not an increase.
+    b.ttft = Some(hist(&[(2.0, 1200.0), (4.0, 1500.0), (INF, 1500.0)], 2000.0));
+    let mut w = WindowBuilder::new();
+    w.push(t0, a);
+    w.push(t0 + Duration::from_secs(1), b);
+    let win = w.finish().unwrap();
+    // The baseline scrape belongs to the previous window.
+    assert_eq!(
+        win.kv_usage,
+        Some(GaugeWindow {
+            last: 0.2,
+            max: 0.2
+        })
+    );
+    let ttft = win.ttft.unwrap();
+    assert_eq!((ttft.count, ttft.p50), (1500.0, 1.25));
+}
