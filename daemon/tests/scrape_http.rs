@@ -183,7 +183,8 @@ async fn garbage_is_a_clear_error() {
             "/fail/metrics",
             get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response() }),
         )
-        .route("/big/metrics", get(|| async { "x 1\n".repeat(1 << 20) }))
+        // 4 bytes a line: 400 KB.
+        .route("/big/metrics", get(|| async { "x 1\n".repeat(100_000) }))
         .route(
             "/slow/metrics",
             get(|| async {
@@ -219,23 +220,17 @@ async fn garbage_is_a_clear_error() {
         "{err}"
     );
 
-    let err = fetch("/big/metrics", |c| c.body_limit = 1 << 20)
+    let err = fetch("/big/metrics", |c| c.body_limit = 256 << 10)
         .await
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            ScrapeError::TooLarge {
-                limit: 1_048_576,
-                ..
-            }
-        ),
+        matches!(err, ScrapeError::TooLarge { limit: 262_144, .. }),
         "{err}"
     );
     // Under the limit the same body parses.
     assert_eq!(
         fetch("/big/metrics", |_| {}).await.unwrap().sample_count(),
-        1 << 20
+        100_000
     );
 
     let err = fetch("/slow/metrics", |c| c.timeout = Duration::from_millis(200))
@@ -298,4 +293,63 @@ async fn tgi_kv_usage_from_info_endpoint() {
     let scraper = Scraper::new(ScrapeConfig::new(serve(without).await)).unwrap();
     let signals = scraper.scrape().await.signals.unwrap();
     assert_eq!((signals.kv_usage, signals.waiting), (None, Some(9.0)));
+}
+
+/// A raw TCP server that answers every connection with `reply` (after
+/// reading the request head), for responses axum would not produce.
+async fn raw_server(reply: &'static [u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let _ = sock.write_all(reply).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn not_http_and_streamed_oversize_bodies() {
+    // Not HTTP at all.
+    let url = raw_server(b"SSH-2.0-OpenSSH_9.6\r\n\x00\xff garbage\r\n\r\n").await;
+    let err = Scraper::new(ScrapeConfig::new(url))
+        .unwrap()
+        .fetch()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ScrapeError::Http { .. }), "{err}");
+    assert!(!err.to_string().contains('\n'), "{err}");
+
+    // Chunked, no Content-Length: the limit applies while streaming.
+    let chunked: &'static [u8] = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n\
+             {len:x}\r\n{body}\r\n0\r\n\r\n",
+            len = 8000,
+            body = "x 1\n".repeat(2000)
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let url = raw_server(chunked).await;
+    let mut config = ScrapeConfig::new(url.clone());
+    config.body_limit = 4096;
+    let err = Scraper::new(config).unwrap().fetch().await.unwrap_err();
+    assert!(
+        matches!(err, ScrapeError::TooLarge { limit: 4096, .. }),
+        "{err}"
+    );
+    let exp = Scraper::new(ScrapeConfig::new(url))
+        .unwrap()
+        .fetch()
+        .await
+        .unwrap();
+    assert_eq!(exp.sample_count(), 2000);
 }
