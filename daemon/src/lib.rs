@@ -3,4 +3,6 @@
 //! Data flows one way: `probes -> collect -> attribute -> export`; see DESIGN.md.
 
 pub mod collect;
+pub mod gpu;
 pub mod probes;
+pub mod scrape;
