@@ -9,6 +9,7 @@ use inferscope::{
         discover,
         kernel::{KernelCollector, KernelOptions, Losses},
         procfs::{self, ProcessInfo},
+        server::{NvmlCollector, ServerCollector},
         timeline::{Timeline, now_unix_ms},
     },
     probes::{HookStatus, cuda, privileges},
@@ -28,6 +29,10 @@ pub struct Args {
     /// Watch processes whose name or command line contains this (repeatable).
     #[arg(long = "name", value_name = "NAME")]
     names: Vec<String>,
+    /// The server's Prometheus endpoint (default: `http://127.0.0.1:<port>/metrics` of the
+    /// first --port).
+    #[arg(long, value_name = "URL")]
+    metrics_url: Option<String>,
     /// Hook the CUDA driver API in this library or binary too (repeatable).
     #[arg(long = "cuda-lib", value_name = "PATH")]
     cuda_libs: Vec<PathBuf>,
@@ -146,6 +151,26 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
             Some(r) => println!("probe {}: not attached: {r}", h.probe),
         }
     }
+    let metrics_url = args.metrics_url.clone().or_else(|| {
+        args.ports
+            .first()
+            .map(|p| format!("http://127.0.0.1:{p}/metrics"))
+    });
+    let mut scraper = match &metrics_url {
+        Some(url) => {
+            println!("scraping {url}");
+            Some(ServerCollector::start(
+                url,
+                args.interval.min(Duration::from_secs(1)),
+            )?)
+        }
+        None => {
+            println!("server metrics: off (give --metrics-url or --port)");
+            None
+        }
+    };
+    let mut nvml = NvmlCollector::start(args.interval);
+    println!("GPU (NVML): {}", nvml.status());
     let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -181,6 +206,10 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
         }
         let w = timeline.at(now_unix_ms().saturating_sub(1));
         kernel.close_window(w)?;
+        if let Some(s) = scraper.as_mut() {
+            s.close_window(w);
+        }
+        nvml.close_window(w);
         timeline.retain_last(args.keep);
         kernel.prune()?;
         let snap = Snapshot {

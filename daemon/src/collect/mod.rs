@@ -5,5 +5,6 @@ pub mod discover;
 pub mod kernel;
 pub mod procfs;
 pub mod runq;
+pub mod server;
 pub mod stats;
 pub mod timeline;
