@@ -68,7 +68,7 @@ pub struct Pending {
     /// `api::*`.
     pub api: u32,
     /// Explicit padding.
-    pub _pad: u32,
+    pub pad: u32,
 }
 assert_size!(Pending, 32);
 

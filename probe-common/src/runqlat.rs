@@ -71,7 +71,7 @@ pub struct Pending {
     /// Thread id switched in; 0 = nothing pending.
     pub tid: u32,
     /// Explicit padding.
-    pub _pad: u32,
+    pub pad: u32,
     /// Run-queue delay of that switch-in, microseconds.
     pub delay_us: u64,
 }
@@ -79,7 +79,7 @@ assert_size!(Pending, 16);
 
 /// Log2 bucket of a value (bcc's `log2l`): 0 and 1 -> 0, 2..3 -> 1, 4..7 -> 2, ...
 #[must_use]
-#[inline(always)]
+#[inline]
 pub const fn log2_slot(v: u64) -> usize {
     if v == 0 {
         return 0;

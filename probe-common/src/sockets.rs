@@ -88,7 +88,7 @@ pub struct Tuple {
     /// `AF_INET` (2) or `AF_INET6` (10); 0 when unknown (connection older than the probe).
     pub family: u16,
     /// Explicit padding.
-    pub _pad: u16,
+    pub pad: u16,
 }
 assert_size!(Tuple, 40);
 

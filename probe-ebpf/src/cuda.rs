@@ -69,7 +69,7 @@ pub fn cuda_alloc(ctx: ProbeContext) -> u32 {
         out_ptr: ctx.arg::<u64>(0).unwrap_or(0),
         size: ctx.arg::<u64>(1).unwrap_or(0),
         api: cookie(&ctx),
-        _pad: 0,
+        pad: 0,
     };
     if CUDA_PENDING.insert(&pid_tgid(), &pending, 0).is_err() {
         count_drop(&CUDA_DROPS, DROP_PENDING_FULL);
@@ -172,7 +172,7 @@ pub fn cuda_sync(ctx: ProbeContext) -> u32 {
         out_ptr: 0,
         size: 0,
         api: cookie(&ctx),
-        _pad: 0,
+        pad: 0,
     };
     if CUDA_PENDING.insert(&pid_tgid(), &pending, 0).is_err() {
         count_drop(&CUDA_DROPS, DROP_PENDING_FULL);

@@ -102,7 +102,7 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
 
     let mut park = Pending {
         tid: 0,
-        _pad: 0,
+        pad: 0,
         delay_us: 0,
     };
     if next != 0 {
@@ -114,7 +114,7 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
             let _ = RUNQ_START.remove(&tid);
             park = Pending {
                 tid,
-                _pad: 0,
+                pad: 0,
                 delay_us: now.saturating_sub(ts) / 1000,
             };
         }

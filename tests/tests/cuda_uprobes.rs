@@ -129,7 +129,9 @@ async fn uprobes_count_allocs_frees_oom_and_syncs_per_thread() {
     }
 
     let mut account = GpuMemAccount::default();
-    events.iter().for_each(|e| account.apply(e));
+    for e in &events {
+        account.apply(e);
+    }
     let s = account.get(pid).unwrap();
     let expected: u64 = (0..4u64)
         .flat_map(|t| (0..50).map(move |i| 1000 * (t + 1) + i))

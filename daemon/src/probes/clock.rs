@@ -1,9 +1,9 @@
-//! The kernel programs stamp events with `bpf_ktime_get_ns` (CLOCK_MONOTONIC); these convert
-//! between that clock, `std::time::Instant` (also CLOCK_MONOTONIC on Linux) and wall time.
+//! The kernel programs stamp events with `bpf_ktime_get_ns` (`CLOCK_MONOTONIC`); these convert
+//! between that clock, `std::time::Instant` (also `CLOCK_MONOTONIC` on Linux) and wall time.
 
 use std::time::{Duration, Instant, SystemTime};
 
-/// CLOCK_MONOTONIC now, in ns: the time base of every kernel event.
+/// `CLOCK_MONOTONIC` now, in ns: the time base of every kernel event.
 #[must_use]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -11,7 +11,7 @@ pub fn monotonic_ns() -> u64 {
         tv_nsec: 0,
     };
     // SAFETY: valid pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

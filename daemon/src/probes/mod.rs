@@ -312,12 +312,12 @@ impl LoadProgram for aya::programs::UProbe {
     }
 }
 
-/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it so they load there too.
+/// Kernels before 5.11 charge BPF maps to `RLIMIT_MEMLOCK`; lift it so they load there too.
 fn raise_memlock_limit() {
     let lim = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
         rlim_max: libc::RLIM_INFINITY,
     };
     // SAFETY: plain syscall with a valid pointer; failure is harmless on current kernels.
-    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const lim) };
 }

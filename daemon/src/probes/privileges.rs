@@ -1,6 +1,6 @@
 //! What this process may do with BPF: root, or the capabilities each hook needs.
 
-/// `CAP_SYS_ADMIN`: uprobes need it on this kernel (perf_event_open of a uprobe PMU).
+/// `CAP_SYS_ADMIN`: uprobes need it on this kernel (`perf_event_open` of a uprobe PMU).
 pub const CAP_SYS_ADMIN: u32 = 21;
 /// `CAP_PERFMON`: tracepoint and perf-event attach.
 pub const CAP_PERFMON: u32 = 38;

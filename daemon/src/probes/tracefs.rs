@@ -157,7 +157,7 @@ impl Format {
     }
 }
 
-/// Parses `field:unsigned int foo[4];	offset:8;	size:16;	signed:0;`.
+/// Parses `field:unsigned int foo[4]; offset:8; size:16; signed:0;` (tab-separated).
 fn parse_field(line: &str) -> Option<Field> {
     let mut decl = None;
     let (mut offset, mut size, mut signed) = (None, None, None);

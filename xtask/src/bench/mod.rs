@@ -6,8 +6,7 @@ pub mod workload;
 /// Runs the named benchmark, or all of them.
 pub fn run(which: Option<&str>) -> anyhow::Result<()> {
     match which {
-        None => probes::run(),
-        Some("probes") => probes::run(),
+        None | Some("probes") => probes::run(),
         Some(other) => anyhow::bail!("unknown benchmark `{other}`: probes"),
     }
 }
@@ -21,7 +20,11 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
         }
     }
     let line = |cells: Vec<String>| {
-        let s: Vec<String> = cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        let s: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
         println!("  {}", s.join("  "));
     };
     line(header.iter().map(ToString::to_string).collect());

@@ -33,9 +33,16 @@ tracepoint:sched:sched_switch {
 
 pub fn run() -> anyhow::Result<()> {
     if !run::is_root() {
-        bail!("the probe benchmark attaches eBPF programs: run it as root (sudo cargo xtask bench probes)");
+        bail!(
+            "the probe benchmark attaches eBPF programs: run it as root (sudo cargo xtask bench probes)"
+        );
     }
-    run::status(&mut run::cargo(&["build", "--release", "--package", "inferscope"]))?;
+    run::status(&mut run::cargo(&[
+        "build",
+        "--release",
+        "--package",
+        "inferscope",
+    ]))?;
     overhead()?;
     idle_cost()?;
     cross_check()?;
@@ -47,8 +54,14 @@ fn inferscope() -> Command {
 }
 
 fn workload(kind: &str, secs: f64) -> anyhow::Result<f64> {
-    let out = run::stdout(Command::new(std::env::current_exe()?).args(["workload", kind, &secs.to_string()]))?;
-    out.strip_prefix("ops ").and_then(|v| v.trim().parse().ok()).with_context(|| format!("workload printed `{out}`"))
+    let out = run::stdout(Command::new(std::env::current_exe()?).args([
+        "workload",
+        kind,
+        &secs.to_string(),
+    ]))?;
+    out.strip_prefix("ops ")
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("workload printed `{out}`"))
 }
 
 /// Starts the daemon watching pid 1 (every hook attached, programs run on every event).
@@ -88,11 +101,16 @@ fn stop(mut child: Child) -> anyhow::Result<String> {
 }
 
 fn unsafe_kill(pid: u32, sig: i32) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
 }
 
 fn overhead() -> anyhow::Result<()> {
-    println!("\n== probe overhead: throughput of scheduler-heavy workloads ({SECS} s per run, 2 rounds interleaved)");
+    println!(
+        "\n== probe overhead: throughput of scheduler-heavy workloads ({SECS} s per run, 2 rounds interleaved)"
+    );
     let mut rows = Vec::new();
     for kind in ["pipe", "tcp"] {
         let (mut base, mut daemon, mut bpft) = (Vec::new(), Vec::new(), Vec::new());
@@ -114,14 +132,27 @@ fn overhead() -> anyhow::Result<()> {
             format!("{t:.0} ({:.1}%)", 100.0 * t / b),
         ]);
     }
-    table(&["workload", "bare ops/s", "inferscope daemon (% of bare)", "bpftrace runqlat (% of bare)"], &rows);
+    table(
+        &[
+            "workload",
+            "bare ops/s",
+            "inferscope daemon (% of bare)",
+            "bpftrace runqlat (% of bare)",
+        ],
+        &rows,
+    );
     println!("  target: inferscope daemon >= 97% of bare");
     Ok(())
 }
 
 fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
     // After the comm: state is field 3; utime and stime are fields 14 and 15.
     Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
 }
@@ -147,15 +178,36 @@ fn idle_cost() -> anyhow::Result<()> {
         b.map(|_| ())
     })?;
     let snap = http_get(DAEMON_ADDR, "/api/v1/timeline")?;
-    let losses = snap.split("\"losses\":").nth(1).and_then(|s| s.split('}').next()).unwrap_or("?").to_string();
+    let losses = snap
+        .split("\"losses\":")
+        .nth(1)
+        .and_then(|s| s.split('}').next())
+        .unwrap_or("?")
+        .to_string();
     stop(d)?;
     table(
         &["measure", "value", "target"],
         &[
-            vec!["daemon CPU at idle".into(), format!("{cpu:.2}% of a core"), "< 1%".into()],
-            vec!["daemon RSS".into(), format!("{:.1} MiB", rss_kib as f64 / 1024.0), "< 64 MiB".into()],
-            vec!["sched events/s during the loss check".into(), format!("{rate:.0}"), ">= 200000".into()],
-            vec!["losses (kernel + channels)".into(), format!("{losses}}}"), "all 0".into()],
+            vec![
+                "daemon CPU at idle".into(),
+                format!("{cpu:.2}% of a core"),
+                "< 1%".into(),
+            ],
+            vec![
+                "daemon RSS".into(),
+                format!("{:.1} MiB", rss_kib as f64 / 1024.0),
+                "< 64 MiB".into(),
+            ],
+            vec![
+                "sched events/s during the loss check".into(),
+                format!("{rate:.0}"),
+                ">= 200000".into(),
+            ],
+            vec![
+                "losses (kernel + channels)".into(),
+                format!("{losses}}}"),
+                "all 0".into(),
+            ],
         ],
     );
     Ok(())
@@ -165,7 +217,15 @@ fn idle_cost() -> anyhow::Result<()> {
 /// second it saw: every sample is one enqueue (wakeup or re-queue) plus one switch-in.
 fn event_rate_under(load: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<f64> {
     let rq = inferscope()
-        .args(["runqlat", "--interval", &format!("{SECS}s"), "--count", "1", "--top", "0"])
+        .args([
+            "runqlat",
+            "--interval",
+            &format!("{SECS}s"),
+            "--count",
+            "1",
+            "--top",
+            "0",
+        ])
         .stdout(Stdio::piped())
         .spawn()?;
     std::thread::sleep(Duration::from_millis(300));
@@ -179,17 +239,37 @@ fn event_rate_under(load: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result
 /// `[1] N processes, M samples: p50 X us, p99 Y us, ...` -> the number before/after `key`.
 fn summary_field(text: &str, key: &str) -> Option<f64> {
     let line = text.lines().find(|l| l.starts_with("[1]"))?;
-    let words: Vec<&str> = line.split([' ', ',', ':']).filter(|w| !w.is_empty()).collect();
+    let words: Vec<&str> = line
+        .split([' ', ',', ':'])
+        .filter(|w| !w.is_empty())
+        .collect();
     let i = words.iter().position(|w| *w == key)?;
-    if key == "samples" { words.get(i - 1)?.parse().ok() } else { words.get(i + 1)?.parse().ok() }
+    if key == "samples" {
+        words.get(i - 1)?.parse().ok()
+    } else {
+        words.get(i + 1)?.parse().ok()
+    }
 }
 
 fn cross_check() -> anyhow::Result<()> {
-    println!("\n== cross-check: run-queue latency of all processes, inferscope vs bpftrace, same run");
-    let script = format!("{BPFTRACE_RUNQLAT}\ninterval:s:{} {{ exit(); }}", SECS as u64 + 1);
+    println!(
+        "\n== cross-check: run-queue latency of all processes, inferscope vs bpftrace, same run"
+    );
+    let script = format!(
+        "{BPFTRACE_RUNQLAT}\ninterval:s:{} {{ exit(); }}",
+        SECS as u64 + 1
+    );
     let bt = start_bpftrace(&script)?;
     let rq = inferscope()
-        .args(["runqlat", "--interval", &format!("{}s", SECS as u64 + 1), "--count", "1", "--top", "0"])
+        .args([
+            "runqlat",
+            "--interval",
+            &format!("{}s", SECS as u64 + 1),
+            "--count",
+            "1",
+            "--top",
+            "0",
+        ])
         .stdout(Stdio::piped())
         .spawn()?;
     std::thread::sleep(Duration::from_millis(300));
@@ -198,13 +278,26 @@ fn cross_check() -> anyhow::Result<()> {
     let theirs = bt.wait_with_output()?;
     let hist = parse_bpftrace_hist(&String::from_utf8_lossy(&theirs.stdout));
     let (bp50, bp99) = (log2_quantile(&hist, 0.5), log2_quantile(&hist, 0.99));
-    let (ip50, ip99) = (summary_field(&ours, "p50").unwrap_or(f64::NAN), summary_field(&ours, "p99").unwrap_or(f64::NAN));
+    let (ip50, ip99) = (
+        summary_field(&ours, "p50").unwrap_or(f64::NAN),
+        summary_field(&ours, "p99").unwrap_or(f64::NAN),
+    );
     let diff = |a: f64, b: f64| format!("{:+.1}%", 100.0 * (a - b) / b);
     table(
         &["quantile", "inferscope us", "bpftrace us", "difference"],
         &[
-            vec!["p50".into(), format!("{ip50:.1}"), format!("{bp50:.1}"), diff(ip50, bp50)],
-            vec!["p99".into(), format!("{ip99:.1}"), format!("{bp99:.1}"), diff(ip99, bp99)],
+            vec![
+                "p50".into(),
+                format!("{ip50:.1}"),
+                format!("{bp50:.1}"),
+                diff(ip50, bp50),
+            ],
+            vec![
+                "p99".into(),
+                format!("{ip99:.1}"),
+                format!("{bp99:.1}"),
+                diff(ip99, bp99),
+            ],
         ],
     );
     println!("  target: within 20%");
@@ -225,7 +318,10 @@ fn parse_bpftrace_hist(text: &str) -> Vec<(f64, f64, f64)> {
     text.lines()
         .filter_map(|l| {
             let l = l.trim();
-            let (range, rest) = l.strip_prefix('[')?.split_once(']').or_else(|| l.strip_prefix('[')?.split_once(')'))?;
+            let (range, rest) = l
+                .strip_prefix('[')?
+                .split_once(']')
+                .or_else(|| l.strip_prefix('[')?.split_once(')'))?;
             let count: f64 = rest.split_whitespace().next()?.parse().ok()?;
             match range.split_once(',') {
                 Some((lo, hi)) => Some((unit(lo)?, unit(hi)?, count)),
@@ -287,7 +383,8 @@ mod tests {
 
     #[test]
     fn reads_runqlat_summary() {
-        let t = "Tracing...\n[1] 12 processes, 4521 samples: p50 3.2 us, p99 120.4 us, mean 9.1 us\n";
+        let t =
+            "Tracing...\n[1] 12 processes, 4521 samples: p50 3.2 us, p99 120.4 us, mean 9.1 us\n";
         assert_eq!(summary_field(t, "samples"), Some(4521.0));
         assert_eq!(summary_field(t, "p99"), Some(120.4));
     }

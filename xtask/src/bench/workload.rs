@@ -35,7 +35,10 @@ fn pipe(secs: f64) -> anyhow::Result<f64> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
-    let (mut to, mut from) = (child.stdin.take().expect("piped"), child.stdout.take().expect("piped"));
+    let (mut to, mut from) = (
+        child.stdin.take().expect("piped"),
+        child.stdout.take().expect("piped"),
+    );
     let ops = round_trips(secs, |b| {
         to.write_all(b)?;
         from.read_exact(b)
@@ -72,7 +75,10 @@ fn tcp(secs: f64) -> anyhow::Result<f64> {
     Ok(ops)
 }
 
-fn round_trips(secs: f64, mut once: impl FnMut(&mut [u8; 1]) -> std::io::Result<()>) -> anyhow::Result<f64> {
+fn round_trips(
+    secs: f64,
+    mut once: impl FnMut(&mut [u8; 1]) -> std::io::Result<()>,
+) -> anyhow::Result<f64> {
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let (start, mut n) = (Instant::now(), 0u64);
     let mut b = [7u8; 1];
