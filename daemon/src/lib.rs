@@ -2,5 +2,6 @@
 //!
 //! Data flows one way: `probes -> collect -> attribute -> export`; see DESIGN.md.
 
+pub mod attribute;
 pub mod collect;
 pub mod probes;

@@ -1,0 +1,407 @@
+//! Named signals read from a window, and the run's baseline of each.
+//!
+//! Rules refer to signals by name (`Signal`), so the rule table stays data: a signal knows how
+//! to read itself from a `Window`, and why it may be absent.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::collect::timeline::{Timeline, Window};
+
+/// Windows taken as the baseline when the time line has no phases.
+pub const DEFAULT_BASELINE_WINDOWS: usize = 5;
+
+/// Windows at the start of the run in which GPU allocations are expected (warm-up).
+pub const WARMUP_WINDOWS: usize = 3;
+
+/// A signal a rule can test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// Client TTFT p50, ms.
+    TtftP50Ms,
+    /// Client TTFT p95, ms.
+    TtftP95Ms,
+    /// Client TTFT p99, ms.
+    TtftP99Ms,
+    /// Client inter-token latency p99, ms.
+    ItlP99Ms,
+    /// Failed / started requests.
+    ErrorRate,
+    /// Achieved / intended request rate (open loop only).
+    AchievedShareOfTarget,
+    /// Load generator send lag p50, ms.
+    SendLagP50Ms,
+    /// Load generator send lag p99, ms.
+    SendLagP99Ms,
+    /// Load generator run-queue delay p99, µs.
+    LoadgenRunqP99Us,
+    /// Requests waiting in the server.
+    Waiting,
+    /// Running requests / the server's cap on them.
+    RunningShareOfCap,
+    /// KV-cache usage, 0..1.
+    KvUsage,
+    /// Preemptions (retractions) per second.
+    PreemptionsPerS,
+    /// Server queue time p50, ms.
+    QueueTimeP50Ms,
+    /// Server queue time p95, ms.
+    QueueTimeP95Ms,
+    /// Server TTFT p50 (server metric), ms.
+    ServerTtftP50Ms,
+    /// (queue p95 rise) / (client TTFT p95 rise) over the baseline; 0 when TTFT did not rise.
+    TtftRiseFromQueue,
+    /// Server threads' run-queue delay p99, µs.
+    RunqP99Us,
+    /// Server threads' mean run-queue delay, µs.
+    RunqMeanUs,
+    /// Server threads' summed run-queue wait / window length.
+    RunqTotalShare,
+    /// Mean smoothed RTT, µs.
+    SrttMeanUs,
+    /// Retransmitted segments in the window.
+    Retransmits,
+    /// Server-side first token (kernel: request in -> second write) p50, ms.
+    KernelFirstTokenP50Ms,
+    /// Client TTFT p50 - send lag p50 - server-side first token p50 (kernel), ms.
+    ClientServerGapMs,
+    /// Allocation calls that returned out-of-memory.
+    GpuOom,
+    /// Successful allocation calls after warm-up (0 during warm-up).
+    GpuAllocsAfterWarmup,
+    /// min(allocs, frees): free-then-alloc churn (allocator retry).
+    GpuAllocChurn,
+    /// NVML device memory used / total.
+    GpuMemUsedFrac,
+}
+
+/// Where a window's signal comes from, for naming what is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// The load generator's records.
+    Load,
+    /// The server's `/metrics`.
+    Server,
+    /// Scheduler probes.
+    Runq,
+    /// Socket probes.
+    Net,
+    /// CUDA uprobes / NVML.
+    Gpu,
+    /// Derived from the baseline.
+    Baseline,
+}
+
+impl Source {
+    /// Why a signal of this source is absent, in words a user can act on.
+    #[must_use]
+    pub fn absent_reason(self) -> &'static str {
+        match self {
+            Source::Load => "no load generator data",
+            Source::Server => "no server metrics (scrape off, or the server does not export it)",
+            Source::Runq => "no run-queue data (kernel probes off: needs root)",
+            Source::Net => "no socket data (kernel probes off: needs root)",
+            Source::Gpu => "no GPU data (CUDA uprobes off or no NVML)",
+            Source::Baseline => "no baseline for this signal",
+        }
+    }
+}
+
+/// What a rule evaluates a window with.
+pub struct Ctx<'a> {
+    /// The window.
+    pub window: &'a Window,
+    /// Its index in the time line.
+    pub index: usize,
+    /// The run's baseline.
+    pub baseline: &'a Baseline,
+}
+
+impl Signal {
+    /// The name used in evidence.
+    #[must_use]
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// Where the signal comes from.
+    #[must_use]
+    pub fn source(self) -> Source {
+        use Signal as S;
+        match self {
+            S::TtftP50Ms
+            | S::TtftP95Ms
+            | S::TtftP99Ms
+            | S::ItlP99Ms
+            | S::ErrorRate
+            | S::AchievedShareOfTarget
+            | S::SendLagP50Ms
+            | S::SendLagP99Ms => Source::Load,
+            S::Waiting
+            | S::RunningShareOfCap
+            | S::KvUsage
+            | S::PreemptionsPerS
+            | S::QueueTimeP50Ms
+            | S::QueueTimeP95Ms
+            | S::ServerTtftP50Ms => Source::Server,
+            S::TtftRiseFromQueue => Source::Baseline,
+            S::LoadgenRunqP99Us | S::RunqP99Us | S::RunqMeanUs | S::RunqTotalShare => Source::Runq,
+            S::SrttMeanUs | S::Retransmits | S::KernelFirstTokenP50Ms | S::ClientServerGapMs => {
+                Source::Net
+            }
+            S::GpuOom | S::GpuAllocsAfterWarmup | S::GpuAllocChurn | S::GpuMemUsedFrac => {
+                Source::Gpu
+            }
+        }
+    }
+
+    /// The signal's value in one window, without the baseline (`None` when absent).
+    #[must_use]
+    pub fn raw(self, w: &Window, index: usize) -> Option<f64> {
+        use Signal as S;
+        let load = w.load.as_ref();
+        let server = w.server.as_ref();
+        let runq = w.runq.as_ref().filter(|r| r.samples > 0);
+        let net = w.net.as_ref();
+        let gpu = w.gpu.as_ref();
+        match self {
+            S::TtftP50Ms => load?.ttft_ms.map(|q| q.p50),
+            S::TtftP95Ms => load?.ttft_ms.map(|q| q.p95),
+            S::TtftP99Ms => load?.ttft_ms.map(|q| q.p99),
+            S::ItlP99Ms => load?.itl_ms.map(|q| q.p99),
+            S::ErrorRate => load
+                .filter(|l| l.requests > 0)
+                .map(|l| l.errors as f64 / l.requests as f64),
+            S::AchievedShareOfTarget => {
+                let l = load?;
+                l.target_rps
+                    .filter(|t| *t > 0.0)
+                    .map(|t| l.achieved_rps / t)
+            }
+            S::SendLagP50Ms => load?.send_lag_ms.map(|q| q.p50),
+            S::SendLagP99Ms => load?.send_lag_ms.map(|q| q.p99),
+            // The generator's run-queue is watched only when its own pid is; samples may be 0.
+            S::LoadgenRunqP99Us => w.runq.as_ref()?.loadgen_p99_us,
+            S::Waiting => server?.waiting,
+            S::RunningShareOfCap => {
+                let s = server?;
+                Some(s.running? / s.max_running.filter(|m| *m > 0.0)?)
+            }
+            S::KvUsage => server?.kv_usage,
+            S::PreemptionsPerS => server?.preemptions_per_s,
+            S::QueueTimeP50Ms => server?.queue_time_p50_ms,
+            S::QueueTimeP95Ms => server?.queue_time_p95_ms,
+            S::ServerTtftP50Ms => server?.ttft_p50_ms,
+            S::TtftRiseFromQueue => None,
+            S::RunqP99Us => runq.map(|r| r.p99_us),
+            S::RunqMeanUs => runq.map(|r| r.mean_us),
+            S::RunqTotalShare => runq.map(|r| r.total_ms / w.len_ms.max(1) as f64),
+            S::SrttMeanUs => net?.srtt_mean_us,
+            S::Retransmits => net.map(|n| n.retrans as f64),
+            S::KernelFirstTokenP50Ms => net?.server_first_token_p50_ms,
+            S::ClientServerGapMs => {
+                let ttft = S::TtftP50Ms.raw(w, index)?;
+                let lag = S::SendLagP50Ms.raw(w, index).unwrap_or(0.0);
+                Some(ttft - lag - net?.server_first_token_p50_ms?)
+            }
+            S::GpuOom => gpu.map(|g| g.oom as f64),
+            S::GpuAllocsAfterWarmup => gpu.map(|g| {
+                if index < WARMUP_WINDOWS {
+                    0.0
+                } else {
+                    g.allocs as f64
+                }
+            }),
+            S::GpuAllocChurn => gpu.map(|g| g.allocs.min(g.frees) as f64),
+            S::GpuMemUsedFrac => gpu?.mem_used_frac,
+        }
+    }
+
+    /// The signal's value in the context's window, using the baseline where it must.
+    #[must_use]
+    pub fn value(self, ctx: &Ctx<'_>) -> Option<f64> {
+        match self {
+            Signal::TtftRiseFromQueue => {
+                let (w, b) = (ctx.window, ctx.baseline);
+                let ttft_rise = Signal::TtftP95Ms.raw(w, ctx.index)? - b.get(Signal::TtftP95Ms)?;
+                let queue_rise =
+                    Signal::QueueTimeP95Ms.raw(w, ctx.index)? - b.get(Signal::QueueTimeP95Ms)?;
+                // A TTFT that did not rise is not "explained" by anything.
+                Some(if ttft_rise <= 1.0 {
+                    0.0
+                } else {
+                    queue_rise / ttft_rise
+                })
+            }
+            s => s.raw(ctx.window, ctx.index),
+        }
+    }
+
+    /// Why the signal is absent from this window: its source, or a field the source lacks.
+    #[must_use]
+    pub fn absent_reason(self, w: &Window) -> &'static str {
+        let present = match self.source() {
+            Source::Load => w.load.is_some(),
+            Source::Server => w.server.is_some(),
+            Source::Runq => w.runq.as_ref().is_some_and(|r| r.samples > 0),
+            Source::Net => w.net.is_some(),
+            Source::Gpu => w.gpu.is_some(),
+            Source::Baseline => return Source::Baseline.absent_reason(),
+        };
+        if present {
+            "the source is on but does not report it"
+        } else {
+            self.source().absent_reason()
+        }
+    }
+}
+
+/// The run's "before": each signal's median over the baseline windows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// Phase the baseline was taken from, if the time line has phases.
+    pub phase: Option<String>,
+    /// Indices of the baseline windows in the time line.
+    pub windows: Vec<usize>,
+    values: HashMap<Signal, f64>,
+}
+
+/// Signals a baseline is kept for (the ones rules compare against).
+const BASELINE_SIGNALS: [Signal; 15] = [
+    Signal::TtftP50Ms,
+    Signal::TtftP95Ms,
+    Signal::TtftP99Ms,
+    Signal::ItlP99Ms,
+    Signal::SendLagP50Ms,
+    Signal::Waiting,
+    Signal::QueueTimeP50Ms,
+    Signal::QueueTimeP95Ms,
+    Signal::ServerTtftP50Ms,
+    Signal::RunqP99Us,
+    Signal::RunqMeanUs,
+    Signal::SrttMeanUs,
+    Signal::KernelFirstTokenP50Ms,
+    Signal::ClientServerGapMs,
+    Signal::RunqTotalShare,
+];
+
+impl Baseline {
+    /// The baseline of a time line: the phase named `baseline`, else the first phase, else the
+    /// first [`DEFAULT_BASELINE_WINDOWS`] windows.
+    #[must_use]
+    pub fn of(timeline: &Timeline) -> Self {
+        let ws = &timeline.windows;
+        let phase = ws
+            .iter()
+            .filter_map(|w| w.phase.as_deref())
+            .find(|p| p.eq_ignore_ascii_case("baseline"))
+            .or_else(|| ws.iter().find_map(|w| w.phase.as_deref()))
+            .map(str::to_owned);
+        let windows: Vec<usize> = match &phase {
+            Some(p) => (0..ws.len())
+                .filter(|&i| ws[i].phase.as_ref() == Some(p))
+                .collect(),
+            None => (0..ws.len().min(DEFAULT_BASELINE_WINDOWS)).collect(),
+        };
+        let values = BASELINE_SIGNALS
+            .iter()
+            .filter_map(|&s| {
+                let vals: Vec<f64> = windows.iter().filter_map(|&i| s.raw(&ws[i], i)).collect();
+                median(&vals).map(|m| (s, m))
+            })
+            .collect();
+        Self {
+            phase,
+            windows,
+            values,
+        }
+    }
+
+    /// The baseline of `signal`, when the baseline windows had it.
+    #[must_use]
+    pub fn get(&self, signal: Signal) -> Option<f64> {
+        self.values.get(&signal).copied()
+    }
+}
+
+/// Median of the values (mean of the middle two for an even count); `None` when empty.
+#[must_use]
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        f64::midpoint(v[n / 2 - 1], v[n / 2])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::timeline::{LoadSignals, Quantiles};
+
+    fn window(phase: &str, ttft_p50: f64) -> Window {
+        Window {
+            phase: Some(phase.into()),
+            len_ms: 1000,
+            load: Some(LoadSignals {
+                requests: 10,
+                ttft_ms: Some(Quantiles {
+                    p50: ttft_p50,
+                    p95: ttft_p50,
+                    p99: ttft_p50,
+                    max: 0.0,
+                }),
+                ..LoadSignals::default()
+            }),
+            ..Window::default()
+        }
+    }
+
+    #[test]
+    fn baseline_is_the_baseline_phase_median() {
+        let mut t = Timeline::new(0, 1000);
+        t.windows = vec![
+            window("warmup", 500.0),
+            window("baseline", 100.0),
+            window("baseline", 140.0),
+            window("baseline", 120.0),
+            window("peak", 900.0),
+        ];
+        let b = Baseline::of(&t);
+        assert_eq!(b.phase.as_deref(), Some("baseline"));
+        assert_eq!(b.windows, [1, 2, 3]);
+        assert_eq!(b.get(Signal::TtftP50Ms), Some(120.0));
+        assert_eq!(b.get(Signal::RunqP99Us), None);
+        assert_eq!(
+            Signal::RunqP99Us.absent_reason(&t.windows[0]),
+            Source::Runq.absent_reason()
+        );
+    }
+
+    #[test]
+    fn without_phases_the_first_windows_are_the_baseline() {
+        let mut t = Timeline::new(0, 1000);
+        t.windows = (0..8)
+            .map(|i| Window {
+                phase: None,
+                ..window("x", f64::from(i))
+            })
+            .collect();
+        let b = Baseline::of(&t);
+        assert_eq!(b.windows.len(), DEFAULT_BASELINE_WINDOWS);
+        assert_eq!(b.get(Signal::TtftP50Ms), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(Signal::KvUsage.name(), "kv_usage");
+    }
+}
