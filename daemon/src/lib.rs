@@ -4,4 +4,5 @@
 
 pub mod attribute;
 pub mod collect;
+pub mod export;
 pub mod probes;

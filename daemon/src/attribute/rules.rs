@@ -283,7 +283,7 @@ impl Condition {
                         value >= t,
                         t,
                         Some(b),
-                        format!(">= {}x baseline", fmt_num(ratio)),
+                        format!(">= {ratio}x baseline"),
                     )
                 } else {
                     let t = b * ratio + min_delta;
@@ -291,7 +291,7 @@ impl Condition {
                         value <= t,
                         t,
                         Some(b),
-                        format!("<= {}x baseline (flat)", fmt_num(ratio)),
+                        format!("<= {ratio}x baseline (flat)"),
                     )
                 }
             }

@@ -127,7 +127,9 @@ impl Evidence {
 #[must_use]
 pub fn fmt_num(v: f64) -> String {
     let a = v.abs();
-    if a >= 100.0 || v.fract() == 0.0 {
+    if a < 0.005 {
+        "0".to_owned()
+    } else if a >= 100.0 || v.fract() == 0.0 {
         format!("{v:.0}")
     } else if a >= 10.0 {
         format!("{v:.1}")

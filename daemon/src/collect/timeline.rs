@@ -153,7 +153,7 @@ pub struct Window {
 }
 
 /// Fixed-length windows from an origin, grown on demand.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Timeline {
     /// Start of window 0, Unix ms.
     pub origin_unix_ms: u64,
