@@ -31,6 +31,7 @@
   function num(v) {
     if (v === null || v === undefined || !isFinite(v)) { return 'n/a'; }
     var a = Math.abs(v);
+    if (a < 0.005) { return '0'; }
     if (a >= 100 || v === Math.round(v)) { return v.toFixed(0); }
     return a >= 10 ? v.toFixed(1) : v.toFixed(2);
   }
@@ -108,7 +109,7 @@
     if (!d) { td.textContent = 'baseline'; return td; }
     td.appendChild(el('div', {}, (d.increase_ms >= 0 ? '+' : '') + num(d.increase_ms) + ' ms'));
     var parts = [['loadgen lag', d.loadgen_lag_ms, CAUSE_COLORS.loadgen], ['queue', d.queue_ms, CAUSE_COLORS.queue],
-      ['server compute', d.server_compute_ms, CAUSE_COLORS.kv_cache], ['cpu scheduling', d.cpu_scheduling_ms, CAUSE_COLORS.cpu_runqueue],
+      ['server compute', d.server_compute_ms, '#17becf'], ['cpu scheduling', d.cpu_scheduling_ms, CAUSE_COLORS.cpu_runqueue],
       ['network', d.network_ms, CAUSE_COLORS.network], ['unexplained', d.unexplained_ms, '#d5d9e0']];
     var total = parts.reduce(function (a, p) { return a + Math.max(0, p[1] || 0); }, 0);
     var bar = el('div', { 'class': 'decomp' });
@@ -213,7 +214,7 @@
     return fig;
   }
 
-  function legend(fig, series) {
+  function legend(fig, series, noVerdicts) {
     var lg = el('div', { 'class': 'legend' });
     series.forEach(function (s) {
       var sp = el('span');
@@ -222,6 +223,7 @@
       lg.appendChild(sp);
     });
     var seen = {};
+    if (noVerdicts) { fig.appendChild(lg); return; }
     report.verdicts.forEach(function (v) { seen[v.verdict.cause] = true; });
     Object.keys(CAUSE_COLORS).forEach(function (c) {
       if (!seen[c] || c === 'none') { return; }
@@ -321,7 +323,7 @@
       if (extra.length) { sv('title', {}, g).textContent = extra.join(', '); }
     });
     fig.appendChild(svg);
-    legend(fig, stages.map(function (s) { return { name: s[0], color: s[1] }; }));
+    legend(fig, stages.map(function (s) { return { name: s[0], color: s[1] }; }), true);
   })();
 
   document.body.setAttribute('data-rendered', 'ok');
