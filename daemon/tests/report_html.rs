@@ -8,17 +8,32 @@ use std::time::{Duration, Instant};
 use inferscope::collect::timeline::Timeline;
 use inferscope::export::report::{Report, RunMeta, Waterfall};
 
-const CHARTS: [&str; 5] = ["chart-latency", "chart-kv", "chart-runq", "chart-gpu", "chart-waterfall"];
+const CHARTS: [&str; 5] = [
+    "chart-latency",
+    "chart-kv",
+    "chart-runq",
+    "chart-gpu",
+    "chart-waterfall",
+];
 
 fn fixture_path(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
 }
 
 fn report(timeline: &str, with_waterfalls: bool) -> Report {
-    let text = std::fs::read_to_string(fixture_path(&format!("timelines/{timeline}.json"))).unwrap();
+    let text =
+        std::fs::read_to_string(fixture_path(&format!("timelines/{timeline}.json"))).unwrap();
     let t: Timeline = serde_json::from_str(&text).unwrap();
     let end = t.origin_unix_ms + t.windows.len() as u64 * t.len_ms;
-    let run = RunMeta::new(timeline, "http://127.0.0.1:8000", t.origin_unix_ms, end, t.len_ms);
+    let run = RunMeta::new(
+        timeline,
+        "http://127.0.0.1:8000",
+        t.origin_unix_ms,
+        end,
+        t.len_ms,
+    );
     let r = Report::new(run, t);
     if with_waterfalls {
         let text = std::fs::read_to_string(fixture_path("waterfalls.json")).unwrap();
@@ -88,7 +103,7 @@ fn dump_dom(html: &str, tag: &str) -> (String, String) {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        if started.elapsed() > Duration::from_secs(120) {
+        if started.elapsed() > Duration::from_mins(2) {
             let _ = child.kill();
             panic!("chromium did not finish within 120 s");
         }
@@ -103,17 +118,31 @@ fn dump_dom(html: &str, tag: &str) -> (String, String) {
 
 /// The `data-points` of the element with `id`.
 fn data_points(dom: &str, id: &str) -> usize {
-    let at = dom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no #{id} in DOM"));
+    let at = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id} in DOM"));
     let tag = &dom[dom[..at].rfind('<').unwrap()..at + dom[at..].find('>').unwrap()];
-    let value = tag.split("data-points=\"").nth(1).unwrap_or_else(|| panic!("#{id}: {tag}"));
+    let value = tag
+        .split("data-points=\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("#{id}: {tag}"));
     value[..value.find('"').unwrap()].parse().unwrap()
 }
 
 fn assert_no_errors(dom: &str, stderr: &str) {
-    assert!(dom.contains("data-rendered=\"ok\""), "the page's script did not finish:\n{dom}");
-    assert!(!dom.contains("class=\"error\""), "script errors in the page:\n{dom}");
+    assert!(
+        dom.contains("data-rendered=\"ok\""),
+        "the page's script did not finish:\n{dom}"
+    );
+    assert!(
+        !dom.contains("class=\"error\""),
+        "script errors in the page:\n{dom}"
+    );
     for line in stderr.lines().filter(|l| l.contains("CONSOLE")) {
-        assert!(!line.contains("Uncaught") && !line.contains("Error"), "console: {line}");
+        assert!(
+            !line.contains("Uncaught") && !line.contains("Error"),
+            "console: {line}"
+        );
     }
 }
 
@@ -130,11 +159,24 @@ fn report_html_renders_every_chart_from_the_data() {
     assert_eq!(data_points(&dom, "chart-gpu"), windows);
     assert_eq!(data_points(&dom, "chart-waterfall"), r.waterfalls.len());
     // Verdict bands: in each of the 4 time charts, one per window with a cause, coloured by it.
-    let kv_windows = r.verdicts.iter().filter(|v| v.verdict.cause.name() == "kv_cache").count();
+    let kv_windows = r
+        .verdicts
+        .iter()
+        .filter(|v| v.verdict.cause.name() == "kv_cache")
+        .count();
     assert!(kv_windows > 0);
-    assert_eq!(dom.matches("data-cause=\"kv_cache\"").count(), 4 * kv_windows);
-    assert_eq!(dom.matches("class=\"waterfall\"").count(), r.waterfalls.len());
-    assert!(dom.contains("data-phase=\"peak\" data-verdict=\"kv_cache\""), "phase table");
+    assert_eq!(
+        dom.matches("data-cause=\"kv_cache\"").count(),
+        4 * kv_windows
+    );
+    assert_eq!(
+        dom.matches("class=\"waterfall\"").count(),
+        r.waterfalls.len()
+    );
+    assert!(
+        dom.contains("data-phase=\"peak\" data-verdict=\"kv_cache\""),
+        "phase table"
+    );
     assert!(dom.contains("What to do: KV cache is full"));
 }
 
@@ -154,7 +196,8 @@ fn report_html_without_probes_says_why_charts_are_empty() {
 #[test]
 fn report_html_survives_hostile_strings() {
     let mut r = report("loadgen", true);
-    r.run.scenario = "</script><script>document.body.setAttribute('data-rendered','pwned')</script>".into();
+    r.run.scenario =
+        "</script><script>document.body.setAttribute('data-rendered','pwned')</script>".into();
     let (dom, stderr) = dump_dom(&r.html().unwrap(), "hostile");
     assert_no_errors(&dom, &stderr);
     assert!(!dom.contains("pwned\""), "injected script ran");

@@ -169,7 +169,7 @@ fn summarise_one(
         })
         .filter(|s| s.windows > 0)
         .collect();
-    shares.sort_by(|a, b| b.windows.cmp(&a.windows));
+    shares.sort_by_key(|s| std::cmp::Reverse(s.windows));
     let share_of = |c: Cause| {
         shares
             .iter()

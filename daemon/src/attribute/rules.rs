@@ -279,12 +279,7 @@ impl Condition {
                 };
                 if let Test::Rises { .. } = self.test {
                     let t = (b * ratio).max(b + min_delta);
-                    (
-                        value >= t,
-                        t,
-                        Some(b),
-                        format!(">= {ratio}x baseline"),
-                    )
+                    (value >= t, t, Some(b), format!(">= {ratio}x baseline"))
                 } else {
                     let t = b * ratio + min_delta;
                     (

@@ -34,7 +34,7 @@ impl Cause {
         Cause::None,
     ];
 
-    /// The snake_case name used in JSON, the terminal and the HTML report.
+    /// The `snake_case` name used in JSON, the terminal and the HTML report.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {

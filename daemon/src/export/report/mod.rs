@@ -73,7 +73,13 @@ pub struct RunMeta {
 impl RunMeta {
     /// Run metadata stamped with this build's version.
     #[must_use]
-    pub fn new(scenario: &str, target: &str, start_unix_ms: u64, end_unix_ms: u64, window_ms: u64) -> Self {
+    pub fn new(
+        scenario: &str,
+        target: &str,
+        start_unix_ms: u64,
+        end_unix_ms: u64,
+        window_ms: u64,
+    ) -> Self {
         Self {
             scenario: scenario.to_owned(),
             target: target.to_owned(),
@@ -134,7 +140,10 @@ impl Report {
 
     /// Adds notes on missing evidence (e.g. why probes are off), first.
     #[must_use]
-    pub fn with_missing_evidence<I: IntoIterator<Item = S>, S: Into<String>>(mut self, notes: I) -> Self {
+    pub fn with_missing_evidence<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        notes: I,
+    ) -> Self {
         let mut all: Vec<String> = notes.into_iter().map(Into::into).collect();
         all.append(&mut self.missing_evidence);
         self.missing_evidence = all;
@@ -160,7 +169,9 @@ impl Report {
         }
         let v: Version = serde_json::from_str(text)?;
         if v.schema_version != SCHEMA_VERSION {
-            return Err(ReportError::Schema { found: v.schema_version });
+            return Err(ReportError::Schema {
+                found: v.schema_version,
+            });
         }
         Ok(serde_json::from_str(text)?)
     }
@@ -187,7 +198,10 @@ impl Report {
 }
 
 fn write(path: &Path, text: &str) -> Result<(), ReportError> {
-    std::fs::write(path, text).map_err(|source| ReportError::Io { path: path.to_owned(), source })
+    std::fs::write(path, text).map_err(|source| ReportError::Io {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Sources no window has: the evidence the whole run lacks.
@@ -202,14 +216,27 @@ fn absent_sources(t: &Timeline) -> Vec<String> {
             out.push(what.to_owned());
         }
     };
-    check(ws.iter().any(|w| w.load.is_some()), "no load generator records");
-    check(ws.iter().any(|w| w.server.is_some()), "no server metrics (/metrics not scraped)");
     check(
-        ws.iter().any(|w| w.runq.as_ref().is_some_and(|r| r.samples > 0)),
+        ws.iter().any(|w| w.load.is_some()),
+        "no load generator records",
+    );
+    check(
+        ws.iter().any(|w| w.server.is_some()),
+        "no server metrics (/metrics not scraped)",
+    );
+    check(
+        ws.iter()
+            .any(|w| w.runq.as_ref().is_some_and(|r| r.samples > 0)),
         "no run-queue delay (scheduler probes off: needs root)",
     );
-    check(ws.iter().any(|w| w.net.is_some()), "no socket timings (socket probes off: needs root)");
-    check(ws.iter().any(|w| w.gpu.is_some()), "no GPU signals (CUDA uprobes off, no NVML)");
+    check(
+        ws.iter().any(|w| w.net.is_some()),
+        "no socket timings (socket probes off: needs root)",
+    );
+    check(
+        ws.iter().any(|w| w.gpu.is_some()),
+        "no GPU signals (CUDA uprobes off, no NVML)",
+    );
     out
 }
 

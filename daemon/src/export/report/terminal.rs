@@ -13,7 +13,8 @@ use crate::collect::timeline::Quantiles;
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let run = &report.run;
-    let started = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(run.start_unix_ms));
+    let started =
+        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(run.start_unix_ms));
     let secs = run.end_unix_ms.saturating_sub(run.start_unix_ms) as f64 / 1000.0;
     let _ = writeln!(
         out,
@@ -38,7 +39,9 @@ pub fn render(report: &Report) -> String {
 
 fn phase(out: &mut String, p: &PhaseSummary) {
     let l = &p.load;
-    let target = l.target_rps.map_or(String::new(), |t| format!(" (target {})", fmt_num(t)));
+    let target = l
+        .target_rps
+        .map_or(String::new(), |t| format!(" (target {})", fmt_num(t)));
     let _ = writeln!(out, "phase {} ({} windows)", p.name, p.windows);
     let _ = writeln!(
         out,
@@ -58,7 +61,11 @@ fn phase(out: &mut String, p: &PhaseSummary) {
         quantiles(lat.e2e_ms.as_ref())
     );
     if p.untrustworthy {
-        let lagging = p.shares.iter().find(|s| s.cause == Cause::Loadgen).map_or(0, |s| s.windows);
+        let lagging = p
+            .shares
+            .iter()
+            .find(|s| s.cause == Cause::Loadgen)
+            .map_or(0, |s| s.windows);
         let _ = writeln!(
             out,
             "  WARNING: the load generator lagged in {lagging} of {} windows: latencies of this \
@@ -73,11 +80,20 @@ fn phase(out: &mut String, p: &PhaseSummary) {
         .collect::<Vec<_>>()
         .join(", ");
     let _ = writeln!(out, "  windows: {shares}");
-    let evidence = p.evidence.iter().map(crate::attribute::Evidence::line).collect::<Vec<_>>().join("; ");
+    let evidence = p
+        .evidence
+        .iter()
+        .map(crate::attribute::Evidence::line)
+        .collect::<Vec<_>>()
+        .join("; ");
     if p.dominant == Cause::None {
         let _ = writeln!(out, "  verdict: none (no rule convincing)");
     } else {
-        let _ = writeln!(out, "  verdict: {} (confidence {:.2}): {evidence}", p.dominant, p.confidence);
+        let _ = writeln!(
+            out,
+            "  verdict: {} (confidence {:.2}): {evidence}",
+            p.dominant, p.confidence
+        );
     }
     if let Some(d) = &p.ttft_decomposition {
         let _ = writeln!(out, "  {}", decomposition(d));
@@ -91,11 +107,18 @@ fn phase(out: &mut String, p: &PhaseSummary) {
 }
 
 fn quantiles(q: Option<&Quantiles>) -> String {
-    q.map_or_else(|| "n/a".to_owned(), |q| format!("p50 {} p99 {}", ms(q.p50), ms(q.p99)))
+    q.map_or_else(
+        || "n/a".to_owned(),
+        |q| format!("p50 {} p99 {}", ms(q.p50), ms(q.p99)),
+    )
 }
 
 fn ms(v: f64) -> String {
-    if v >= 10_000.0 { format!("{} s", fmt_num(v / 1000.0)) } else { format!("{} ms", fmt_num(v)) }
+    if v >= 10_000.0 {
+        format!("{} s", fmt_num(v / 1000.0))
+    } else {
+        format!("{} ms", fmt_num(v))
+    }
 }
 
 /// `TTFT p50 +612 ms over baseline (82 -> 694): queue 420, server compute 150, ...`
@@ -109,7 +132,10 @@ fn decomposition(d: &TtftDecomposition) -> String {
     ]
     .iter()
     .filter_map(|(name, v)| v.map(|v| format!("{name} {}", fmt_num(v))))
-    .chain(std::iter::once(format!("unexplained {}", fmt_num(d.unexplained_ms))))
+    .chain(std::iter::once(format!(
+        "unexplained {}",
+        fmt_num(d.unexplained_ms)
+    )))
     .collect();
     format!(
         "TTFT p50 {:+.0} ms over baseline ({} -> {} ms): {}",
