@@ -14,6 +14,7 @@
 //! assert!(a.windows.iter().all(|w| w.verdict.cause != Cause::Loadgen));
 //! ```
 
+pub mod baseline;
 mod evaluate;
 pub mod phase;
 pub mod rules;
@@ -27,10 +28,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::collect::timeline::Timeline;
 
+pub use baseline::Baseline;
 pub use evaluate::{MIN_CONFIDENCE, RuleResult, score};
 pub use phase::{CauseShare, PhaseLatency, PhaseLoad, PhaseSummary, TtftDecomposition};
 pub use rules::{Condition, RULES, Rule, Test};
-pub use signals::{Baseline, Signal};
+pub use signals::Signal;
 pub use verdict::{Cause, CauseScore, Evidence, Verdict, fmt_num};
 
 /// The verdict of one window of the time line.

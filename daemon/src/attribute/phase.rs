@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::WindowVerdict;
-use super::signals::{Baseline, Signal, median};
+use super::baseline::{Baseline, median};
+use super::signals::Signal;
 use super::verdict::{Cause, Evidence};
 use crate::collect::timeline::{Quantiles, Window};
 
