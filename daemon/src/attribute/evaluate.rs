@@ -153,3 +153,190 @@ fn none_verdict(results: &[RuleResult], runners_up: Vec<CauseScore>) -> Verdict 
         missing,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribute::baseline::Baseline;
+    use crate::attribute::rules::{Condition, RULES, Test};
+    use crate::attribute::signals::Signal;
+    use crate::collect::timeline::{LoadSignals, Quantiles, RunqSignals, ServerSignals, Window};
+
+    fn q(v: f64) -> Option<Quantiles> {
+        Some(Quantiles {
+            p50: v,
+            p95: v,
+            p99: v,
+            max: v,
+        })
+    }
+
+    fn window(ttft: f64, lag_p99: f64, server: Option<ServerSignals>) -> Window {
+        Window {
+            len_ms: 1000,
+            load: Some(LoadSignals {
+                requests: 20,
+                target_rps: Some(20.0),
+                achieved_rps: 20.0,
+                ttft_ms: q(ttft),
+                itl_ms: q(20.0),
+                send_lag_ms: Some(Quantiles {
+                    p50: lag_p99 / 4.0,
+                    p95: lag_p99,
+                    p99: lag_p99,
+                    max: lag_p99,
+                }),
+                ..LoadSignals::default()
+            }),
+            server,
+            ..Window::default()
+        }
+    }
+
+    fn healthy_server() -> ServerSignals {
+        ServerSignals {
+            running: Some(10.0),
+            waiting: Some(0.0),
+            kv_usage: Some(0.3),
+            preemptions_per_s: Some(0.0),
+            queue_time_p95_ms: Some(5.0),
+            ..ServerSignals::default()
+        }
+    }
+
+    fn run(windows: Vec<Window>) -> Vec<Verdict> {
+        let t = crate::collect::timeline::Timeline {
+            origin_unix_ms: 0,
+            len_ms: 1000,
+            windows,
+        };
+        let base = Baseline::of(&t);
+        t.windows
+            .iter()
+            .enumerate()
+            .map(|(index, window)| {
+                verdict(
+                    RULES,
+                    &Ctx {
+                        window,
+                        index,
+                        baseline: &base,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn support_conditions_alone_never_raise_a_cause() {
+        // Healthy: "ITL flat", "KV < 0.9" and "no preemptions" all hold, but no queue trigger does.
+        let v = run(vec![window(80.0, 0.5, Some(healthy_server())); 6]);
+        let last = v.last().unwrap();
+        assert_eq!(last.cause, Cause::None);
+        assert!(last.runners_up.is_empty(), "{:#?}", last.runners_up);
+        assert!(
+            last.evidence
+                .iter()
+                .any(|e| e.signal == "waiting" && !e.met)
+        );
+    }
+
+    #[test]
+    fn a_lagging_generator_wins_over_a_stronger_cause() {
+        let mut ws = vec![window(80.0, 0.5, Some(healthy_server())); 5];
+        let kv = ServerSignals {
+            kv_usage: Some(0.99),
+            preemptions_per_s: Some(5.0),
+            waiting: Some(40.0),
+            ..healthy_server()
+        };
+        ws.push(window(900.0, 60.0, Some(kv.clone())));
+        ws.push(window(900.0, 0.5, Some(kv)));
+        let v = run(ws);
+        let lagging = &v[5];
+        assert_eq!(lagging.cause, Cause::Loadgen, "{lagging:#?}");
+        let kv_score = lagging
+            .runners_up
+            .iter()
+            .find(|r| r.cause == Cause::KvCache)
+            .unwrap();
+        assert!(
+            kv_score.confidence > lagging.confidence,
+            "the rule order, not the score, decides"
+        );
+        // The generator's own run-queue is not watched: named, and the confidence is lower.
+        assert!(
+            lagging
+                .missing
+                .iter()
+                .any(|m| m.starts_with("loadgen_runq_p99_us"))
+        );
+        assert_eq!(v[6].cause, Cause::KvCache);
+    }
+
+    #[test]
+    fn a_rule_without_any_trigger_signal_is_not_evaluated() {
+        let mut ws = vec![window(80.0, 0.5, None); 5];
+        ws.push(window(800.0, 0.5, None));
+        let v = run(ws);
+        let last = v.last().unwrap();
+        assert_eq!(last.cause, Cause::None);
+        assert!(last.confidence < 0.5, "{}", last.confidence);
+        for cause in ["kv_cache", "queue", "gpu_memory", "cpu_runqueue", "network"] {
+            assert!(
+                last.missing.iter().any(|m| m.starts_with(cause)),
+                "{cause}: {:?}",
+                last.missing
+            );
+        }
+    }
+
+    #[test]
+    fn rises_needs_both_ratio_and_delta() {
+        let cond = Condition {
+            signal: Signal::RunqP99Us,
+            test: Test::Rises {
+                ratio: 2.0,
+                min_delta: 1000.0,
+            },
+            weight: 1.0,
+            trigger: true,
+        };
+        let runq = |p99| RunqSignals {
+            samples: 100,
+            p99_us: p99,
+            ..RunqSignals::default()
+        };
+        let mut ws: Vec<Window> = (0..5)
+            .map(|_| Window {
+                runq: Some(runq(50.0)),
+                ..Window::default()
+            })
+            .collect();
+        // 10x but only +450 µs: noise on a tiny baseline, not a rise.
+        ws.push(Window {
+            runq: Some(runq(500.0)),
+            ..Window::default()
+        });
+        ws.push(Window {
+            runq: Some(runq(1200.0)),
+            ..Window::default()
+        });
+        let t = crate::collect::timeline::Timeline {
+            origin_unix_ms: 0,
+            len_ms: 1000,
+            windows: ws,
+        };
+        let base = Baseline::of(&t);
+        let met = |i: usize| match cond.evaluate(&Ctx {
+            window: &t.windows[i],
+            index: i,
+            baseline: &base,
+        }) {
+            crate::attribute::rules::Outcome::Evaluated(e) => e.met,
+            crate::attribute::rules::Outcome::Missing(m) => panic!("{m}"),
+        };
+        assert!(!met(5));
+        assert!(met(6));
+    }
+}
