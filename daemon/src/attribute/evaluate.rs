@@ -162,13 +162,13 @@ mod tests {
     use crate::attribute::signals::Signal;
     use crate::collect::timeline::{LoadSignals, Quantiles, RunqSignals, ServerSignals, Window};
 
-    fn q(v: f64) -> Option<Quantiles> {
-        Some(Quantiles {
+    fn q(v: f64) -> Quantiles {
+        Quantiles {
             p50: v,
             p95: v,
             p99: v,
             max: v,
-        })
+        }
     }
 
     fn window(ttft: f64, lag_p99: f64, server: Option<ServerSignals>) -> Window {
@@ -178,8 +178,8 @@ mod tests {
                 requests: 20,
                 target_rps: Some(20.0),
                 achieved_rps: 20.0,
-                ttft_ms: q(ttft),
-                itl_ms: q(20.0),
+                ttft_ms: Some(q(ttft)),
+                itl_ms: Some(q(20.0)),
                 send_lag_ms: Some(Quantiles {
                     p50: lag_p99 / 4.0,
                     p95: lag_p99,
