@@ -138,12 +138,16 @@ fn none_verdict(results: &[RuleResult], runners_up: Vec<CauseScore>) -> Verdict 
             evidence.push(e.clone());
         }
     }
-    let mut missing: Vec<String> = results
+    let mut missing: Vec<String> = Vec::new();
+    for m in results
         .iter()
         .filter(|r| !r.evaluable)
-        .map(|r| format!("{}: {}", r.cause, r.missing.join(", ")))
-        .collect();
-    missing.dedup();
+        .flat_map(|r| r.missing.iter())
+    {
+        if !missing.contains(m) {
+            missing.push(m.clone());
+        }
+    }
     Verdict {
         cause: Cause::None,
         confidence: (1.0 - best) * (0.2 + 0.8 * share),
@@ -282,10 +286,16 @@ mod tests {
         let last = v.last().unwrap();
         assert_eq!(last.cause, Cause::None);
         assert!(last.confidence < 0.5, "{}", last.confidence);
-        for cause in ["kv_cache", "queue", "gpu_memory", "cpu_runqueue", "network"] {
+        for signal in [
+            "kv_usage",
+            "queue_time_p95_ms",
+            "gpu_oom",
+            "runq_p99_us",
+            "srtt_mean_us",
+        ] {
             assert!(
-                last.missing.iter().any(|m| m.starts_with(cause)),
-                "{cause}: {:?}",
+                last.missing.iter().any(|m| m.starts_with(signal)),
+                "{signal}: {:?}",
                 last.missing
             );
         }

@@ -205,12 +205,7 @@ fn summarise_one(
         .max_by(|a, b| a.verdict.confidence.total_cmp(&b.verdict.confidence))
         .map(|v| v.verdict.evidence.clone())
         .unwrap_or_default();
-    let mut missing: Vec<String> = Vec::new();
-    for m in idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()) {
-        if !missing.contains(m) {
-            missing.push(m.clone());
-        }
-    }
+    let missing = group_missing(idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()));
     let is_baseline = idx.iter().all(|i| base.windows.contains(i));
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
     let phase_windows: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
@@ -236,6 +231,23 @@ fn summarise_one(
         missing,
         name,
     }
+}
+
+/// Groups `signal: reason` lines by reason: `reason: signal, signal`.
+fn group_missing<'a>(lines: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for line in lines {
+        let (signal, reason) = line.split_once(": ").unwrap_or(("", line.as_str()));
+        match groups.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, signals)) if !signals.contains(&signal) => signals.push(signal),
+            Some(_) => {}
+            None => groups.push((reason, vec![signal])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(reason, signals)| format!("{reason}: {}", signals.join(", ")))
+        .collect()
 }
 
 fn load(ws: &[&Window]) -> PhaseLoad {

@@ -247,6 +247,9 @@ impl Signal {
             Source::Runq => w.runq.as_ref().is_some_and(|r| r.samples > 0),
             Source::Net => w.net.is_some(),
             Source::Gpu => w.gpu.is_some(),
+            // A derived signal: name its missing inputs before blaming the baseline.
+            Source::Baseline if w.server.is_none() => return Source::Server.absent_reason(),
+            Source::Baseline if w.load.is_none() => return Source::Load.absent_reason(),
             Source::Baseline => return Source::Baseline.absent_reason(),
         };
         if present {

@@ -98,8 +98,8 @@ fn phase(out: &mut String, p: &PhaseSummary) {
     if let Some(d) = &p.ttft_decomposition {
         let _ = writeln!(out, "  {}", decomposition(d));
     }
-    if !p.missing.is_empty() && p.dominant == Cause::None {
-        let _ = writeln!(out, "  missing: {}", p.missing.join("; "));
+    for m in &p.missing {
+        let _ = writeln!(out, "  missing: {m}");
     }
     if p.dominant != Cause::None {
         let _ = writeln!(out, "  what to do: {}", p.hint);
