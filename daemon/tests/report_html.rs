@@ -178,6 +178,7 @@ fn report_html_renders_every_chart_from_the_data() {
         "phase table"
     );
     assert!(dom.contains("What to do: KV cache is full"));
+    assert_eq!(dom.matches("class=\"window-row\"").count(), windows);
 }
 
 #[test]

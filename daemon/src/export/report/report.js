@@ -95,9 +95,10 @@
     if (p.dominant !== 'none') {
       etd.appendChild(el('div', { 'class': 'evidence' }, evidenceLine(p.evidence)));
       etd.appendChild(el('div', { 'class': 'hint' }, 'What to do: ' + p.hint));
-    } else if (p.missing && p.missing.length) {
-      etd.appendChild(el('div', { 'class': 'evidence' }, 'missing: ' + p.missing.join('; ')));
     }
+    (p.missing || []).forEach(function (m) {
+      etd.appendChild(el('div', { 'class': 'evidence missing-line' }, 'missing: ' + m));
+    });
     tr.appendChild(etd);
     tr.appendChild(decompCell(p.ttft_decomposition));
     table.appendChild(tr);
@@ -269,6 +270,31 @@
           sv('title', {}, c).textContent = w.gpu.oom + ' OOM returns';
         });
       } });
+
+  // ---- every window's verdict, folded away ----
+  (function windowTable() {
+    var sec = section('Window verdicts');
+    var det = el('details');
+    det.appendChild(el('summary', {}, report.verdicts.length + ' windows: cause, confidence, evidence, runners-up'));
+    var tb = el('table', { id: 'window-table' });
+    var h = el('tr');
+    ['t', 'phase', 'verdict', 'confidence', 'evidence', 'runners-up'].forEach(function (x) { h.appendChild(el('th', {}, x)); });
+    tb.appendChild(h);
+    report.verdicts.forEach(function (v) {
+      var tr = el('tr', { 'class': 'window-row', 'data-verdict': v.verdict.cause });
+      tr.appendChild(el('td', {}, num((v.start_unix_ms - t0) / 1000) + 's'));
+      tr.appendChild(el('td', {}, v.phase || ''));
+      var c = el('td'); c.appendChild(chip(v.verdict.cause)); tr.appendChild(c);
+      tr.appendChild(el('td', {}, num(v.verdict.confidence)));
+      tr.appendChild(el('td', { 'class': 'evidence' }, evidenceLine(v.verdict.evidence)));
+      tr.appendChild(el('td', {}, v.verdict.runners_up.map(function (r) {
+        return r.cause + ' ' + num(r.confidence);
+      }).join(', ')));
+      tb.appendChild(tr);
+    });
+    det.appendChild(tb);
+    sec.appendChild(det);
+  })();
 
   // ---- request waterfalls ----
   (function waterfalls() {
