@@ -21,7 +21,7 @@ pub struct Baseline {
 }
 
 /// Signals a baseline is kept for (the ones rules compare against).
-const BASELINE_SIGNALS: [Signal; 15] = [
+const BASELINE_SIGNALS: [Signal; 18] = [
     Signal::TtftP50Ms,
     Signal::TtftP95Ms,
     Signal::TtftP99Ms,
@@ -36,6 +36,9 @@ const BASELINE_SIGNALS: [Signal; 15] = [
     Signal::SrttMeanUs,
     Signal::KernelFirstTokenP50Ms,
     Signal::ClientServerGapMs,
+    Signal::FrontendMs,
+    Signal::PromptTokensPerRequest,
+    Signal::PrefixHitRate,
     Signal::RunqTotalShare,
 ];
 

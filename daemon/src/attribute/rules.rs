@@ -27,6 +27,13 @@ pub enum Test {
         /// Least absolute rise, in the signal's unit.
         min_delta: f64,
     },
+    /// value <= baseline * ratio and baseline - value >= `min_delta`.
+    Falls {
+        /// Factor under the baseline.
+        ratio: f64,
+        /// Least absolute fall, in the signal's unit.
+        min_delta: f64,
+    },
     /// value <= baseline * ratio + slack.
     Flat {
         /// Factor over the baseline still called flat.
@@ -77,9 +84,11 @@ const fn supp(signal: Signal, test: Test, weight: f64) -> Condition {
 }
 
 use Signal as S;
-use Test::{Above, AtLeast, Below, Between, Flat, Rises};
+use Test::{Above, AtLeast, Below, Between, Falls, Flat, Rises};
 
-/// The default rule table.
+/// The default rule table. Weights: 3-4 for a cause's defining signal, 2 for a signal that
+/// separates it from a look-alike (ITL for KV vs queue), 1 for corroboration.
+#[rustfmt::skip]
 pub const RULES: &[Rule] = &[
     Rule {
         cause: Cause::KvCache,
@@ -88,62 +97,25 @@ pub const RULES: &[Rule] = &[
             trig(S::PreemptionsPerS, Above(0.0), 3.0),
             // Running plateaus below its cap while waiting grows.
             supp(S::RunningShareOfCap, Below(0.95), 1.0),
-            supp(
-                S::Waiting,
-                Rises {
-                    ratio: 1.5,
-                    min_delta: 1.0,
-                },
-                1.0,
-            ),
-            supp(
-                S::TtftP99Ms,
-                Rises {
-                    ratio: 1.5,
-                    min_delta: 20.0,
-                },
-                1.0,
-            ),
+            supp(S::Waiting, Rises { ratio: 1.5, min_delta: 1.0 }, 1.0),
+            supp(S::TtftP99Ms, Rises { ratio: 1.5, min_delta: 20.0 }, 1.0),
             // Recompute after preemption makes ITL tails grow too: this separates it from queueing.
-            supp(
-                S::ItlP99Ms,
-                Rises {
-                    ratio: 1.3,
-                    min_delta: 5.0,
-                },
-                2.0,
-            ),
+            supp(S::ItlP99Ms, Rises { ratio: 1.3, min_delta: 5.0 }, 2.0),
+            // Recompute: prompt tokens rise faster than requests; evictions lower prefix hits.
+            supp(S::PromptTokensPerRequest, Rises { ratio: 1.3, min_delta: 0.0 }, 1.0),
+            supp(S::PrefixHitRate, Falls { ratio: 0.8, min_delta: 0.05 }, 1.0),
         ],
     },
     Rule {
         cause: Cause::Queue,
         conditions: &[
-            trig(
-                S::Waiting,
-                Rises {
-                    ratio: 2.0,
-                    min_delta: 2.0,
-                },
-                2.0,
-            ),
-            trig(
-                S::QueueTimeP95Ms,
-                Rises {
-                    ratio: 2.0,
-                    min_delta: 20.0,
-                },
-                2.0,
-            ),
+            trig(S::Waiting, Rises { ratio: 2.0, min_delta: 2.0 }, 2.0),
+            trig(S::QueueTimeP95Ms, Rises { ratio: 2.0, min_delta: 20.0 }, 2.0),
+            // Absolute: most of TTFT is spent queued, even when the baseline already queued.
+            trig(S::QueueShareOfTtft, AtLeast(0.5), 2.0),
             // TTFT grows by about the queue delta.
             supp(S::TtftRiseFromQueue, Between(0.5, 1.5), 2.0),
-            supp(
-                S::ItlP99Ms,
-                Flat {
-                    ratio: 1.3,
-                    slack: 5.0,
-                },
-                2.0,
-            ),
+            supp(S::ItlP99Ms, Flat { ratio: 1.3, slack: 5.0 }, 2.0),
             supp(S::KvUsage, Below(0.9), 1.0),
             supp(S::PreemptionsPerS, Below(0.01), 1.0),
         ],
@@ -151,80 +123,34 @@ pub const RULES: &[Rule] = &[
     Rule {
         cause: Cause::GpuMemory,
         conditions: &[
-            trig(S::GpuOom, Above(0.0), 3.0),
+            // An allocation that returned out-of-memory is close to proof on its own.
+            trig(S::GpuOom, Above(0.0), 4.0),
             trig(S::GpuMemUsedFrac, AtLeast(0.97), 2.0),
             supp(S::GpuAllocsAfterWarmup, Above(0.0), 1.0),
             supp(S::GpuAllocChurn, Above(0.0), 1.0),
             supp(S::ErrorRate, Above(0.01), 1.0),
-            supp(
-                S::TtftP99Ms,
-                Rises {
-                    ratio: 1.5,
-                    min_delta: 20.0,
-                },
-                1.0,
-            ),
+            supp(S::TtftP99Ms, Rises { ratio: 1.5, min_delta: 20.0 }, 1.0),
         ],
     },
     Rule {
         cause: Cause::CpuRunqueue,
         conditions: &[
-            trig(
-                S::RunqP99Us,
-                Rises {
-                    ratio: 2.0,
-                    min_delta: 1000.0,
-                },
-                3.0,
-            ),
-            trig(
-                S::RunqMeanUs,
-                Rises {
-                    ratio: 2.0,
-                    min_delta: 200.0,
-                },
-                1.0,
-            ),
-            supp(
-                S::TtftP99Ms,
-                Rises {
-                    ratio: 1.3,
-                    min_delta: 10.0,
-                },
-                3.0,
-            ),
+            trig(S::RunqP99Us, Rises { ratio: 2.0, min_delta: 1000.0 }, 3.0),
+            trig(S::RunqMeanUs, Rises { ratio: 2.0, min_delta: 200.0 }, 1.0),
+            supp(S::TtftP99Ms, Rises { ratio: 1.3, min_delta: 10.0 }, 3.0),
             // Threads together waited at least a fifth of the window for a CPU.
             supp(S::RunqTotalShare, AtLeast(0.2), 2.0),
+            // Frontend time (HTTP, tokenisation) is CPU-bound: it grows with run-queue delay.
+            supp(S::FrontendMs, Rises { ratio: 1.5, min_delta: 5.0 }, 2.0),
         ],
     },
     Rule {
         cause: Cause::Network,
         conditions: &[
-            trig(
-                S::SrttMeanUs,
-                Rises {
-                    ratio: 2.0,
-                    min_delta: 1000.0,
-                },
-                3.0,
-            ),
+            trig(S::SrttMeanUs, Rises { ratio: 2.0, min_delta: 1000.0 }, 3.0),
             trig(S::Retransmits, Above(0.0), 2.0),
-            trig(
-                S::ClientServerGapMs,
-                Rises {
-                    ratio: 1.5,
-                    min_delta: 10.0,
-                },
-                3.0,
-            ),
-            supp(
-                S::TtftP99Ms,
-                Rises {
-                    ratio: 1.3,
-                    min_delta: 10.0,
-                },
-                1.0,
-            ),
+            trig(S::ClientServerGapMs, Rises { ratio: 1.5, min_delta: 10.0 }, 3.0),
+            supp(S::TtftP99Ms, Rises { ratio: 1.3, min_delta: 10.0 }, 1.0),
         ],
     },
     Rule {
@@ -270,6 +196,7 @@ impl Condition {
                 format!("in {}..{}", fmt_num(lo), fmt_num(hi)),
             ),
             Test::Rises { ratio, min_delta }
+            | Test::Falls { ratio, min_delta }
             | Test::Flat {
                 ratio,
                 slack: min_delta,
@@ -277,17 +204,24 @@ impl Condition {
                 let Some(b) = ctx.baseline.get(self.signal) else {
                     return Outcome::Missing(format!("{name}: no baseline for this signal"));
                 };
-                if let Test::Rises { .. } = self.test {
-                    let t = (b * ratio).max(b + min_delta);
-                    (value >= t, t, Some(b), format!(">= {ratio}x baseline"))
-                } else {
-                    let t = b * ratio + min_delta;
-                    (
-                        value <= t,
-                        t,
-                        Some(b),
-                        format!("<= {ratio}x baseline (flat)"),
-                    )
+                match self.test {
+                    Test::Rises { .. } => {
+                        let t = (b * ratio).max(b + min_delta);
+                        (value >= t, t, Some(b), format!(">= {ratio}x baseline"))
+                    }
+                    Test::Falls { .. } => {
+                        let t = (b * ratio).min(b - min_delta);
+                        (value <= t, t, Some(b), format!("<= {ratio}x baseline"))
+                    }
+                    _ => {
+                        let t = b * ratio + min_delta;
+                        (
+                            value <= t,
+                            t,
+                            Some(b),
+                            format!("<= {ratio}x baseline (flat)"),
+                        )
+                    }
                 }
             }
         };

@@ -47,6 +47,12 @@ pub enum Signal {
     QueueTimeP95Ms,
     /// Server TTFT p50 (server metric), ms.
     ServerTtftP50Ms,
+    /// Prompt tokens per started request: rises under recompute after preemption.
+    PromptTokensPerRequest,
+    /// Prefix-cache hit rate, 0..1: falls when the cache evicts under pressure.
+    PrefixHitRate,
+    /// Server queue time p95 / client TTFT p95: queueing dominates TTFT.
+    QueueShareOfTtft,
     /// (queue p95 rise) / (client TTFT p95 rise) over the baseline; 0 when TTFT did not rise.
     TtftRiseFromQueue,
     /// Server threads' run-queue delay p99, µs.
@@ -63,6 +69,9 @@ pub enum Signal {
     KernelFirstTokenP50Ms,
     /// Client TTFT p50 - send lag p50 - server-side first token p50 (kernel), ms.
     ClientServerGapMs,
+    /// Server-side first token (kernel) - the engine's own TTFT (server metric), p50, ms: time
+    /// in the API server's frontend (HTTP, tokenisation, detokenisation), CPU-bound.
+    FrontendMs,
     /// Allocation calls that returned out-of-memory.
     GpuOom,
     /// Successful allocation calls after warm-up (0 during warm-up).
@@ -144,12 +153,17 @@ impl Signal {
             | S::PreemptionsPerS
             | S::QueueTimeP50Ms
             | S::QueueTimeP95Ms
-            | S::ServerTtftP50Ms => Source::Server,
+            | S::ServerTtftP50Ms
+            | S::PromptTokensPerRequest
+            | S::PrefixHitRate
+            | S::QueueShareOfTtft => Source::Server,
             S::TtftRiseFromQueue => Source::Baseline,
             S::LoadgenRunqP99Us | S::RunqP99Us | S::RunqMeanUs | S::RunqTotalShare => Source::Runq,
-            S::SrttMeanUs | S::Retransmits | S::KernelFirstTokenP50Ms | S::ClientServerGapMs => {
-                Source::Net
-            }
+            S::SrttMeanUs
+            | S::Retransmits
+            | S::KernelFirstTokenP50Ms
+            | S::ClientServerGapMs
+            | S::FrontendMs => Source::Net,
             S::GpuOom | S::GpuAllocsAfterWarmup | S::GpuAllocChurn | S::GpuMemUsedFrac => {
                 Source::Gpu
             }
@@ -193,6 +207,16 @@ impl Signal {
             S::QueueTimeP50Ms => server?.queue_time_p50_ms,
             S::QueueTimeP95Ms => server?.queue_time_p95_ms,
             S::ServerTtftP50Ms => server?.ttft_p50_ms,
+            S::PromptTokensPerRequest => {
+                let rps = load?.achieved_rps;
+                (rps > 0.0).then_some(())?;
+                Some(server?.prompt_tokens_per_s? / rps)
+            }
+            S::PrefixHitRate => server?.prefix_hit_rate,
+            S::QueueShareOfTtft => {
+                let ttft = S::TtftP95Ms.raw(w, index).filter(|t| *t > 0.0)?;
+                Some(server?.queue_time_p95_ms? / ttft)
+            }
             S::TtftRiseFromQueue => None,
             S::RunqP99Us => runq.map(|r| r.p99_us),
             S::RunqMeanUs => runq.map(|r| r.mean_us),
@@ -205,6 +229,7 @@ impl Signal {
                 let lag = S::SendLagP50Ms.raw(w, index).unwrap_or(0.0);
                 Some(ttft - lag - net?.server_first_token_p50_ms?)
             }
+            S::FrontendMs => Some(net?.server_first_token_p50_ms? - server?.ttft_p50_ms?),
             S::GpuOom => gpu.map(|g| g.oom as f64),
             S::GpuAllocsAfterWarmup => gpu.map(|g| {
                 if index < WARMUP_WINDOWS {

@@ -50,6 +50,8 @@ fn kv_pressure_is_kv_cache_with_queue_as_runner_up() {
         "preemptions_per_s",
         "itl_p99_ms",
         "running_share_of_cap",
+        "prompt_tokens_per_request",
+        "prefix_hit_rate",
     ] {
         assert!(
             evidence_names(p).contains(&s),
@@ -79,6 +81,7 @@ fn admission_queue_is_queue_and_ttft_rise_is_queue_time() {
     for s in [
         "waiting",
         "queue_time_p95_ms",
+        "queue_share_of_ttft",
         "ttft_rise_from_queue",
         "itl_p99_ms",
         "kv_usage",
@@ -140,6 +143,7 @@ fn starved_server_threads_are_cpu_runqueue() {
         "runq_mean_us",
         "ttft_p99_ms",
         "runq_total_share",
+        "frontend_ms",
     ] {
         assert!(
             evidence_names(p).contains(&s),
