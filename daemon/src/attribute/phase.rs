@@ -34,10 +34,15 @@ pub struct PhaseLoad {
     pub in_flight_max: u64,
 }
 
-/// Phase latencies, ms: each quantile is the request-weighted mean of the windows' quantile,
-/// `max` the largest window max (exact phase histograms belong to the load generator).
+/// Phase latencies, ms. Attribution fills them from the windows (each quantile the
+/// request-weighted mean of the windows' quantile, `max` the largest window max); the load
+/// generator's exact phase histograms replace them through `Report::set_phase_latency`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseLatency {
+    /// `true` when taken from the load generator's phase histograms, `false` when averaged
+    /// from windows.
+    #[serde(default)]
+    pub exact: bool,
     /// Time to first token.
     pub ttft_ms: Option<Quantiles>,
     /// Inter-token latency.
@@ -294,6 +299,7 @@ fn latency(ws: &[&Window]) -> PhaseLatency {
         })
     };
     PhaseLatency {
+        exact: false,
         ttft_ms: merge(|l| l.ttft_ms),
         itl_ms: merge(|l| l.itl_ms),
         e2e_ms: merge(|l| l.e2e_ms),

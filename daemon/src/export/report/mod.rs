@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::attribute::{self, Baseline, PhaseSummary, WindowVerdict};
+use crate::attribute::{self, Baseline, PhaseLatency, PhaseSummary, WindowVerdict};
 use crate::collect::timeline::Timeline;
 
 pub use html::{escape_script_json, render as render_html};
@@ -148,6 +148,19 @@ impl Report {
         all.append(&mut self.missing_evidence);
         self.missing_evidence = all;
         self
+    }
+
+    /// Replaces a phase's window-averaged latencies with the load generator's exact phase
+    /// quantiles (marked `exact`); `false` when there is no such phase.
+    pub fn set_phase_latency(&mut self, phase: &str, mut latency: PhaseLatency) -> bool {
+        latency.exact = true;
+        match self.phases.iter_mut().find(|p| p.name == phase) {
+            Some(p) => {
+                p.latency = latency;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The summary of the phase called `name`.

@@ -55,7 +55,8 @@ fn phase(out: &mut String, p: &PhaseSummary) {
     let lat = &p.latency;
     let _ = writeln!(
         out,
-        "  latency: TTFT {} | ITL {} | E2E {}",
+        "  latency{}: TTFT {} | ITL {} | E2E {}",
+        if lat.exact { "" } else { " (window-averaged)" },
         quantiles(lat.ttft_ms.as_ref()),
         quantiles(lat.itl_ms.as_ref()),
         quantiles(lat.e2e_ms.as_ref())

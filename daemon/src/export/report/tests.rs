@@ -114,7 +114,10 @@ fn terminal_summary_names_verdict_evidence_and_hint_per_phase() {
         "{text}"
     );
     assert!(peak.contains("TTFT p50 +"), "{text}");
-    assert!(peak.contains("latency: TTFT p50 "), "{text}");
+    assert!(
+        peak.contains("latency (window-averaged): TTFT p50 "),
+        "{text}"
+    );
     assert!(peak.contains("load: 59.8 req/s (target 60)"), "{text}");
     let baseline = text
         .split("\nphase baseline (")
@@ -230,4 +233,27 @@ fn write_files_writes_both() {
             .starts_with("<!doctype html>")
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn exact_phase_latency_replaces_the_window_average() {
+    let mut r = report("queue");
+    let exact = crate::attribute::PhaseLatency {
+        ttft_ms: Some(crate::collect::timeline::Quantiles {
+            p50: 371.0,
+            p95: 640.0,
+            p99: 702.4,
+            max: 1100.0,
+        }),
+        ..Default::default()
+    };
+    assert!(r.set_phase_latency("peak", exact));
+    assert!(!r.set_phase_latency("no-such-phase", crate::attribute::PhaseLatency::default()));
+    let text = r.terminal();
+    let peak = text.split("\nphase peak (").nth(1).unwrap();
+    assert!(
+        peak.contains("latency: TTFT p50 371 ms p99 702 ms | ITL n/a"),
+        "{text}"
+    );
+    assert!(r.phase("peak").unwrap().latency.exact);
 }
