@@ -5,4 +5,6 @@
 pub mod attribute;
 pub mod collect;
 pub mod export;
+pub mod gpu;
 pub mod probes;
+pub mod scrape;

@@ -17,12 +17,15 @@ struct Cli {
 enum Command {
     /// Run-queue latency per process, like bcc's runqlat (needs root).
     Runqlat(cli::runqlat::Args),
+    /// Node-level mode: watch inference servers and serve their time line (needs root).
+    Daemon(cli::daemon::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Runqlat(args) => cli::runqlat::run(&args),
+        Command::Daemon(args) => cli::daemon::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -43,8 +43,17 @@ pub mod globals {
     /// `inet_sock_set_state` offsets: skaddr, oldstate, newstate, sport, dport, family,
     /// protocol, saddr, daddr, saddr_v6, daddr_v6.
     pub const STATE: [&str; 11] = [
-        "SS_SKADDR", "SS_OLDSTATE", "SS_NEWSTATE", "SS_SPORT", "SS_DPORT", "SS_FAMILY",
-        "SS_PROTOCOL", "SS_SADDR", "SS_DADDR", "SS_SADDR6", "SS_DADDR6",
+        "SS_SKADDR",
+        "SS_OLDSTATE",
+        "SS_NEWSTATE",
+        "SS_SPORT",
+        "SS_DPORT",
+        "SS_FAMILY",
+        "SS_PROTOCOL",
+        "SS_SADDR",
+        "SS_DADDR",
+        "SS_SADDR6",
+        "SS_DADDR6",
     ];
     /// `IPPROTO_TCP`, from the format's `__print_symbolic` table.
     pub const IPPROTO_TCP: &str = "IPPROTO_TCP";
@@ -56,7 +65,12 @@ pub mod globals {
     pub const LENGTH: [&str; 5] = ["SL_SK", "SL_FAMILY", "SL_PROTOCOL", "SL_RET", "SL_FLAGS"];
     /// TCP state numbers, from the format's `__print_symbolic` table:
     /// ESTABLISHED, SYN_SENT, SYN_RECV, CLOSE.
-    pub const TCP_STATES: [&str; 4] = ["TCP_ESTABLISHED", "TCP_SYN_SENT", "TCP_SYN_RECV", "TCP_CLOSE"];
+    pub const TCP_STATES: [&str; 4] = [
+        "TCP_ESTABLISHED",
+        "TCP_SYN_SENT",
+        "TCP_SYN_RECV",
+        "TCP_CLOSE",
+    ];
 }
 
 /// A connection's addresses; IPv4 addresses use the first 4 bytes. Ports in host order.

@@ -81,7 +81,9 @@ pub fn cuda_alloc(ctx: ProbeContext) -> u32 {
 pub fn cuda_alloc_ret(ctx: RetProbeContext) -> u32 {
     let key = pid_tgid();
     // SAFETY: the value is copied out before the remove.
-    let Some(p) = (unsafe { CUDA_PENDING.get(&key) }).copied() else { return 0 };
+    let Some(p) = (unsafe { CUDA_PENDING.get(&key) }).copied() else {
+        return 0;
+    };
     let _ = CUDA_PENDING.remove(&key);
     let ret: i32 = ctx.ret::<i32>();
     let ptr = if ret == 0 && p.out_ptr != 0 {
@@ -92,7 +94,16 @@ pub fn cuda_alloc_ret(ctx: RetProbeContext) -> u32 {
     };
     let (tgid, tid) = current();
     let now = unsafe { bpf_ktime_get_ns() };
-    emit(CudaEvent { api: p.api, tgid, tid, ret, ts_ns: p.ts_ns, duration_ns: now - p.ts_ns, ptr, size: p.size });
+    emit(CudaEvent {
+        api: p.api,
+        tgid,
+        tid,
+        ret,
+        ts_ns: p.ts_ns,
+        duration_ns: now - p.ts_ns,
+        ptr,
+        size: p.size,
+    });
     0
 }
 
@@ -105,7 +116,16 @@ pub fn cuda_free(ctx: ProbeContext) -> u32 {
     }
     let ptr = ctx.arg::<u64>(0).unwrap_or(0);
     let now = unsafe { bpf_ktime_get_ns() };
-    emit(CudaEvent { api: cookie(&ctx), tgid, tid, ret: 0, ts_ns: now, duration_ns: 0, ptr, size: 0 });
+    emit(CudaEvent {
+        api: cookie(&ctx),
+        tgid,
+        tid,
+        ret: 0,
+        ts_ns: now,
+        duration_ns: 0,
+        ptr,
+        size: 0,
+    });
     0
 }
 
@@ -147,8 +167,13 @@ pub fn cuda_sync(ctx: ProbeContext) -> u32 {
     if !watched(tgid) {
         return 0;
     }
-    let pending =
-        Pending { ts_ns: unsafe { bpf_ktime_get_ns() }, out_ptr: 0, size: 0, api: cookie(&ctx), _pad: 0 };
+    let pending = Pending {
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        out_ptr: 0,
+        size: 0,
+        api: cookie(&ctx),
+        _pad: 0,
+    };
     if CUDA_PENDING.insert(&pid_tgid(), &pending, 0).is_err() {
         count_drop(&CUDA_DROPS, DROP_PENDING_FULL);
     }
@@ -160,11 +185,22 @@ pub fn cuda_sync(ctx: ProbeContext) -> u32 {
 pub fn cuda_sync_ret(ctx: RetProbeContext) -> u32 {
     let key = pid_tgid();
     // SAFETY: the value is copied out before the remove.
-    let Some(p) = (unsafe { CUDA_PENDING.get(&key) }).copied() else { return 0 };
+    let Some(p) = (unsafe { CUDA_PENDING.get(&key) }).copied() else {
+        return 0;
+    };
     let _ = CUDA_PENDING.remove(&key);
     let (tgid, tid) = current();
     let now = unsafe { bpf_ktime_get_ns() };
-    emit(CudaEvent { api: p.api, tgid, tid, ret: ctx.ret::<i32>(), ts_ns: p.ts_ns, duration_ns: now - p.ts_ns, ptr: 0, size: 0 });
+    emit(CudaEvent {
+        api: p.api,
+        tgid,
+        tid,
+        ret: ctx.ret::<i32>(),
+        ts_ns: p.ts_ns,
+        duration_ns: now - p.ts_ns,
+        ptr: 0,
+        size: 0,
+    });
     0
 }
 
@@ -175,6 +211,15 @@ pub fn nvidia_xid(ctx: TracePointContext) -> u32 {
     let code: u32 = unsafe { ctx.read_at(global(&XID_CODE_OFF) as usize) }.unwrap_or(0);
     let (tgid, tid) = current();
     let now = unsafe { bpf_ktime_get_ns() };
-    emit(CudaEvent { api: api::XID, tgid, tid, ret: 0, ts_ns: now, duration_ns: 0, ptr: 0, size: u64::from(code) });
+    emit(CudaEvent {
+        api: api::XID,
+        tgid,
+        tid,
+        ret: 0,
+        ts_ns: now,
+        duration_ns: 0,
+        ptr: 0,
+        size: u64::from(code),
+    });
     0
 }

@@ -44,7 +44,6 @@ static RUNQ_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_KINDS, 
 
 const BPF_NOEXIST: u64 = 1;
 
-
 #[inline(always)]
 fn stamp(tid: u32) {
     if tid == 0 {

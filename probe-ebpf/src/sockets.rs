@@ -14,9 +14,9 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use probe_common::sockets::{
-    CONN_ENTRIES, Conn, DROP_CONNS_FULL, DROP_KINDS, DROP_RINGBUF, EVENTS_BYTES, EV_ACCEPT,
-    EV_CLOSE, EV_CONNECT, EV_REQUEST, Exchange, PHASE_IDLE, PHASE_RECEIVING, PHASE_RESPONDING,
-    SockEvent, Tuple,
+    CONN_ENTRIES, Conn, DROP_CONNS_FULL, DROP_KINDS, DROP_RINGBUF, EV_ACCEPT, EV_CLOSE, EV_CONNECT,
+    EV_REQUEST, EVENTS_BYTES, Exchange, PHASE_IDLE, PHASE_RECEIVING, PHASE_RESPONDING, SockEvent,
+    Tuple,
 };
 
 use crate::{
@@ -28,9 +28,26 @@ macro_rules! offsets {
     ($($name:ident),*) => { $( #[unsafe(no_mangle)] static $name: u32 = 0; )* };
 }
 offsets!(
-    SS_SKADDR, SS_OLDSTATE, SS_NEWSTATE, SS_SPORT, SS_DPORT, SS_FAMILY, SS_PROTOCOL, SS_SADDR,
-    SS_DADDR, SS_SADDR6, SS_DADDR6, TP_SKADDR, TP_SRTT, TP_CWND, RT_SKADDR, SL_SK, SL_FAMILY,
-    SL_PROTOCOL, SL_RET, SL_FLAGS
+    SS_SKADDR,
+    SS_OLDSTATE,
+    SS_NEWSTATE,
+    SS_SPORT,
+    SS_DPORT,
+    SS_FAMILY,
+    SS_PROTOCOL,
+    SS_SADDR,
+    SS_DADDR,
+    SS_SADDR6,
+    SS_DADDR6,
+    TP_SKADDR,
+    TP_SRTT,
+    TP_CWND,
+    RT_SKADDR,
+    SL_SK,
+    SL_FAMILY,
+    SL_PROTOCOL,
+    SL_RET,
+    SL_FLAGS
 );
 #[unsafe(no_mangle)]
 static TCP_ESTABLISHED: u32 = 1;
@@ -89,7 +106,14 @@ fn emit(kind: u32, ts_ns: u64, skaddr: u64, duration_ns: u64, conn: *const Conn)
 
 /// Starts tracking `sk`: fills the per-CPU scratch `Conn` and inserts it.
 #[inline(always)]
-fn track(ctx: &TracePointContext, sk: u64, tgid: u32, role: u32, now: u64, established: bool) -> Result<(), i32> {
+fn track(
+    ctx: &TracePointContext,
+    sk: u64,
+    tgid: u32,
+    role: u32,
+    now: u64,
+    established: bool,
+) -> Result<(), i32> {
     let conn = SOCK_SCRATCH.get_ptr_mut(0).ok_or(0)?;
     // SAFETY: per-CPU scratch slot, fully overwritten before use.
     unsafe {
@@ -197,7 +221,9 @@ pub fn tcp_probe(ctx: TracePointContext) -> u32 {
 
 fn try_tcp_probe(ctx: &TracePointContext) -> Result<(), i32> {
     let sk: u64 = at(ctx, &TP_SKADDR)?;
-    let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) else { return Ok(()) };
+    let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) else {
+        return Ok(());
+    };
     let srtt: u32 = at(ctx, &TP_SRTT)?;
     let cwnd: u32 = at(ctx, &TP_CWND)?;
     // SAFETY: live map value; counters shared with other CPUs use atomic adds.
@@ -243,7 +269,9 @@ fn length_event(ctx: &TracePointContext) -> Result<Option<(u64, *mut Conn, u64)>
         return Ok(None);
     }
     let sk: u64 = at(ctx, &SL_SK)?;
-    let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) else { return Ok(None) };
+    let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) else {
+        return Ok(None);
+    };
     let tgid = current().0;
     // SAFETY: live map value.
     unsafe {
@@ -262,7 +290,9 @@ pub fn sock_recv(ctx: TracePointContext) -> u32 {
 }
 
 fn try_recv(ctx: &TracePointContext) -> Result<(), i32> {
-    let Some((sk, conn, n)) = length_event(ctx)? else { return Ok(()) };
+    let Some((sk, conn, n)) = length_event(ctx)? else {
+        return Ok(());
+    };
     // SAFETY: live map value; the owning process's reads and writes are serialised by the
     // socket lock, so the exchange is updated by one CPU at a time.
     let conn = unsafe { &mut *conn };
@@ -296,7 +326,9 @@ pub fn sock_send(ctx: TracePointContext) -> u32 {
 }
 
 fn try_send(ctx: &TracePointContext) -> Result<(), i32> {
-    let Some((_, conn, n)) = length_event(ctx)? else { return Ok(()) };
+    let Some((_, conn, n)) = length_event(ctx)? else {
+        return Ok(());
+    };
     // SAFETY: as in `try_recv`.
     let conn = unsafe { &mut *conn };
     unsafe { atomic_add(&raw mut conn.bytes_out, n) };

@@ -55,7 +55,12 @@ fn build_double() -> PathBuf {
     let src = dir.join("fake_cuda.c");
     let bin = dir.join("fake_cuda");
     std::fs::write(&src, FAKE_CUDA).unwrap();
-    let st = Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&bin).arg(&src).status().expect("cc (gcc) is needed");
+    let st = Command::new("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("cc (gcc) is needed");
     assert!(st.success(), "building the CUDA test double failed");
     bin
 }
@@ -78,19 +83,30 @@ async fn uprobes_count_allocs_frees_oom_and_syncs_per_thread() {
     assert!(out.status.success());
 
     let mut events: Vec<CudaEvent> = Vec::new();
-    while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(500), reader.rx.recv()).await {
+    while let Ok(Some(ev)) =
+        tokio::time::timeout(Duration::from_millis(500), reader.rx.recv()).await
+    {
         if ev.tgid == pid {
             events.push(ev);
         }
     }
     let allocs: Vec<&CudaEvent> = events.iter().filter(|e| e.api == api::MEM_ALLOC).collect();
     let frees = events.iter().filter(|e| e.api == api::MEM_FREE).count();
-    let syncs: Vec<&CudaEvent> = events.iter().filter(|e| e.api == api::STREAM_SYNC).collect();
+    let syncs: Vec<&CudaEvent> = events
+        .iter()
+        .filter(|e| e.api == api::STREAM_SYNC)
+        .collect();
     assert_eq!(allocs.len(), 201, "200 allocations + 1 OOM");
     assert_eq!(frees, 200);
     assert_eq!(syncs.len(), 3);
-    assert!(syncs.iter().all(|s| s.duration_ns >= 2_000_000), "sync time includes the 2 ms wait");
-    let oom: Vec<_> = allocs.iter().filter(|e| e.ret == CUDA_ERROR_OUT_OF_MEMORY).collect();
+    assert!(
+        syncs.iter().all(|s| s.duration_ns >= 2_000_000),
+        "sync time includes the 2 ms wait"
+    );
+    let oom: Vec<_> = allocs
+        .iter()
+        .filter(|e| e.ret == CUDA_ERROR_OUT_OF_MEMORY)
+        .collect();
     assert_eq!(oom.len(), 1);
     assert_eq!(oom[0].size, 1 << 40);
 
@@ -105,17 +121,26 @@ async fn uprobes_count_allocs_frees_oom_and_syncs_per_thread() {
         let base = sizes[0] / 1000 * 1000;
         let mut sorted = sizes.clone();
         sorted.sort_unstable();
-        assert_eq!(sorted, (0..50).map(|i| base + i).collect::<Vec<_>>(), "a thread's sizes got mixed up");
+        assert_eq!(
+            sorted,
+            (0..50).map(|i| base + i).collect::<Vec<_>>(),
+            "a thread's sizes got mixed up"
+        );
     }
 
     let mut account = GpuMemAccount::default();
     events.iter().for_each(|e| account.apply(e));
     let s = account.get(pid).unwrap();
-    let expected: u64 = (0..4u64).flat_map(|t| (0..50).map(move |i| 1000 * (t + 1) + i)).sum();
+    let expected: u64 = (0..4u64)
+        .flat_map(|t| (0..50).map(move |i| 1000 * (t + 1) + i))
+        .sum();
     assert_eq!(s.bytes_allocated, expected);
     assert_eq!(s.live_bytes, 0, "live bytes return to zero after frees");
     assert_eq!((s.allocs, s.frees, s.oom), (200, 200, 1));
-    assert_eq!(probes.cuda_launches().unwrap().get(&pid).map(|l| l.kernels), Some(200));
+    assert_eq!(
+        probes.cuda_launches().unwrap().get(&pid).map(|l| l.kernels),
+        Some(200)
+    );
     let d = probes.cuda_drops().unwrap();
     assert_eq!(d.ringbuf_full + d.pending_full + d.launches_full, 0);
     assert_eq!(reader.drops.get(), 0);

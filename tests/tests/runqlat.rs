@@ -18,7 +18,13 @@ use inferscope_tests::{Hogs, cpus, root_or_skip};
 /// run-queue histogram over that time.
 fn measure(probe: &Probes, dur: Duration) -> RunqHist {
     let me = std::process::id();
-    let before = probe.runq_snapshot().unwrap().get(&me).copied().map(RunqHist).unwrap_or_default();
+    let before = probe
+        .runq_snapshot()
+        .unwrap()
+        .get(&me)
+        .copied()
+        .map(RunqHist)
+        .unwrap_or_default();
     let stop = Arc::new(AtomicBool::new(false));
     let s = Arc::clone(&stop);
     let sleeper = std::thread::spawn(move || {
@@ -29,7 +35,13 @@ fn measure(probe: &Probes, dur: Duration) -> RunqHist {
     std::thread::sleep(dur);
     stop.store(true, Ordering::Relaxed);
     sleeper.join().unwrap();
-    let after = probe.runq_snapshot().unwrap().get(&me).copied().map(RunqHist).unwrap();
+    let after = probe
+        .runq_snapshot()
+        .unwrap()
+        .get(&me)
+        .copied()
+        .map(RunqHist)
+        .unwrap();
     after.since(&before)
 }
 
@@ -52,7 +64,10 @@ fn sleeper_delay_grows_under_cpu_contention() {
         std::thread::sleep(Duration::from_millis(200));
         measure(&probe, Duration::from_secs(3))
     };
-    let (idle50, busy50) = (idle.quantile_us(0.5).unwrap(), busy.quantile_us(0.5).unwrap());
+    let (idle50, busy50) = (
+        idle.quantile_us(0.5).unwrap(),
+        busy.quantile_us(0.5).unwrap(),
+    );
     println!(
         "idle: n={} p50={idle50:.1}us p90={:.1}us mean={:.1}us p99={:.1}us; busy: n={} p50={busy50:.1}us p90={:.1}us mean={:.1}us p99={:.1}us",
         idle.count(),
@@ -70,9 +85,20 @@ fn sleeper_delay_grows_under_cpu_contention() {
     // barely moves; the contention shows in the mean and the tail, which grow by orders of
     // magnitude. The hogs run at nice -10 so that they, not whatever else the machine runs,
     // dominate the CPUs.
-    let (idle90, busy90) = (idle.quantile_us(0.9).unwrap(), busy.quantile_us(0.9).unwrap());
-    assert!(busy.mean_us() >= 5.0 * idle.mean_us(), "mean: idle {:.1}us vs busy {:.1}us", idle.mean_us(), busy.mean_us());
-    assert!(busy90 >= 5.0 * idle90, "p90: idle {idle90:.1}us vs busy {busy90:.1}us");
+    let (idle90, busy90) = (
+        idle.quantile_us(0.9).unwrap(),
+        busy.quantile_us(0.9).unwrap(),
+    );
+    assert!(
+        busy.mean_us() >= 5.0 * idle.mean_us(),
+        "mean: idle {:.1}us vs busy {:.1}us",
+        idle.mean_us(),
+        busy.mean_us()
+    );
+    assert!(
+        busy90 >= 5.0 * idle90,
+        "p90: idle {idle90:.1}us vs busy {busy90:.1}us"
+    );
     let drops = probe.runq_drops().unwrap();
     assert_eq!(drops.start_full + drops.hist_full, 0, "{drops:?}");
 }
@@ -87,5 +113,9 @@ fn watch_list_excludes_other_processes() {
     let _hogs = Hogs::start(2, 0);
     std::thread::sleep(Duration::from_millis(500));
     let snap = probe.runq_snapshot().unwrap();
-    assert!(snap.keys().all(|&t| t == me), "recorded other tgids: {:?}", snap.keys().collect::<Vec<_>>());
+    assert!(
+        snap.keys().all(|&t| t == me),
+        "recorded other tgids: {:?}",
+        snap.keys().collect::<Vec<_>>()
+    );
 }

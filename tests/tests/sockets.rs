@@ -35,15 +35,25 @@ async fn connect_rtt_and_server_first_byte() {
     if !root_or_skip("connect_rtt_and_server_first_byte") {
         return;
     }
-    let mut server = Command::new("python3").args(["-c", SLOW_SERVER]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut server = Command::new("python3")
+        .args(["-c", SLOW_SERVER])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let port: u16 = line.trim().parse().unwrap();
 
     let mut probes = Probes::load().unwrap();
     probes.set_watch(&[server.id()]).unwrap();
     probes.attach(Family::Sockets).unwrap();
-    assert!(probes.hooks().iter().all(|h| h.attached), "{:?}", probes.hooks());
+    assert!(
+        probes.hooks().iter().all(|h| h.attached),
+        "{:?}",
+        probes.hooks()
+    );
     let mut reader = probes.sock_events(4096).unwrap().unwrap();
 
     let local = tokio::task::spawn_blocking(move || {
@@ -61,7 +71,9 @@ async fn connect_rtt_and_server_first_byte() {
     std::thread::sleep(Duration::from_millis(100));
 
     let mut events: Vec<SockEvent> = Vec::new();
-    while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(500), reader.rx.recv()).await {
+    while let Ok(Some(ev)) =
+        tokio::time::timeout(Duration::from_millis(500), reader.rx.recv()).await
+    {
         events.push(ev);
     }
     server.kill().unwrap();
@@ -75,14 +87,33 @@ async fn connect_rtt_and_server_first_byte() {
     assert_eq!(connect.tgid, std::process::id());
     assert!(connect.duration_ns > 0 && connect.duration_ns < 1_000_000_000);
 
-    let server_side = |e: &&SockEvent| endpoints(&e.conn.tuple).is_some_and(|(l, r)| l.port() == port && r == local);
-    assert!(events.iter().filter(|e| e.kind == EV_ACCEPT).any(|e| server_side(&e)), "accept event");
-    let requests: Vec<&SockEvent> = events.iter().filter(|e| e.kind == EV_REQUEST).filter(server_side).collect();
-    assert_eq!(requests.len(), 3, "three exchanges on the server's connection");
+    let server_side = |e: &&SockEvent| {
+        endpoints(&e.conn.tuple).is_some_and(|(l, r)| l.port() == port && r == local)
+    };
+    assert!(
+        events
+            .iter()
+            .filter(|e| e.kind == EV_ACCEPT)
+            .any(|e| server_side(&e)),
+        "accept event"
+    );
+    let requests: Vec<&SockEvent> = events
+        .iter()
+        .filter(|e| e.kind == EV_REQUEST)
+        .filter(server_side)
+        .collect();
+    assert_eq!(
+        requests.len(),
+        3,
+        "three exchanges on the server's connection"
+    );
     for r in &requests {
         let ex = r.conn.exchange;
         let ttfb_ms = (ex.first_out_ns - ex.req_in_ns) as f64 / 1e6;
-        assert!((90.0..=110.0).contains(&ttfb_ms), "server first byte after {ttfb_ms:.1} ms, expected 100 +-10%");
+        assert!(
+            (90.0..=110.0).contains(&ttfb_ms),
+            "server first byte after {ttfb_ms:.1} ms, expected 100 +-10%"
+        );
         assert_eq!((ex.bytes_in, ex.bytes_out), (18, 100));
         assert_eq!(r.tgid, server.id());
     }
@@ -91,10 +122,16 @@ async fn connect_rtt_and_server_first_byte() {
         .iter()
         .find(|e| e.kind == EV_CLOSE && endpoints(&e.conn.tuple).is_some_and(|(l, _)| l == local))
         .expect("a close event for the client's connection");
-    assert!(close.conn.rtt_samples > 0, "tcp_probe RTT samples on an active connection");
+    assert!(
+        close.conn.rtt_samples > 0,
+        "tcp_probe RTT samples on an active connection"
+    );
     assert!(close.conn.srtt_last_us > 0);
     assert_eq!((close.conn.bytes_out, close.conn.bytes_in), (54, 300));
-    assert!(close.duration_ns >= 300_000_000, "lifetime covers the three 100 ms exchanges");
+    assert!(
+        close.duration_ns >= 300_000_000,
+        "lifetime covers the three 100 ms exchanges"
+    );
     let d = probes.sock_drops().unwrap();
     assert_eq!(d.ringbuf_full + d.conns_full + reader.drops.get(), 0);
 }

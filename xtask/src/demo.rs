@@ -11,10 +11,17 @@ use std::{
 use crate::run;
 
 pub fn run() -> anyhow::Result<()> {
-    run::status(&mut run::cargo(&["build", "--release", "--package", "inferscope"]))?;
+    run::status(&mut run::cargo(&[
+        "build",
+        "--release",
+        "--package",
+        "inferscope",
+    ]))?;
     let bin = run::root().join("target/release/inferscope");
     if !run::is_root() {
-        println!("demo: the run-queue probe needs root (or CAP_BPF+CAP_PERFMON): run `sudo cargo xtask demo`");
+        println!(
+            "demo: the run-queue probe needs root (or CAP_BPF+CAP_PERFMON): run `sudo cargo xtask demo`"
+        );
     }
     // Two busy threads per CPU plus a sleeper give the scheduler something to delay.
     let stop = Arc::new(AtomicBool::new(false));
@@ -35,7 +42,11 @@ pub fn run() -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(1));
         }
     });
-    println!("demo: {} busy threads on {cpus} CPUs; pid {} is this demo", cpus * 2, std::process::id());
+    println!(
+        "demo: {} busy threads on {cpus} CPUs; pid {} is this demo",
+        cpus * 2,
+        std::process::id()
+    );
     let result = run::status(
         Command::new(bin)
             .args(["runqlat", "--interval", "1s", "--count", "5", "--pid"])

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod demo;
 mod run;
 mod setup;
@@ -27,6 +28,20 @@ enum Task {
     },
     /// Build inferscope and run the demo.
     Demo,
+    /// Benchmarks that print side-by-side comparisons (probes).
+    Bench {
+        /// Which benchmark; all when omitted.
+        which: Option<String>,
+    },
+    /// A workload for the benchmarks (pipe, tcp), run in its own process.
+    #[command(hide = true)]
+    Workload {
+        /// pipe | tcp | pipe-echo
+        kind: String,
+        /// Seconds to run.
+        #[arg(default_value_t = 5.0)]
+        secs: f64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -34,6 +49,8 @@ fn main() -> ExitCode {
         Task::Setup => setup::all(),
         Task::Test { args } => setup::all().and_then(|()| test(&args)),
         Task::Demo => setup::all().and_then(|()| demo::run()),
+        Task::Bench { which } => setup::all().and_then(|()| bench::run(which.as_deref())),
+        Task::Workload { kind, secs } => bench::workload::run(&kind, secs),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,10 @@ use anyhow::{Context as _, bail};
 
 /// The workspace root (xtask lives one level below it).
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask has a parent").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent")
+        .to_path_buf()
 }
 
 /// `cargo <args>` in the workspace root, with the cargo that runs xtask.
@@ -20,7 +23,9 @@ pub fn cargo(args: &[&str]) -> Command {
 
 /// Runs `cmd`, failing with the command line when it does not succeed.
 pub fn status(cmd: &mut Command) -> anyhow::Result<()> {
-    let st = cmd.status().with_context(|| format!("could not start {cmd:?}"))?;
+    let st = cmd
+        .status()
+        .with_context(|| format!("could not start {cmd:?}"))?;
     if !st.success() {
         bail!("{cmd:?} failed ({st})");
     }
@@ -29,14 +34,18 @@ pub fn status(cmd: &mut Command) -> anyhow::Result<()> {
 
 /// Runs `cmd` and returns its output; an error if it cannot start.
 pub fn output(cmd: &mut Command) -> anyhow::Result<Output> {
-    cmd.output().with_context(|| format!("could not start {cmd:?}"))
+    cmd.output()
+        .with_context(|| format!("could not start {cmd:?}"))
 }
 
 /// stdout of a successful `cmd`, trimmed; an error otherwise.
 pub fn stdout(cmd: &mut Command) -> anyhow::Result<String> {
     let out = output(cmd)?;
     if !out.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

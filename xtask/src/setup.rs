@@ -35,16 +35,28 @@ fn done(step: &str, what: &str) {
 }
 
 fn rust_src() -> anyhow::Result<()> {
-    let installed = run::stdout(
-        Command::new("rustup").args(["component", "list", "--installed", "--toolchain", "nightly"]),
-    )
-    .context("the nightly toolchain is needed for the eBPF build: `rustup toolchain install nightly`")?;
+    let installed = run::stdout(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]))
+    .context(
+        "the nightly toolchain is needed for the eBPF build: `rustup toolchain install nightly`",
+    )?;
     if installed.lines().any(|l| l.starts_with("rust-src")) {
         done("rust-src (nightly)", "already installed");
         return Ok(());
     }
-    run::status(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
-        .context("by hand: `rustup component add rust-src --toolchain nightly`")?;
+    run::status(Command::new("rustup").args([
+        "component",
+        "add",
+        "rust-src",
+        "--toolchain",
+        "nightly",
+    ]))
+    .context("by hand: `rustup component add rust-src --toolchain nightly`")?;
     done("rust-src (nightly)", "installed");
     Ok(())
 }
@@ -71,7 +83,9 @@ fn bpf_linker() -> anyhow::Result<()> {
         .and_then(|v| v.split('.').next())
         .context("`rustc +nightly -vV` printed no LLVM version")?
         .to_string();
-    let sysroot = PathBuf::from(run::stdout(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?);
+    let sysroot = PathBuf::from(run::stdout(
+        Command::new("rustc").args(["+nightly", "--print", "sysroot"]),
+    )?);
     let lib = find_libllvm(&sysroot.join("lib"), &major)?;
     let prefix = cargo_home().join("bpf-linker-llvm");
     let prefix_lib = prefix.join("lib");
@@ -104,7 +118,11 @@ fn find_libllvm(dir: &Path, major: &str) -> anyhow::Result<PathBuf> {
     let prefix = format!("libLLVM.so.{major}.");
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
-        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)) {
+        if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&prefix))
+        {
             return Ok(path);
         }
     }
@@ -116,20 +134,27 @@ fn find_libllvm(dir: &Path, major: &str) -> anyhow::Result<PathBuf> {
 
 /// tracefs and bpffs may be missing on a fresh machine; only root can mount them.
 fn mounts() {
-    for (target, fstype, probe) in
-        [("/sys/kernel/tracing", "tracefs", "events"), ("/sys/fs/bpf", "bpf", "")]
-    {
+    for (target, fstype, probe) in [
+        ("/sys/kernel/tracing", "tracefs", "events"),
+        ("/sys/fs/bpf", "bpf", ""),
+    ] {
         let mounted = std::fs::read_to_string("/proc/mounts")
             .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(1) == Some(target)));
         let usable = probe.is_empty() || Path::new(target).join(probe).exists();
         if mounted && usable {
             done(fstype, &format!("already mounted at {target}"));
         } else if !run::is_root() {
-            done(fstype, &format!("not mounted; as root: mount -t {fstype} {fstype} {target}"));
+            done(
+                fstype,
+                &format!("not mounted; as root: mount -t {fstype} {fstype} {target}"),
+            );
         } else if run::status(Command::new("mount").args(["-t", fstype, fstype, target])).is_ok() {
             done(fstype, &format!("mounted at {target}"));
         } else {
-            done(fstype, &format!("could not mount; by hand: mount -t {fstype} {fstype} {target}"));
+            done(
+                fstype,
+                &format!("could not mount; by hand: mount -t {fstype} {fstype} {target}"),
+            );
         }
     }
 }
@@ -137,7 +162,9 @@ fn mounts() {
 fn debian_packages() -> anyhow::Result<()> {
     let missing: Vec<&str> = DEBIAN_PACKAGES
         .iter()
-        .filter(|(bin, _)| !run::output(Command::new("which").arg(bin)).is_ok_and(|o| o.status.success()))
+        .filter(|(bin, _)| {
+            !run::output(Command::new("which").arg(bin)).is_ok_and(|o| o.status.success())
+        })
         .map(|(_, pkg)| *pkg)
         .collect();
     if missing.is_empty() {
@@ -145,7 +172,10 @@ fn debian_packages() -> anyhow::Result<()> {
         return Ok(());
     }
     if !run::is_root() {
-        bail!("missing Debian packages; as root: apt-get install -y {}", missing.join(" "));
+        bail!(
+            "missing Debian packages; as root: apt-get install -y {}",
+            missing.join(" ")
+        );
     }
     println!("setup: debian packages: installing {}", missing.join(" "));
     let apt = |args: &[&str]| {
@@ -166,17 +196,40 @@ fn debian_packages() -> anyhow::Result<()> {
 fn python_venv() -> anyhow::Result<()> {
     let venv = run::root().join("target/venv");
     let python = venv.join("bin/python");
-    let have = |pkg: &str| run::output(Command::new(&python).args(["-c", &format!("import {pkg}")])).is_ok_and(|o| o.status.success());
+    let have = |pkg: &str| {
+        run::output(Command::new(&python).args(["-c", &format!("import {pkg}")]))
+            .is_ok_and(|o| o.status.success())
+    };
     if python.exists() && PYTHON_PACKAGES.iter().all(|p| have(p)) {
-        done("python venv", &format!("already has {} in {}", PYTHON_PACKAGES.join(", "), venv.display()));
+        done(
+            "python venv",
+            &format!(
+                "already has {} in {}",
+                PYTHON_PACKAGES.join(", "),
+                venv.display()
+            ),
+        );
         return Ok(());
     }
     if !python.exists() {
-        run::status(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-            .context("by hand: python3 -m venv target/venv (Debian: apt-get install python3-venv)")?;
+        run::status(Command::new("python3").args(["-m", "venv"]).arg(&venv)).context(
+            "by hand: python3 -m venv target/venv (Debian: apt-get install python3-venv)",
+        )?;
     }
-    run::status(Command::new(venv.join("bin/pip")).args(["install", "-q"]).args(PYTHON_PACKAGES))
-        .with_context(|| format!("by hand: target/venv/bin/pip install {}", PYTHON_PACKAGES.join(" ")))?;
-    done("python venv", &format!("installed {}", PYTHON_PACKAGES.join(", ")));
+    run::status(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "-q"])
+            .args(PYTHON_PACKAGES),
+    )
+    .with_context(|| {
+        format!(
+            "by hand: target/venv/bin/pip install {}",
+            PYTHON_PACKAGES.join(" ")
+        )
+    })?;
+    done(
+        "python venv",
+        &format!("installed {}", PYTHON_PACKAGES.join(", ")),
+    );
     Ok(())
 }

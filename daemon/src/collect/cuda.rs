@@ -88,7 +88,16 @@ mod tests {
     use super::*;
 
     fn ev(api: u32, ret: i32, ptr: u64, size: u64) -> CudaEvent {
-        CudaEvent { api, tgid: 7, tid: 8, ret, ts_ns: 0, duration_ns: 5, ptr, size }
+        CudaEvent {
+            api,
+            tgid: 7,
+            tid: 8,
+            ret,
+            ts_ns: 0,
+            duration_ns: 5,
+            ptr,
+            size,
+        }
     }
 
     #[test]
@@ -103,7 +112,10 @@ mod tests {
         a.apply(&ev(api::MEM_FREE, 0, 0x9999, 0)); // allocated before the probe: no size
         a.apply(&ev(api::STREAM_SYNC, 0, 0, 0));
         let s = a.get(7).unwrap();
-        assert_eq!((s.allocs, s.frees, s.oom, s.live_bytes, s.bytes_freed), (2, 3, 1, 0, 150));
+        assert_eq!(
+            (s.allocs, s.frees, s.oom, s.live_bytes, s.bytes_freed),
+            (2, 3, 1, 0, 150)
+        );
         assert_eq!((s.syncs, s.sync_ns), (1, 5));
     }
 }

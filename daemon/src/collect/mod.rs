@@ -1,6 +1,10 @@
 //! Kernel events and samples -> time-windowed aggregates; procfs enrichment.
 
 pub mod cuda;
+pub mod discover;
+pub mod kernel;
 pub mod procfs;
 pub mod runq;
+pub mod server;
+pub mod stats;
 pub mod timeline;

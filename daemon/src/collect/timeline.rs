@@ -167,7 +167,11 @@ impl Timeline {
     /// An empty time line starting at `origin_unix_ms`.
     #[must_use]
     pub fn new(origin_unix_ms: u64, len_ms: u64) -> Self {
-        Self { origin_unix_ms, len_ms: len_ms.max(1), windows: Vec::new() }
+        Self {
+            origin_unix_ms,
+            len_ms: len_ms.max(1),
+            windows: Vec::new(),
+        }
     }
 
     /// Index of the window holding `unix_ms` (times before the origin land in window 0).
@@ -215,7 +219,10 @@ mod tests {
     #[test]
     fn windows_are_created_in_order_and_bounded() {
         let mut t = Timeline::new(10_000, 1000);
-        t.at(12_500).runq = Some(RunqSignals { samples: 3, ..RunqSignals::default() });
+        t.at(12_500).runq = Some(RunqSignals {
+            samples: 3,
+            ..RunqSignals::default()
+        });
         assert_eq!(t.windows.len(), 3);
         assert_eq!(t.windows[2].start_unix_ms, 12_000);
         assert_eq!(t.index(9_000), 0);

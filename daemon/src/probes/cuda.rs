@@ -12,7 +12,10 @@ use std::{
 
 use aya::{
     maps::{HashMap, MapData, RingBuf},
-    programs::{UProbe, uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope}},
+    programs::{
+        UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    },
 };
 use probe_common::cuda::{self as cu, CudaEvent, Launches, api};
 
@@ -29,7 +32,11 @@ pub const SYMBOLS: [(&str, &str, u32); 21] = [
     ("cuMemAllocAsync", "cuda_alloc", api::MEM_ALLOC_ASYNC),
     ("cuMemAllocAsync", "cuda_alloc_ret", api::MEM_ALLOC_ASYNC),
     ("cuMemAllocAsync_ptsz", "cuda_alloc", api::MEM_ALLOC_ASYNC),
-    ("cuMemAllocAsync_ptsz", "cuda_alloc_ret", api::MEM_ALLOC_ASYNC),
+    (
+        "cuMemAllocAsync_ptsz",
+        "cuda_alloc_ret",
+        api::MEM_ALLOC_ASYNC,
+    ),
     ("cuMemCreate", "cuda_alloc", api::MEM_CREATE),
     ("cuMemCreate", "cuda_alloc_ret", api::MEM_CREATE),
     ("cuMemFree_v2", "cuda_free", api::MEM_FREE),
@@ -42,7 +49,11 @@ pub const SYMBOLS: [(&str, &str, u32); 21] = [
     ("cuStreamSynchronize", "cuda_sync", api::STREAM_SYNC),
     ("cuStreamSynchronize", "cuda_sync_ret", api::STREAM_SYNC),
     ("cuStreamSynchronize_ptsz", "cuda_sync", api::STREAM_SYNC),
-    ("cuStreamSynchronize_ptsz", "cuda_sync_ret", api::STREAM_SYNC),
+    (
+        "cuStreamSynchronize_ptsz",
+        "cuda_sync_ret",
+        api::STREAM_SYNC,
+    ),
     ("cuCtxSynchronize", "cuda_sync", api::CTX_SYNC),
     ("cuCtxSynchronize", "cuda_sync_ret", api::CTX_SYNC),
 ];
@@ -60,7 +71,11 @@ pub struct Drops {
 
 pub(crate) fn xid_globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
     let f = Format::read(tracefs, "nvidia", "nvidia_dev_xid")?;
-    Ok(vec![(cu::XID_CODE_OFF, u64::from(f.field("error_code")?.offset), 4)])
+    Ok(vec![(
+        cu::XID_CODE_OFF,
+        u64::from(f.field("error_code")?.offset),
+        4,
+    )])
 }
 
 /// The XID tracepoint exists only with NVIDIA's driver loaded.
@@ -69,7 +84,9 @@ pub(crate) fn attach_xid(probes: &mut Probes) {
     if present {
         let _ = probes.attach_tracepoint("nvidia_xid", "nvidia", "nvidia_dev_xid");
     } else {
-        let err = ProbeError::MissingTracepoint { event: "nvidia:nvidia_dev_xid".into() };
+        let err = ProbeError::MissingTracepoint {
+            event: "nvidia:nvidia_dev_xid".into(),
+        };
         probes.record("nvidia:nvidia_dev_xid".into(), Some(&err));
     }
 }
@@ -80,10 +97,20 @@ pub(crate) fn attach_xid(probes: &mut Probes) {
 pub fn discover_libcuda() -> Vec<PathBuf> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for entry in procs.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
         for path in libcuda_paths(&maps) {
             let host = PathBuf::from(format!("/proc/{pid}/root{path}"));
             if let Ok(md) = std::fs::metadata(&host)
@@ -101,7 +128,12 @@ fn libcuda_paths(maps: &str) -> Vec<&str> {
     let mut v: Vec<&str> = maps
         .lines()
         .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| Path::new(p).file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libcuda.so")))
+        .filter(|p| {
+            Path::new(p)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libcuda.so"))
+        })
         .collect();
     v.dedup();
     v
@@ -117,11 +149,27 @@ impl Probes {
             if !exports(target, symbol) {
                 continue;
             }
-            let probe = format!("{symbol}@{}{}", target.display(), if prog.ends_with("_ret") { " (return)" } else { "" });
+            let probe = format!(
+                "{symbol}@{}{}",
+                target.display(),
+                if prog.ends_with("_ret") {
+                    " (return)"
+                } else {
+                    ""
+                }
+            );
             let result = self.program::<UProbe>(prog).and_then(|p| {
-                let point = UProbeAttachPoint { location: UProbeAttachLocation::Symbol(symbol), cookie: Some(u64::from(api_id)) };
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::Symbol(symbol),
+                    cookie: Some(u64::from(api_id)),
+                };
                 p.attach(point, target, UProbeScope::AllProcesses)
-                    .map_err(|e| ProbeError::ebpf(format!("attaching uprobe {symbol} in {}", target.display()), e))
+                    .map_err(|e| {
+                        ProbeError::ebpf(
+                            format!("attaching uprobe {symbol} in {}", target.display()),
+                            e,
+                        )
+                    })
             });
             attached += usize::from(result.is_ok());
             self.record(probe, result.err().as_ref());
@@ -130,17 +178,25 @@ impl Probes {
     }
 
     /// Starts the reader of CUDA events (once; `None` afterwards). Needs a tokio runtime.
-    pub fn cuda_events(&mut self, capacity: usize) -> Result<Option<Reader<CudaEvent>>, ProbeError> {
-        let Some(map) = self.take_map(cu::MAP_EVENTS) else { return Ok(None) };
-        let ring = RingBuf::try_from(map).map_err(|e| ProbeError::ebpf("opening CUDA events", e))?;
-        let reader = reader::spawn(ring, capacity).map_err(|e| ProbeError::ebpf("polling CUDA events", e))?;
+    pub fn cuda_events(
+        &mut self,
+        capacity: usize,
+    ) -> Result<Option<Reader<CudaEvent>>, ProbeError> {
+        let Some(map) = self.take_map(cu::MAP_EVENTS) else {
+            return Ok(None);
+        };
+        let ring =
+            RingBuf::try_from(map).map_err(|e| ProbeError::ebpf("opening CUDA events", e))?;
+        let reader = reader::spawn(ring, capacity)
+            .map_err(|e| ProbeError::ebpf("polling CUDA events", e))?;
         Ok(Some(reader))
     }
 
     /// Cumulative launch counts per tgid.
     pub fn cuda_launches(&self) -> Result<BTreeMap<u32, Launches>, ProbeError> {
         let err = |e| ProbeError::ebpf("reading CUDA launch counts", e);
-        let m: HashMap<&MapData, u32, Launches> = HashMap::try_from(self.map(cu::MAP_LAUNCHES)).map_err(err)?;
+        let m: HashMap<&MapData, u32, Launches> =
+            HashMap::try_from(self.map(cu::MAP_LAUNCHES)).map_err(err)?;
         Ok(m.iter().filter_map(Result::ok).collect())
     }
 
@@ -155,11 +211,18 @@ impl Probes {
 }
 
 /// Whether the ELF file at `path` defines `symbol` (dynamic or static symbol table).
-fn exports(path: &Path, symbol: &str) -> bool {
+#[must_use]
+pub fn exports(path: &Path, symbol: &str) -> bool {
     use object::{Object as _, ObjectSymbol as _};
-    let Ok(data) = std::fs::read(path) else { return false };
-    let Ok(file) = object::File::parse(&*data) else { return false };
-    file.dynamic_symbols().chain(file.symbols()).any(|s| s.is_definition() && s.name() == Ok(symbol))
+    let Ok(data) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(file) = object::File::parse(&*data) else {
+        return false;
+    };
+    file.dynamic_symbols()
+        .chain(file.symbols())
+        .any(|s| s.is_definition() && s.name() == Ok(symbol))
 }
 
 #[cfg(test)]
@@ -172,12 +235,22 @@ mod tests {
                     7f10-7f20 r--p 00010000 08:01 1234 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15\n\
                     7f20-7f30 r-xp 00000000 08:01 99 /usr/lib/libcudart.so.12\n\
                     7f30-7f40 rw-p 00000000 00:00 0 \n";
-        assert_eq!(libcuda_paths(maps), vec!["/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"]);
+        assert_eq!(
+            libcuda_paths(maps),
+            vec!["/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"]
+        );
     }
 
     #[test]
     fn every_hooked_symbol_has_a_known_program() {
-        let progs = ["cuda_alloc", "cuda_alloc_ret", "cuda_free", "cuda_launch", "cuda_sync", "cuda_sync_ret"];
+        let progs = [
+            "cuda_alloc",
+            "cuda_alloc_ret",
+            "cuda_free",
+            "cuda_launch",
+            "cuda_sync",
+            "cuda_sync_ret",
+        ];
         assert!(SYMBOLS.iter().all(|(_, p, _)| progs.contains(p)));
     }
 }

@@ -87,11 +87,19 @@ impl ProbeError {
         if text.contains("tracefs not found") {
             return Self::NoTracefs;
         }
-        let denied = ["PermissionDenied", "EPERM", "EACCES", "Operation not permitted"];
+        let denied = [
+            "PermissionDenied",
+            "EPERM",
+            "EACCES",
+            "Operation not permitted",
+        ];
         if denied.iter().any(|d| text.contains(d)) && !privileges::is_root() {
             return Self::Permission { what };
         }
-        Self::Ebpf { what, source: Box::new(err) }
+        Self::Ebpf {
+            what,
+            source: Box::new(err),
+        }
     }
 }
 
@@ -138,20 +146,32 @@ impl Probes {
         globals.extend(runqlat::globals(&tracefs)?);
         match sockets::globals(&tracefs) {
             Ok(g) => globals.extend(g),
-            Err(e) => hooks.push(HookStatus { probe: "sockets".into(), attached: false, reason: Some(e.to_string()) }),
+            Err(e) => hooks.push(HookStatus {
+                probe: "sockets".into(),
+                attached: false,
+                reason: Some(e.to_string()),
+            }),
         }
         if let Ok(g) = cuda::xid_globals(&tracefs) {
             globals.extend(g);
         }
         raise_memlock_limit();
         let mut loader = EbpfLoader::new();
-        let values: Vec<(&str, [u8; 8], usize)> =
-            globals.iter().map(|&(n, v, size)| (n, v.to_le_bytes(), size)).collect();
+        let values: Vec<(&str, [u8; 8], usize)> = globals
+            .iter()
+            .map(|&(n, v, size)| (n, v.to_le_bytes(), size))
+            .collect();
         for (name, bytes, size) in &values {
             loader.override_global(name, &bytes[..*size], true);
         }
-        let ebpf = loader.load(OBJECT).map_err(|e| ProbeError::ebpf("loading the eBPF object", e))?;
-        Ok(Self { ebpf, loaded: HashSet::new(), hooks })
+        let ebpf = loader
+            .load(OBJECT)
+            .map_err(|e| ProbeError::ebpf("loading the eBPF object", e))?;
+        Ok(Self {
+            ebpf,
+            loaded: HashSet::new(),
+            hooks,
+        })
     }
 
     /// Every hook tried so far, attached or not.
@@ -181,9 +201,11 @@ impl Probes {
         use probe_common::{MAP_WATCH, MAP_WATCH_MODE};
         let err = |e| ProbeError::ebpf("updating the watch-list", e);
         // Off while the list changes, so no process is wrongly skipped or recorded.
-        let mut mode: Array<&mut MapData, u32> = Array::try_from(self.map_mut(MAP_WATCH_MODE)).map_err(err)?;
+        let mut mode: Array<&mut MapData, u32> =
+            Array::try_from(self.map_mut(MAP_WATCH_MODE)).map_err(err)?;
         mode.set(0, 0, 0).map_err(err)?;
-        let mut watch: HashMap<&mut MapData, u32, u8> = HashMap::try_from(self.map_mut(MAP_WATCH)).map_err(err)?;
+        let mut watch: HashMap<&mut MapData, u32, u8> =
+            HashMap::try_from(self.map_mut(MAP_WATCH)).map_err(err)?;
         let old: Vec<u32> = watch.keys().filter_map(Result::ok).collect();
         for k in old {
             watch.remove(&k).map_err(err)?;
@@ -191,16 +213,21 @@ impl Probes {
         for &t in tgids {
             watch.insert(t, 1, 0).map_err(err)?;
         }
-        let mut mode: Array<&mut MapData, u32> = Array::try_from(self.map_mut(MAP_WATCH_MODE)).map_err(err)?;
+        let mut mode: Array<&mut MapData, u32> =
+            Array::try_from(self.map_mut(MAP_WATCH_MODE)).map_err(err)?;
         mode.set(0, u32::from(!tgids.is_empty()), 0).map_err(err)
     }
 
     pub(crate) fn map(&self, name: &str) -> &aya::maps::Map {
-        self.ebpf.map(name).unwrap_or_else(|| panic!("map {name} missing from the object"))
+        self.ebpf
+            .map(name)
+            .unwrap_or_else(|| panic!("map {name} missing from the object"))
     }
 
     pub(crate) fn map_mut(&mut self, name: &str) -> &mut aya::maps::Map {
-        self.ebpf.map_mut(name).unwrap_or_else(|| panic!("map {name} missing from the object"))
+        self.ebpf
+            .map_mut(name)
+            .unwrap_or_else(|| panic!("map {name} missing from the object"))
     }
 
     pub(crate) fn take_map(&mut self, name: &str) -> Option<aya::maps::Map> {
@@ -217,34 +244,54 @@ impl Probes {
     /// Loads program `prog` once (a program may be attached many times).
     fn program<T>(&mut self, prog: &str) -> Result<&mut T, ProbeError>
     where
-        for<'a> &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+        for<'a> &'a mut T:
+            TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
         T: LoadProgram,
     {
         let what = format!("loading program {prog}");
         let program = self
             .ebpf
             .program_mut(prog)
-            .ok_or_else(|| ProbeError::Format { event: prog.into(), reason: "program missing from the object".into() })?;
-        let program: &mut T = program.try_into().map_err(|e| ProbeError::ebpf(what.clone(), e))?;
+            .ok_or_else(|| ProbeError::Format {
+                event: prog.into(),
+                reason: "program missing from the object".into(),
+            })?;
+        let program: &mut T = program
+            .try_into()
+            .map_err(|e| ProbeError::ebpf(what.clone(), e))?;
         if self.loaded.insert(prog.to_string()) {
-            program.load_program().map_err(|e| ProbeError::ebpf(what, e))?;
+            program
+                .load_program()
+                .map_err(|e| ProbeError::ebpf(what, e))?;
         }
         Ok(program)
     }
 
     /// Attaches tracepoint program `prog` to `category:name` and records the outcome.
-    pub(crate) fn attach_tracepoint(&mut self, prog: &str, category: &str, name: &str) -> Result<(), ProbeError> {
+    pub(crate) fn attach_tracepoint(
+        &mut self,
+        prog: &str,
+        category: &str,
+        name: &str,
+    ) -> Result<(), ProbeError> {
         let probe = format!("{category}:{name}");
         let result = self
             .program::<aya::programs::TracePoint>(prog)
-            .and_then(|p| p.attach(category, name).map_err(|e| ProbeError::ebpf(format!("attaching to tracepoint {probe}"), e)));
+            .and_then(|p| {
+                p.attach(category, name)
+                    .map_err(|e| ProbeError::ebpf(format!("attaching to tracepoint {probe}"), e))
+            });
         self.record(probe, result.as_ref().err());
         result.map(|_| ())
     }
 
     /// Notes a hook's outcome for [`Probes::hooks`].
     pub(crate) fn record(&mut self, probe: String, err: Option<&ProbeError>) {
-        self.hooks.push(HookStatus { probe, attached: err.is_none(), reason: err.map(ToString::to_string) });
+        self.hooks.push(HookStatus {
+            probe,
+            attached: err.is_none(),
+            reason: err.map(ToString::to_string),
+        });
     }
 }
 
@@ -267,7 +314,10 @@ impl LoadProgram for aya::programs::UProbe {
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it so they load there too.
 fn raise_memlock_limit() {
-    let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    let lim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: plain syscall with a valid pointer; failure is harmless on current kernels.
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
 }

@@ -45,7 +45,10 @@ pub struct Reader<T> {
 }
 
 /// Spawns the reader task of `ring` on the current tokio runtime.
-pub fn spawn<T: Copy + Send + 'static>(ring: RingBuf<MapData>, capacity: usize) -> std::io::Result<Reader<T>> {
+pub fn spawn<T: Copy + Send + 'static>(
+    ring: RingBuf<MapData>,
+    capacity: usize,
+) -> std::io::Result<Reader<T>> {
     let (tx, rx) = mpsc::channel(capacity);
     let drops = Arc::new(ChannelDrops::default());
     let counter = Arc::clone(&drops);
@@ -54,10 +57,14 @@ pub fn spawn<T: Copy + Send + 'static>(ring: RingBuf<MapData>, capacity: usize) 
         .map_err(std::io::Error::from)?;
     tokio::spawn(async move {
         loop {
-            let Ok(mut guard) = fd.readable_mut().await else { return };
+            let Ok(mut guard) = fd.readable_mut().await else {
+                return;
+            };
             let ring = guard.get_inner_mut();
             while let Some(item) = ring.next() {
-                let Some(rec) = decode::<T>(&item) else { continue };
+                let Some(rec) = decode::<T>(&item) else {
+                    continue;
+                };
                 match tx.try_send(rec) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(_)) => {
@@ -69,7 +76,11 @@ pub fn spawn<T: Copy + Send + 'static>(ring: RingBuf<MapData>, capacity: usize) 
             guard.clear_ready();
         }
     });
-    Ok(Reader { rx, drops, _t: PhantomData })
+    Ok(Reader {
+        rx,
+        drops,
+        _t: PhantomData,
+    })
 }
 
 #[cfg(test)]

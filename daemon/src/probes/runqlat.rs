@@ -36,9 +36,21 @@ pub(crate) fn globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
     };
     Ok(vec![
         (globals::WAKEUP_PID, u64::from(pid), 4),
-        (globals::SWITCH_PREV_PID, u64::from(switch.offset("prev_pid", 4)?), 4),
-        (globals::SWITCH_PREV_STATE, u64::from(switch.offset("prev_state", 8)?), 4),
-        (globals::SWITCH_NEXT_PID, u64::from(switch.offset("next_pid", 4)?), 4),
+        (
+            globals::SWITCH_PREV_PID,
+            u64::from(switch.offset("prev_pid", 4)?),
+            4,
+        ),
+        (
+            globals::SWITCH_PREV_STATE,
+            u64::from(switch.offset("prev_state", 8)?),
+            4,
+        ),
+        (
+            globals::SWITCH_NEXT_PID,
+            u64::from(switch.offset("next_pid", 4)?),
+            4,
+        ),
         (globals::STATE_MASK, mask, 8),
     ])
 }
@@ -68,7 +80,11 @@ impl Probes {
         let err = |e| ProbeError::ebpf("pruning run-queue histograms", e);
         let mut hists: HashMap<&mut MapData, u32, Hist> =
             HashMap::try_from(self.map_mut(rq::MAP_HISTS)).map_err(err)?;
-        let dead: Vec<u32> = hists.keys().filter_map(Result::ok).filter(|&t| !alive(t)).collect();
+        let dead: Vec<u32> = hists
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|&t| !alive(t))
+            .collect();
         for t in &dead {
             hists.remove(t).map_err(err)?;
         }

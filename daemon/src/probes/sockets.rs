@@ -51,7 +51,11 @@ pub(crate) fn globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
     // The remaining hooks are optional: a kernel without them keeps zero offsets and the
     // hook's attach is reported as failed.
     if let Ok(tp) = Format::read(tracefs, "tcp", "tcp_probe") {
-        for (name, (field, size)) in globals::PROBE.iter().zip([("skaddr", 8), ("srtt", 4), ("snd_cwnd", 4)]) {
+        for (name, (field, size)) in
+            globals::PROBE
+                .iter()
+                .zip([("skaddr", 8), ("srtt", 4), ("snd_cwnd", 4)])
+        {
             if let Ok(off) = tp.offset(field, size) {
                 g.push((*name, u64::from(off), 4));
             }
@@ -63,7 +67,13 @@ pub(crate) fn globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
         g.push((globals::RETRANS_SKADDR, u64::from(off), 4));
     }
     if let Ok(sl) = Format::read(tracefs, "sock", "sock_send_length") {
-        let fields = [("sk", 8), ("family", 2), ("protocol", 2), ("ret", 4), ("flags", 4)];
+        let fields = [
+            ("sk", 8),
+            ("family", 2),
+            ("protocol", 2),
+            ("ret", 4),
+            ("flags", 4),
+        ];
         for (name, (field, size)) in globals::LENGTH.iter().zip(fields) {
             if let Ok(off) = sl.offset(field, size) {
                 g.push((*name, u64::from(off), 4));
@@ -78,7 +88,9 @@ pub(crate) fn globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
 pub(crate) fn attach(probes: &mut Probes) {
     let tracefs = super::tracefs::ensure_mounted().ok();
     let has = |cat: &str, name: &str, field: &str| {
-        tracefs.as_deref().is_some_and(|t| Format::read(t, cat, name).is_ok_and(|f| f.field(field).is_ok()))
+        tracefs
+            .as_deref()
+            .is_some_and(|t| Format::read(t, cat, name).is_ok_and(|f| f.field(field).is_ok()))
     };
     for (prog, cat, name, needs) in [
         ("sock_state", "sock", "inet_sock_set_state", "skaddr"),
@@ -90,7 +102,10 @@ pub(crate) fn attach(probes: &mut Probes) {
         if has(cat, name, needs) {
             let _ = probes.attach_tracepoint(prog, cat, name);
         } else {
-            let err = ProbeError::MissingField { event: format!("{cat}:{name}"), field: needs.into() };
+            let err = ProbeError::MissingField {
+                event: format!("{cat}:{name}"),
+                field: needs.into(),
+            };
             probes.record(format!("{cat}:{name}"), Some(&err));
         }
     }
@@ -98,17 +113,25 @@ pub(crate) fn attach(probes: &mut Probes) {
 
 impl Probes {
     /// Starts the reader of socket events (once; `None` afterwards). Needs a tokio runtime.
-    pub fn sock_events(&mut self, capacity: usize) -> Result<Option<Reader<SockEvent>>, ProbeError> {
-        let Some(map) = self.take_map(so::MAP_EVENTS) else { return Ok(None) };
-        let ring = RingBuf::try_from(map).map_err(|e| ProbeError::ebpf("opening socket events", e))?;
-        let reader = reader::spawn(ring, capacity).map_err(|e| ProbeError::ebpf("polling socket events", e))?;
+    pub fn sock_events(
+        &mut self,
+        capacity: usize,
+    ) -> Result<Option<Reader<SockEvent>>, ProbeError> {
+        let Some(map) = self.take_map(so::MAP_EVENTS) else {
+            return Ok(None);
+        };
+        let ring =
+            RingBuf::try_from(map).map_err(|e| ProbeError::ebpf("opening socket events", e))?;
+        let reader = reader::spawn(ring, capacity)
+            .map_err(|e| ProbeError::ebpf("polling socket events", e))?;
         Ok(Some(reader))
     }
 
     /// Live tracked connections: kernel socket address -> state.
     pub fn sock_conns(&self) -> Result<Vec<(u64, Conn)>, ProbeError> {
         let err = |e| ProbeError::ebpf("reading tracked connections", e);
-        let conns: HashMap<&MapData, u64, Conn> = HashMap::try_from(self.map(so::MAP_CONNS)).map_err(err)?;
+        let conns: HashMap<&MapData, u64, Conn> =
+            HashMap::try_from(self.map(so::MAP_CONNS)).map_err(err)?;
         Ok(conns.iter().filter_map(Result::ok).collect())
     }
 
@@ -131,7 +154,10 @@ pub fn endpoints(t: &Tuple) -> Option<(SocketAddr, SocketAddr)> {
             _ => None,
         }
     };
-    Some((SocketAddr::new(ip(&t.saddr)?, t.sport), SocketAddr::new(ip(&t.daddr)?, t.dport)))
+    Some((
+        SocketAddr::new(ip(&t.saddr)?, t.sport),
+        SocketAddr::new(ip(&t.daddr)?, t.dport),
+    ))
 }
 
 #[cfg(test)]
@@ -140,7 +166,12 @@ mod tests {
 
     #[test]
     fn endpoints_decode_v4_and_v6() {
-        let mut t = Tuple { sport: 8000, dport: 51000, family: 2, ..Tuple::default() };
+        let mut t = Tuple {
+            sport: 8000,
+            dport: 51000,
+            family: 2,
+            ..Tuple::default()
+        };
         t.saddr[..4].copy_from_slice(&[127, 0, 0, 1]);
         t.daddr[..4].copy_from_slice(&[10, 0, 0, 2]);
         let (l, r) = endpoints(&t).unwrap();

@@ -136,10 +136,13 @@ impl Format {
     /// (e.g. `TCP_ESTABLISHED` -> 1 in `sock:inet_sock_set_state`).
     pub fn print_symbol(&self, name: &str) -> Result<u64, ProbeError> {
         let needle = format!("\"{name}\" }}");
-        let end = self.print_fmt.find(&needle).ok_or_else(|| ProbeError::Format {
-            event: self.event.clone(),
-            reason: format!("no symbol `{name}` in its print format"),
-        })?;
+        let end = self
+            .print_fmt
+            .find(&needle)
+            .ok_or_else(|| ProbeError::Format {
+                event: self.event.clone(),
+                reason: format!("no symbol `{name}` in its print format"),
+            })?;
         let head = &self.print_fmt[..end];
         let start = head.rfind('{').map_or(0, |i| i + 1);
         let value = head[start..].trim().trim_end_matches(',').trim();
@@ -264,7 +267,12 @@ mod tests {
         assert_eq!(f.print_symbol("TCP_ESTABLISHED").unwrap(), 1);
         assert_eq!(f.print_symbol("TCP_CLOSE").unwrap(), 7);
         assert_eq!(f.print_symbol("IPPROTO_TCP").unwrap(), 6);
-        assert!(f.print_symbol("TCP_NOPE").unwrap_err().to_string().contains("TCP_NOPE"));
+        assert!(
+            f.print_symbol("TCP_NOPE")
+                .unwrap_err()
+                .to_string()
+                .contains("TCP_NOPE")
+        );
     }
 
     #[test]

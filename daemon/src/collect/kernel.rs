@@ -1,0 +1,357 @@
+//! Kernel signals of the watched processes, folded into time-line windows: run-queue delay,
+//! TCP (connect latency, smoothed RTT, retransmits, server-side request timing) and CUDA
+//! driver calls. Owns the loaded probes and the readers of their ring buffers.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    path::PathBuf,
+};
+
+use probe_common::{
+    cuda::{CudaEvent, api},
+    sockets::{EV_ACCEPT, EV_CLOSE, EV_CONNECT, EV_REQUEST, SockEvent},
+};
+use serde::Serialize;
+use tokio::sync::mpsc::Receiver;
+
+use super::{
+    cuda::GpuMemAccount,
+    runq::RunqHist,
+    stats::quantile,
+    timeline::{GpuSignals, NetSignals, RunqSignals, Window},
+};
+use crate::probes::{
+    Family, HookStatus, ProbeError, Probes,
+    cuda::discover_libcuda,
+    reader::{ChannelDrops, Reader},
+    sockets::endpoints,
+};
+
+/// What to watch.
+#[derive(Debug, Clone, Default)]
+pub struct KernelOptions {
+    /// The inference server's processes.
+    pub servers: Vec<u32>,
+    /// The load generator's own process, watched so its own CPU starvation is visible.
+    pub loadgen: Option<u32>,
+    /// Libraries or binaries exporting the CUDA driver API to hook (besides discovered ones).
+    pub cuda_targets: Vec<PathBuf>,
+    /// Also hook every `libcuda.so*` mapped by a running process.
+    pub discover_libcuda: bool,
+}
+
+/// One server-side request/response exchange, kept for joins with client-side records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Exchange {
+    /// Server process.
+    pub tgid: u32,
+    /// The client's address as the server sees it (its remote endpoint).
+    pub client: Option<std::net::SocketAddr>,
+    /// First request byte read (kernel monotonic ns).
+    pub req_in_ns: u64,
+    /// First response write.
+    pub first_out_ns: u64,
+    /// Second response write (first token of a streamed response); 0 if none.
+    pub second_out_ns: u64,
+    /// Last response write.
+    pub last_out_ns: u64,
+}
+
+/// Userspace loss counters, exported next to the kernel's.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Losses {
+    /// Kernel: run-queue samples not recorded.
+    pub runq: u64,
+    /// Kernel: socket events or connections not recorded.
+    pub sockets: u64,
+    /// Kernel: CUDA events or calls not recorded.
+    pub cuda: u64,
+    /// Userspace: events dropped because a channel was full.
+    pub channels: u64,
+}
+
+/// Per-window accumulators, reset when a window is closed.
+#[derive(Default)]
+struct Pending {
+    connect_ms: Vec<f64>,
+    connects: u64,
+    ttfb_ms: Vec<f64>,
+    first_token_ms: Vec<f64>,
+    gpu: GpuSignals,
+}
+
+/// The kernel side of the time line.
+pub struct KernelCollector {
+    probes: Probes,
+    opts: KernelOptions,
+    sock: Option<Reader<SockEvent>>,
+    cuda: Option<Reader<CudaEvent>>,
+    last_runq: BTreeMap<u32, RunqHist>,
+    last_conn: HashMap<u64, (u64, u64, u32)>,
+    last_launches: u64,
+    account: GpuMemAccount,
+    pending: Pending,
+    exchanges: Vec<Exchange>,
+}
+
+/// Most exchanges kept for joins; older ones are dropped first.
+const MAX_EXCHANGES: usize = 200_000;
+
+impl KernelCollector {
+    /// Loads and attaches every probe family. Run-queue hooks are required; socket and CUDA
+    /// hooks attach one by one and failures are reported in [`KernelCollector::hooks`].
+    /// Needs a tokio runtime (ring-buffer readers).
+    pub fn start(opts: KernelOptions) -> Result<Self, ProbeError> {
+        let mut probes = Probes::load()?;
+        let mut watch = opts.servers.clone();
+        watch.extend(opts.loadgen);
+        probes.set_watch(&watch)?;
+        probes.attach(Family::Runqlat)?;
+        probes.attach(Family::Sockets)?;
+        probes.attach(Family::Cuda)?;
+        let mut targets: Vec<PathBuf> = opts.cuda_targets.clone();
+        if opts.discover_libcuda {
+            targets.extend(discover_libcuda());
+        }
+        let mut seen = HashSet::new();
+        for t in targets.iter().filter(|t| seen.insert((*t).clone())) {
+            probes.attach_cuda_target(t);
+        }
+        let sock = probes.sock_events(16_384)?;
+        let cuda = probes.cuda_events(16_384)?;
+        Ok(Self {
+            probes,
+            opts,
+            sock,
+            cuda,
+            last_runq: BTreeMap::new(),
+            last_conn: HashMap::new(),
+            last_launches: 0,
+            account: GpuMemAccount::default(),
+            pending: Pending::default(),
+            exchanges: Vec::new(),
+        })
+    }
+
+    /// Every hook and whether it is attached.
+    #[must_use]
+    pub fn hooks(&self) -> &[HookStatus] {
+        self.probes.hooks()
+    }
+
+    /// Server-side exchanges seen so far (bounded), for joins with the load generator's records.
+    #[must_use]
+    pub fn exchanges(&self) -> &[Exchange] {
+        &self.exchanges
+    }
+
+    /// Per-process GPU memory totals.
+    #[must_use]
+    pub fn gpu_account(&self) -> &GpuMemAccount {
+        &self.account
+    }
+
+    /// Everything lost so far, kernel and userspace.
+    pub fn losses(&self) -> Result<Losses, ProbeError> {
+        let r = self.probes.runq_drops()?;
+        let s = self.probes.sock_drops()?;
+        let c = self.probes.cuda_drops()?;
+        let ch = |d: Option<&std::sync::Arc<ChannelDrops>>| d.map_or(0, |d| d.get());
+        Ok(Losses {
+            runq: r.start_full + r.hist_full,
+            sockets: s.ringbuf_full + s.conns_full,
+            cuda: c.ringbuf_full + c.pending_full + c.launches_full,
+            channels: ch(self.sock.as_ref().map(|r| &r.drops))
+                + ch(self.cuda.as_ref().map(|r| &r.drops)),
+        })
+    }
+
+    fn is_server(&self, tgid: u32) -> bool {
+        self.opts.servers.contains(&tgid)
+    }
+
+    /// Moves every event waiting in the readers into the window accumulators.
+    pub fn drain(&mut self) {
+        let mut socks = Vec::new();
+        if let Some(r) = self.sock.as_mut() {
+            drain_into(&mut r.rx, &mut socks);
+        }
+        for ev in &socks {
+            self.on_sock(ev);
+        }
+        let mut cudas = Vec::new();
+        if let Some(r) = self.cuda.as_mut() {
+            drain_into(&mut r.rx, &mut cudas);
+        }
+        for ev in &cudas {
+            self.on_cuda(ev);
+        }
+    }
+
+    fn on_sock(&mut self, ev: &SockEvent) {
+        let ours = self.is_server(ev.tgid) || Some(ev.tgid) == self.opts.loadgen;
+        match ev.kind {
+            EV_CONNECT | EV_ACCEPT if ours || ev.tgid == 0 => {
+                self.pending.connects += 1;
+                self.pending.connect_ms.push(ev.duration_ns as f64 / 1e6);
+            }
+            EV_REQUEST if self.is_server(ev.tgid) => {
+                let ex = ev.conn.exchange;
+                self.pending
+                    .ttfb_ms
+                    .push(ex.first_out_ns.saturating_sub(ex.req_in_ns) as f64 / 1e6);
+                if ex.second_out_ns != 0 {
+                    self.pending
+                        .first_token_ms
+                        .push(ex.second_out_ns.saturating_sub(ex.req_in_ns) as f64 / 1e6);
+                }
+                if self.exchanges.len() >= MAX_EXCHANGES {
+                    self.exchanges.drain(..MAX_EXCHANGES / 10);
+                }
+                self.exchanges.push(Exchange {
+                    tgid: ev.tgid,
+                    client: endpoints(&ev.conn.tuple).map(|(_, remote)| remote),
+                    req_in_ns: ex.req_in_ns,
+                    first_out_ns: ex.first_out_ns,
+                    second_out_ns: ex.second_out_ns,
+                    last_out_ns: ex.last_out_ns,
+                });
+            }
+            EV_CLOSE => {
+                self.last_conn.remove(&ev.skaddr);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_cuda(&mut self, ev: &CudaEvent) {
+        if !self.is_server(ev.tgid) && ev.api != api::XID {
+            return;
+        }
+        self.account.apply(ev);
+        let g = &mut self.pending.gpu;
+        match ev.api {
+            api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE if ev.ret == 0 => g.allocs += 1,
+            api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE => {
+                if ev.ret == probe_common::cuda::CUDA_ERROR_OUT_OF_MEMORY {
+                    g.oom += 1;
+                }
+            }
+            api::MEM_FREE | api::MEM_FREE_ASYNC | api::MEM_RELEASE => g.frees += 1,
+            api::STREAM_SYNC | api::CTX_SYNC => g.sync_ms += ev.duration_ns as f64 / 1e6,
+            api::XID => g.xids += 1,
+            _ => {}
+        }
+    }
+
+    /// Fills `w`'s kernel parts with what happened since the previous call and resets.
+    pub fn close_window(&mut self, w: &mut Window) -> Result<(), ProbeError> {
+        self.drain();
+        let Pending {
+            connect_ms,
+            connects,
+            ttfb_ms,
+            first_token_ms,
+            mut gpu,
+        } = std::mem::take(&mut self.pending);
+        w.runq = Some(self.runq_window()?);
+        let mut net = self.rtt_window()?;
+        let sorted = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let (connect, ttfb, first) = (sorted(connect_ms), sorted(ttfb_ms), sorted(first_token_ms));
+        net.connects = connects;
+        net.connect_p99_ms = quantile(&connect, 0.99);
+        net.exchanges = ttfb.len() as u64;
+        net.server_ttfb_p50_ms = quantile(&ttfb, 0.5);
+        net.server_first_token_p50_ms = quantile(&first, 0.5);
+        w.net = Some(net);
+        gpu.live_bytes = self
+            .opts
+            .servers
+            .iter()
+            .filter_map(|t| self.account.get(*t))
+            .map(|s| s.live_bytes)
+            .sum();
+        let launches: u64 = self
+            .probes
+            .cuda_launches()?
+            .iter()
+            .filter(|(t, _)| self.is_server(**t))
+            .map(|(_, l)| l.kernels + l.graphs)
+            .sum();
+        gpu.launches = launches.saturating_sub(self.last_launches);
+        self.last_launches = launches;
+        w.gpu = Some(gpu);
+        Ok(())
+    }
+
+    fn runq_window(&mut self) -> Result<RunqSignals, ProbeError> {
+        let now: BTreeMap<u32, RunqHist> = self
+            .probes
+            .runq_snapshot()?
+            .into_iter()
+            .map(|(t, h)| (t, RunqHist(h)))
+            .collect();
+        let delta = |t: u32| -> RunqHist {
+            now.get(&t)
+                .map(|h| h.since(&self.last_runq.get(&t).copied().unwrap_or_default()))
+                .unwrap_or_default()
+        };
+        let mut server = RunqHist::default();
+        for &t in &self.opts.servers {
+            server.merge(&delta(t));
+        }
+        let lg = self.opts.loadgen.map(delta);
+        let sig = RunqSignals {
+            samples: server.count(),
+            p50_us: server.quantile_us(0.5).unwrap_or(0.0),
+            p99_us: server.quantile_us(0.99).unwrap_or(0.0),
+            mean_us: server.mean_us(),
+            total_ms: server.0.sum_us as f64 / 1000.0,
+            loadgen_p99_us: lg.and_then(|h| h.quantile_us(0.99)),
+            loadgen_total_ms: lg.map(|h| h.0.sum_us as f64 / 1000.0),
+        };
+        self.last_runq = now;
+        Ok(sig)
+    }
+
+    /// RTT and retransmits of the servers' live connections since the previous window.
+    fn rtt_window(&mut self) -> Result<NetSignals, ProbeError> {
+        let (mut samples, mut sum, mut max, mut retrans) = (0u64, 0u64, 0u32, 0u64);
+        let mut live = HashMap::new();
+        for (sk, c) in self.probes.sock_conns()? {
+            if !self.is_server(c.tgid) {
+                continue;
+            }
+            let (ls, lsum, lre) = self.last_conn.get(&sk).copied().unwrap_or_default();
+            samples += c.rtt_samples.saturating_sub(ls);
+            sum += c.srtt_sum_us.saturating_sub(lsum);
+            retrans += u64::from(c.retrans.saturating_sub(lre));
+            if c.rtt_samples > ls {
+                max = max.max(c.srtt_last_us);
+            }
+            live.insert(sk, (c.rtt_samples, c.srtt_sum_us, c.retrans));
+        }
+        self.last_conn = live;
+        Ok(NetSignals {
+            srtt_mean_us: (samples > 0).then(|| sum as f64 / samples as f64),
+            srtt_max_us: (samples > 0).then_some(f64::from(max)),
+            retrans,
+            ..NetSignals::default()
+        })
+    }
+
+    /// Forgets run-queue histograms of exited processes.
+    pub fn prune(&mut self) -> Result<(), ProbeError> {
+        self.probes.runq_prune(super::procfs::alive)?;
+        Ok(())
+    }
+}
+
+fn drain_into<T>(rx: &mut Receiver<T>, out: &mut Vec<T>) {
+    while let Ok(v) = rx.try_recv() {
+        out.push(v);
+    }
+}

@@ -1,0 +1,313 @@
+//! Successive scrapes -> per-window values.
+//!
+//! Counters become rates per second, histograms become per-window quantiles
+//! computed from the bucket deltas (linear interpolation inside a bucket, as
+//! Prometheus' `histogram_quantile` does), gauges keep their last and largest
+//! value. A counter or histogram that went backwards was reset (server
+//! restart): as in Prometheus' `increase`, the new value is the increase since
+//! the reset.
+
+use std::time::{Duration, Instant};
+
+use super::signals::{Histogram, ServerKind, Signals};
+
+/// A gauge over one window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GaugeWindow {
+    /// Value at the last scrape of the window.
+    pub last: f64,
+    /// Largest value seen at any scrape of the window.
+    pub max: f64,
+}
+
+/// Latency observations that completed inside one window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatencyWindow {
+    /// Observations in the window.
+    pub count: f64,
+    /// Mean in seconds (sum delta / count delta).
+    pub mean: f64,
+    /// Median estimate in seconds.
+    pub p50: f64,
+    /// 95th percentile estimate in seconds.
+    pub p95: f64,
+    /// 99th percentile estimate in seconds.
+    pub p99: f64,
+}
+
+/// The server's signals over one window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowSignals {
+    /// The server kind at the last scrape.
+    pub server: ServerKind,
+    /// Time between the window's baseline scrape and its last scrape.
+    pub elapsed: Duration,
+    /// Running requests.
+    pub running: Option<GaugeWindow>,
+    /// Waiting requests.
+    pub waiting: Option<GaugeWindow>,
+    /// KV-cache usage 0..1.
+    pub kv_usage: Option<GaugeWindow>,
+    /// `SGLang`'s retracted-requests gauge.
+    pub retracted_reqs: Option<GaugeWindow>,
+    /// KV blocks on the GPU (vLLM), from the last scrape.
+    pub num_gpu_blocks: Option<u64>,
+    /// vLLM preemptions per second.
+    pub preemptions_per_s: Option<f64>,
+    /// Prefix-cache hits / queries in this window (vLLM counters), or `SGLang`'s
+    /// hit-rate gauge at the last scrape. `None` when nothing was queried.
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// Prompt tokens per second.
+    pub prompt_tokens_per_s: Option<f64>,
+    /// Generated tokens per second.
+    pub generation_tokens_per_s: Option<f64>,
+    /// Queue time of requests admitted in the window.
+    pub queue_time: Option<LatencyWindow>,
+    /// Time to first token.
+    pub ttft: Option<LatencyWindow>,
+    /// Inter-token latency.
+    pub itl: Option<LatencyWindow>,
+}
+
+impl WindowSignals {
+    /// Preemption activity, whichever form the server reports: vLLM
+    /// preemptions per second, or `SGLang`'s largest retracted-requests count.
+    #[must_use]
+    pub fn preemption_activity(&self) -> Option<f64> {
+        self.preemptions_per_s
+            .or(self.retracted_reqs.map(|g| g.max))
+    }
+}
+
+/// The `q` quantile (0..1) of a cumulative bucket list, like `histogram_quantile`.
+///
+/// `None` when there are no observations or no `+Inf` bucket.
+#[must_use]
+pub fn bucket_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
+    let &(top, total) = buckets.last()?;
+    // Like Prometheus: a +Inf bucket and at least one finite bound are needed.
+    if top != f64::INFINITY || buckets.len() < 2 || total.is_nan() || total <= 0.0 || q.is_nan() {
+        return None;
+    }
+    let q = q.clamp(0.0, 1.0);
+    let rank = q * total;
+    // Bucket counts can come out non-monotonic after merging or a partial
+    // reset; treat each cumulative count as at least the one before it.
+    let mut prev_bound = 0.0_f64;
+    let mut prev_count = 0.0_f64;
+    for (i, &(bound, raw)) in buckets.iter().enumerate() {
+        let count = raw.max(prev_count);
+        if count >= rank {
+            if bound == f64::INFINITY {
+                // The answer lies above the largest finite bound: report that bound.
+                return Some(prev_bound);
+            }
+            if i == 0 && bound <= 0.0 {
+                return Some(bound);
+            }
+            let width = count - prev_count;
+            let frac = if width > 0.0 {
+                (rank - prev_count) / width
+            } else {
+                1.0
+            };
+            return Some(prev_bound + (bound - prev_bound) * frac);
+        }
+        prev_bound = bound;
+        prev_count = count;
+    }
+    None
+}
+
+/// Folds scrapes into windows: [`push`](Self::push) each scrape, then
+/// [`finish`](Self::finish) at the end of each window.
+#[derive(Debug, Default)]
+pub struct WindowBuilder {
+    prev: Option<(Instant, Signals)>,
+    start: Option<Instant>,
+    acc: Accumulated,
+}
+
+#[derive(Debug, Default)]
+struct Accumulated {
+    pushes: usize,
+    gauges: [Option<GaugeWindow>; 4],
+    preemptions: Option<f64>,
+    prefix_queries: Option<f64>,
+    prefix_hits: Option<f64>,
+    prompt_tokens: Option<f64>,
+    generation_tokens: Option<f64>,
+    queue_time: Option<Histogram>,
+    ttft: Option<Histogram>,
+    itl: Option<Histogram>,
+}
+
+impl WindowBuilder {
+    /// An empty builder; the first scrape pushed is only a baseline.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a scrape taken at `at`. Scrapes must be pushed in time order.
+    pub fn push(&mut self, at: Instant, cur: Signals) {
+        if let Some((_, prev)) = &self.prev {
+            // A window covers the scrapes after its baseline, so the very
+            // first scrape, like every later baseline, sets no gauge.
+            let gauges = [cur.running, cur.waiting, cur.kv_usage, cur.retracted_reqs];
+            for (slot, value) in self.acc.gauges.iter_mut().zip(gauges) {
+                if let Some(v) = value {
+                    *slot = Some(GaugeWindow {
+                        last: v,
+                        max: slot.map_or(v, |g| g.max.max(v)),
+                    });
+                }
+            }
+            let a = &mut self.acc;
+            add(
+                &mut a.preemptions,
+                prev.preemptions_total,
+                cur.preemptions_total,
+            );
+            add(
+                &mut a.prefix_queries,
+                prev.prefix_cache_queries_total,
+                cur.prefix_cache_queries_total,
+            );
+            add(
+                &mut a.prefix_hits,
+                prev.prefix_cache_hits_total,
+                cur.prefix_cache_hits_total,
+            );
+            add(
+                &mut a.prompt_tokens,
+                prev.prompt_tokens_total,
+                cur.prompt_tokens_total,
+            );
+            add(
+                &mut a.generation_tokens,
+                prev.generation_tokens_total,
+                cur.generation_tokens_total,
+            );
+            add_hist(
+                &mut a.queue_time,
+                prev.queue_time.as_ref(),
+                cur.queue_time.as_ref(),
+            );
+            add_hist(&mut a.ttft, prev.ttft.as_ref(), cur.ttft.as_ref());
+            add_hist(&mut a.itl, prev.itl.as_ref(), cur.itl.as_ref());
+            a.pushes += 1;
+        } else {
+            self.start = Some(at);
+        }
+        self.prev = Some((at, cur));
+    }
+
+    /// Closes the current window. `None` until two scrapes have been pushed
+    /// since the last window (or ever); the last scrape becomes the next baseline.
+    pub fn finish(&mut self) -> Option<WindowSignals> {
+        let (end, last) = self.prev.as_ref()?;
+        let start = self.start?;
+        if self.acc.pushes == 0 {
+            return None;
+        }
+        let acc = std::mem::take(&mut self.acc);
+        self.start = Some(*end);
+        let elapsed = end.saturating_duration_since(start);
+        let secs = elapsed.as_secs_f64();
+        let rate = |d: Option<f64>| d.filter(|_| secs > 0.0).map(|d| d / secs);
+        let [running, waiting, kv_usage, retracted_reqs] = acc.gauges;
+        let prefix_cache_hit_rate = match (acc.prefix_hits, acc.prefix_queries) {
+            (Some(h), Some(q)) if q > 0.0 => Some((h / q).clamp(0.0, 1.0)),
+            (Some(_), Some(_)) => None,
+            _ => last.prefix_cache_hit_rate,
+        };
+        Some(WindowSignals {
+            server: last.server,
+            elapsed,
+            running,
+            waiting,
+            kv_usage,
+            retracted_reqs,
+            num_gpu_blocks: last.num_gpu_blocks,
+            preemptions_per_s: rate(acc.preemptions),
+            prefix_cache_hit_rate,
+            prompt_tokens_per_s: rate(acc.prompt_tokens),
+            generation_tokens_per_s: rate(acc.generation_tokens),
+            queue_time: acc.queue_time.as_ref().and_then(latency),
+            ttft: acc.ttft.as_ref().and_then(latency),
+            itl: acc.itl.as_ref().and_then(latency),
+        })
+    }
+}
+
+/// Counter increase between two scrapes; a decrease means a reset.
+fn increase(prev: f64, cur: f64) -> f64 {
+    if cur >= prev { cur - prev } else { cur }
+}
+
+fn add(acc: &mut Option<f64>, prev: Option<f64>, cur: Option<f64>) {
+    if let (Some(p), Some(c)) = (prev, cur) {
+        *acc = Some(acc.unwrap_or(0.0) + increase(p, c));
+    }
+}
+
+/// Adds the bucket-wise increase between two cumulative histograms.
+fn add_hist(acc: &mut Option<Histogram>, prev: Option<&Histogram>, cur: Option<&Histogram>) {
+    let (Some(p), Some(c)) = (prev, cur) else {
+        return;
+    };
+    let same_layout = c.buckets.len() == p.buckets.len()
+        && c.buckets
+            .iter()
+            .zip(&p.buckets)
+            .all(|(x, y)| x.0.total_cmp(&y.0).is_eq());
+    let reset = c.count < p.count || !same_layout;
+    let delta = if reset {
+        c.clone()
+    } else {
+        let buckets = c
+            .buckets
+            .iter()
+            .zip(&p.buckets)
+            .map(|(&(le, cc), &(_, pc))| (le, increase(pc, cc)))
+            .collect();
+        Histogram {
+            buckets,
+            count: c.count - p.count,
+            sum: increase(p.sum, c.sum),
+        }
+    };
+    *acc = Some(match acc.take() {
+        Some(a) if a.buckets.len() == delta.buckets.len() => Histogram {
+            buckets: a
+                .buckets
+                .iter()
+                .zip(&delta.buckets)
+                .map(|(&(le, x), &(_, y))| (le, x + y))
+                .collect(),
+            count: a.count + delta.count,
+            sum: a.sum + delta.sum,
+        },
+        // First pair of the window, or the layout changed mid-window (a
+        // restart with other buckets): keep the newer part.
+        _ => delta,
+    });
+}
+
+fn latency(h: &Histogram) -> Option<LatencyWindow> {
+    if h.count <= 0.0 {
+        return None;
+    }
+    Some(LatencyWindow {
+        count: h.count,
+        mean: h.sum / h.count,
+        p50: bucket_quantile(0.5, &h.buckets)?,
+        p95: bucket_quantile(0.95, &h.buckets)?,
+        p99: bucket_quantile(0.99, &h.buckets)?,
+    })
+}
+
+#[cfg(test)]
+#[path = "window_tests.rs"]
+mod tests;

@@ -1,0 +1,294 @@
+//! `cargo xtask bench probes`: what the kernel probes cost and whether they agree with bpftrace.
+//!
+//! 1. Throughput of scheduler-heavy workloads (pipe ping-pong between two processes, loopback
+//!    TCP request/response) bare, with `inferscope daemon` attached, and with `bpftrace`
+//!    running an equivalent runqlat script; rounds interleaved, ratios printed.
+//! 2. The daemon's own CPU and RSS at idle.
+//! 3. Loss counters under the heaviest workload, and the scheduler event rate it produced.
+//! 4. Cross-check: run-queue p50/p99 of inferscope vs bpftrace on the same workload.
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+
+use super::table;
+use crate::run;
+
+const DAEMON_ADDR: &str = "127.0.0.1:19465";
+const SECS: f64 = 4.0;
+
+/// bpftrace's runqlat on the same tracepoints and with the same re-queue rule.
+const BPFTRACE_RUNQLAT: &str = r"
+tracepoint:sched:sched_wakeup, tracepoint:sched:sched_wakeup_new { @q[args->pid] = nsecs; }
+tracepoint:sched:sched_switch {
+  if ((args->prev_state & 0xff) == 0) { @q[args->prev_pid] = nsecs; }
+  $ns = @q[args->next_pid];
+  if ($ns) { @usecs = hist((nsecs - $ns) / 1000); delete(@q[args->next_pid]); }
+}
+";
+
+pub fn run() -> anyhow::Result<()> {
+    if !run::is_root() {
+        bail!("the probe benchmark attaches eBPF programs: run it as root (sudo cargo xtask bench probes)");
+    }
+    run::status(&mut run::cargo(&["build", "--release", "--package", "inferscope"]))?;
+    overhead()?;
+    idle_cost()?;
+    cross_check()?;
+    Ok(())
+}
+
+fn inferscope() -> Command {
+    Command::new(run::root().join("target/release/inferscope"))
+}
+
+fn workload(kind: &str, secs: f64) -> anyhow::Result<f64> {
+    let out = run::stdout(Command::new(std::env::current_exe()?).args(["workload", kind, &secs.to_string()]))?;
+    out.strip_prefix("ops ").and_then(|v| v.trim().parse().ok()).with_context(|| format!("workload printed `{out}`"))
+}
+
+/// Starts the daemon watching pid 1 (every hook attached, programs run on every event).
+fn start_daemon() -> anyhow::Result<Child> {
+    let child = inferscope()
+        .args(["daemon", "--pid", "1", "--listen", DAEMON_ADDR])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting inferscope daemon")?;
+    wait_for(|| http_get(DAEMON_ADDR, "/api/v1/timeline").is_ok())?;
+    Ok(child)
+}
+
+fn start_bpftrace(script: &str) -> anyhow::Result<Child> {
+    let mut child = Command::new("bpftrace")
+        .args(["-e", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting bpftrace (cargo xtask setup installs it)")?;
+    // bpftrace prints "Attaching N probes..." once it is attached.
+    let mut buf = [0u8; 1];
+    let out = child.stdout.as_mut().expect("piped");
+    while out.read(&mut buf)? == 1 && buf[0] != b'\n' {}
+    Ok(child)
+}
+
+fn stop(mut child: Child) -> anyhow::Result<String> {
+    // SIGINT: bpftrace prints its maps; the daemon exits cleanly.
+    unsafe_kill(child.id(), 2);
+    let mut out = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        s.read_to_string(&mut out)?;
+    }
+    child.wait()?;
+    Ok(out)
+}
+
+fn unsafe_kill(pid: u32, sig: i32) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+}
+
+fn overhead() -> anyhow::Result<()> {
+    println!("\n== probe overhead: throughput of scheduler-heavy workloads ({SECS} s per run, 2 rounds interleaved)");
+    let mut rows = Vec::new();
+    for kind in ["pipe", "tcp"] {
+        let (mut base, mut daemon, mut bpft) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..2 {
+            base.push(workload(kind, SECS)?);
+            let d = start_daemon()?;
+            daemon.push(workload(kind, SECS)?);
+            stop(d)?;
+            let b = start_bpftrace(BPFTRACE_RUNQLAT)?;
+            bpft.push(workload(kind, SECS)?);
+            stop(b)?;
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let (b, d, t) = (mean(&base), mean(&daemon), mean(&bpft));
+        rows.push(vec![
+            kind.to_string(),
+            format!("{b:.0}"),
+            format!("{d:.0} ({:.1}%)", 100.0 * d / b),
+            format!("{t:.0} ({:.1}%)", 100.0 * t / b),
+        ]);
+    }
+    table(&["workload", "bare ops/s", "inferscope daemon (% of bare)", "bpftrace runqlat (% of bare)"], &rows);
+    println!("  target: inferscope daemon >= 97% of bare");
+    Ok(())
+}
+
+fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    // After the comm: state is field 3; utime and stime are fields 14 and 15.
+    Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
+}
+
+fn idle_cost() -> anyhow::Result<()> {
+    println!("\n== daemon cost at idle and losses under load");
+    let d = start_daemon()?;
+    std::thread::sleep(Duration::from_secs(1));
+    let t0 = proc_cpu_ticks(d.id())?;
+    std::thread::sleep(Duration::from_secs(10));
+    let cpu = (proc_cpu_ticks(d.id())? - t0) as f64 / 100.0 / 10.0 * 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.id()))?;
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    // The heaviest workload, twice in parallel, while the daemon counts what it loses.
+    let rate = event_rate_under(|| {
+        let a = std::thread::spawn(|| workload("pipe", SECS));
+        let b = workload("pipe", SECS);
+        let _ = a.join();
+        b.map(|_| ())
+    })?;
+    let snap = http_get(DAEMON_ADDR, "/api/v1/timeline")?;
+    let losses = snap.split("\"losses\":").nth(1).and_then(|s| s.split('}').next()).unwrap_or("?").to_string();
+    stop(d)?;
+    table(
+        &["measure", "value", "target"],
+        &[
+            vec!["daemon CPU at idle".into(), format!("{cpu:.2}% of a core"), "< 1%".into()],
+            vec!["daemon RSS".into(), format!("{:.1} MiB", rss_kib as f64 / 1024.0), "< 64 MiB".into()],
+            vec!["sched events/s during the loss check".into(), format!("{rate:.0}"), ">= 200000".into()],
+            vec!["losses (kernel + channels)".into(), format!("{losses}}}"), "all 0".into()],
+        ],
+    );
+    Ok(())
+}
+
+/// Runs `load` under `inferscope runqlat` (all processes) and returns the scheduler events per
+/// second it saw: every sample is one enqueue (wakeup or re-queue) plus one switch-in.
+fn event_rate_under(load: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    let rq = inferscope()
+        .args(["runqlat", "--interval", &format!("{SECS}s"), "--count", "1", "--top", "0"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    std::thread::sleep(Duration::from_millis(300));
+    load()?;
+    let out = rq.wait_with_output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let samples: f64 = summary_field(&text, "samples").context("runqlat printed no summary")?;
+    Ok(samples * 2.0 / SECS)
+}
+
+/// `[1] N processes, M samples: p50 X us, p99 Y us, ...` -> the number before/after `key`.
+fn summary_field(text: &str, key: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("[1]"))?;
+    let words: Vec<&str> = line.split([' ', ',', ':']).filter(|w| !w.is_empty()).collect();
+    let i = words.iter().position(|w| *w == key)?;
+    if key == "samples" { words.get(i - 1)?.parse().ok() } else { words.get(i + 1)?.parse().ok() }
+}
+
+fn cross_check() -> anyhow::Result<()> {
+    println!("\n== cross-check: run-queue latency of all processes, inferscope vs bpftrace, same run");
+    let script = format!("{BPFTRACE_RUNQLAT}\ninterval:s:{} {{ exit(); }}", SECS as u64 + 1);
+    let bt = start_bpftrace(&script)?;
+    let rq = inferscope()
+        .args(["runqlat", "--interval", &format!("{}s", SECS as u64 + 1), "--count", "1", "--top", "0"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    std::thread::sleep(Duration::from_millis(300));
+    workload("pipe", SECS)?;
+    let ours = String::from_utf8_lossy(&rq.wait_with_output()?.stdout).to_string();
+    let theirs = bt.wait_with_output()?;
+    let hist = parse_bpftrace_hist(&String::from_utf8_lossy(&theirs.stdout));
+    let (bp50, bp99) = (log2_quantile(&hist, 0.5), log2_quantile(&hist, 0.99));
+    let (ip50, ip99) = (summary_field(&ours, "p50").unwrap_or(f64::NAN), summary_field(&ours, "p99").unwrap_or(f64::NAN));
+    let diff = |a: f64, b: f64| format!("{:+.1}%", 100.0 * (a - b) / b);
+    table(
+        &["quantile", "inferscope us", "bpftrace us", "difference"],
+        &[
+            vec!["p50".into(), format!("{ip50:.1}"), format!("{bp50:.1}"), diff(ip50, bp50)],
+            vec!["p99".into(), format!("{ip99:.1}"), format!("{bp99:.1}"), diff(ip99, bp99)],
+        ],
+    );
+    println!("  target: within 20%");
+    Ok(())
+}
+
+/// bpftrace hist lines `[lo, hi)  count |@@@|` (and `[0]`, `[1]`) -> (lo, hi, count).
+fn parse_bpftrace_hist(text: &str) -> Vec<(f64, f64, f64)> {
+    let unit = |s: &str| -> Option<f64> {
+        let s = s.trim();
+        let (num, mul) = match s.chars().last()? {
+            'K' => (&s[..s.len() - 1], 1024.0),
+            'M' => (&s[..s.len() - 1], 1024.0 * 1024.0),
+            _ => (s, 1.0),
+        };
+        Some(num.parse::<f64>().ok()? * mul)
+    };
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let (range, rest) = l.strip_prefix('[')?.split_once(']').or_else(|| l.strip_prefix('[')?.split_once(')'))?;
+            let count: f64 = rest.split_whitespace().next()?.parse().ok()?;
+            match range.split_once(',') {
+                Some((lo, hi)) => Some((unit(lo)?, unit(hi)?, count)),
+                None => {
+                    let v = unit(range)?;
+                    Some((v, v + 1.0, count))
+                }
+            }
+        })
+        .collect()
+}
+
+/// Quantile of a bucketed histogram, interpolated linearly inside the bucket (as inferscope does).
+fn log2_quantile(h: &[(f64, f64, f64)], q: f64) -> f64 {
+    let total: f64 = h.iter().map(|b| b.2).sum();
+    let rank = (q * total).max(1.0);
+    let mut seen = 0.0;
+    for &(lo, hi, n) in h {
+        if n > 0.0 && seen + n >= rank {
+            return lo + (hi - lo) * ((rank - seen) / n);
+        }
+        seen += n;
+    }
+    f64::NAN
+}
+
+fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn wait_for(ready: impl Fn() -> bool) -> anyhow::Result<()> {
+    for _ in 0..100 {
+        if ready() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("timed out waiting for the daemon to serve {DAEMON_ADDR}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_bpftrace_histograms() {
+        let text = "@usecs:\n[0]                    3 |@@@|\n[1]                    1 |@|\n[2, 4)                 4 |@@@@|\n[4, 8)                 2 |@@|\n[1K, 2K)               1 |@|\n";
+        let h = parse_bpftrace_hist(text);
+        assert_eq!(h.len(), 5);
+        assert_eq!(h[2], (2.0, 4.0, 4.0));
+        assert_eq!(h[4], (1024.0, 2048.0, 1.0));
+        let p50 = log2_quantile(&h, 0.5);
+        assert!((2.0..4.0).contains(&p50), "{p50}");
+    }
+
+    #[test]
+    fn reads_runqlat_summary() {
+        let t = "Tracing...\n[1] 12 processes, 4521 samples: p50 3.2 us, p99 120.4 us, mean 9.1 us\n";
+        assert_eq!(summary_field(t, "samples"), Some(4521.0));
+        assert_eq!(summary_field(t, "p99"), Some(120.4));
+    }
+}
