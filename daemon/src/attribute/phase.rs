@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::WindowVerdict;
 use super::baseline::{Baseline, median};
 use super::signals::Signal;
-use super::verdict::{Cause, Evidence};
+use super::verdict::{Cause, CauseScore, Evidence};
 use crate::collect::timeline::{Quantiles, Window};
 
 /// Least share of a phase's windows for a cause to be its dominant verdict.
@@ -112,6 +112,9 @@ pub struct PhaseSummary {
     pub confidence: f64,
     /// Evidence of the dominant verdict's most confident window.
     pub evidence: Vec<Evidence>,
+    /// The other causes that scored in that window, best first.
+    #[serde(default)]
+    pub runners_up: Vec<CauseScore>,
     /// What to do about the dominant verdict.
     pub hint: String,
     /// Some windows' latencies are suspect (the load generator lagged).
@@ -205,10 +208,14 @@ fn summarise_one(
             .sum::<f64>()
             / of_dominant.len() as f64
     };
-    let evidence = of_dominant
+    let representative = of_dominant
         .iter()
-        .max_by(|a, b| a.verdict.confidence.total_cmp(&b.verdict.confidence))
+        .max_by(|a, b| a.verdict.confidence.total_cmp(&b.verdict.confidence));
+    let evidence = representative
         .map(|v| v.verdict.evidence.clone())
+        .unwrap_or_default();
+    let runners_up = representative
+        .map(|v| v.verdict.runners_up.clone())
         .unwrap_or_default();
     let missing = group_missing(idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()));
     let is_baseline = idx.iter().all(|i| base.windows.contains(i));
@@ -226,6 +233,7 @@ fn summarise_one(
         dominant,
         confidence,
         evidence,
+        runners_up,
         hint: dominant.hint().to_owned(),
         untrustworthy,
         ttft_decomposition: if is_baseline {

@@ -69,6 +69,7 @@ fn kv_pressure_is_kv_cache_with_queue_as_runner_up() {
         assert!(v.missing.is_empty(), "{:?}", v.missing);
     }
     assert!(p.hint.contains("gpu_memory_utilization"));
+    assert_eq!(p.runners_up[0].cause, Cause::Queue);
 }
 
 #[test]

@@ -84,6 +84,9 @@
     var vtd = el('td');
     vtd.appendChild(chip(p.dominant));
     if (p.dominant !== 'none') { vtd.appendChild(el('div', {}, 'confidence ' + num(p.confidence))); }
+    if (p.dominant !== 'none' && p.runners_up && p.runners_up.length) {
+      vtd.appendChild(el('div', { 'class': 'runner-up' }, 'runner-up ' + p.runners_up[0].cause + ' ' + num(p.runners_up[0].confidence)));
+    }
     vtd.appendChild(el('div', {}, p.shares.map(function (s) {
       return s.cause + ' ' + Math.round(s.share * 100) + '%';
     }).join(', ')));

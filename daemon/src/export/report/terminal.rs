@@ -92,8 +92,13 @@ fn phase(out: &mut String, p: &PhaseSummary) {
     } else {
         let _ = writeln!(
             out,
-            "  verdict: {} (confidence {:.2}): {evidence}",
-            p.dominant, p.confidence
+            "  verdict: {} (confidence {:.2}{}): {evidence}",
+            p.dominant,
+            p.confidence,
+            p.runners_up.first().map_or(String::new(), |r| format!(
+                ", runner-up {} {:.2}",
+                r.cause, r.confidence
+            ))
         );
     }
     if let Some(d) = &p.ttft_decomposition {

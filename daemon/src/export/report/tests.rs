@@ -106,7 +106,10 @@ fn terminal_summary_names_verdict_evidence_and_hint_per_phase() {
         .split("\nphase peak (")
         .nth(1)
         .expect("peak phase printed");
-    assert!(peak.contains("verdict: kv_cache (confidence"), "{text}");
+    assert!(
+        peak.contains("verdict: kv_cache (confidence 1.00, runner-up queue 0."),
+        "{text}"
+    );
     assert!(peak.contains("kv_usage=0.98 (>= 0.95)"), "{text}");
     assert!(peak.contains("preemptions_per_s="), "{text}");
     assert!(
