@@ -2,7 +2,9 @@
 //!
 //! Data flows one way: `probes -> collect -> attribute -> export`; see DESIGN.md.
 
+pub mod attribute;
 pub mod collect;
+pub mod export;
 pub mod gpu;
 pub mod probes;
 pub mod scrape;

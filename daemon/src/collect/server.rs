@@ -59,10 +59,14 @@ pub fn server_signals(w: &WindowSignals) -> ServerSignals {
     ServerSignals {
         running: w.running.map(|g| g.last),
         waiting: w.waiting.map(|g| g.max),
+        // No server exports its batch cap as a metric; the run's configuration may supply it.
+        max_running: None,
         kv_usage: w.kv_usage.map(|g| g.max),
         preemptions_per_s: w.preemption_activity(),
         prefix_hit_rate: w.prefix_cache_hit_rate,
+        queue_time_p50_ms: w.queue_time.map(|l| l.p50 * 1000.0),
         queue_time_p95_ms: w.queue_time.map(|l| l.p95 * 1000.0),
+        ttft_p50_ms: w.ttft.map(|l| l.p50 * 1000.0),
         ttft_p95_ms: w.ttft.map(|l| l.p95 * 1000.0),
         prompt_tokens_per_s: w.prompt_tokens_per_s,
     }

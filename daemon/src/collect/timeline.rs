@@ -49,14 +49,21 @@ pub struct ServerSignals {
     pub running: Option<f64>,
     /// Requests waiting (queued).
     pub waiting: Option<f64>,
+    /// The server's cap on running requests (vLLM `max_num_seqs`, TGI max batch size), when
+    /// known: KV pressure shows as running plateauing *below* it.
+    pub max_running: Option<f64>,
     /// KV-cache usage, 0..1.
     pub kv_usage: Option<f64>,
     /// Preemptions (SGLang: retractions) per second.
     pub preemptions_per_s: Option<f64>,
     /// Prefix-cache hit rate, 0..1.
     pub prefix_hit_rate: Option<f64>,
+    /// Queue time p50 in the window, ms (the TTFT decomposition adds medians).
+    pub queue_time_p50_ms: Option<f64>,
     /// Queue time p95 in the window, ms.
     pub queue_time_p95_ms: Option<f64>,
+    /// Server-reported TTFT p50 in the window, ms (server-side first token without probes).
+    pub ttft_p50_ms: Option<f64>,
     /// Server-reported TTFT p95 in the window, ms.
     pub ttft_p95_ms: Option<f64>,
     /// Prompt tokens per second (rises faster than requests under recompute).
@@ -146,7 +153,7 @@ pub struct Window {
 }
 
 /// Fixed-length windows from an origin, grown on demand.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Timeline {
     /// Start of window 0, Unix ms.
     pub origin_unix_ms: u64,

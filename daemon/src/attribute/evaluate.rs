@@ -1,0 +1,352 @@
+//! Scores every rule on a window and picks the verdict.
+
+use super::rules::{Outcome, Rule};
+use super::signals::Ctx;
+use super::verdict::{Cause, CauseScore, Evidence, Verdict};
+
+/// Least confidence for naming a cause; below it the verdict is `none`.
+pub const MIN_CONFIDENCE: f64 = 0.5;
+
+/// How one rule fared on one window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleResult {
+    /// The rule's cause.
+    pub cause: Cause,
+    /// Weighted share of evaluated conditions that held (0 unless a trigger held).
+    pub score: f64,
+    /// Weighted share of the rule's conditions that could be evaluated.
+    pub coverage: f64,
+    /// Whether any trigger could be evaluated at all.
+    pub evaluable: bool,
+    /// Evaluated conditions (held or not).
+    pub evidence: Vec<Evidence>,
+    /// Trigger conditions that were evaluated and did not hold: evidence of absence.
+    pub quiet_triggers: Vec<Evidence>,
+    /// Conditions that could not be evaluated.
+    pub missing: Vec<String>,
+}
+
+impl RuleResult {
+    /// The score lowered by missing conditions: a rule decided on half its signals is less sure.
+    #[must_use]
+    pub fn confidence(&self) -> f64 {
+        self.score * (0.5 + 0.5 * self.coverage)
+    }
+}
+
+/// Evaluates one rule.
+#[must_use]
+pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
+    let (mut total, mut evaluated, mut met) = (0.0, 0.0, 0.0);
+    let (mut evaluable, mut triggered) = (false, false);
+    let mut evidence = Vec::new();
+    let mut quiet_triggers = Vec::new();
+    let mut missing = Vec::new();
+    for c in rule.conditions {
+        total += c.weight;
+        match c.evaluate(ctx) {
+            Outcome::Evaluated(e) => {
+                evaluated += c.weight;
+                evaluable |= c.trigger;
+                if e.met {
+                    met += c.weight;
+                    triggered |= c.trigger;
+                } else if c.trigger {
+                    quiet_triggers.push(e.clone());
+                }
+                evidence.push(e);
+            }
+            Outcome::Missing(m) => missing.push(m),
+        }
+    }
+    let score = if triggered && evaluated > 0.0 {
+        met / evaluated
+    } else {
+        0.0
+    };
+    let coverage = if total > 0.0 { evaluated / total } else { 0.0 };
+    RuleResult {
+        cause: rule.cause,
+        score,
+        coverage,
+        evaluable,
+        evidence,
+        quiet_triggers,
+        missing,
+    }
+}
+
+/// The verdict for one window under `rules`.
+///
+/// The best confidence at or above [`MIN_CONFIDENCE`] wins, except that a convincing `loadgen`
+/// always wins: when the generator lags, every other signal's latency is measured wrong.
+#[must_use]
+pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
+    let mut results: Vec<RuleResult> = rules.iter().map(|r| score(r, ctx)).collect();
+    results.sort_by(|a, b| b.confidence().total_cmp(&a.confidence()));
+    let winner = results
+        .iter()
+        .position(|r| r.cause == Cause::Loadgen && r.confidence() >= MIN_CONFIDENCE)
+        .or_else(|| {
+            results
+                .first()
+                .filter(|r| r.confidence() >= MIN_CONFIDENCE)
+                .map(|_| 0)
+        });
+    let runners_up = |skip: Option<usize>| -> Vec<CauseScore> {
+        results
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| Some(*i) != skip && r.score > 0.0)
+            .map(|(_, r)| CauseScore {
+                cause: r.cause,
+                score: r.score,
+                confidence: r.confidence(),
+            })
+            .collect()
+    };
+    match winner {
+        Some(i) => {
+            let w = &results[i];
+            let (evidence, contrary) = w.evidence.iter().cloned().partition(|e| e.met);
+            Verdict {
+                cause: w.cause,
+                confidence: w.confidence(),
+                evidence,
+                contrary,
+                runners_up: runners_up(Some(i)),
+                missing: w.missing.clone(),
+            }
+        }
+        None => none_verdict(&results, runners_up(None)),
+    }
+}
+
+/// `none`: sure when every rule could look and none fired, unsure when rules could not look.
+fn none_verdict(results: &[RuleResult], runners_up: Vec<CauseScore>) -> Verdict {
+    let best = results.first().map_or(0.0, RuleResult::confidence);
+    let looked = results.iter().filter(|r| r.evaluable).count();
+    let share = if results.is_empty() {
+        0.0
+    } else {
+        looked as f64 / results.len() as f64
+    };
+    // Evidence of absence: the triggers that were evaluated and did not hold.
+    let mut evidence: Vec<Evidence> = Vec::new();
+    for e in results.iter().flat_map(|r| r.quiet_triggers.iter()) {
+        if !evidence.iter().any(|x| x.signal == e.signal) {
+            evidence.push(e.clone());
+        }
+    }
+    let mut missing: Vec<String> = Vec::new();
+    for m in results
+        .iter()
+        .filter(|r| !r.evaluable)
+        .flat_map(|r| r.missing.iter())
+    {
+        if !missing.contains(m) {
+            missing.push(m.clone());
+        }
+    }
+    Verdict {
+        cause: Cause::None,
+        confidence: (1.0 - best) * (0.2 + 0.8 * share),
+        evidence,
+        contrary: Vec::new(),
+        runners_up,
+        missing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribute::baseline::Baseline;
+    use crate::attribute::rules::{Condition, RULES, Test};
+    use crate::attribute::signals::Signal;
+    use crate::collect::timeline::{LoadSignals, Quantiles, RunqSignals, ServerSignals, Window};
+
+    fn q(v: f64) -> Quantiles {
+        Quantiles {
+            p50: v,
+            p95: v,
+            p99: v,
+            max: v,
+        }
+    }
+
+    fn window(ttft: f64, lag_p99: f64, server: Option<ServerSignals>) -> Window {
+        Window {
+            len_ms: 1000,
+            load: Some(LoadSignals {
+                requests: 20,
+                target_rps: Some(20.0),
+                achieved_rps: 20.0,
+                ttft_ms: Some(q(ttft)),
+                itl_ms: Some(q(20.0)),
+                send_lag_ms: Some(Quantiles {
+                    p50: lag_p99 / 4.0,
+                    p95: lag_p99,
+                    p99: lag_p99,
+                    max: lag_p99,
+                }),
+                ..LoadSignals::default()
+            }),
+            server,
+            ..Window::default()
+        }
+    }
+
+    fn healthy_server() -> ServerSignals {
+        ServerSignals {
+            running: Some(10.0),
+            waiting: Some(0.0),
+            kv_usage: Some(0.3),
+            preemptions_per_s: Some(0.0),
+            queue_time_p95_ms: Some(5.0),
+            ..ServerSignals::default()
+        }
+    }
+
+    fn run(windows: Vec<Window>) -> Vec<Verdict> {
+        let t = crate::collect::timeline::Timeline {
+            origin_unix_ms: 0,
+            len_ms: 1000,
+            windows,
+        };
+        let base = Baseline::of(&t);
+        t.windows
+            .iter()
+            .enumerate()
+            .map(|(index, window)| {
+                verdict(
+                    RULES,
+                    &Ctx {
+                        window,
+                        index,
+                        baseline: &base,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn support_conditions_alone_never_raise_a_cause() {
+        // Healthy: "ITL flat", "KV < 0.9" and "no preemptions" all hold, but no queue trigger does.
+        let v = run(vec![window(80.0, 0.5, Some(healthy_server())); 6]);
+        let last = v.last().unwrap();
+        assert_eq!(last.cause, Cause::None);
+        assert!(last.runners_up.is_empty(), "{:#?}", last.runners_up);
+        assert!(
+            last.evidence
+                .iter()
+                .any(|e| e.signal == "waiting" && !e.met)
+        );
+    }
+
+    #[test]
+    fn a_lagging_generator_wins_over_a_stronger_cause() {
+        let mut ws = vec![window(80.0, 0.5, Some(healthy_server())); 5];
+        let kv = ServerSignals {
+            kv_usage: Some(0.99),
+            preemptions_per_s: Some(5.0),
+            waiting: Some(40.0),
+            ..healthy_server()
+        };
+        ws.push(window(900.0, 60.0, Some(kv.clone())));
+        ws.push(window(900.0, 0.5, Some(kv)));
+        let v = run(ws);
+        let lagging = &v[5];
+        assert_eq!(lagging.cause, Cause::Loadgen, "{lagging:#?}");
+        let kv_score = lagging
+            .runners_up
+            .iter()
+            .find(|r| r.cause == Cause::KvCache)
+            .unwrap();
+        assert!(
+            kv_score.confidence > lagging.confidence,
+            "the rule order, not the score, decides"
+        );
+        // The generator's own run-queue is not watched: named, and the confidence is lower.
+        assert!(
+            lagging
+                .missing
+                .iter()
+                .any(|m| m.starts_with("loadgen_runq_p99_us"))
+        );
+        assert_eq!(v[6].cause, Cause::KvCache);
+    }
+
+    #[test]
+    fn a_rule_without_any_trigger_signal_is_not_evaluated() {
+        let mut ws = vec![window(80.0, 0.5, None); 5];
+        ws.push(window(800.0, 0.5, None));
+        let v = run(ws);
+        let last = v.last().unwrap();
+        assert_eq!(last.cause, Cause::None);
+        assert!(last.confidence < 0.5, "{}", last.confidence);
+        for signal in [
+            "kv_usage",
+            "queue_time_p95_ms",
+            "gpu_oom",
+            "runq_p99_us",
+            "srtt_mean_us",
+        ] {
+            assert!(
+                last.missing.iter().any(|m| m.starts_with(signal)),
+                "{signal}: {:?}",
+                last.missing
+            );
+        }
+    }
+
+    #[test]
+    fn rises_needs_both_ratio_and_delta() {
+        let cond = Condition {
+            signal: Signal::RunqP99Us,
+            test: Test::Rises {
+                ratio: 2.0,
+                min_delta: 1000.0,
+            },
+            weight: 1.0,
+            trigger: true,
+        };
+        let runq = |p99| RunqSignals {
+            samples: 100,
+            p99_us: p99,
+            ..RunqSignals::default()
+        };
+        let mut ws: Vec<Window> = (0..5)
+            .map(|_| Window {
+                runq: Some(runq(50.0)),
+                ..Window::default()
+            })
+            .collect();
+        // 10x but only +450 µs: noise on a tiny baseline, not a rise.
+        ws.push(Window {
+            runq: Some(runq(500.0)),
+            ..Window::default()
+        });
+        ws.push(Window {
+            runq: Some(runq(1200.0)),
+            ..Window::default()
+        });
+        let t = crate::collect::timeline::Timeline {
+            origin_unix_ms: 0,
+            len_ms: 1000,
+            windows: ws,
+        };
+        let base = Baseline::of(&t);
+        let met = |i: usize| match cond.evaluate(&Ctx {
+            window: &t.windows[i],
+            index: i,
+            baseline: &base,
+        }) {
+            crate::attribute::rules::Outcome::Evaluated(e) => e.met,
+            crate::attribute::rules::Outcome::Missing(m) => panic!("{m}"),
+        };
+        assert!(!met(5));
+        assert!(met(6));
+    }
+}

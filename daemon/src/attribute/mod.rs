@@ -1,0 +1,105 @@
+//! Signals per window -> verdicts with evidence (DESIGN.md, "Attribution").
+//!
+//! [`attribute`] takes a [`Timeline`], finds its baseline (the `baseline` phase, else the first
+//! phase, else the first windows), scores every rule of [`rules::RULES`] on every window, and
+//! summarises each phase: share of windows per verdict, the dominant verdict with its evidence
+//! and a hint, and where the TTFT increase over the baseline went.
+//!
+//! ```
+//! use inferscope::attribute::{attribute, Cause};
+//! use inferscope::collect::timeline::Timeline;
+//!
+//! let timeline = Timeline::new(0, 1000);
+//! let a = attribute(&timeline);
+//! assert!(a.windows.iter().all(|w| w.verdict.cause != Cause::Loadgen));
+//! ```
+
+pub mod baseline;
+mod evaluate;
+pub mod phase;
+pub mod rules;
+pub mod signals;
+mod verdict;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use crate::collect::timeline::Timeline;
+
+pub use baseline::Baseline;
+pub use evaluate::{MIN_CONFIDENCE, RuleResult, score};
+pub use phase::{CauseShare, PhaseLatency, PhaseLoad, PhaseSummary, TtftDecomposition};
+pub use rules::{Condition, RULES, Rule, Test};
+pub use signals::Signal;
+pub use verdict::{Cause, CauseScore, Evidence, Verdict, fmt_num};
+
+/// The verdict of one window of the time line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowVerdict {
+    /// Index in the time line's windows.
+    pub index: usize,
+    /// Window start, Unix ms.
+    pub start_unix_ms: u64,
+    /// The window's phase, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The verdict.
+    pub verdict: Verdict,
+}
+
+/// Attribution of a whole time line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attribution {
+    /// What windows were compared against.
+    pub baseline: Baseline,
+    /// One verdict per window, in time-line order.
+    pub windows: Vec<WindowVerdict>,
+    /// One summary per phase, in order of first appearance.
+    pub phases: Vec<PhaseSummary>,
+}
+
+impl Attribution {
+    /// The summary of the phase called `name`.
+    #[must_use]
+    pub fn phase(&self, name: &str) -> Option<&PhaseSummary> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+}
+
+/// Attributes every window of `timeline` with the default rules.
+#[must_use]
+pub fn attribute(timeline: &Timeline) -> Attribution {
+    attribute_with(timeline, RULES)
+}
+
+/// Attributes every window of `timeline` with `rules`.
+#[must_use]
+pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
+    let baseline = Baseline::of(timeline);
+    let windows: Vec<WindowVerdict> = timeline
+        .windows
+        .iter()
+        .enumerate()
+        .map(|(index, window)| {
+            let ctx = signals::Ctx {
+                window,
+                index,
+                baseline: &baseline,
+            };
+            WindowVerdict {
+                index,
+                start_unix_ms: window.start_unix_ms,
+                phase: window.phase.clone(),
+                verdict: evaluate::verdict(rules, &ctx),
+            }
+        })
+        .collect();
+    let phases = phase::summarise(&timeline.windows, &windows, &baseline);
+    Attribution {
+        baseline,
+        windows,
+        phases,
+    }
+}

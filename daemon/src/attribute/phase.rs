@@ -1,0 +1,389 @@
+//! Per-phase summaries: load achieved, latencies, the share of windows per verdict, the
+//! dominant verdict, and where the TTFT increase over the baseline went.
+
+use serde::{Deserialize, Serialize};
+
+use super::WindowVerdict;
+use super::baseline::{Baseline, median};
+use super::signals::Signal;
+use super::verdict::{Cause, CauseScore, Evidence};
+use crate::collect::timeline::{Quantiles, Window};
+
+/// Least share of a phase's windows for a cause to be its dominant verdict.
+pub const DOMINANT_MIN_SHARE: f64 = 0.25;
+
+/// Wake-ups on a request's path to its first token (frontend receive, engine step, response
+/// write): each waits the server threads' mean run-queue delay, which is how the run-queue
+/// rise is turned into milliseconds of TTFT.
+pub const FIRST_TOKEN_WAKEUPS: f64 = 3.0;
+
+/// What the load generator achieved in a phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseLoad {
+    /// Requests started.
+    pub requests: u64,
+    /// Of those, failed.
+    pub errors: u64,
+    /// Started requests per second over the phase.
+    pub achieved_rps: f64,
+    /// Mean intended rate, when open-loop.
+    pub target_rps: Option<f64>,
+    /// Mean output tokens per second.
+    pub output_tokens_per_s: f64,
+    /// Most requests in flight at once.
+    pub in_flight_max: u64,
+}
+
+/// Phase latencies, ms. Attribution fills them from the windows (each quantile the
+/// request-weighted mean of the windows' quantile, `max` the largest window max); the load
+/// generator's exact phase histograms replace them through `Report::set_phase_latency`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseLatency {
+    /// `true` when taken from the load generator's phase histograms, `false` when averaged
+    /// from windows.
+    #[serde(default)]
+    pub exact: bool,
+    /// Time to first token.
+    pub ttft_ms: Option<Quantiles>,
+    /// Inter-token latency.
+    pub itl_ms: Option<Quantiles>,
+    /// End to end.
+    pub e2e_ms: Option<Quantiles>,
+}
+
+/// One verdict's share of a phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CauseShare {
+    /// The verdict.
+    pub cause: Cause,
+    /// Windows with it.
+    pub windows: usize,
+    /// Share of the phase's windows, 0..1.
+    pub share: f64,
+}
+
+/// Where the TTFT p50 increase over the baseline phase went, ms. A part is `None` when its
+/// signals are missing; whatever the parts do not cover is `unexplained_ms`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TtftDecomposition {
+    /// Baseline TTFT p50.
+    pub baseline_ttft_ms: f64,
+    /// This phase's TTFT p50.
+    pub ttft_ms: f64,
+    /// `ttft_ms - baseline_ttft_ms`.
+    pub increase_ms: f64,
+    /// The load generator's own send lag (TTFT counts from the intended start).
+    pub loadgen_lag_ms: Option<f64>,
+    /// Server queue time.
+    pub queue_ms: Option<f64>,
+    /// Server-side first token minus queue minus CPU scheduling.
+    pub server_compute_ms: Option<f64>,
+    /// Run-queue delay on the first-token path ([`FIRST_TOKEN_WAKEUPS`] x mean delay).
+    pub cpu_scheduling_ms: Option<f64>,
+    /// Client TTFT minus send lag minus server-side first token (kernel timing).
+    pub network_ms: Option<f64>,
+    /// The rest.
+    pub unexplained_ms: f64,
+    /// Parts that could not be computed, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+}
+
+/// Everything attribution says about one phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSummary {
+    /// Phase name (`run` for windows without one).
+    pub name: String,
+    /// Start of the first window, Unix ms.
+    pub start_unix_ms: u64,
+    /// End of the last window, Unix ms.
+    pub end_unix_ms: u64,
+    /// Windows in the phase.
+    pub windows: usize,
+    /// Load achieved.
+    pub load: PhaseLoad,
+    /// Latencies.
+    pub latency: PhaseLatency,
+    /// Share of windows per verdict, largest first.
+    pub shares: Vec<CauseShare>,
+    /// The phase's verdict (see [`DOMINANT_MIN_SHARE`]).
+    pub dominant: Cause,
+    /// Mean confidence of the dominant verdict's windows.
+    pub confidence: f64,
+    /// Evidence of the dominant verdict's most confident window.
+    pub evidence: Vec<Evidence>,
+    /// The other causes that scored in that window, best first.
+    #[serde(default)]
+    pub runners_up: Vec<CauseScore>,
+    /// What to do about the dominant verdict.
+    pub hint: String,
+    /// Some windows' latencies are suspect (the load generator lagged).
+    pub untrustworthy: bool,
+    /// TTFT increase over the baseline phase (absent for the baseline itself).
+    pub ttft_decomposition: Option<TtftDecomposition>,
+    /// Evidence missing in this phase's windows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+}
+
+/// Summarises each phase, in order of first appearance.
+#[must_use]
+pub fn summarise(
+    windows: &[Window],
+    verdicts: &[WindowVerdict],
+    base: &Baseline,
+) -> Vec<PhaseSummary> {
+    let mut names: Vec<String> = Vec::new();
+    for w in windows {
+        let n = phase_name(w);
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let idx: Vec<usize> = (0..windows.len())
+                .filter(|&i| phase_name(&windows[i]) == name)
+                .collect();
+            summarise_one(name, &idx, windows, verdicts, base)
+        })
+        .collect()
+}
+
+fn phase_name(w: &Window) -> String {
+    w.phase.clone().unwrap_or_else(|| "run".to_owned())
+}
+
+fn summarise_one(
+    name: String,
+    idx: &[usize],
+    windows: &[Window],
+    verdicts: &[WindowVerdict],
+    base: &Baseline,
+) -> PhaseSummary {
+    let n = idx.len();
+    let mut shares: Vec<CauseShare> = Cause::ALL
+        .iter()
+        .map(|&cause| {
+            let k = idx
+                .iter()
+                .filter(|&&i| verdicts[i].verdict.cause == cause)
+                .count();
+            CauseShare {
+                cause,
+                windows: k,
+                share: k as f64 / n.max(1) as f64,
+            }
+        })
+        .filter(|s| s.windows > 0)
+        .collect();
+    shares.sort_by_key(|s| std::cmp::Reverse(s.windows));
+    let share_of = |c: Cause| {
+        shares
+            .iter()
+            .find(|s| s.cause == c)
+            .map_or(0.0, |s| s.share)
+    };
+    // A lagging generator makes every other verdict of the phase suspect, so it leads.
+    let dominant = if share_of(Cause::Loadgen) >= DOMINANT_MIN_SHARE {
+        Cause::Loadgen
+    } else {
+        shares
+            .iter()
+            .find(|s| s.cause != Cause::None && s.share >= DOMINANT_MIN_SHARE)
+            .map_or(Cause::None, |s| s.cause)
+    };
+    let of_dominant: Vec<&WindowVerdict> = idx
+        .iter()
+        .map(|&i| &verdicts[i])
+        .filter(|v| v.verdict.cause == dominant)
+        .collect();
+    let confidence = if of_dominant.is_empty() {
+        0.0
+    } else {
+        of_dominant
+            .iter()
+            .map(|v| v.verdict.confidence)
+            .sum::<f64>()
+            / of_dominant.len() as f64
+    };
+    let representative = of_dominant
+        .iter()
+        .max_by(|a, b| a.verdict.confidence.total_cmp(&b.verdict.confidence));
+    let evidence = representative
+        .map(|v| v.verdict.evidence.clone())
+        .unwrap_or_default();
+    let runners_up = representative
+        .map(|v| v.verdict.runners_up.clone())
+        .unwrap_or_default();
+    let missing = group_missing(idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()));
+    let is_baseline = idx.iter().all(|i| base.windows.contains(i));
+    let untrustworthy = share_of(Cause::Loadgen) > 0.0;
+    let phase_windows: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
+    PhaseSummary {
+        start_unix_ms: phase_windows.first().map_or(0, |w| w.start_unix_ms),
+        end_unix_ms: phase_windows
+            .last()
+            .map_or(0, |w| w.start_unix_ms + w.len_ms),
+        windows: n,
+        load: load(&phase_windows),
+        latency: latency(&phase_windows),
+        shares,
+        dominant,
+        confidence,
+        evidence,
+        runners_up,
+        hint: dominant.hint().to_owned(),
+        untrustworthy,
+        ttft_decomposition: if is_baseline {
+            None
+        } else {
+            decompose(idx, windows, base)
+        },
+        missing,
+        name,
+    }
+}
+
+/// Groups `signal: reason` lines by reason: `reason: signal, signal`.
+fn group_missing<'a>(lines: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for line in lines {
+        let (signal, reason) = line.split_once(": ").unwrap_or(("", line.as_str()));
+        match groups.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, signals)) if !signals.contains(&signal) => signals.push(signal),
+            Some(_) => {}
+            None => groups.push((reason, vec![signal])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(reason, signals)| format!("{reason}: {}", signals.join(", ")))
+        .collect()
+}
+
+fn load(ws: &[&Window]) -> PhaseLoad {
+    let loads: Vec<_> = ws.iter().filter_map(|w| w.load.as_ref()).collect();
+    let secs: f64 = ws.iter().map(|w| w.len_ms as f64 / 1000.0).sum();
+    let targets: Vec<f64> = loads.iter().filter_map(|l| l.target_rps).collect();
+    let requests = loads.iter().map(|l| l.requests).sum();
+    PhaseLoad {
+        requests,
+        errors: loads.iter().map(|l| l.errors).sum(),
+        achieved_rps: if secs > 0.0 {
+            requests as f64 / secs
+        } else {
+            0.0
+        },
+        target_rps: (!targets.is_empty())
+            .then(|| targets.iter().sum::<f64>() / targets.len() as f64),
+        output_tokens_per_s: if loads.is_empty() {
+            0.0
+        } else {
+            loads.iter().map(|l| l.output_tokens_per_s).sum::<f64>() / loads.len() as f64
+        },
+        in_flight_max: loads.iter().map(|l| l.in_flight_max).max().unwrap_or(0),
+    }
+}
+
+fn latency(ws: &[&Window]) -> PhaseLatency {
+    let merge = |get: fn(&crate::collect::timeline::LoadSignals) -> Option<Quantiles>| {
+        let parts: Vec<(f64, Quantiles)> = ws
+            .iter()
+            .filter_map(|w| w.load.as_ref())
+            .filter_map(|l| get(l).map(|q| ((l.requests.max(1)) as f64, q)))
+            .collect();
+        let total: f64 = parts.iter().map(|(n, _)| n).sum();
+        (total > 0.0).then(|| {
+            let mean =
+                |f: fn(&Quantiles) -> f64| parts.iter().map(|(n, q)| n * f(q)).sum::<f64>() / total;
+            Quantiles {
+                p50: mean(|q| q.p50),
+                p95: mean(|q| q.p95),
+                p99: mean(|q| q.p99),
+                max: parts.iter().map(|(_, q)| q.max).fold(0.0, f64::max),
+            }
+        })
+    };
+    PhaseLatency {
+        exact: false,
+        ttft_ms: merge(|l| l.ttft_ms),
+        itl_ms: merge(|l| l.itl_ms),
+        e2e_ms: merge(|l| l.e2e_ms),
+    }
+}
+
+/// Splits the TTFT p50 increase over the baseline into its parts (medians of window values).
+fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<TtftDecomposition> {
+    let delta = |s: Signal| -> Option<f64> {
+        let vals: Vec<f64> = idx.iter().filter_map(|&i| s.raw(&windows[i], i)).collect();
+        Some(median(&vals)? - base.get(s)?)
+    };
+    let ttft_vals: Vec<f64> = idx
+        .iter()
+        .filter_map(|&i| Signal::TtftP50Ms.raw(&windows[i], i))
+        .collect();
+    let ttft = median(&ttft_vals)?;
+    let baseline_ttft = base.get(Signal::TtftP50Ms)?;
+    let mut missing = Vec::new();
+    let mut need = |v: Option<f64>, what: &str, why: &str| {
+        if v.is_none() {
+            missing.push(format!("{what}: {why}"));
+        }
+        v
+    };
+    let loadgen_lag_ms = need(
+        delta(Signal::SendLagP50Ms),
+        "loadgen_lag",
+        "no send lag records",
+    );
+    let queue_ms = need(
+        delta(Signal::QueueTimeP50Ms),
+        "queue",
+        "no server queue-time metric",
+    );
+    let cpu_scheduling_ms = need(
+        delta(Signal::RunqMeanUs).map(|us| us * FIRST_TOKEN_WAKEUPS / 1000.0),
+        "cpu_scheduling",
+        "no run-queue data (kernel probes off: needs root)",
+    );
+    // Kernel timing of the first token is preferred; the server's own TTFT metric stands in.
+    let first_token =
+        delta(Signal::KernelFirstTokenP50Ms).or_else(|| delta(Signal::ServerTtftP50Ms));
+    let server_compute_ms = need(
+        first_token
+            .zip(queue_ms)
+            .map(|(ft, q)| ft - q - cpu_scheduling_ms.unwrap_or(0.0)),
+        "server_compute",
+        "needs server-side first token and queue time",
+    );
+    let network_ms = need(
+        delta(Signal::ClientServerGapMs),
+        "network",
+        "needs socket probes (root) for the server-side first token",
+    );
+    let increase_ms = ttft - baseline_ttft;
+    let explained: f64 = [
+        loadgen_lag_ms,
+        queue_ms,
+        server_compute_ms,
+        cpu_scheduling_ms,
+        network_ms,
+    ]
+    .iter()
+    .flatten()
+    .sum();
+    Some(TtftDecomposition {
+        baseline_ttft_ms: baseline_ttft,
+        ttft_ms: ttft,
+        increase_ms,
+        loadgen_lag_ms,
+        queue_ms,
+        server_compute_ms,
+        cpu_scheduling_ms,
+        network_ms,
+        unexplained_ms: increase_ms - explained,
+        missing,
+    })
+}

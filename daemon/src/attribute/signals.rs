@@ -1,0 +1,286 @@
+//! Named signals read from a window, and the run's baseline of each.
+//!
+//! Rules refer to signals by name (`Signal`), so the rule table stays data: a signal knows how
+//! to read itself from a `Window`, and why it may be absent.
+
+use serde::{Deserialize, Serialize};
+
+use super::baseline::Baseline;
+use crate::collect::timeline::Window;
+
+/// Windows at the start of the run in which GPU allocations are expected (warm-up).
+pub const WARMUP_WINDOWS: usize = 3;
+
+/// A signal a rule can test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// Client TTFT p50, ms.
+    TtftP50Ms,
+    /// Client TTFT p95, ms.
+    TtftP95Ms,
+    /// Client TTFT p99, ms.
+    TtftP99Ms,
+    /// Client inter-token latency p99, ms.
+    ItlP99Ms,
+    /// Failed / started requests.
+    ErrorRate,
+    /// Achieved / intended request rate (open loop only).
+    AchievedShareOfTarget,
+    /// Load generator send lag p50, ms.
+    SendLagP50Ms,
+    /// Load generator send lag p99, ms.
+    SendLagP99Ms,
+    /// Load generator run-queue delay p99, µs.
+    LoadgenRunqP99Us,
+    /// Requests waiting in the server.
+    Waiting,
+    /// Running requests / the server's cap on them.
+    RunningShareOfCap,
+    /// KV-cache usage, 0..1.
+    KvUsage,
+    /// Preemptions (retractions) per second.
+    PreemptionsPerS,
+    /// Server queue time p50, ms.
+    QueueTimeP50Ms,
+    /// Server queue time p95, ms.
+    QueueTimeP95Ms,
+    /// Server TTFT p50 (server metric), ms.
+    ServerTtftP50Ms,
+    /// Prompt tokens per started request: rises under recompute after preemption.
+    PromptTokensPerRequest,
+    /// Prefix-cache hit rate, 0..1: falls when the cache evicts under pressure.
+    PrefixHitRate,
+    /// Server queue time p95 / client TTFT p95: queueing dominates TTFT.
+    QueueShareOfTtft,
+    /// (queue p95 rise) / (client TTFT p95 rise) over the baseline; 0 when TTFT did not rise.
+    TtftRiseFromQueue,
+    /// Server threads' run-queue delay p99, µs.
+    RunqP99Us,
+    /// Server threads' mean run-queue delay, µs.
+    RunqMeanUs,
+    /// Server threads' summed run-queue wait / window length.
+    RunqTotalShare,
+    /// Mean smoothed RTT, µs.
+    SrttMeanUs,
+    /// Retransmitted segments in the window.
+    Retransmits,
+    /// Server-side first token (kernel: request in -> second write) p50, ms.
+    KernelFirstTokenP50Ms,
+    /// Client TTFT p50 - send lag p50 - server-side first token p50 (kernel), ms.
+    ClientServerGapMs,
+    /// Server-side first token (kernel) - the engine's own TTFT (server metric), p50, ms: time
+    /// in the API server's frontend (HTTP, tokenisation, detokenisation), CPU-bound.
+    FrontendMs,
+    /// Allocation calls that returned out-of-memory.
+    GpuOom,
+    /// Successful allocation calls after warm-up (0 during warm-up).
+    GpuAllocsAfterWarmup,
+    /// min(allocs, frees): free-then-alloc churn (allocator retry).
+    GpuAllocChurn,
+    /// NVML device memory used / total.
+    GpuMemUsedFrac,
+}
+
+/// Where a window's signal comes from, for naming what is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// The load generator's records.
+    Load,
+    /// The server's `/metrics`.
+    Server,
+    /// Scheduler probes.
+    Runq,
+    /// Socket probes.
+    Net,
+    /// CUDA uprobes / NVML.
+    Gpu,
+    /// Derived from the baseline.
+    Baseline,
+}
+
+impl Source {
+    /// Why a signal of this source is absent, in words a user can act on.
+    #[must_use]
+    pub fn absent_reason(self) -> &'static str {
+        match self {
+            Source::Load => "no load generator data",
+            Source::Server => "no server metrics (scrape off, or the server does not export it)",
+            Source::Runq => "no run-queue data (kernel probes off: needs root)",
+            Source::Net => "no socket data (kernel probes off: needs root)",
+            Source::Gpu => "no GPU data (CUDA uprobes off or no NVML)",
+            Source::Baseline => "no baseline for this signal",
+        }
+    }
+}
+
+/// What a rule evaluates a window with.
+pub struct Ctx<'a> {
+    /// The window.
+    pub window: &'a Window,
+    /// Its index in the time line.
+    pub index: usize,
+    /// The run's baseline.
+    pub baseline: &'a Baseline,
+}
+
+impl Signal {
+    /// The name used in evidence.
+    #[must_use]
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// Where the signal comes from.
+    #[must_use]
+    pub fn source(self) -> Source {
+        use Signal as S;
+        match self {
+            S::TtftP50Ms
+            | S::TtftP95Ms
+            | S::TtftP99Ms
+            | S::ItlP99Ms
+            | S::ErrorRate
+            | S::AchievedShareOfTarget
+            | S::SendLagP50Ms
+            | S::SendLagP99Ms => Source::Load,
+            S::Waiting
+            | S::RunningShareOfCap
+            | S::KvUsage
+            | S::PreemptionsPerS
+            | S::QueueTimeP50Ms
+            | S::QueueTimeP95Ms
+            | S::ServerTtftP50Ms
+            | S::PromptTokensPerRequest
+            | S::PrefixHitRate
+            | S::QueueShareOfTtft => Source::Server,
+            S::TtftRiseFromQueue => Source::Baseline,
+            S::LoadgenRunqP99Us | S::RunqP99Us | S::RunqMeanUs | S::RunqTotalShare => Source::Runq,
+            S::SrttMeanUs
+            | S::Retransmits
+            | S::KernelFirstTokenP50Ms
+            | S::ClientServerGapMs
+            | S::FrontendMs => Source::Net,
+            S::GpuOom | S::GpuAllocsAfterWarmup | S::GpuAllocChurn | S::GpuMemUsedFrac => {
+                Source::Gpu
+            }
+        }
+    }
+
+    /// The signal's value in one window, without the baseline (`None` when absent).
+    #[must_use]
+    pub fn raw(self, w: &Window, index: usize) -> Option<f64> {
+        use Signal as S;
+        let load = w.load.as_ref();
+        let server = w.server.as_ref();
+        let runq = w.runq.as_ref().filter(|r| r.samples > 0);
+        let net = w.net.as_ref();
+        let gpu = w.gpu.as_ref();
+        match self {
+            S::TtftP50Ms => load?.ttft_ms.map(|q| q.p50),
+            S::TtftP95Ms => load?.ttft_ms.map(|q| q.p95),
+            S::TtftP99Ms => load?.ttft_ms.map(|q| q.p99),
+            S::ItlP99Ms => load?.itl_ms.map(|q| q.p99),
+            S::ErrorRate => load
+                .filter(|l| l.requests > 0)
+                .map(|l| l.errors as f64 / l.requests as f64),
+            S::AchievedShareOfTarget => {
+                let l = load?;
+                l.target_rps
+                    .filter(|t| *t > 0.0)
+                    .map(|t| l.achieved_rps / t)
+            }
+            S::SendLagP50Ms => load?.send_lag_ms.map(|q| q.p50),
+            S::SendLagP99Ms => load?.send_lag_ms.map(|q| q.p99),
+            // The generator's run-queue is watched only when its own pid is; samples may be 0.
+            S::LoadgenRunqP99Us => w.runq.as_ref()?.loadgen_p99_us,
+            S::Waiting => server?.waiting,
+            S::RunningShareOfCap => {
+                let s = server?;
+                Some(s.running? / s.max_running.filter(|m| *m > 0.0)?)
+            }
+            S::KvUsage => server?.kv_usage,
+            S::PreemptionsPerS => server?.preemptions_per_s,
+            S::QueueTimeP50Ms => server?.queue_time_p50_ms,
+            S::QueueTimeP95Ms => server?.queue_time_p95_ms,
+            S::ServerTtftP50Ms => server?.ttft_p50_ms,
+            S::PromptTokensPerRequest => {
+                let rps = load?.achieved_rps;
+                (rps > 0.0).then_some(())?;
+                Some(server?.prompt_tokens_per_s? / rps)
+            }
+            S::PrefixHitRate => server?.prefix_hit_rate,
+            S::QueueShareOfTtft => {
+                let ttft = S::TtftP95Ms.raw(w, index).filter(|t| *t > 0.0)?;
+                Some(server?.queue_time_p95_ms? / ttft)
+            }
+            S::TtftRiseFromQueue => None,
+            S::RunqP99Us => runq.map(|r| r.p99_us),
+            S::RunqMeanUs => runq.map(|r| r.mean_us),
+            S::RunqTotalShare => runq.map(|r| r.total_ms / w.len_ms.max(1) as f64),
+            S::SrttMeanUs => net?.srtt_mean_us,
+            S::Retransmits => net.map(|n| n.retrans as f64),
+            S::KernelFirstTokenP50Ms => net?.server_first_token_p50_ms,
+            S::ClientServerGapMs => {
+                let ttft = S::TtftP50Ms.raw(w, index)?;
+                let lag = S::SendLagP50Ms.raw(w, index).unwrap_or(0.0);
+                Some(ttft - lag - net?.server_first_token_p50_ms?)
+            }
+            S::FrontendMs => Some(net?.server_first_token_p50_ms? - server?.ttft_p50_ms?),
+            S::GpuOom => gpu.map(|g| g.oom as f64),
+            S::GpuAllocsAfterWarmup => gpu.map(|g| {
+                if index < WARMUP_WINDOWS {
+                    0.0
+                } else {
+                    g.allocs as f64
+                }
+            }),
+            S::GpuAllocChurn => gpu.map(|g| g.allocs.min(g.frees) as f64),
+            S::GpuMemUsedFrac => gpu?.mem_used_frac,
+        }
+    }
+
+    /// The signal's value in the context's window, using the baseline where it must.
+    #[must_use]
+    pub fn value(self, ctx: &Ctx<'_>) -> Option<f64> {
+        match self {
+            Signal::TtftRiseFromQueue => {
+                let (w, b) = (ctx.window, ctx.baseline);
+                let ttft_rise = Signal::TtftP95Ms.raw(w, ctx.index)? - b.get(Signal::TtftP95Ms)?;
+                let queue_rise =
+                    Signal::QueueTimeP95Ms.raw(w, ctx.index)? - b.get(Signal::QueueTimeP95Ms)?;
+                // A TTFT that did not rise is not "explained" by anything.
+                Some(if ttft_rise <= 1.0 {
+                    0.0
+                } else {
+                    queue_rise / ttft_rise
+                })
+            }
+            s => s.raw(ctx.window, ctx.index),
+        }
+    }
+
+    /// Why the signal is absent from this window: its source, or a field the source lacks.
+    #[must_use]
+    pub fn absent_reason(self, w: &Window) -> &'static str {
+        let present = match self.source() {
+            Source::Load => w.load.is_some(),
+            Source::Server => w.server.is_some(),
+            Source::Runq => w.runq.as_ref().is_some_and(|r| r.samples > 0),
+            Source::Net => w.net.is_some(),
+            Source::Gpu => w.gpu.is_some(),
+            // A derived signal: name its missing inputs before blaming the baseline.
+            Source::Baseline if w.server.is_none() => return Source::Server.absent_reason(),
+            Source::Baseline if w.load.is_none() => return Source::Load.absent_reason(),
+            Source::Baseline => return Source::Baseline.absent_reason(),
+        };
+        if present {
+            "the source is on but does not report it"
+        } else {
+            self.source().absent_reason()
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Attribution on recorded time lines (daemon/tests/fixtures/timelines/): one per cause, two
+//! where causes overlap, and two where the honest answer is `none`.
+
+use super::*;
+use crate::collect::timeline::Timeline;
+
+/// Loads a fixture time line by file stem.
+pub(crate) fn fixture(name: &str) -> Timeline {
+    let path = format!(
+        "{}/tests/fixtures/timelines/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn peak(a: &Attribution) -> &PhaseSummary {
+    a.phase("peak").expect("fixture has a peak phase")
+}
+
+fn peak_verdicts(a: &Attribution) -> Vec<&Verdict> {
+    a.windows
+        .iter()
+        .filter(|w| w.phase.as_deref() == Some("peak"))
+        .map(|w| &w.verdict)
+        .collect()
+}
+
+fn evidence_names(p: &PhaseSummary) -> Vec<&str> {
+    p.evidence.iter().map(|e| e.signal.as_str()).collect()
+}
+
+/// The baseline phase of every fixture is healthy: no cause is named there.
+fn assert_quiet_baseline(a: &Attribution) {
+    let base = a.phase("baseline").unwrap();
+    assert_eq!(base.dominant, Cause::None, "{:#?}", base.shares);
+    assert!(base.ttft_decomposition.is_none());
+}
+
+#[test]
+fn kv_pressure_is_kv_cache_with_queue_as_runner_up() {
+    let a = attribute(&fixture("kv_cache"));
+    assert_quiet_baseline(&a);
+    let p = peak(&a);
+    assert_eq!(p.dominant, Cause::KvCache, "{:#?}", p.shares);
+    assert!(p.shares[0].share >= 0.8, "{:#?}", p.shares);
+    assert!(p.confidence >= 0.9, "{}", p.confidence);
+    for s in [
+        "kv_usage",
+        "preemptions_per_s",
+        "itl_p99_ms",
+        "running_share_of_cap",
+        "prompt_tokens_per_request",
+        "prefix_hit_rate",
+    ] {
+        assert!(
+            evidence_names(p).contains(&s),
+            "{s} missing from {:?}",
+            evidence_names(p)
+        );
+    }
+    // KV pressure queues requests too: queue scores, but loses.
+    for v in peak_verdicts(&a)
+        .into_iter()
+        .filter(|v| v.cause == Cause::KvCache)
+    {
+        assert_eq!(v.runners_up[0].cause, Cause::Queue, "{:#?}", v.runners_up);
+        assert!(v.runners_up[0].confidence < v.confidence);
+        assert!(v.missing.is_empty(), "{:?}", v.missing);
+    }
+    assert!(p.hint.contains("gpu_memory_utilization"));
+    assert_eq!(p.runners_up[0].cause, Cause::Queue);
+}
+
+#[test]
+fn admission_queue_is_queue_and_ttft_rise_is_queue_time() {
+    let a = attribute(&fixture("queue"));
+    assert_quiet_baseline(&a);
+    let p = peak(&a);
+    assert_eq!(p.dominant, Cause::Queue, "{:#?}", p.shares);
+    assert!(p.shares[0].share >= 0.8, "{:#?}", p.shares);
+    for s in [
+        "waiting",
+        "queue_time_p95_ms",
+        "queue_share_of_ttft",
+        "ttft_rise_from_queue",
+        "itl_p99_ms",
+        "kv_usage",
+    ] {
+        assert!(
+            evidence_names(p).contains(&s),
+            "{s} missing from {:?}",
+            evidence_names(p)
+        );
+    }
+    assert!(peak_verdicts(&a).iter().all(|v| v.cause != Cause::KvCache));
+    let d = p.ttft_decomposition.as_ref().unwrap();
+    let queue = d.queue_ms.unwrap();
+    assert!(d.increase_ms > 200.0, "{d:#?}");
+    assert!(
+        queue / d.increase_ms > 0.8 && queue / d.increase_ms < 1.2,
+        "{d:#?}"
+    );
+    assert!(d.unexplained_ms.abs() < 0.2 * d.increase_ms, "{d:#?}");
+    assert!(d.network_ms.unwrap().abs() < 5.0, "{d:#?}");
+}
+
+#[test]
+fn failing_allocations_are_gpu_memory() {
+    let a = attribute(&fixture("gpu_memory"));
+    assert_quiet_baseline(&a);
+    let p = peak(&a);
+    assert_eq!(p.dominant, Cause::GpuMemory, "{:#?}", p.shares);
+    assert!(
+        (p.shares[0].share - 1.0).abs() < f64::EPSILON,
+        "{:#?}",
+        p.shares
+    );
+    for s in [
+        "gpu_oom",
+        "gpu_mem_used_frac",
+        "gpu_allocs_after_warmup",
+        "error_rate",
+    ] {
+        assert!(
+            evidence_names(p).contains(&s),
+            "{s} missing from {:?}",
+            evidence_names(p)
+        );
+    }
+    // The warm-up allocations of the first windows are not evidence.
+    let first = &a.windows[0].verdict;
+    assert_eq!(first.cause, Cause::None);
+}
+
+#[test]
+fn starved_server_threads_are_cpu_runqueue() {
+    let a = attribute(&fixture("cpu_runqueue"));
+    assert_quiet_baseline(&a);
+    let p = peak(&a);
+    assert_eq!(p.dominant, Cause::CpuRunqueue, "{:#?}", p.shares);
+    for s in [
+        "runq_p99_us",
+        "runq_mean_us",
+        "ttft_p99_ms",
+        "runq_total_share",
+        "frontend_ms",
+    ] {
+        assert!(
+            evidence_names(p).contains(&s),
+            "{s} missing from {:?}",
+            evidence_names(p)
+        );
+    }
+    let d = p.ttft_decomposition.as_ref().unwrap();
+    assert!(d.cpu_scheduling_ms.unwrap() > 3.0, "{d:#?}");
+    // The delay is server-side: the network part stays near zero.
+    assert!(d.network_ms.unwrap().abs() < 5.0, "{d:#?}");
+}
+
+#[test]
+fn congested_link_is_network() {
+    let a = attribute(&fixture("network"));
+    assert_quiet_baseline(&a);
+    let p = peak(&a);
+    assert_eq!(p.dominant, Cause::Network, "{:#?}", p.shares);
+    for s in ["srtt_mean_us", "retransmits", "client_server_gap_ms"] {
+        assert!(
+            evidence_names(p).contains(&s),
+            "{s} missing from {:?}",
+            evidence_names(p)
+        );
+    }
+    let d = p.ttft_decomposition.as_ref().unwrap();
+    assert!(d.network_ms.unwrap() > 0.8 * d.increase_ms, "{d:#?}");
+}
+
+#[test]
+fn lagging_generator_wins_over_cpu_runqueue() {
+    let a = attribute(&fixture("loadgen"));
+    assert_quiet_baseline(&a);
+    let p = peak(&a);
+    assert_eq!(p.dominant, Cause::Loadgen, "{:#?}", p.shares);
+    assert!(p.untrustworthy);
+    assert!(evidence_names(p).contains(&"send_lag_p99_ms"));
+    assert!(evidence_names(p).contains(&"loadgen_runq_p99_us"));
+    // The host is busy, so the server's run-queue rule also fires; the suspect measurements win.
+    for v in peak_verdicts(&a) {
+        assert_eq!(v.cause, Cause::Loadgen);
+        let cpu = v
+            .runners_up
+            .iter()
+            .find(|r| r.cause == Cause::CpuRunqueue)
+            .unwrap();
+        assert!(cpu.confidence >= MIN_CONFIDENCE, "{:#?}", v.runners_up);
+    }
+    assert!(
+        p.ttft_decomposition
+            .as_ref()
+            .unwrap()
+            .loadgen_lag_ms
+            .unwrap()
+            > 10.0
+    );
+}
+
+#[test]
+fn healthy_low_load_is_confidently_none() {
+    let a = attribute(&fixture("healthy_low_load"));
+    for w in &a.windows {
+        assert_eq!(
+            w.verdict.cause,
+            Cause::None,
+            "window {}: {:#?}",
+            w.index,
+            w.verdict
+        );
+        assert!(
+            w.verdict.confidence >= 0.9,
+            "window {}: {}",
+            w.index,
+            w.verdict.confidence
+        );
+        assert!(w.verdict.missing.is_empty(), "{:?}", w.verdict.missing);
+        assert!(
+            w.verdict
+                .evidence
+                .iter()
+                .any(|e| e.signal == "kv_usage" && !e.met)
+        );
+    }
+    let p = peak(&a);
+    assert_eq!(p.dominant, Cause::None);
+    assert!(p.ttft_decomposition.as_ref().unwrap().increase_ms.abs() < 10.0);
+}
+
+#[test]
+fn missing_evidence_is_none_with_low_confidence_and_names_what_is_missing() {
+    let a = attribute(&fixture("missing_evidence"));
+    let p = peak(&a);
+    assert_eq!(p.dominant, Cause::None);
+    for v in peak_verdicts(&a) {
+        assert_eq!(v.cause, Cause::None);
+        assert!(v.confidence < 0.5, "{}", v.confidence);
+    }
+    let missing = p.missing.join("\n");
+    for needle in ["no server metrics", "kernel probes off", "no GPU data"] {
+        assert!(missing.contains(needle), "{needle} not in {missing}");
+    }
+    // TTFT rose, but nothing can be said about where it went.
+    let d = p.ttft_decomposition.as_ref().unwrap();
+    assert!(d.increase_ms > 100.0);
+    assert!(d.queue_ms.is_none() && d.network_ms.is_none() && d.cpu_scheduling_ms.is_none());
+    assert!((d.unexplained_ms - d.increase_ms).abs() < 1.0, "{d:#?}");
+}
+
+#[test]
+fn missing_sources_lower_confidence() {
+    let mut t = fixture("kv_cache");
+    let full = attribute(&t);
+    for w in &mut t.windows {
+        w.runq = None;
+        w.net = None;
+        w.gpu = None;
+        if let Some(s) = w.server.as_mut() {
+            s.max_running = None;
+        }
+    }
+    let partial = attribute(&t);
+    let (f, p) = (peak(&full), peak(&partial));
+    assert_eq!(p.dominant, Cause::KvCache);
+    assert!(
+        p.confidence < f.confidence,
+        "{} vs {}",
+        p.confidence,
+        f.confidence
+    );
+    let v = partial.windows.last().unwrap();
+    assert!(
+        v.verdict
+            .missing
+            .iter()
+            .any(|m| m.starts_with("running_share_of_cap")),
+        "{:?}",
+        v.verdict.missing
+    );
+}
+
+#[test]
+fn verdict_serialises_with_snake_case_cause() {
+    let a = attribute(&fixture("kv_cache"));
+    let json = serde_json::to_value(&a.windows.last().unwrap().verdict).unwrap();
+    assert_eq!(json["cause"], "kv_cache");
+    assert_eq!(json["runners_up"][0]["cause"], "queue");
+    assert!(
+        json["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["signal"] == "kv_usage")
+    );
+    let back: Verdict = serde_json::from_value(json).unwrap();
+    assert_eq!(back.cause, Cause::KvCache);
+}

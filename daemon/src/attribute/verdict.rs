@@ -1,0 +1,229 @@
+//! What attribution says about a window: the cause, how sure it is, and the evidence.
+
+use serde::{Deserialize, Serialize};
+
+/// A bottleneck attribution can name, or `None` when nothing explains the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// KV-cache pressure: the cache is full, requests are preempted and recomputed.
+    KvCache,
+    /// GPU memory outside the KV cache: allocations fail or the device is full.
+    GpuMemory,
+    /// Queueing/admission: requests wait for a batch slot while the GPU keeps up per token.
+    Queue,
+    /// The server's threads wait for a CPU.
+    CpuRunqueue,
+    /// The network path between client and server.
+    Network,
+    /// The load generator itself lags: the window's latencies are not trustworthy.
+    Loadgen,
+    /// Nothing stands out, or the evidence is missing.
+    None,
+}
+
+impl Cause {
+    /// Every cause, in the order reports list them.
+    pub const ALL: [Cause; 7] = [
+        Cause::KvCache,
+        Cause::GpuMemory,
+        Cause::Queue,
+        Cause::CpuRunqueue,
+        Cause::Network,
+        Cause::Loadgen,
+        Cause::None,
+    ];
+
+    /// The `snake_case` name used in JSON, the terminal and the HTML report.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::KvCache => "kv_cache",
+            Cause::GpuMemory => "gpu_memory",
+            Cause::Queue => "queue",
+            Cause::CpuRunqueue => "cpu_runqueue",
+            Cause::Network => "network",
+            Cause::Loadgen => "loadgen",
+            Cause::None => "none",
+        }
+    }
+
+    /// What an operator can do about this cause.
+    #[must_use]
+    pub fn hint(self) -> &'static str {
+        match self {
+            Cause::KvCache => {
+                "KV cache is full: raise gpu_memory_utilization, or lower max_num_seqs / \
+                 max_model_len; enable prefix caching; add replicas"
+            }
+            Cause::GpuMemory => {
+                "GPU memory outside the KV cache runs out: lower gpu_memory_utilization to leave \
+                 headroom for activations/graphs, check other processes on the GPU (nvidia-smi)"
+            }
+            Cause::Queue => {
+                "requests wait for admission: add replicas, or raise max_num_seqs / \
+                 max_num_batched_tokens if KV usage allows"
+            }
+            Cause::CpuRunqueue => {
+                "server threads wait for a CPU: pin/isolate the server's CPUs, reduce co-located \
+                 load, raise CPU requests/limits"
+            }
+            Cause::Network => {
+                "the network path adds latency: check the path, MTU, congestion and \
+                 retransmits between client and server"
+            }
+            Cause::Loadgen => {
+                "the load generator cannot keep its schedule: give it more CPU or shard it \
+                 (--shard i/N); latencies of these windows are untrustworthy"
+            }
+            Cause::None => "no bottleneck found",
+        }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One signal's value against the test a rule put on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Signal name, e.g. `kv_usage` or `ttft_p99_ms`.
+    pub signal: String,
+    /// Its value in the window.
+    pub value: f64,
+    /// The threshold the test compared against (for baseline tests: baseline scaled by the
+    /// test's ratio).
+    pub threshold: f64,
+    /// The same signal in the baseline, for tests relative to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+    /// Whether the test held.
+    pub met: bool,
+    /// The test in words, e.g. `>= 0.95` or `>= 1.5x baseline`.
+    pub note: String,
+}
+
+impl Evidence {
+    /// One short line: `kv_usage=0.98 (>= 0.95)`.
+    #[must_use]
+    pub fn line(&self) -> String {
+        let v = fmt_num(self.value);
+        match self.baseline {
+            Some(b) => format!(
+                "{}={v} ({}, baseline {})",
+                self.signal,
+                self.note,
+                fmt_num(b)
+            ),
+            None => format!("{}={v} ({})", self.signal, self.note),
+        }
+    }
+}
+
+/// Compact number formatting for evidence lines.
+#[must_use]
+pub fn fmt_num(v: f64) -> String {
+    let a = v.abs();
+    if a < 0.005 {
+        "0".to_owned()
+    } else if a >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// How a cause scored in one window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CauseScore {
+    /// The cause.
+    pub cause: Cause,
+    /// Weighted share of the rule's evaluated conditions that held, 0..1.
+    pub score: f64,
+    /// Score lowered by the share of the rule's conditions that could not be evaluated.
+    pub confidence: f64,
+}
+
+/// The verdict for one window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The named cause (`none` when no rule is convincing).
+    pub cause: Cause,
+    /// 0..1.
+    pub confidence: f64,
+    /// The conditions of the winning rule that held: what decided it.
+    pub evidence: Vec<Evidence>,
+    /// The winning rule's conditions that were evaluated and did not hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contrary: Vec<Evidence>,
+    /// The other causes that scored above zero, best first.
+    pub runners_up: Vec<CauseScore>,
+    /// Signals the rules wanted but the window lacks (e.g. `kv_usage: no server metrics`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+}
+
+impl Verdict {
+    /// The evidence in one line: `kv_usage=0.98 (>= 0.95); preemptions_per_s=3 (> 0)`.
+    #[must_use]
+    pub fn evidence_line(&self) -> String {
+        self.evidence
+            .iter()
+            .map(Evidence::line)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_serialise_snake_case() {
+        let names: Vec<String> = Cause::ALL
+            .iter()
+            .map(|c| serde_json::to_string(c).unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "\"kv_cache\"",
+                "\"gpu_memory\"",
+                "\"queue\"",
+                "\"cpu_runqueue\"",
+                "\"network\"",
+                "\"loadgen\"",
+                "\"none\""
+            ]
+        );
+        for c in Cause::ALL {
+            assert_eq!(
+                serde_json::to_string(&c).unwrap(),
+                format!("\"{}\"", c.name())
+            );
+        }
+        assert!(Cause::KvCache.hint().contains("gpu_memory_utilization"));
+        assert!(Cause::Loadgen.hint().contains("--shard"));
+    }
+
+    #[test]
+    fn evidence_line_shows_baseline() {
+        let e = Evidence {
+            signal: "ttft_p99_ms".into(),
+            value: 812.4,
+            threshold: 300.0,
+            baseline: Some(150.0),
+            met: true,
+            note: ">= 2x baseline".into(),
+        };
+        assert_eq!(e.line(), "ttft_p99_ms=812 (>= 2x baseline, baseline 150)");
+        assert_eq!(fmt_num(0.981), "0.98");
+        assert_eq!(fmt_num(12.34), "12.3");
+    }
+}

@@ -1,0 +1,153 @@
+//! The terminal summary: per phase, load achieved, latencies, the verdict with its evidence,
+//! where the TTFT increase went, and what to do. Plain text, one fact per line.
+
+use std::fmt::Write as _;
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::Report;
+use crate::attribute::{Cause, PhaseSummary, TtftDecomposition, fmt_num};
+use crate::collect::timeline::Quantiles;
+
+/// Renders the summary of `report`.
+#[must_use]
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let run = &report.run;
+    let started =
+        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(run.start_unix_ms));
+    let secs = run.end_unix_ms.saturating_sub(run.start_unix_ms) as f64 / 1000.0;
+    let _ = writeln!(
+        out,
+        "inferscope report: scenario {} against {}, {started}, {} s in {} ms windows",
+        run.scenario,
+        run.target,
+        fmt_num(secs),
+        run.window_ms
+    );
+    if let Some(b) = &report.baseline.phase {
+        let _ = writeln!(out, "baseline: phase {b}");
+    }
+    for m in &report.missing_evidence {
+        let _ = writeln!(out, "missing evidence: {m}");
+    }
+    for p in &report.phases {
+        out.push('\n');
+        phase(&mut out, p);
+    }
+    out
+}
+
+fn phase(out: &mut String, p: &PhaseSummary) {
+    let l = &p.load;
+    let target = l
+        .target_rps
+        .map_or(String::new(), |t| format!(" (target {})", fmt_num(t)));
+    let _ = writeln!(out, "phase {} ({} windows)", p.name, p.windows);
+    let _ = writeln!(
+        out,
+        "  load: {} req/s{target}, {} requests, {} errors, {} output tok/s, {} in flight max",
+        fmt_num(l.achieved_rps),
+        l.requests,
+        l.errors,
+        fmt_num(l.output_tokens_per_s),
+        l.in_flight_max
+    );
+    let lat = &p.latency;
+    let _ = writeln!(
+        out,
+        "  latency{}: TTFT {} | ITL {} | E2E {}",
+        if lat.exact { "" } else { " (window-averaged)" },
+        quantiles(lat.ttft_ms.as_ref()),
+        quantiles(lat.itl_ms.as_ref()),
+        quantiles(lat.e2e_ms.as_ref())
+    );
+    if p.untrustworthy {
+        let lagging = p
+            .shares
+            .iter()
+            .find(|s| s.cause == Cause::Loadgen)
+            .map_or(0, |s| s.windows);
+        let _ = writeln!(
+            out,
+            "  WARNING: the load generator lagged in {lagging} of {} windows: latencies of this \
+             phase are untrustworthy",
+            p.windows
+        );
+    }
+    let shares = p
+        .shares
+        .iter()
+        .map(|s| format!("{} {:.0}%", s.cause, s.share * 100.0))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(out, "  windows: {shares}");
+    let evidence = p
+        .evidence
+        .iter()
+        .map(crate::attribute::Evidence::line)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if p.dominant == Cause::None {
+        let _ = writeln!(out, "  verdict: none (no rule convincing)");
+    } else {
+        let _ = writeln!(
+            out,
+            "  verdict: {} (confidence {:.2}{}): {evidence}",
+            p.dominant,
+            p.confidence,
+            p.runners_up.first().map_or(String::new(), |r| format!(
+                ", runner-up {} {:.2}",
+                r.cause, r.confidence
+            ))
+        );
+    }
+    if let Some(d) = &p.ttft_decomposition {
+        let _ = writeln!(out, "  {}", decomposition(d));
+    }
+    for m in &p.missing {
+        let _ = writeln!(out, "  missing: {m}");
+    }
+    if p.dominant != Cause::None {
+        let _ = writeln!(out, "  what to do: {}", p.hint);
+    }
+}
+
+fn quantiles(q: Option<&Quantiles>) -> String {
+    q.map_or_else(
+        || "n/a".to_owned(),
+        |q| format!("p50 {} p99 {}", ms(q.p50), ms(q.p99)),
+    )
+}
+
+fn ms(v: f64) -> String {
+    if v >= 10_000.0 {
+        format!("{} s", fmt_num(v / 1000.0))
+    } else {
+        format!("{} ms", fmt_num(v))
+    }
+}
+
+/// `TTFT p50 +612 ms over baseline (82 -> 694): queue 420, server compute 150, ...`
+fn decomposition(d: &TtftDecomposition) -> String {
+    let parts: Vec<String> = [
+        ("loadgen lag", d.loadgen_lag_ms),
+        ("queue", d.queue_ms),
+        ("server compute", d.server_compute_ms),
+        ("cpu scheduling", d.cpu_scheduling_ms),
+        ("network", d.network_ms),
+    ]
+    .iter()
+    .filter_map(|(name, v)| v.map(|v| format!("{name} {}", fmt_num(v))))
+    .chain(std::iter::once(format!(
+        "unexplained {}",
+        fmt_num(d.unexplained_ms)
+    )))
+    .collect();
+    format!(
+        "TTFT p50 {:+.0} ms over baseline ({} -> {} ms): {}",
+        d.increase_ms,
+        fmt_num(d.baseline_ttft_ms),
+        fmt_num(d.ttft_ms),
+        parts.join(", ")
+    )
+}

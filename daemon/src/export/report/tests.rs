@@ -1,0 +1,262 @@
+//! Reports built from the attribution fixtures.
+
+use super::*;
+use crate::attribute::Cause;
+
+fn fixture(name: &str) -> Timeline {
+    let path = format!(
+        "{}/tests/fixtures/timelines/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn waterfalls() -> Vec<Waterfall> {
+    let path = format!(
+        "{}/tests/fixtures/waterfalls.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn report(name: &str) -> Report {
+    let t = fixture(name);
+    let end = t.origin_unix_ms + t.windows.len() as u64 * t.len_ms;
+    Report::new(
+        RunMeta::new(
+            name,
+            "http://127.0.0.1:8000",
+            t.origin_unix_ms,
+            end,
+            t.len_ms,
+        ),
+        t,
+    )
+}
+
+fn assert_close(a: &serde_json::Value, b: &serde_json::Value, path: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= 1e-9 * x.abs().max(1.0),
+                "{path}: {x} vs {y}"
+            );
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{path}");
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                assert_close(x, y, &format!("{path}[{i}]"));
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(
+                x.keys().collect::<Vec<_>>(),
+                y.keys().collect::<Vec<_>>(),
+                "{path}"
+            );
+            for (k, x) in x {
+                assert_close(x, &y[k], &format!("{path}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{path}"),
+    }
+}
+
+#[test]
+fn json_is_versioned_and_round_trips() {
+    let r = report("kv_cache").with_waterfalls(waterfalls());
+    let json = r.to_json().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["run"]["scenario"], "kv_cache");
+    assert_eq!(
+        v["verdicts"].as_array().unwrap().len(),
+        r.timeline.windows.len()
+    );
+    assert_eq!(v["phases"][1]["dominant"], "kv_cache");
+    assert_eq!(v["waterfalls"].as_array().unwrap().len(), 10);
+    let back = Report::from_json(&json).unwrap();
+    assert_eq!(back.verdicts.len(), r.verdicts.len());
+    assert_eq!(back.waterfalls, r.waterfalls);
+    assert_eq!(back.run, r.run);
+    // serde_json parses some floats an ulp off: compare the whole report with a tolerance.
+    let again: serde_json::Value = serde_json::from_str(&back.to_json().unwrap()).unwrap();
+    assert_close(&again, &v, "");
+    let other = json.replacen("\"schema_version\": 1", "\"schema_version\": 2", 1);
+    assert!(matches!(
+        Report::from_json(&other),
+        Err(ReportError::Schema { found: 2 })
+    ));
+}
+
+#[test]
+fn fixture_waterfalls_are_ordered() {
+    for w in waterfalls() {
+        assert_eq!(w.out_of_order(), None, "request {}", w.request_id);
+        assert!(w.network_ms().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn terminal_summary_names_verdict_evidence_and_hint_per_phase() {
+    let text = report("kv_cache").terminal();
+    let peak = text
+        .split("\nphase peak (")
+        .nth(1)
+        .expect("peak phase printed");
+    assert!(
+        peak.contains("verdict: kv_cache (confidence 1.00, runner-up queue 0."),
+        "{text}"
+    );
+    assert!(peak.contains("kv_usage=0.98 (>= 0.95)"), "{text}");
+    assert!(peak.contains("preemptions_per_s="), "{text}");
+    assert!(
+        peak.contains("what to do: KV cache is full: raise gpu_memory_utilization"),
+        "{text}"
+    );
+    assert!(peak.contains("TTFT p50 +"), "{text}");
+    assert!(
+        peak.contains("latency (window-averaged): TTFT p50 "),
+        "{text}"
+    );
+    assert!(peak.contains("load: 59.8 req/s (target 60)"), "{text}");
+    let baseline = text
+        .split("\nphase baseline (")
+        .nth(1)
+        .unwrap()
+        .split("\nphase peak (")
+        .next()
+        .unwrap();
+    assert!(baseline.contains("verdict: none"), "{text}");
+    assert!(!text.contains("WARNING"), "{text}");
+    assert!(!text.contains("missing evidence"), "{text}");
+}
+
+#[test]
+fn terminal_summary_warns_when_the_load_generator_lags() {
+    let r = report("loadgen");
+    assert_eq!(r.phase("peak").unwrap().dominant, Cause::Loadgen);
+    let text = r.terminal();
+    assert!(
+        text.contains("WARNING: the load generator lagged in 6 of 6 windows: latencies"),
+        "{text}"
+    );
+    assert!(text.contains("--shard i/N"), "{text}");
+}
+
+#[test]
+fn missing_sources_are_named_in_the_report() {
+    let r = report("missing_evidence").with_missing_evidence(["no root: kernel probes off"]);
+    assert_eq!(r.missing_evidence[0], "no root: kernel probes off");
+    for needle in [
+        "no server metrics",
+        "no run-queue delay",
+        "no socket timings",
+        "no GPU signals",
+    ] {
+        assert!(
+            r.missing_evidence.iter().any(|m| m.starts_with(needle)),
+            "{needle}: {:?}",
+            r.missing_evidence
+        );
+    }
+    let text = r.terminal();
+    assert!(
+        text.contains("missing evidence: no root: kernel probes off"),
+        "{text}"
+    );
+    assert!(text.contains("  missing: "), "{text}");
+}
+
+#[test]
+fn html_embeds_the_report_and_fetches_nothing() {
+    let mut r = report("queue").with_waterfalls(waterfalls());
+    r.run.scenario = "</script><script>alert(1)</script>".to_owned();
+    let html = r.html().unwrap();
+    assert_eq!(
+        html.matches("</script>").count(),
+        3,
+        "only the page's own scripts close"
+    );
+    // Nothing outside the data block loads a resource.
+    let page_only = html.replace(&html[html.find("id=\"report-data\">").unwrap()..], "");
+    for forbidden in [
+        "http://",
+        "https://",
+        "src=",
+        "<link",
+        "@import",
+        "fetch(",
+        "XMLHttpRequest",
+    ] {
+        assert!(!page_only.contains(forbidden), "{forbidden}");
+    }
+    // The SVG namespace is a name, not a fetch.
+    let js_and_css = format!(
+        "{}{}",
+        include_str!("report.js"),
+        include_str!("report.css")
+    )
+    .replace("'http://www.w3.org/2000/svg'", "");
+    for forbidden in [
+        "http://",
+        "https://",
+        "src=",
+        "@import",
+        "fetch(",
+        "XMLHttpRequest",
+    ] {
+        assert!(!js_and_css.contains(forbidden), "{forbidden}");
+    }
+    assert!(!html.contains("<link"));
+    assert!(!html.contains(" src="));
+    let start = html.find("id=\"report-data\">").unwrap() + "id=\"report-data\">".len();
+    let end = start + html[start..].find("</script>").unwrap();
+    let back = Report::from_json(&html[start..end]).unwrap();
+    assert_eq!(back.run.scenario, r.run.scenario);
+    assert_eq!(back.phases.len(), r.phases.len());
+    assert_eq!(back.waterfalls, r.waterfalls);
+}
+
+#[test]
+fn write_files_writes_both() {
+    let dir = std::env::temp_dir().join(format!("inferscope-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, html) = report("network").write_files(&dir).unwrap();
+    assert!(
+        std::fs::read_to_string(json)
+            .unwrap()
+            .contains("\"network\"")
+    );
+    assert!(
+        std::fs::read_to_string(html)
+            .unwrap()
+            .starts_with("<!doctype html>")
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn exact_phase_latency_replaces_the_window_average() {
+    let mut r = report("queue");
+    let exact = crate::attribute::PhaseLatency {
+        ttft_ms: Some(crate::collect::timeline::Quantiles {
+            p50: 371.0,
+            p95: 640.0,
+            p99: 702.4,
+            max: 1100.0,
+        }),
+        ..Default::default()
+    };
+    assert!(r.set_phase_latency("peak", exact));
+    assert!(!r.set_phase_latency("no-such-phase", crate::attribute::PhaseLatency::default()));
+    let text = r.terminal();
+    let peak = text.split("\nphase peak (").nth(1).unwrap();
+    assert!(
+        peak.contains("latency: TTFT p50 371 ms p99 702 ms | ITL n/a"),
+        "{text}"
+    );
+    assert!(r.phase("peak").unwrap().latency.exact);
+}
