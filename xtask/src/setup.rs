@@ -10,12 +10,13 @@ use anyhow::{Context as _, bail};
 use crate::run;
 
 /// Debian packages the tests and benchmarks use as real peers.
-const DEBIAN_PACKAGES: [(&str, &str); 5] = [
+const DEBIAN_PACKAGES: [(&str, &str); 6] = [
     ("curl", "curl"),
     ("promtool", "prometheus"),
     ("wrk", "wrk"),
     ("bpftrace", "bpftrace"),
     ("ip", "iproute2"),
+    ("chromium", "chromium"),
 ];
 
 /// Python packages for tests with third-party clients, in a venv under `target/venv`.
