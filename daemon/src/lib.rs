@@ -2,5 +2,7 @@
 //!
 //! Data flows one way: `probes -> collect -> attribute -> export`; see DESIGN.md.
 
+pub mod api;
 pub mod collect;
+pub mod export;
 pub mod probes;
