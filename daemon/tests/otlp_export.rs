@@ -80,6 +80,26 @@ impl CollectorDouble {
         format!("http://{addr}")
     }
 
+    /// gRPC over TLS with the test CA's server certificate for 127.0.0.1.
+    async fn serve_grpc_tls(&self) -> String {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/otlp-tls");
+        let cert = std::fs::read(format!("{dir}/server.pem")).unwrap();
+        let key = std::fs::read(format!("{dir}/server.key")).unwrap();
+        let tls = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(cert, key));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .add_service(TraceServiceServer::new(self.clone()))
+            .add_service(MetricsServiceServer::new(self.clone()));
+        tokio::spawn(router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(
+            listener,
+        )));
+        format!("https://{addr}")
+    }
+
     /// OTLP/HTTP: protobuf bodies on /v1/traces and /v1/metrics.
     async fn serve_http(&self) -> String {
         use axum::body::Bytes;
@@ -392,6 +412,29 @@ async fn http_protobuf_export_reaches_the_collector_double() {
     let base = collector.serve_http().await;
     let stats = run(config(&base, Protocol::HttpProtobuf)).await;
     check_received(&collector, stats);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_verified_a_collector_with_an_unknown_ca_gets_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let untrusted = CollectorDouble::default();
+    let endpoint = untrusted.serve_grpc_tls().await;
+    let stats = run(config(&endpoint, Protocol::Grpc)).await;
+    assert_eq!(stats.spans_exported, 0, "{stats:?}");
+    assert_eq!(stats.spans_dropped(), 25, "{stats:?}");
+    assert_eq!(stats.metric_exports_ok, 0, "{stats:?}");
+    assert!(untrusted.spans().is_empty());
+    assert!(untrusted.metrics.lock().unwrap().is_empty());
+
+    // The same collector, its CA given (OTEL_EXPORTER_OTLP_CERTIFICATE / --otlp-ca-file).
+    let trusted = CollectorDouble::default();
+    let endpoint = trusted.serve_grpc_tls().await;
+    let mut cfg = config(&endpoint, Protocol::Grpc);
+    cfg.ca_file = Some(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/otlp-tls/ca.pem").into(),
+    );
+    let stats = run(cfg).await;
+    check_received(&trusted, stats);
 }
 
 fn rss_kib() -> u64 {

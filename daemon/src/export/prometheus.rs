@@ -146,7 +146,7 @@ fn format_value(v: f64) -> String {
     if v.is_nan() {
         "NaN".to_owned()
     } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+        (if v > 0.0 { "+Inf" } else { "-Inf" }).to_owned()
     } else {
         // Rust prints f64 without exponent and round-trips exactly, which Prometheus parses.
         format!("{v}")

@@ -135,7 +135,6 @@ impl OtlpExporter {
             .with_max_queue_size(config.max_queue_size)
             .with_max_export_batch_size(config.max_export_batch_size)
             .with_scheduled_delay(config.scheduled_delay)
-            .with_max_export_timeout(config.timeout)
             .build();
         let processor = BatchSpanProcessor::builder(CountingSpanExporter {
             inner: span_exporter,

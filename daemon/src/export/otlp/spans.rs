@@ -84,17 +84,17 @@ pub(crate) fn emit(tracer: &SdkTracer, req: &SampledRequest, labels: &Labels) {
     if let Some(t) = req.ttft {
         events.push(Event::new("first_token", req.start + t, Vec::new(), 0));
     }
-    let mut builder = tracer
+    let span = tracer
         .span_builder(REQUEST_SPAN)
         .with_kind(SpanKind::Client)
         .with_start_time(req.start)
         .with_attributes(attrs)
-        .with_events(events);
-    if let Some(e) = &req.error {
-        builder = builder.with_status(Status::error(e.clone()));
-    }
-    let span = builder.start_with_context(tracer, &Context::new());
+        .with_events(events)
+        .start_with_context(tracer, &Context::new());
     let cx = Context::new().with_span(span);
+    if let Some(e) = &req.error {
+        cx.span().set_status(Status::error(e.clone()));
+    }
     for stage in &req.stages {
         let child = tracer
             .span_builder(stage.name.clone())
