@@ -344,7 +344,7 @@ fn check_received(c: &CollectorDouble, stats: ExportStats) {
     let Some(metric::Data::Gauge(g)) = &metrics["inferscope.load.time_to_first_token"].data else {
         panic!("ttft is not a gauge")
     };
-    let p95 = g.data_points.iter().find(|p| attrs(&p.attributes)["quantile"] == "0.95").unwrap();
+    let p95 = g.data_points.iter().find(|p| attrs(&p.attributes)["stat"] == "p95").unwrap();
     assert_eq!(
         p95.value,
         Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(0.2))

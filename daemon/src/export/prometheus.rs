@@ -65,7 +65,7 @@ pub fn render(snap: &Snapshot<'_>) -> String {
                 header(&mut out, signal.prom, "gauge", signal.description);
                 for p in points {
                     let extra: Vec<(&str, String)> =
-                        p.quantile.map(|q| ("quantile", q.to_owned())).into_iter().collect();
+                        p.stat.map(|q| ("stat", q.to_owned())).into_iter().collect();
                     sample(&mut out, signal.prom, &base, &extra, p.value);
                 }
             }
@@ -187,7 +187,7 @@ mod tests {
         assert!(text.contains(
             "inferscope_load_requests_total{phase=\"peak\",endpoint=\"a\\\"b\\\\c\\nd\"} 14\n"
         ));
-        assert!(text.contains("quantile=\"0.95\"} 0.02\n"));
+        assert!(text.contains("stat=\"p95\"} 0.02\n"));
         assert!(text.contains("inferscope_probe_attached{probe=\"sched:sched_switch\"} 1\n"));
         assert!(text.contains("inferscope_dropped_total{stage=\"kernel_ringbuf\",what=\"RUNQ\"} 3\n"));
         assert!(text.contains("inferscope_window_start_timestamp_seconds{"));

@@ -4,10 +4,10 @@
 //!
 //! Durations are converted to seconds and ratios stay in 0..1, as OpenTelemetry semantic
 //! conventions and Prometheus naming both ask. Window-level distributions are published as
-//! gauges with a bounded `quantile` label ("0.5", "0.95", "0.99", "1" for the maximum): the
-//! windows hold quantiles, not raw samples. Per-request histograms under the semantic-convention
-//! names (`http.client.request.duration`, `gen_ai.*`) come from sampled requests instead; see
-//! `otlp`.
+//! gauges with a bounded `stat` label (`p50`, `p95`, `p99`, `max`): the windows hold quantiles,
+//! not raw samples, and Prometheus reserves the `quantile` label for summaries. Per-request
+//! histograms under the semantic-convention names (`http.client.request.duration`, `gen_ai.*`)
+//! come from sampled requests instead; see `otlp`.
 
 use std::collections::BTreeMap;
 
@@ -22,11 +22,11 @@ pub enum Kind {
     Gauge,
 }
 
-/// One value of a signal in one window; `quantile` is set for distribution statistics.
+/// One value of a signal in one window; `stat` is set for distribution statistics.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Point {
-    /// The `quantile` label ("0.5", "0.95", "0.99", "1"), if the signal is a distribution.
-    pub quantile: Option<&'static str>,
+    /// The `stat` label (`p50`, `p95`, `p99`, `max`), if the signal is a distribution.
+    pub stat: Option<&'static str>,
     /// Value in the signal's unit.
     pub value: f64,
 }
@@ -61,19 +61,19 @@ const MS: f64 = 1e-3;
 const US: f64 = 1e-6;
 
 fn one(out: &mut Vec<Point>, value: f64) {
-    out.push(Point { quantile: None, value });
+    out.push(Point { stat: None, value });
 }
 
-fn at(out: &mut Vec<Point>, quantile: &'static str, value: f64) {
-    out.push(Point { quantile: Some(quantile), value });
+fn at(out: &mut Vec<Point>, stat: &'static str, value: f64) {
+    out.push(Point { stat: Some(stat), value });
 }
 
 fn quantiles(out: &mut Vec<Point>, q: Option<&Quantiles>, scale: f64) {
     if let Some(q) = q {
-        at(out, "0.5", q.p50 * scale);
-        at(out, "0.95", q.p95 * scale);
-        at(out, "0.99", q.p99 * scale);
-        at(out, "1", q.max * scale);
+        at(out, "p50", q.p50 * scale);
+        at(out, "p95", q.p95 * scale);
+        at(out, "p99", q.p99 * scale);
+        at(out, "max", q.max * scale);
     }
 }
 
@@ -109,16 +109,16 @@ pub static SIGNALS: &[Signal] = &[
         "Most requests in flight at once in the window.",
         |w, o| if let Some(l) = &w.load { one(o, l.in_flight_max as f64) }),
     signal!("inferscope.load.time_to_first_token", "inferscope_load_time_to_first_token_seconds", "s", Gauge,
-        "Client-side time to first token, from the intended start, by quantile.",
+        "Client-side time to first token, from the intended start.",
         |w, o| quantiles(o, w.load.as_ref().and_then(|l| l.ttft_ms.as_ref()), MS)),
     signal!("inferscope.load.inter_token_latency", "inferscope_load_inter_token_latency_seconds", "s", Gauge,
-        "Client-side inter-token latency, by quantile.",
+        "Client-side inter-token latency.",
         |w, o| quantiles(o, w.load.as_ref().and_then(|l| l.itl_ms.as_ref()), MS)),
     signal!("inferscope.load.request.duration", "inferscope_load_request_duration_seconds", "s", Gauge,
-        "Client-side end-to-end request latency, by quantile.",
+        "Client-side end-to-end request latency.",
         |w, o| quantiles(o, w.load.as_ref().and_then(|l| l.e2e_ms.as_ref()), MS)),
     signal!("inferscope.load.send_lag", "inferscope_load_send_lag_seconds", "s", Gauge,
-        "The load generator's own lag (actual minus intended send time), by quantile.",
+        "The load generator's own lag (actual minus intended send time).",
         |w, o| quantiles(o, w.load.as_ref().and_then(|l| l.send_lag_ms.as_ref()), MS)),
     signal!("inferscope.load.output_token_rate", "inferscope_load_output_tokens_per_second", "{token}/s", Gauge,
         "Output tokens received per second.",
@@ -140,11 +140,11 @@ pub static SIGNALS: &[Signal] = &[
         "Prefix-cache hit rate, 0 to 1.",
         |w, o| if let Some(v) = w.server.as_ref().and_then(|s| s.prefix_hit_rate) { one(o, v) }),
     signal!("inferscope.server.queue_time", "inferscope_server_queue_time_seconds", "s", Gauge,
-        "Server-reported request queue time, by quantile.",
-        |w, o| if let Some(v) = w.server.as_ref().and_then(|s| s.queue_time_p95_ms) { at(o, "0.95", v * MS) }),
+        "Server-reported request queue time.",
+        |w, o| if let Some(v) = w.server.as_ref().and_then(|s| s.queue_time_p95_ms) { at(o, "p95", v * MS) }),
     signal!("inferscope.server.time_to_first_token", "inferscope_server_time_to_first_token_seconds", "s", Gauge,
-        "Server-reported time to first token, by quantile.",
-        |w, o| if let Some(v) = w.server.as_ref().and_then(|s| s.ttft_p95_ms) { at(o, "0.95", v * MS) }),
+        "Server-reported time to first token.",
+        |w, o| if let Some(v) = w.server.as_ref().and_then(|s| s.ttft_p95_ms) { at(o, "p95", v * MS) }),
     signal!("inferscope.server.prompt_token_rate", "inferscope_server_prompt_tokens_per_second", "{token}/s", Gauge,
         "Prompt tokens the server processed per second.",
         |w, o| if let Some(v) = w.server.as_ref().and_then(|s| s.prompt_tokens_per_s) { one(o, v) }),
@@ -153,8 +153,8 @@ pub static SIGNALS: &[Signal] = &[
         "Run-queue delay samples of the server's threads.",
         |w, o| if let Some(r) = &w.runq { one(o, r.samples as f64) }),
     signal!("inferscope.runq.delay", "inferscope_runq_delay_seconds", "s", Gauge,
-        "Run-queue delay of the server's threads, by quantile.",
-        |w, o| if let Some(r) = &w.runq { at(o, "0.5", r.p50_us * US); at(o, "0.99", r.p99_us * US) }),
+        "Run-queue delay of the server's threads.",
+        |w, o| if let Some(r) = &w.runq { at(o, "p50", r.p50_us * US); at(o, "p99", r.p99_us * US) }),
     signal!("inferscope.runq.delay.mean", "inferscope_runq_delay_mean_seconds", "s", Gauge,
         "Mean run-queue delay of the server's threads.",
         |w, o| if let Some(r) = &w.runq { one(o, r.mean_us * US) }),
@@ -162,8 +162,8 @@ pub static SIGNALS: &[Signal] = &[
         "Time the server's threads spent runnable but waiting for a CPU.",
         |w, o| if let Some(r) = &w.runq { one(o, r.total_ms * MS) }),
     signal!("inferscope.loadgen.runq.delay", "inferscope_loadgen_runq_delay_seconds", "s", Gauge,
-        "Run-queue delay of the load generator's threads, by quantile.",
-        |w, o| if let Some(v) = w.runq.as_ref().and_then(|r| r.loadgen_p99_us) { at(o, "0.99", v * US) }),
+        "Run-queue delay of the load generator's threads.",
+        |w, o| if let Some(v) = w.runq.as_ref().and_then(|r| r.loadgen_p99_us) { at(o, "p99", v * US) }),
     signal!("inferscope.loadgen.runq.wait_time", "inferscope_loadgen_runq_wait_seconds", "s", Counter,
         "Time the load generator's threads spent runnable but waiting for a CPU.",
         |w, o| if let Some(v) = w.runq.as_ref().and_then(|r| r.loadgen_total_ms) { one(o, v * MS) }),
@@ -172,8 +172,8 @@ pub static SIGNALS: &[Signal] = &[
         "TCP connections of the server established.",
         |w, o| if let Some(n) = &w.net { one(o, n.connects as f64) }),
     signal!("inferscope.net.connect.duration", "inferscope_net_connect_duration_seconds", "s", Gauge,
-        "TCP connect latency, by quantile.",
-        |w, o| if let Some(v) = w.net.as_ref().and_then(|n| n.connect_p99_ms) { at(o, "0.99", v * MS) }),
+        "TCP connect latency.",
+        |w, o| if let Some(v) = w.net.as_ref().and_then(|n| n.connect_p99_ms) { at(o, "p99", v * MS) }),
     signal!("inferscope.net.srtt.mean", "inferscope_net_srtt_mean_seconds", "s", Gauge,
         "Mean smoothed round-trip time of the server's connections.",
         |w, o| if let Some(v) = w.net.as_ref().and_then(|n| n.srtt_mean_us) { one(o, v * US) }),
@@ -187,11 +187,11 @@ pub static SIGNALS: &[Signal] = &[
         "Request/response exchanges the server completed.",
         |w, o| if let Some(n) = &w.net { one(o, n.exchanges as f64) }),
     signal!("inferscope.net.server.first_byte", "inferscope_net_server_first_byte_seconds", "s", Gauge,
-        "Server-side time from request in to first byte out, by quantile.",
-        |w, o| if let Some(v) = w.net.as_ref().and_then(|n| n.server_ttfb_p50_ms) { at(o, "0.5", v * MS) }),
+        "Server-side time from request in to first byte out.",
+        |w, o| if let Some(v) = w.net.as_ref().and_then(|n| n.server_ttfb_p50_ms) { at(o, "p50", v * MS) }),
     signal!("inferscope.net.server.first_token", "inferscope_net_server_first_token_seconds", "s", Gauge,
-        "Server-side time from request in to first token out (second write), by quantile.",
-        |w, o| if let Some(v) = w.net.as_ref().and_then(|n| n.server_first_token_p50_ms) { at(o, "0.5", v * MS) }),
+        "Server-side time from request in to first token out (second write).",
+        |w, o| if let Some(v) = w.net.as_ref().and_then(|n| n.server_first_token_p50_ms) { at(o, "p50", v * MS) }),
     // GPU.
     signal!("inferscope.gpu.allocations", "inferscope_gpu_allocations", "{call}", Counter,
         "Successful CUDA device-memory allocation calls.",
@@ -313,7 +313,7 @@ mod tests {
         let ttft = SIGNALS.iter().find(|s| s.name == "inferscope.load.time_to_first_token").unwrap();
         let points = ttft.points(&w);
         assert_eq!(points.len(), 4);
-        assert_eq!(points[1], Point { quantile: Some("0.95"), value: 0.2 });
+        assert_eq!(points[1], Point { stat: Some("p95"), value: 0.2 });
         let runq = SIGNALS.iter().find(|s| s.name == "inferscope.runq.delay").unwrap();
         assert!((runq.points(&w)[1].value - 0.0025).abs() < 1e-12);
         // A source without evidence yields nothing, not zero.

@@ -2,7 +2,7 @@
 //! per-request histograms that have OpenTelemetry semantic-convention names.
 //!
 //! Every attribute set is bounded: the time-line labels (scenario, phase, endpoint, load level),
-//! a `quantile` out of four, `error.type` and `gen_ai.token.type`. Nothing per request, so the
+//! a `stat` out of four, `error.type` and `gen_ai.token.type`. Nothing per request, so the
 //! SDK's aggregation state (and so memory) does not grow with the number of requests.
 
 use opentelemetry::KeyValue;
@@ -113,8 +113,8 @@ impl Instruments {
         for (signal, instrument) in &self.signals {
             for p in signal.points(window) {
                 let mut attrs = base.clone();
-                if let Some(q) = p.quantile {
-                    attrs.push(KeyValue::new("quantile", q));
+                if let Some(q) = p.stat {
+                    attrs.push(KeyValue::new("stat", q));
                 }
                 match instrument {
                     Instrument::Counter(c) => c.add(p.value, &attrs),
