@@ -11,8 +11,7 @@ use hyper::{Method, Request};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use inferscope::api::{
-    Api, ApiConfig, ApiError, Bind, LaunchError, Marks, RunHandle, RunLauncher, RunState,
-    RunStatus,
+    Api, ApiConfig, ApiError, Bind, LaunchError, Marks, RunHandle, RunLauncher, RunState, RunStatus,
 };
 use serde_json::{Value, json};
 
@@ -47,7 +46,9 @@ impl RunLauncher for LauncherDouble {
 
     fn stop(&self, id: &str) -> Result<RunStatus, LaunchError> {
         let mut runs = self.runs.lock().unwrap();
-        let (status, _) = runs.get_mut(id).ok_or_else(|| LaunchError::NotFound(id.into()))?;
+        let (status, _) = runs
+            .get_mut(id)
+            .ok_or_else(|| LaunchError::NotFound(id.into()))?;
         status.state = RunState::Finished;
         status.finished_unix_ms = Some(1_700_000_060_000);
         Ok(status.clone())
@@ -69,7 +70,9 @@ async fn call(
     token: Option<&str>,
 ) -> (u16, Value) {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut req = Request::builder().method(method).uri(format!("{base}{path}"));
+    let mut req = Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"));
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
@@ -83,14 +86,19 @@ async fn call(
 }
 
 async fn start(config: ApiConfig, marks: Marks) -> String {
-    let api = Api::bind(&config, Arc::new(LauncherDouble::default()), marks).await.unwrap();
+    let api = Api::bind(&config, Arc::new(LauncherDouble::default()), marks)
+        .await
+        .unwrap();
     let addr = api.local_addr().unwrap();
     tokio::spawn(api.serve(std::future::pending()));
     format!("http://{addr}")
 }
 
 fn loopback() -> ApiConfig {
-    ApiConfig { bind: "127.0.0.1:0".parse().unwrap(), ..ApiConfig::default() }
+    ApiConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        ..ApiConfig::default()
+    }
 }
 
 const SCENARIO: &str = "target: http://127.0.0.1:8000\nrate: 20\nduration: 30s\n";
@@ -106,12 +114,33 @@ async fn a_run_is_started_marked_stopped_and_reported() {
     assert_eq!(created["status"]["state"], "running");
 
     // An external load generator marks its phases: one late with an explicit time, one now.
-    let (s, m) = call(&base, Method::POST, "/api/v1/marks", r#"{"phase":"peak","at":2000,"source":"k6"}"#, None).await;
+    let (s, m) = call(
+        &base,
+        Method::POST,
+        "/api/v1/marks",
+        r#"{"phase":"peak","at":2000,"source":"k6"}"#,
+        None,
+    )
+    .await;
     assert_eq!(s, 201, "{m}");
     assert_eq!(m["at_unix_ms"], 2000);
-    let (s, _) = call(&base, Method::POST, "/api/v1/marks", r#"{"phase":"baseline","at":1000,"source":"k6"}"#, None).await;
+    let (s, _) = call(
+        &base,
+        Method::POST,
+        "/api/v1/marks",
+        r#"{"phase":"baseline","at":1000,"source":"k6"}"#,
+        None,
+    )
+    .await;
     assert_eq!(s, 201);
-    let (s, m) = call(&base, Method::POST, "/api/v1/marks", r#"{"phase":"chaos"}"#, None).await;
+    let (s, m) = call(
+        &base,
+        Method::POST,
+        "/api/v1/marks",
+        r#"{"phase":"chaos"}"#,
+        None,
+    )
+    .await;
     assert_eq!(s, 201);
     assert!(m["at_unix_ms"].as_u64().unwrap() > 1_600_000_000_000);
     // The time line reads them.
@@ -122,7 +151,14 @@ async fn a_run_is_started_marked_stopped_and_reported() {
     let (_, list) = call(&base, Method::GET, "/api/v1/marks", "", None).await;
     assert_eq!(list.as_array().unwrap().len(), 3);
     // Control characters would reach terminal reports: refused.
-    let (s, _) = call(&base, Method::POST, "/api/v1/marks", "{\"phase\":\"a\\u001b[1Ab\"}", None).await;
+    let (s, _) = call(
+        &base,
+        Method::POST,
+        "/api/v1/marks",
+        "{\"phase\":\"a\\u001b[1Ab\"}",
+        None,
+    )
+    .await;
     assert_eq!(s, 400);
     let (s, _) = call(&base, Method::POST, "/api/v1/marks", "not json", None).await;
     assert_eq!(s, 400);
@@ -133,7 +169,14 @@ async fn a_run_is_started_marked_stopped_and_reported() {
     assert_eq!(run["report"]["scenario_bytes"], SCENARIO.len());
     assert_eq!(run["report"]["final"], false);
 
-    let (s, stopped) = call(&base, Method::POST, &format!("/api/v1/runs/{id}/stop"), "", None).await;
+    let (s, stopped) = call(
+        &base,
+        Method::POST,
+        &format!("/api/v1/runs/{id}/stop"),
+        "",
+        None,
+    )
+    .await;
     assert_eq!(s, 200);
     assert_eq!(stopped["status"]["state"], "finished");
     let (_, run) = call(&base, Method::GET, &format!("/api/v1/runs/{id}"), "", None).await;
@@ -152,29 +195,52 @@ async fn a_run_is_started_marked_stopped_and_reported() {
 
 #[tokio::test]
 async fn a_non_loopback_bind_without_a_token_is_refused() {
-    let config = ApiConfig { bind: "0.0.0.0:0".parse().unwrap(), ..ApiConfig::default() };
-    let Err(err) = Api::bind(&config, Arc::new(LauncherDouble::default()), Marks::default()).await
+    let config = ApiConfig {
+        bind: "0.0.0.0:0".parse().unwrap(),
+        ..ApiConfig::default()
+    };
+    let Err(err) = Api::bind(
+        &config,
+        Arc::new(LauncherDouble::default()),
+        Marks::default(),
+    )
+    .await
     else {
         panic!("bound 0.0.0.0 without a token")
     };
     assert!(matches!(err, ApiError::TokenRequired(_)));
     let msg = err.to_string();
-    assert!(!msg.contains('\n') && msg.contains("--api-token-file"), "{msg}");
+    assert!(
+        !msg.contains('\n') && msg.contains("--api-token-file"),
+        "{msg}"
+    );
 
     // A token file that is missing or too short is refused too, whatever the address.
     let dir = tempfile::tempdir().unwrap();
     let short = dir.path().join("short");
     std::fs::write(&short, "abc\n").unwrap();
     for file in [dir.path().join("missing"), short] {
-        let config = ApiConfig { token_file: Some(file), ..loopback() };
-        let r = Api::bind(&config, Arc::new(LauncherDouble::default()), Marks::default()).await;
+        let config = ApiConfig {
+            token_file: Some(file),
+            ..loopback()
+        };
+        let r = Api::bind(
+            &config,
+            Arc::new(LauncherDouble::default()),
+            Marks::default(),
+        )
+        .await;
         assert!(matches!(r, Err(ApiError::TokenFile { .. })));
     }
 }
 
 #[tokio::test]
 async fn oversized_bodies_get_413() {
-    let config = ApiConfig { scenario_limit: 1024, mark_limit: 256, ..loopback() };
+    let config = ApiConfig {
+        scenario_limit: 1024,
+        mark_limit: 256,
+        ..loopback()
+    };
     let base = start(config, Marks::default()).await;
     let big = format!("duration: 1s\n# {}\n", "x".repeat(2048));
     let (s, _) = call(&base, Method::POST, "/api/v1/runs", &big, None).await;
@@ -193,11 +259,25 @@ async fn a_wrong_or_missing_token_gets_401() {
     let file = dir.path().join("token");
     let token = "s3cret-token-0123456789";
     std::fs::write(&file, format!("{token}\n")).unwrap();
-    let base = start(ApiConfig { token_file: Some(file), ..loopback() }, Marks::default()).await;
+    let base = start(
+        ApiConfig {
+            token_file: Some(file),
+            ..loopback()
+        },
+        Marks::default(),
+    )
+    .await;
     let (s, body) = call(&base, Method::POST, "/api/v1/runs", SCENARIO, None).await;
     assert_eq!(s, 401);
     assert!(!body.to_string().contains(token));
-    let (s, _) = call(&base, Method::POST, "/api/v1/runs", SCENARIO, Some("s3cret-token-0123456788")).await;
+    let (s, _) = call(
+        &base,
+        Method::POST,
+        "/api/v1/runs",
+        SCENARIO,
+        Some("s3cret-token-0123456788"),
+    )
+    .await;
     assert_eq!(s, 401);
     let (s, _) = call(&base, Method::GET, "/api/v1/marks", "", Some("short")).await;
     assert_eq!(s, 401);
@@ -209,20 +289,29 @@ async fn a_wrong_or_missing_token_gets_401() {
 async fn serves_on_a_private_unix_socket() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("api.sock");
-    let config = ApiConfig { bind: Bind::Unix(path.clone()), ..ApiConfig::default() };
+    let config = ApiConfig {
+        bind: Bind::Unix(path.clone()),
+        ..ApiConfig::default()
+    };
     let marks = Marks::default();
-    let api = Api::bind(&config, Arc::new(LauncherDouble::default()), marks.clone()).await.unwrap();
+    let api = Api::bind(&config, Arc::new(LauncherDouble::default()), marks.clone())
+        .await
+        .unwrap();
     assert_eq!(api.local_addr(), None);
     tokio::spawn(api.serve(std::future::pending()));
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 
     let stream = tokio::net::UnixStream::connect(&path).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
     tokio::spawn(conn);
     let req = Request::post("/api/v1/marks")
         .header("host", "localhost")
-        .body(Full::new(Bytes::from_static(br#"{"phase":"warmup","at":5}"#)))
+        .body(Full::new(Bytes::from_static(
+            br#"{"phase":"warmup","at":5}"#,
+        )))
         .unwrap();
     let resp = sender.send_request(req).await.unwrap();
     assert_eq!(resp.status().as_u16(), 201);

@@ -32,7 +32,7 @@ use opentelemetry_proto::tonic::trace::v1::{Span, span};
 use prost::Message as _;
 
 // Tests here measure this process's memory: run them one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Test double for an OTLP collector: stores every export request it receives.
 #[derive(Clone, Default)]
@@ -49,10 +49,15 @@ impl TraceService for CollectorDouble {
         req: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         if let Some(v) = req.metadata().get("x-tenant") {
-            self.headers.lock().unwrap().push(("x-tenant".into(), v.to_str().unwrap().into()));
+            self.headers
+                .lock()
+                .unwrap()
+                .push(("x-tenant".into(), v.to_str().unwrap().into()));
         }
         self.traces.lock().unwrap().push(req.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
     }
 }
 
@@ -63,7 +68,9 @@ impl MetricsService for CollectorDouble {
         req: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
         self.metrics.lock().unwrap().push(req.into_inner());
-        Ok(tonic::Response::new(ExportMetricsServiceResponse { partial_success: None }))
+        Ok(tonic::Response::new(ExportMetricsServiceResponse {
+            partial_success: None,
+        }))
     }
 }
 
@@ -74,9 +81,9 @@ impl CollectorDouble {
         let router = tonic::transport::Server::builder()
             .add_service(TraceServiceServer::new(self.clone()))
             .add_service(MetricsServiceServer::new(self.clone()));
-        tokio::spawn(router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(
-            listener,
-        )));
+        tokio::spawn(
+            router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
         format!("http://{addr}")
     }
 
@@ -94,9 +101,9 @@ impl CollectorDouble {
             .unwrap()
             .add_service(TraceServiceServer::new(self.clone()))
             .add_service(MetricsServiceServer::new(self.clone()));
-        tokio::spawn(router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(
-            listener,
-        )));
+        tokio::spawn(
+            router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
         format!("https://{addr}")
     }
 
@@ -109,20 +116,34 @@ impl CollectorDouble {
         let app = axum::Router::new()
             .route(
                 "/v1/traces",
-                post(move |headers: axum::http::HeaderMap, body: Bytes| async move {
-                    if let Some(v) = headers.get("x-tenant") {
-                        t.headers.lock().unwrap().push(("x-tenant".into(), v.to_str().unwrap().into()));
-                    }
-                    let req = ExportTraceServiceRequest::decode(body).unwrap();
-                    t.traces.lock().unwrap().push(req);
-                    ExportTraceServiceResponse { partial_success: None }.encode_to_vec()
-                }),
+                post(
+                    move |headers: axum::http::HeaderMap, body: Bytes| async move {
+                        if let Some(v) = headers.get("x-tenant") {
+                            t.headers
+                                .lock()
+                                .unwrap()
+                                .push(("x-tenant".into(), v.to_str().unwrap().into()));
+                        }
+                        let req = ExportTraceServiceRequest::decode(body).unwrap();
+                        t.traces.lock().unwrap().push(req);
+                        ExportTraceServiceResponse {
+                            partial_success: None,
+                        }
+                        .encode_to_vec()
+                    },
+                ),
             )
             .route(
                 "/v1/metrics",
                 post(move |body: Bytes| async move {
-                    m.metrics.lock().unwrap().push(ExportMetricsServiceRequest::decode(body).unwrap());
-                    ExportMetricsServiceResponse { partial_success: None }.encode_to_vec()
+                    m.metrics
+                        .lock()
+                        .unwrap()
+                        .push(ExportMetricsServiceRequest::decode(body).unwrap());
+                    ExportMetricsServiceResponse {
+                        partial_success: None,
+                    }
+                    .encode_to_vec()
                 }),
             );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -159,7 +180,10 @@ impl CollectorDouble {
     fn resource(&self) -> HashMap<String, String> {
         let reqs = self.metrics.lock().unwrap();
         let r = reqs[0].resource_metrics[0].resource.as_ref().unwrap();
-        r.attributes.iter().map(|kv| (kv.key.clone(), text(kv.value.as_ref()))).collect()
+        r.attributes
+            .iter()
+            .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
+            .collect()
     }
 }
 
@@ -173,11 +197,18 @@ fn text(v: Option<&AnyValue>) -> String {
 }
 
 fn attrs(kvs: &[KeyValue]) -> HashMap<String, String> {
-    kvs.iter().map(|kv| (kv.key.clone(), text(kv.value.as_ref()))).collect()
+    kvs.iter()
+        .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
+        .collect()
 }
 
-fn q(p50: f64) -> Option<Quantiles> {
-    Some(Quantiles { p50, p95: p50 * 2.0, p99: p50 * 3.0, max: p50 * 4.0 })
+fn q(p50: f64) -> Quantiles {
+    Quantiles {
+        p50,
+        p95: p50 * 2.0,
+        p99: p50 * 3.0,
+        max: p50 * 4.0,
+    }
 }
 
 /// A window with evidence from every source, so every catalogued signal has a value.
@@ -192,10 +223,10 @@ fn window(i: u64) -> Window {
             target_rps: Some(20.0),
             achieved_rps: 19.5,
             in_flight_max: 8,
-            ttft_ms: q(100.0),
-            itl_ms: q(20.0),
-            e2e_ms: q(900.0),
-            send_lag_ms: q(0.5),
+            ttft_ms: Some(q(100.0)),
+            itl_ms: Some(q(20.0)),
+            e2e_ms: Some(q(900.0)),
+            send_lag_ms: Some(q(0.5)),
             output_tokens_per_s: 300.0,
         }),
         server: Some(ServerSignals {
@@ -252,10 +283,26 @@ fn request(i: u32) -> SampledRequest {
         output_tokens: Some(40),
         error: None,
         stages: vec![
-            Stage { name: "queue".into(), start, end: ms(30) },
-            Stage { name: "server_first_byte".into(), start: ms(30), end: ms(110) },
-            Stage { name: "gpu_sync".into(), start: ms(40), end: ms(100) },
-            Stage { name: "runq_delay".into(), start: ms(30), end: ms(33) },
+            Stage {
+                name: "queue".into(),
+                start,
+                end: ms(30),
+            },
+            Stage {
+                name: "server_first_byte".into(),
+                start: ms(30),
+                end: ms(110),
+            },
+            Stage {
+                name: "gpu_sync".into(),
+                start: ms(40),
+                end: ms(100),
+            },
+            Stage {
+                name: "runq_delay".into(),
+                start: ms(30),
+                end: ms(33),
+            },
         ],
         verdict: Some("kv_cache".into()),
         attributes: vec![("inferscope.request.id".into(), format!("req-{i}"))],
@@ -278,7 +325,7 @@ fn config(endpoint: &str, protocol: Protocol) -> OtlpConfig {
         headers: vec![("x-tenant".into(), "team-a".into())],
         timeout: Some(Duration::from_secs(2)),
         // Longer than the test: metrics leave only at shutdown, in one cumulative export.
-        metric_interval: Some(Duration::from_secs(600)),
+        metric_interval: Some(Duration::from_mins(10)),
         ..OtlpOptions::default()
     };
     OtlpConfig::resolve(&opts, &|_| None).unwrap()
@@ -302,24 +349,40 @@ async fn run(config: OtlpConfig) -> ExportStats {
         exporter.record_request(&request(i), &labels());
         exporter.trace_request(&request(i), &labels());
     }
-    tokio::task::spawn_blocking(move || exporter.shutdown()).await.unwrap().unwrap()
+    tokio::task::spawn_blocking(move || exporter.shutdown())
+        .await
+        .unwrap()
+        .unwrap()
 }
 
-fn check_received(c: &CollectorDouble, stats: ExportStats) {
+fn check_received(collector: &CollectorDouble, stats: ExportStats) {
     assert_eq!(stats.spans_submitted, 25, "{stats:?}");
     assert_eq!(stats.spans_exported, 25, "{stats:?}");
     assert_eq!(stats.spans_dropped(), 0, "{stats:?}");
     assert!(stats.metric_exports_ok >= 1, "{stats:?}");
 
-    let res = c.resource();
+    let res = collector.resource();
     assert_eq!(res["service.name"], "inferscope");
     assert_eq!(res["k8s.pod.name"], "inferscope-abcde");
     assert_eq!(res["host.name"], "node-1");
-    assert!(c.headers.lock().unwrap().contains(&("x-tenant".into(), "team-a".into())));
+    assert!(
+        collector
+            .headers
+            .lock()
+            .unwrap()
+            .contains(&("x-tenant".into(), "team-a".into()))
+    );
 
-    let metrics = c.metrics();
+    check_metrics(&collector.metrics());
+    check_spans(&collector.spans());
+}
+
+/// Names, units, attributes and values of the metrics of [`run`].
+fn check_metrics(metrics: &HashMap<String, Metric>) {
     for s in SIGNALS {
-        let m = metrics.get(s.name).unwrap_or_else(|| panic!("no metric {}", s.name));
+        let m = metrics
+            .get(s.name)
+            .unwrap_or_else(|| panic!("no metric {}", s.name));
         assert_eq!(m.unit, s.unit, "{}", s.name);
         assert_eq!(m.description, s.description, "{}", s.name);
     }
@@ -339,12 +402,19 @@ fn check_received(c: &CollectorDouble, stats: ExportStats) {
             ("load_level".into(), "c32".into()),
         ])
     );
-    assert_eq!(p.value, Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(33.0)));
+    assert_eq!(
+        p.value,
+        Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(33.0))
+    );
     // Gauge: quantiles in seconds.
     let Some(metric::Data::Gauge(g)) = &metrics["inferscope.load.time_to_first_token"].data else {
         panic!("ttft is not a gauge")
     };
-    let p95 = g.data_points.iter().find(|p| attrs(&p.attributes)["stat"] == "p95").unwrap();
+    let p95 = g
+        .data_points
+        .iter()
+        .find(|p| attrs(&p.attributes)["stat"] == "p95")
+        .unwrap();
     assert_eq!(
         p95.value,
         Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(0.2))
@@ -359,19 +429,31 @@ fn check_received(c: &CollectorDouble, stats: ExportStats) {
     let Some(metric::Data::Histogram(t)) = &metrics["gen_ai.client.token.usage"].data else {
         panic!("token usage is not a histogram")
     };
-    let mut kinds: Vec<String> =
-        t.data_points.iter().map(|p| attrs(&p.attributes)["gen_ai.token.type"].clone()).collect();
+    let mut kinds: Vec<String> = t
+        .data_points
+        .iter()
+        .map(|p| attrs(&p.attributes)["gen_ai.token.type"].clone())
+        .collect();
     kinds.sort();
     assert_eq!(kinds, ["input", "output"]);
     assert!(metrics.contains_key("gen_ai.server.time_to_first_token"));
     // No per-request attribute leaked onto any metric.
     for m in metrics.values() {
         let debug = format!("{m:?}");
-        assert!(!debug.contains("req-"), "{} carries a per-request attribute", m.name);
+        assert!(
+            !debug.contains("req-"),
+            "{} carries a per-request attribute",
+            m.name
+        );
     }
+}
 
-    let spans = c.spans();
-    let parents: Vec<&Span> = spans.iter().filter(|s| s.name == "inferscope.request").collect();
+/// The request spans of [`run`] and their waterfall children.
+fn check_spans(spans: &[Span]) {
+    let parents: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == "inferscope.request")
+        .collect();
     assert_eq!(parents.len(), 5);
     for p in &parents {
         assert_eq!(p.kind, span::SpanKind::Client as i32);
@@ -383,22 +465,36 @@ fn check_received(c: &CollectorDouble, stats: ExportStats) {
         assert_eq!(p.end_time_unix_nano - p.start_time_unix_nano, 900_000_000);
         assert_eq!(p.events.len(), 1);
         assert_eq!(p.events[0].name, "first_token");
-        assert_eq!(p.events[0].time_unix_nano - p.start_time_unix_nano, 120_000_000);
-        let children: Vec<&Span> =
-            spans.iter().filter(|s| s.parent_span_id == p.span_id).collect();
+        assert_eq!(
+            p.events[0].time_unix_nano - p.start_time_unix_nano,
+            120_000_000
+        );
+        let children: Vec<&Span> = spans
+            .iter()
+            .filter(|s| s.parent_span_id == p.span_id)
+            .collect();
         let mut names: Vec<&str> = children.iter().map(|s| s.name.as_str()).collect();
         names.sort_unstable();
-        assert_eq!(names, ["gpu_sync", "queue", "runq_delay", "server_first_byte"]);
+        assert_eq!(
+            names,
+            ["gpu_sync", "queue", "runq_delay", "server_first_byte"]
+        );
         assert!(children.iter().all(|s| s.trace_id == p.trace_id));
         let gpu = children.iter().find(|s| s.name == "gpu_sync").unwrap();
-        assert_eq!(gpu.start_time_unix_nano - p.start_time_unix_nano, 40_000_000);
-        assert_eq!(gpu.end_time_unix_nano - gpu.start_time_unix_nano, 60_000_000);
+        assert_eq!(
+            gpu.start_time_unix_nano - p.start_time_unix_nano,
+            40_000_000
+        );
+        assert_eq!(
+            gpu.end_time_unix_nano - gpu.start_time_unix_nano,
+            60_000_000
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_export_reaches_the_collector_double() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL.lock().await;
     let collector = CollectorDouble::default();
     let endpoint = collector.serve_grpc().await;
     let stats = run(config(&endpoint, Protocol::Grpc)).await;
@@ -407,7 +503,7 @@ async fn grpc_export_reaches_the_collector_double() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_protobuf_export_reaches_the_collector_double() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL.lock().await;
     let collector = CollectorDouble::default();
     let base = collector.serve_http().await;
     let stats = run(config(&base, Protocol::HttpProtobuf)).await;
@@ -416,7 +512,7 @@ async fn http_protobuf_export_reaches_the_collector_double() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_is_verified_a_collector_with_an_unknown_ca_gets_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL.lock().await;
     let untrusted = CollectorDouble::default();
     let endpoint = untrusted.serve_grpc_tls().await;
     let stats = run(config(&endpoint, Protocol::Grpc)).await;
@@ -431,7 +527,11 @@ async fn tls_is_verified_a_collector_with_an_unknown_ca_gets_nothing() {
     let endpoint = trusted.serve_grpc_tls().await;
     let mut cfg = config(&endpoint, Protocol::Grpc);
     cfg.ca_file = Some(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/otlp-tls/ca.pem").into(),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/otlp-tls/ca.pem"
+        )
+        .into(),
     );
     let stats = run(cfg).await;
     check_received(&trusted, stats);
@@ -445,9 +545,13 @@ fn rss_kib() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn collector_down_costs_bounded_memory_and_counts_drops() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL.lock().await;
     // A port that was just free: connections are refused.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut cfg = config(&format!("http://127.0.0.1:{port}"), Protocol::Grpc);
     cfg.max_queue_size = 256;
     cfg.max_export_batch_size = 256;
@@ -473,7 +577,10 @@ async fn collector_down_costs_bounded_memory_and_counts_drops() {
     // 140,000 spans of ~1 KiB each would be >100 MiB if queued without a cap.
     let growth_kib = after.saturating_sub(before);
     let t1 = Instant::now();
-    let stats = tokio::task::spawn_blocking(move || exporter.shutdown()).await.unwrap().unwrap();
+    let stats = tokio::task::spawn_blocking(move || exporter.shutdown())
+        .await
+        .unwrap()
+        .unwrap();
     let shutdown = t1.elapsed();
     eprintln!(
         "collector down: {total} requests recorded in {recording:?}, RSS {before} -> {after} KiB, \
@@ -482,10 +589,15 @@ async fn collector_down_costs_bounded_memory_and_counts_drops() {
     assert_eq!(stats.spans_submitted, u64::from(total) * 5);
     assert_eq!(stats.spans_exported, 0);
     assert_eq!(stats.spans_dropped(), stats.spans_submitted);
-    assert!(stats.spans_queue_dropped > stats.spans_submitted / 2, "{stats:?}");
+    assert!(
+        stats.spans_queue_dropped > stats.spans_submitted / 2,
+        "{stats:?}"
+    );
     assert!(stats.metric_exports_failed >= 1, "{stats:?}");
     assert_eq!(stats.metric_exports_ok, 0);
     assert!(growth_kib < 24 * 1024, "RSS grew by {growth_kib} KiB");
+    // And in absolute terms: a queue sized for the flood would have been allocated up front.
+    assert!(after < 96 * 1024, "RSS {after} KiB");
     // The run goes on: recording never waited for the collector.
     assert!(recording < Duration::from_secs(20), "{recording:?}");
     assert!(shutdown < Duration::from_secs(30), "{shutdown:?}");

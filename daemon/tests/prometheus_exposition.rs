@@ -24,11 +24,25 @@ fn exposition() -> String {
             requests: 7,
             errors: 1,
             target_rps: Some(20.0),
-            ttft_ms: Some(Quantiles { p50: 10.0, p95: 20.0, p99: 30.0, max: 40.0 }),
+            ttft_ms: Some(Quantiles {
+                p50: 10.0,
+                p95: 20.0,
+                p99: 30.0,
+                max: 40.0,
+            }),
             ..LoadSignals::default()
         }),
-        runq: Some(RunqSignals { samples: 9, p99_us: 1500.0, total_ms: 3.5, ..RunqSignals::default() }),
-        gpu: Some(GpuSignals { live_bytes: 1 << 30, mem_used_frac: Some(0.5), ..GpuSignals::default() }),
+        runq: Some(RunqSignals {
+            samples: 9,
+            p99_us: 1500.0,
+            total_ms: 3.5,
+            ..RunqSignals::default()
+        }),
+        gpu: Some(GpuSignals {
+            live_bytes: 1 << 30,
+            mem_used_frac: Some(0.5),
+            ..GpuSignals::default()
+        }),
         ..Window::default()
     };
     let mut totals = Totals::default();
@@ -41,7 +55,11 @@ fn exposition() -> String {
         ..Labels::default()
     };
     let probes = [
-        HookStatus { probe: "sched:sched_switch".into(), attached: true, reason: None },
+        HookStatus {
+            probe: "sched:sched_switch".into(),
+            attached: true,
+            reason: None,
+        },
         HookStatus {
             probe: "cuMemAlloc_v2@/usr/lib/libcuda.so.1".into(),
             attached: false,
@@ -49,10 +67,24 @@ fn exposition() -> String {
         },
     ];
     let drops = [
-        DropCounter { stage: "kernel_ringbuf".into(), what: "RUNQ_EVENTS".into(), count: 2 },
-        DropCounter { stage: "otlp".into(), what: "spans".into(), count: 0 },
+        DropCounter {
+            stage: "kernel_ringbuf".into(),
+            what: "RUNQ_EVENTS".into(),
+            count: 2,
+        },
+        DropCounter {
+            stage: "otlp".into(),
+            what: "spans".into(),
+            count: 0,
+        },
     ];
-    render(&Snapshot { latest: Some(&w), totals: &totals, labels: &labels, probes: &probes, drops: &drops })
+    render(&Snapshot {
+        latest: Some(&w),
+        totals: &totals,
+        labels: &labels,
+        probes: &probes,
+        drops: &drops,
+    })
 }
 
 #[test]
@@ -65,16 +97,27 @@ fn promtool_accepts_the_exposition() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool not found: install the Debian package prometheus (cargo xtask setup)");
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "promtool rejected the exposition:\n{said}\n---\n{text}");
+    assert!(
+        out.status.success(),
+        "promtool rejected the exposition:\n{said}\n---\n{text}"
+    );
     // promtool exits 0 on lint warnings too; there must be none.
-    assert!(said.trim().is_empty(), "promtool lint findings:\n{said}\n---\n{text}");
+    assert!(
+        said.trim().is_empty(),
+        "promtool lint findings:\n{said}\n---\n{text}"
+    );
 }
 
 /// Kills the child on drop, so a failing test does not leave Prometheus running.
@@ -103,7 +146,12 @@ async fn get(url: &str) -> (u16, String) {
 async fn a_real_prometheus_scrapes_it() {
     let app = axum::Router::new().route(
         "/metrics",
-        axum::routing::get(|| async { ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], exposition()) }),
+        axum::routing::get(|| async {
+            (
+                [(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)],
+                exposition(),
+            )
+        }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let target = listener.local_addr().unwrap();
@@ -119,10 +167,16 @@ async fn a_real_prometheus_scrapes_it() {
         ),
     )
     .unwrap();
-    let web = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let web = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let prometheus = Command::new("prometheus")
         .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
         .arg(format!("--web.listen-address={web}"))
         .arg("--log.level=warn")
         .stdout(Stdio::null())
@@ -132,13 +186,16 @@ async fn a_real_prometheus_scrapes_it() {
     let _guard = Killed(prometheus);
 
     let query = format!("http://{web}/api/v1/query?query=inferscope_load_requests_total");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     let body = loop {
         let (status, body) = get(&query).await;
         if status == 200 && body.contains("inferscope_load_requests_total") {
             break body;
         }
-        assert!(Instant::now() < deadline, "no scrape within 60 s: {status} {body}");
+        assert!(
+            Instant::now() < deadline,
+            "no scrape within 60 s: {status} {body}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -146,11 +203,17 @@ async fn a_real_prometheus_scrapes_it() {
     assert_eq!(result["metric"]["job"], "inferscope");
     assert_eq!(result["metric"]["scenario"], "burst");
     assert_eq!(result["metric"]["phase"], "peak");
-    assert_eq!(result["metric"]["endpoint"], "http://127.0.0.1:8000/v1/chat \"quoted\"\\path");
+    assert_eq!(
+        result["metric"]["endpoint"],
+        "http://127.0.0.1:8000/v1/chat \"quoted\"\\path"
+    );
     assert_eq!(result["value"][1], "14");
 
     // The probe gauge arrived too, one series per hook.
-    let (_, body) = get(&format!("http://{web}/api/v1/query?query=inferscope_probe_attached")).await;
+    let (_, body) = get(&format!(
+        "http://{web}/api/v1/query?query=inferscope_probe_attached"
+    ))
+    .await;
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["data"]["result"].as_array().unwrap().len(), 2, "{body}");
 }

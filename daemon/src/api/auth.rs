@@ -51,7 +51,11 @@ impl Token {
     fn matches(&self, presented: &[u8]) -> bool {
         // Constant time in the content: the length is not a secret worth hiding.
         presented.len() == self.0.len()
-            && presented.iter().zip(self.0.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+            && presented
+                .iter()
+                .zip(self.0.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
     }
 }
 
@@ -71,7 +75,8 @@ pub(crate) async fn require_token(
     } else {
         let mut resp =
             (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response();
-        resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         resp
     }
 }

@@ -32,7 +32,9 @@ pub(crate) fn routes(state: Arc<AppState>, scenario_limit: usize, mark_limit: us
         .route("/api/v1/runs/{id}/stop", post(stop_run))
         .route(
             "/api/v1/marks",
-            post(create_mark).get(list_marks).layer(DefaultBodyLimit::max(mark_limit)),
+            post(create_mark)
+                .get(list_marks)
+                .layer(DefaultBodyLimit::max(mark_limit)),
         )
         .with_state(state)
 }
@@ -54,12 +56,18 @@ fn launch_error(e: &LaunchError) -> Response {
 /// `POST /api/v1/runs`: the body is a scenario file (YAML text).
 async fn create_run(State(st): State<Arc<AppState>>, body: String) -> Response {
     if body.trim().is_empty() {
-        return error(StatusCode::BAD_REQUEST, "the body must be a scenario file (YAML)");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the body must be a scenario file (YAML)",
+        );
     }
     match st.launcher.start(&body) {
         Ok(handle) => {
             let status = st.launcher.status(&handle.id);
-            (StatusCode::CREATED, Json(json!({ "id": handle.id, "status": status })))
+            (
+                StatusCode::CREATED,
+                Json(json!({ "id": handle.id, "status": status })),
+            )
                 .into_response()
         }
         Err(e) => launch_error(&e),

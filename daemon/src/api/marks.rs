@@ -59,7 +59,10 @@ impl Marks {
     #[must_use]
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
-        Self { inner: Arc::new(Mutex::new(VecDeque::with_capacity(capacity))), capacity }
+        Self {
+            inner: Arc::new(Mutex::new(VecDeque::with_capacity(capacity))),
+            capacity,
+        }
     }
 
     /// Adds a mark, keeping the list ordered by time (marks may arrive late, with an explicit
@@ -91,7 +94,12 @@ impl Marks {
     /// All marks, oldest first.
     #[must_use]
     pub fn list(&self) -> Vec<Mark> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
     }
 }
 
@@ -100,7 +108,11 @@ mod tests {
     use super::*;
 
     fn mark(phase: &str, at: u64) -> Mark {
-        Mark { phase: phase.into(), at_unix_ms: at, source: Some("k6".into()) }
+        Mark {
+            phase: phase.into(),
+            at_unix_ms: at,
+            source: Some("k6".into()),
+        }
     }
 
     #[test]
@@ -126,7 +138,10 @@ mod tests {
         let l = m.list();
         assert_eq!(l.len(), 3);
         assert_eq!(l[0].phase, "p7");
-        assert_eq!(m.push(mark("", 1)), Err(MarkError::BadName { field: "phase" }));
+        assert_eq!(
+            m.push(mark("", 1)),
+            Err(MarkError::BadName { field: "phase" })
+        );
         assert!(m.push(mark("a\x1b[1Ab", 1)).is_err());
         assert!(m.push(mark(&"x".repeat(MAX_NAME_LEN + 1), 1)).is_err());
     }

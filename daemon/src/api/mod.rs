@@ -56,7 +56,9 @@ impl std::str::FromStr for Bind {
         if let Some(path) = s.strip_prefix("unix:") {
             return Ok(Self::Unix(PathBuf::from(path)));
         }
-        s.parse().map(Self::Tcp).map_err(|_| ApiError::BadBind(s.to_owned()))
+        s.parse()
+            .map(Self::Tcp)
+            .map_err(|_| ApiError::BadBind(s.to_owned()))
     }
 }
 
@@ -132,36 +134,50 @@ impl Api {
         launcher: Arc<dyn RunLauncher>,
         marks: Marks,
     ) -> Result<Self, ApiError> {
-        let token = config.token_file.as_deref().map(Token::from_file).transpose()?;
-        if let Bind::Tcp(addr) = &config.bind {
-            if !addr.ip().is_loopback() && token.is_none() {
-                return Err(ApiError::TokenRequired(*addr));
-            }
+        let token = config
+            .token_file
+            .as_deref()
+            .map(Token::from_file)
+            .transpose()?;
+        if let Bind::Tcp(addr) = &config.bind
+            && !addr.ip().is_loopback()
+            && token.is_none()
+        {
+            return Err(ApiError::TokenRequired(*addr));
         }
         let state = Arc::new(handlers::AppState { launcher, marks });
         let mut router = handlers::routes(state, config.scenario_limit, config.mark_limit);
         if let Some(token) = token {
-            router = router
-                .layer(axum::middleware::from_fn_with_state(token, auth::require_token));
+            router = router.layer(axum::middleware::from_fn_with_state(
+                token,
+                auth::require_token,
+            ));
         }
-        let listener = match &config.bind {
-            Bind::Tcp(addr) => Listener::Tcp(TcpListener::bind(addr).await.map_err(|source| {
-                ApiError::Io { addr: addr.to_string(), source }
-            })?),
-            Bind::Unix(path) => {
-                let io = |source| ApiError::Io { addr: path.display().to_string(), source };
-                // A stale socket from a killed daemon would make bind fail with EADDRINUSE.
-                if std::fs::symlink_metadata(path)
-                    .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
-                {
-                    std::fs::remove_file(path).map_err(io)?;
+        let listener =
+            match &config.bind {
+                Bind::Tcp(addr) => Listener::Tcp(TcpListener::bind(addr).await.map_err(
+                    |source| ApiError::Io {
+                        addr: addr.to_string(),
+                        source,
+                    },
+                )?),
+                Bind::Unix(path) => {
+                    let io = |source| ApiError::Io {
+                        addr: path.display().to_string(),
+                        source,
+                    };
+                    // A stale socket from a killed daemon would make bind fail with EADDRINUSE.
+                    if std::fs::symlink_metadata(path)
+                        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+                    {
+                        std::fs::remove_file(path).map_err(io)?;
+                    }
+                    let l = UnixListener::bind(path).map_err(io)?;
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                        .map_err(io)?;
+                    Listener::Unix(l)
                 }
-                let l = UnixListener::bind(path).map_err(io)?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-                    .map_err(io)?;
-                Listener::Unix(l)
-            }
-        };
+            };
         Ok(Self { listener, router })
     }
 
@@ -175,8 +191,14 @@ impl Api {
     }
 
     /// Serves until `shutdown` completes.
-    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ApiError> {
-        let io = |source| ApiError::Io { addr: "listener".into(), source };
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ApiError> {
+        let io = |source| ApiError::Io {
+            addr: "listener".into(),
+            source,
+        };
         match self.listener {
             Listener::Tcp(l) => axum::serve(l, self.router)
                 .with_graceful_shutdown(shutdown)

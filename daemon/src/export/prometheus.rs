@@ -74,22 +74,49 @@ pub fn render(snap: &Snapshot<'_>) -> String {
 
     if let Some(window) = snap.latest {
         let name = "inferscope_window_start_timestamp_seconds";
-        header(&mut out, name, "gauge", "Start of the newest closed time-line window (Unix time).");
-        sample(&mut out, name, &base, &[], window.start_unix_ms as f64 / 1000.0);
+        header(
+            &mut out,
+            name,
+            "gauge",
+            "Start of the newest closed time-line window (Unix time).",
+        );
+        sample(
+            &mut out,
+            name,
+            &base,
+            &[],
+            window.start_unix_ms as f64 / 1000.0,
+        );
     }
 
     if !snap.probes.is_empty() {
         let name = "inferscope_probe_attached";
-        header(&mut out, name, "gauge", "Whether the kernel hook is attached (1) or not (0).");
+        header(
+            &mut out,
+            name,
+            "gauge",
+            "Whether the kernel hook is attached (1) or not (0).",
+        );
         for hook in snap.probes {
             let labels = [("probe", hook.probe.clone())];
-            sample(&mut out, name, &labels, &[], if hook.attached { 1.0 } else { 0.0 });
+            sample(
+                &mut out,
+                name,
+                &labels,
+                &[],
+                if hook.attached { 1.0 } else { 0.0 },
+            );
         }
     }
 
     let name = "inferscope_dropped_total";
     if !snap.drops.is_empty() {
-        header(&mut out, name, "counter", "Items a stage could not deliver, since start.");
+        header(
+            &mut out,
+            name,
+            "counter",
+            "Items a stage could not deliver, since start.",
+        );
     }
     for d in snap.drops {
         let labels = [("stage", d.stage.clone()), ("what", d.what.clone())];
@@ -165,7 +192,12 @@ mod tests {
             phase: Some("peak".into()),
             load: Some(LoadSignals {
                 requests: 7,
-                ttft_ms: Some(Quantiles { p50: 10.0, p95: 20.0, p99: 30.0, max: 40.0 }),
+                ttft_ms: Some(Quantiles {
+                    p50: 10.0,
+                    p95: 20.0,
+                    p99: 30.0,
+                    max: 40.0,
+                }),
                 ..LoadSignals::default()
             }),
             ..Window::default()
@@ -173,9 +205,20 @@ mod tests {
         let mut totals = Totals::default();
         totals.add(&w);
         totals.add(&w);
-        let labels = Labels { endpoint: Some("a\"b\\c\nd".into()), ..Labels::default() };
-        let probes = [HookStatus { probe: "sched:sched_switch".into(), attached: true, reason: None }];
-        let drops = [DropCounter { stage: "kernel_ringbuf".into(), what: "RUNQ".into(), count: 3 }];
+        let labels = Labels {
+            endpoint: Some("a\"b\\c\nd".into()),
+            ..Labels::default()
+        };
+        let probes = [HookStatus {
+            probe: "sched:sched_switch".into(),
+            attached: true,
+            reason: None,
+        }];
+        let drops = [DropCounter {
+            stage: "kernel_ringbuf".into(),
+            what: "RUNQ".into(),
+            count: 3,
+        }];
         let text = render(&Snapshot {
             latest: Some(&w),
             totals: &totals,
@@ -189,7 +232,9 @@ mod tests {
         ));
         assert!(text.contains("stat=\"p95\"} 0.02\n"));
         assert!(text.contains("inferscope_probe_attached{probe=\"sched:sched_switch\"} 1\n"));
-        assert!(text.contains("inferscope_dropped_total{stage=\"kernel_ringbuf\",what=\"RUNQ\"} 3\n"));
+        assert!(
+            text.contains("inferscope_dropped_total{stage=\"kernel_ringbuf\",what=\"RUNQ\"} 3\n")
+        );
         assert!(text.contains("inferscope_window_start_timestamp_seconds{"));
         // No GPU evidence: no GPU series at all.
         assert!(!text.contains("inferscope_gpu"));

@@ -114,7 +114,11 @@ impl OtlpConfig {
             } else if let Some(e) = env("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|v| !v.is_empty()) {
                 (e, false)
             } else {
-                let port = if protocol == Protocol::Grpc { 4317 } else { 4318 };
+                let port = if protocol == Protocol::Grpc {
+                    4317
+                } else {
+                    4318
+                };
                 (format!("http://localhost:{port}"), false)
             };
             let base = with_scheme(base.trim(), insecure)?;
@@ -160,7 +164,9 @@ fn with_scheme(endpoint: &str, insecure: bool) -> Result<String, OtlpError> {
     if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
         Ok(endpoint.to_owned())
     } else if endpoint.contains("://") {
-        Err(OtlpError::Config(format!("OTLP endpoint {endpoint:?} must be http:// or https://")))
+        Err(OtlpError::Config(format!(
+            "OTLP endpoint {endpoint:?} must be http:// or https://"
+        )))
     } else if insecure {
         Ok(format!("http://{endpoint}"))
     } else {
@@ -184,8 +190,10 @@ mod tests {
     use super::*;
 
     fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> =
-            vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         move |k| m.get(k).cloned()
     }
 
@@ -202,7 +210,10 @@ mod tests {
     fn environment_then_signal_variables_then_flags() {
         let e = env(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318/"),
-            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "https://metrics:9000/custom"),
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "https://metrics:9000/custom",
+            ),
             ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
             ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/etc/ca.pem"),
         ]);
@@ -222,7 +233,11 @@ mod tests {
         assert_eq!(c.traces_endpoint, "https://otel:4317");
         assert_eq!(c.metrics_endpoint, "https://otel:4317");
 
-        let g = env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"), ("OTEL_EXPORTER_OTLP_INSECURE", "true"), ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel:4317")]);
+        let g = env(&[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel:4317"),
+        ]);
         let c = OtlpConfig::resolve(&OtlpOptions::default(), &g).unwrap();
         assert_eq!(c.protocol, Protocol::Grpc);
         assert_eq!(c.traces_endpoint, "http://otel:4317");
@@ -233,7 +248,10 @@ mod tests {
         assert!(Protocol::parse("http/json").is_err());
         let e = env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x")]);
         assert!(OtlpConfig::resolve(&OtlpOptions::default(), &e).is_err());
-        assert_eq!(parse_header("authorization=Bearer x").unwrap().1, "Bearer x");
+        assert_eq!(
+            parse_header("authorization=Bearer x").unwrap().1,
+            "Bearer x"
+        );
         assert!(parse_header("novalue").is_err());
     }
 }

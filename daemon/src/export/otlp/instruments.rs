@@ -22,16 +22,30 @@ pub const GEN_AI_TPOT: &str = "gen_ai.server.time_per_output_token";
 pub const GEN_AI_TOKENS: &str = "gen_ai.client.token.usage";
 
 // Bucket boundaries advised by the semantic conventions for each instrument.
-const HTTP_BUCKETS: [f64; 14] =
-    [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
+const HTTP_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
 const TTFT_BUCKETS: [f64; 16] = [
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 ];
-const TPOT_BUCKETS: [f64; 13] =
-    [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
+const TPOT_BUCKETS: [f64; 13] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+];
 const TOKEN_BUCKETS: [f64; 14] = [
-    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262_144.0, 1_048_576.0,
-    4_194_304.0, 16_777_216.0, 67_108_864.0,
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
 ];
 
 enum Instrument {
@@ -126,8 +140,11 @@ impl Instruments {
 
     /// Records one request into the semantic-convention histograms.
     pub(crate) fn record_request(&self, req: &SampledRequest, labels: &Labels) {
-        let mut attrs: Vec<KeyValue> =
-            labels.pairs(None).into_iter().map(|(k, v)| KeyValue::new(k, v)).collect();
+        let mut attrs: Vec<KeyValue> = labels
+            .pairs(None)
+            .into_iter()
+            .map(|(k, v)| KeyValue::new(k, v))
+            .collect();
         if let Some(e) = &req.error {
             attrs.push(KeyValue::new("error.type", e.clone()));
         }

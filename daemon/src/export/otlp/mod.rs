@@ -28,13 +28,14 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig};
 use opentelemetry_otlp::{
-    MetricExporter, SpanExporter, WithExportConfig as _, WithHttpConfig as _,
-    WithTonicConfig as _,
+    MetricExporter, SpanExporter, WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _,
 };
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
+};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider};
 
 pub use accounting::ExportStats;
 pub use config::{OtlpConfig, OtlpOptions, Protocol};
@@ -74,7 +75,9 @@ pub enum OtlpError {
 #[must_use]
 pub fn resource_attributes(env: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
     let mut attrs = Vec::new();
-    let host = env("K8S_NODE_NAME").filter(|v| !v.is_empty()).or_else(hostname);
+    let host = env("K8S_NODE_NAME")
+        .filter(|v| !v.is_empty())
+        .or_else(hostname);
     if let Some(h) = host {
         attrs.push(("host.name".to_owned(), h));
     }
@@ -99,7 +102,9 @@ fn hostname() -> Option<String> {
         return None;
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8(buf[..end].to_vec()).ok().filter(|s| !s.is_empty())
+    String::from_utf8(buf[..end].to_vec())
+        .ok()
+        .filter(|s| !s.is_empty())
 }
 
 /// The running OTLP export: two SDK providers, their instruments, and the drop accounting.
@@ -143,7 +148,10 @@ impl OtlpExporter {
         .with_batch_config(batch)
         .build();
         let tracer_provider = SdkTracerProvider::builder()
-            .with_span_processor(CountingProcessor { inner: processor, counters: counters.clone() })
+            .with_span_processor(CountingProcessor {
+                inner: processor,
+                counters: counters.clone(),
+            })
             .with_resource(resource.clone())
             .build();
         let reader = PeriodicReader::builder(CountingMetricExporter {
@@ -152,15 +160,23 @@ impl OtlpExporter {
         })
         .with_interval(config.metric_interval)
         .build();
-        let meter_provider =
-            SdkMeterProvider::builder().with_reader(reader).with_resource(resource).build();
+        let meter_provider = SdkMeterProvider::builder()
+            .with_reader(reader)
+            .with_resource(resource)
+            .build();
 
         let scope = InstrumentationScope::builder("inferscope")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
         let tracer = tracer_provider.tracer_with_scope(scope.clone());
         let instruments = Instruments::new(&meter_provider.meter_with_scope(scope));
-        Ok(Self { tracer_provider, meter_provider, tracer, instruments, counters })
+        Ok(Self {
+            tracer_provider,
+            meter_provider,
+            tracer,
+            instruments,
+            counters,
+        })
     }
 
     /// Records one closed time-line window (call once per window).
@@ -209,7 +225,9 @@ impl OtlpExporter {
 }
 
 fn build_resource(config: &OtlpConfig, extra: &[(String, String)]) -> Resource {
-    let attrs = extra.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone()));
+    let attrs = extra
+        .iter()
+        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()));
     // Resource::builder() applies OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME; an explicit
     // name wins, and "inferscope" replaces the SDK's "unknown_service" default.
     let builder = Resource::builder().with_attributes(attrs);
@@ -297,10 +315,14 @@ fn http_client(
     ca_pem: Option<&[u8]>,
 ) -> Result<reqwest::blocking::Client, OtlpError> {
     let certs = match ca_pem {
-        Some(pem) => Some(
-            reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| OtlpError::CaFile { path: "(pem)".into(), reason: e.to_string() })?,
-        ),
+        Some(pem) => {
+            Some(
+                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| OtlpError::CaFile {
+                    path: "(pem)".into(),
+                    reason: e.to_string(),
+                })?,
+            )
+        }
         None => None,
     };
     std::thread::spawn(move || {

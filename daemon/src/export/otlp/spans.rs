@@ -61,13 +61,19 @@ pub const REQUEST_SPAN: &str = "inferscope.request";
 
 /// Emits the request's spans through `tracer`.
 pub(crate) fn emit(tracer: &SdkTracer, req: &SampledRequest, labels: &Labels) {
-    let mut attrs: Vec<KeyValue> =
-        labels.pairs(None).into_iter().map(|(k, v)| KeyValue::new(k, v)).collect();
+    let mut attrs: Vec<KeyValue> = labels
+        .pairs(None)
+        .into_iter()
+        .map(|(k, v)| KeyValue::new(k, v))
+        .collect();
     if let Some(v) = &req.verdict {
         attrs.push(KeyValue::new("inferscope.verdict", v.clone()));
     }
     if let Some(t) = req.ttft {
-        attrs.push(KeyValue::new("inferscope.time_to_first_token", t.as_secs_f64()));
+        attrs.push(KeyValue::new(
+            "inferscope.time_to_first_token",
+            t.as_secs_f64(),
+        ));
     }
     if let Some(n) = req.input_tokens {
         attrs.push(KeyValue::new("gen_ai.usage.input_tokens", n as i64));
@@ -78,7 +84,11 @@ pub(crate) fn emit(tracer: &SdkTracer, req: &SampledRequest, labels: &Labels) {
     if let Some(e) = &req.error {
         attrs.push(KeyValue::new("error.type", e.clone()));
     }
-    attrs.extend(req.attributes.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
+    attrs.extend(
+        req.attributes
+            .iter()
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+    );
 
     let mut events = Vec::new();
     if let Some(t) = req.ttft {
