@@ -9,11 +9,11 @@
 #      read-only-root-filesystem (CKV_K8S_22) checks must pass outright: they are never skipped.
 #
 # Usage: deploy/validate.sh [VENV]   (default VENV: target/venv-deploy; created when missing)
-# Environment: K8S_VERSION (default 1.33.0, the newest schema set kubernetes-validate ships).
+# Environment: K8S_VERSION (default 1.37.0, the newest schema set kubernetes-validate 1.37 ships).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-target/venv-deploy}"
-k8s="${K8S_VERSION:-1.33.0}"
+k8s="${K8S_VERSION:-1.37.0}"
 
 if ! "$venv/bin/kubernetes-validate" --version >/dev/null 2>&1 || ! [ -x "$venv/bin/checkov" ]; then
     echo "validate: installing kubernetes-validate and checkov into $venv"
