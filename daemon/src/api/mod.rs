@@ -35,7 +35,7 @@ use std::sync::Arc;
 use axum::Router;
 use tokio::net::{TcpListener, UnixListener};
 
-pub use auth::{MIN_TOKEN_LEN, Token};
+pub use auth::{MIN_TOKEN_LEN, Token, require_token};
 pub use marks::{Mark, MarkError, Marks};
 pub use runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 

@@ -2,10 +2,16 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), inferscope::export::otlp::OtlpError> {
-//! use inferscope::export::otlp::{OtlpConfig, OtlpExporter, OtlpOptions};
-//! let config = OtlpConfig::resolve(&OtlpOptions::default(), &|k| std::env::var(k).ok())?;
-//! let exporter = OtlpExporter::start(config)?; // inside a tokio runtime (gRPC needs one)
-//! // exporter.record_window(&window, &labels); exporter.trace_request(&req, &labels);
+//! use inferscope::export::otlp::{OtlpConfig, OtlpExporter, OtlpOptions, resource_attributes};
+//! use inferscope::export::signals::Labels;
+//! let env = |k: &str| std::env::var(k).ok();
+//! let config = OtlpConfig::resolve(&OtlpOptions::default(), &env)?;
+//! // Inside a tokio runtime (gRPC connections live on it).
+//! let exporter = OtlpExporter::start(&config, &resource_attributes(&env))?;
+//! let labels = Labels { scenario: Some("burst".into()), ..Labels::default() };
+//! # let window = inferscope::collect::timeline::Window::default();
+//! exporter.record_window(&window, &labels); // once per closed window
+//! // Per request: exporter.record_request(&req, &labels); sampled: exporter.trace_request(..)
 //! let stats = tokio::task::spawn_blocking(move || exporter.shutdown()).await.unwrap()?;
 //! println!("dropped {} spans", stats.spans_dropped());
 //! # Ok(()) }
