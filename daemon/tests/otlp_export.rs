@@ -3,8 +3,9 @@
 //! 127.0.0.1 record what arrives. A third run exports with the collector down.
 //! No root needed.
 
+mod otlp_collector_double;
+
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use inferscope::collect::timeline::{
@@ -14,193 +15,12 @@ use inferscope::export::otlp::{
     ExportStats, OtlpConfig, OtlpExporter, OtlpOptions, Protocol, SampledRequest, Stage,
 };
 use inferscope::export::signals::{Labels, SIGNALS};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
-use prost::Message as _;
+use otlp_collector_double::{CollectorDouble, TLS_DIR, attrs};
 
 // Tests here measure this process's memory: run them one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Test double for an OTLP collector: stores every export request it receives.
-#[derive(Clone, Default)]
-struct CollectorDouble {
-    traces: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
-    metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
-    headers: Arc<Mutex<Vec<(String, String)>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for CollectorDouble {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        if let Some(v) = req.metadata().get("x-tenant") {
-            self.headers
-                .lock()
-                .unwrap()
-                .push(("x-tenant".into(), v.to_str().unwrap().into()));
-        }
-        self.traces.lock().unwrap().push(req.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
-
-#[tonic::async_trait]
-impl MetricsService for CollectorDouble {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        self.metrics.lock().unwrap().push(req.into_inner());
-        Ok(tonic::Response::new(ExportMetricsServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
-
-impl CollectorDouble {
-    async fn serve_grpc(&self) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let router = tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(self.clone()))
-            .add_service(MetricsServiceServer::new(self.clone()));
-        tokio::spawn(
-            router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
-        format!("http://{addr}")
-    }
-
-    /// gRPC over TLS with the test CA's server certificate for 127.0.0.1.
-    async fn serve_grpc_tls(&self) -> String {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/otlp-tls");
-        let cert = std::fs::read(format!("{dir}/server.pem")).unwrap();
-        let key = std::fs::read(format!("{dir}/server.key")).unwrap();
-        let tls = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(cert, key));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let router = tonic::transport::Server::builder()
-            .tls_config(tls)
-            .unwrap()
-            .add_service(TraceServiceServer::new(self.clone()))
-            .add_service(MetricsServiceServer::new(self.clone()));
-        tokio::spawn(
-            router.serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
-        format!("https://{addr}")
-    }
-
-    /// OTLP/HTTP: protobuf bodies on /v1/traces and /v1/metrics.
-    async fn serve_http(&self) -> String {
-        use axum::body::Bytes;
-        use axum::routing::post;
-        let t = self.clone();
-        let m = self.clone();
-        let app = axum::Router::new()
-            .route(
-                "/v1/traces",
-                post(
-                    move |headers: axum::http::HeaderMap, body: Bytes| async move {
-                        if let Some(v) = headers.get("x-tenant") {
-                            t.headers
-                                .lock()
-                                .unwrap()
-                                .push(("x-tenant".into(), v.to_str().unwrap().into()));
-                        }
-                        let req = ExportTraceServiceRequest::decode(body).unwrap();
-                        t.traces.lock().unwrap().push(req);
-                        ExportTraceServiceResponse {
-                            partial_success: None,
-                        }
-                        .encode_to_vec()
-                    },
-                ),
-            )
-            .route(
-                "/v1/metrics",
-                post(move |body: Bytes| async move {
-                    m.metrics
-                        .lock()
-                        .unwrap()
-                        .push(ExportMetricsServiceRequest::decode(body).unwrap());
-                    ExportMetricsServiceResponse {
-                        partial_success: None,
-                    }
-                    .encode_to_vec()
-                }),
-            );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        format!("http://{addr}")
-    }
-
-    fn spans(&self) -> Vec<Span> {
-        let traces = self.traces.lock().unwrap();
-        traces
-            .iter()
-            .flat_map(|r| &r.resource_spans)
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| s.spans.clone())
-            .collect()
-    }
-
-    /// The last export of each metric (cumulative temporality: the last one holds the totals).
-    fn metrics(&self) -> HashMap<String, Metric> {
-        let reqs = self.metrics.lock().unwrap();
-        let mut out = HashMap::new();
-        for m in reqs
-            .iter()
-            .flat_map(|r| &r.resource_metrics)
-            .flat_map(|r| &r.scope_metrics)
-            .flat_map(|s| &s.metrics)
-        {
-            out.insert(m.name.clone(), m.clone());
-        }
-        out
-    }
-
-    fn resource(&self) -> HashMap<String, String> {
-        let reqs = self.metrics.lock().unwrap();
-        let r = reqs[0].resource_metrics[0].resource.as_ref().unwrap();
-        r.attributes
-            .iter()
-            .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
-            .collect()
-    }
-}
-
-fn text(v: Option<&AnyValue>) -> String {
-    match v.and_then(|v| v.value.as_ref()) {
-        Some(any_value::Value::StringValue(s)) => s.clone(),
-        Some(any_value::Value::IntValue(i)) => i.to_string(),
-        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn attrs(kvs: &[KeyValue]) -> HashMap<String, String> {
-    kvs.iter()
-        .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
-        .collect()
-}
 
 fn q(p50: f64) -> Quantiles {
     Quantiles {
@@ -533,6 +353,24 @@ async fn tls_is_verified_a_collector_with_an_unknown_ca_gets_nothing() {
         )
         .into(),
     );
+    let stats = run(cfg).await;
+    check_received(&trusted, stats);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_protobuf_is_verified_too() {
+    let _serial = SERIAL.lock().await;
+    let untrusted = CollectorDouble::default();
+    let endpoint = untrusted.serve_https().await;
+    let stats = run(config(&endpoint, Protocol::HttpProtobuf)).await;
+    assert_eq!(stats.spans_exported, 0, "{stats:?}");
+    assert_eq!(stats.spans_dropped(), 25, "{stats:?}");
+    assert!(untrusted.spans().is_empty());
+
+    let trusted = CollectorDouble::default();
+    let endpoint = trusted.serve_https().await;
+    let mut cfg = config(&endpoint, Protocol::HttpProtobuf);
+    cfg.ca_file = Some(format!("{TLS_DIR}/ca.pem").into());
     let stats = run(cfg).await;
     check_received(&trusted, stats);
 }

@@ -61,11 +61,7 @@ impl Token {
 
 /// Middleware: 401 unless `Authorization: Bearer <token>` matches. Reusable for `/metrics`:
 /// `router.layer(axum::middleware::from_fn_with_state(token, require_token))`.
-pub async fn require_token(
-    State(token): State<Token>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn require_token(State(token): State<Token>, req: Request, next: Next) -> Response {
     let ok = req
         .headers()
         .get(header::AUTHORIZATION)

@@ -19,6 +19,8 @@ use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 
+use crate::export::prometheus::DropCounter;
+
 /// Counters shared by the wrappers and the [`ExportStats`] reader.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -52,6 +54,20 @@ impl ExportStats {
     #[must_use]
     pub fn spans_dropped(&self) -> u64 {
         self.spans_failed + self.spans_queue_dropped
+    }
+
+    /// The losses as `/metrics` drop counters: `inferscope_dropped_total{stage="otlp",...}`.
+    #[must_use]
+    pub fn drop_counters(&self) -> Vec<DropCounter> {
+        let counter = |what: &str, count| DropCounter {
+            stage: "otlp".into(),
+            what: what.into(),
+            count,
+        };
+        vec![
+            counter("spans", self.spans_dropped()),
+            counter("metric_exports", self.metric_exports_failed),
+        ]
     }
 }
 
@@ -180,5 +196,7 @@ mod tests {
         let s = c.stats();
         assert_eq!(s.spans_queue_dropped, 25);
         assert_eq!(s.spans_dropped(), 40);
+        assert_eq!(s.drop_counters()[0].count, 40);
+        assert_eq!(s.drop_counters()[1].what, "metric_exports");
     }
 }
