@@ -316,7 +316,7 @@ fn check_spans(spans: &[Span]) {
 async fn grpc_export_reaches_the_collector_double() {
     let _serial = SERIAL.lock().await;
     let collector = CollectorDouble::default();
-    let endpoint = collector.serve_grpc().await;
+    let endpoint = collector.serve_grpc();
     let stats = run(config(&endpoint, Protocol::Grpc)).await;
     check_received(&collector, stats);
 }

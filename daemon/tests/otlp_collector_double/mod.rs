@@ -2,6 +2,9 @@
 //! (`opentelemetry-proto`): OTLP/gRPC (plain or TLS) and OTLP/HTTP (plain or TLS) receivers on
 //! 127.0.0.1 that store every export request they receive.
 
+// Shared by several test binaries; each uses only part of it.
+#![allow(dead_code)]
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -66,8 +69,14 @@ impl MetricsService for CollectorDouble {
 }
 
 impl CollectorDouble {
-    pub async fn serve_grpc(&self) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    pub fn serve_grpc(&self) -> String {
+        self.serve_grpc_on(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+    }
+
+    /// OTLP/gRPC on a listener bound beforehand (so its port is known before the runtime).
+    pub fn serve_grpc_on(&self, listener: std::net::TcpListener) -> String {
+        listener.set_nonblocking(true).unwrap();
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
         let addr = listener.local_addr().unwrap();
         let router = tonic::transport::Server::builder()
             .add_service(TraceServiceServer::new(self.clone()))
