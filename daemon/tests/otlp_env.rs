@@ -1,6 +1,6 @@
 //! The OTLP export configured only by the standard environment: `OTEL_EXPORTER_OTLP_*`,
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, and the downward-API `K8S_*` variables the
-//! DaemonSet sets. One test in its own binary, because it sets the process environment.
+//! `DaemonSet` sets. One test in its own binary, because it sets the process environment.
 
 mod otlp_collector_double;
 
