@@ -4,8 +4,9 @@
 //! Resolved here rather than left to the exporter crate so that the daemon can print what it
 //! will use at start and so tests can feed an environment without touching the process's own.
 //! Headers from `OTEL_EXPORTER_OTLP_HEADERS` / `..._TRACES_HEADERS` / `..._METRICS_HEADERS` are
-//! added by the exporter crate itself (after explicit ones), so secrets in them never pass
-//! through this module's `Debug` output.
+//! added by the exporter crate itself after the explicit ones (a variable's header replaces an
+//! explicit one of the same name), so secrets in them never pass through this module's `Debug`
+//! output.
 
 use std::path::PathBuf;
 use std::time::Duration;
