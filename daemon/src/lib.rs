@@ -2,6 +2,7 @@
 //!
 //! Data flows one way: `probes -> collect -> attribute -> export`; see DESIGN.md.
 
+pub mod api;
 pub mod attribute;
 pub mod collect;
 pub mod export;

@@ -1,3 +1,7 @@
-//! Getting results out: reports (JSON, HTML, terminal); OTLP and Prometheus live beside them.
+//! Getting results out: OTLP, the Prometheus endpoint and the signal catalogue both publish,
+//! and the run reports (JSON, HTML, terminal).
 
+pub mod otlp;
+pub mod prometheus;
 pub mod report;
+pub mod signals;

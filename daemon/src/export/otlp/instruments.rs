@@ -1,0 +1,169 @@
+//! The metric instruments: one per time-line signal (from the shared catalogue) plus the
+//! per-request histograms that have OpenTelemetry semantic-convention names.
+//!
+//! Every attribute set is bounded: the time-line labels (scenario, phase, endpoint, load level),
+//! a `stat` out of four, `error.type` and `gen_ai.token.type`. Nothing per request, so the
+//! SDK's aggregation state (and so memory) does not grow with the number of requests.
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
+
+use crate::collect::timeline::Window;
+use crate::export::otlp::spans::SampledRequest;
+use crate::export::signals::{Kind, Labels, SIGNALS, Signal};
+
+/// Semantic-convention name of the per-request duration histogram.
+pub const HTTP_CLIENT_DURATION: &str = "http.client.request.duration";
+/// Semantic-convention name of the time-to-first-token histogram.
+pub const GEN_AI_TTFT: &str = "gen_ai.server.time_to_first_token";
+/// Semantic-convention name of the time-per-output-token histogram.
+pub const GEN_AI_TPOT: &str = "gen_ai.server.time_per_output_token";
+/// Semantic-convention name of the token-usage histogram.
+pub const GEN_AI_TOKENS: &str = "gen_ai.client.token.usage";
+
+// Bucket boundaries advised by the semantic conventions for each instrument.
+const HTTP_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+const TTFT_BUCKETS: [f64; 16] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+const TPOT_BUCKETS: [f64; 13] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+];
+const TOKEN_BUCKETS: [f64; 14] = [
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+];
+
+enum Instrument {
+    Counter(Counter<f64>),
+    Gauge(Gauge<f64>),
+}
+
+/// All instruments, created once per exporter.
+pub(crate) struct Instruments {
+    signals: Vec<(&'static Signal, Instrument)>,
+    duration: Histogram<f64>,
+    ttft: Histogram<f64>,
+    tpot: Histogram<f64>,
+    tokens: Histogram<u64>,
+}
+
+impl Instruments {
+    pub(crate) fn new(meter: &Meter) -> Self {
+        let signals = SIGNALS
+            .iter()
+            .map(|s| {
+                let i = match s.kind {
+                    Kind::Counter => Instrument::Counter(
+                        meter
+                            .f64_counter(s.name)
+                            .with_unit(s.unit)
+                            .with_description(s.description)
+                            .build(),
+                    ),
+                    Kind::Gauge => Instrument::Gauge(
+                        meter
+                            .f64_gauge(s.name)
+                            .with_unit(s.unit)
+                            .with_description(s.description)
+                            .build(),
+                    ),
+                };
+                (s, i)
+            })
+            .collect();
+        Self {
+            signals,
+            duration: meter
+                .f64_histogram(HTTP_CLIENT_DURATION)
+                .with_unit("s")
+                .with_description("Duration of HTTP client requests the load generator sent.")
+                .with_boundaries(HTTP_BUCKETS.to_vec())
+                .build(),
+            ttft: meter
+                .f64_histogram(GEN_AI_TTFT)
+                .with_unit("s")
+                .with_description(
+                    "Time to generate the first token, measured by the load generator.",
+                )
+                .with_boundaries(TTFT_BUCKETS.to_vec())
+                .build(),
+            tpot: meter
+                .f64_histogram(GEN_AI_TPOT)
+                .with_unit("s")
+                .with_description("Time per output token after the first.")
+                .with_boundaries(TPOT_BUCKETS.to_vec())
+                .build(),
+            tokens: meter
+                .u64_histogram(GEN_AI_TOKENS)
+                .with_unit("{token}")
+                .with_description("Number of input and output tokens used per request.")
+                .with_boundaries(TOKEN_BUCKETS.to_vec())
+                .build(),
+        }
+    }
+
+    /// Records one closed window: counters add the window's counts, gauges take its levels.
+    pub(crate) fn record_window(&self, window: &Window, labels: &Labels) {
+        let base: Vec<KeyValue> = labels
+            .pairs(window.phase.as_deref())
+            .into_iter()
+            .map(|(k, v)| KeyValue::new(k, v))
+            .collect();
+        for (signal, instrument) in &self.signals {
+            for p in signal.points(window) {
+                let mut attrs = base.clone();
+                if let Some(q) = p.stat {
+                    attrs.push(KeyValue::new("stat", q));
+                }
+                match instrument {
+                    Instrument::Counter(c) => c.add(p.value, &attrs),
+                    Instrument::Gauge(g) => g.record(p.value, &attrs),
+                }
+            }
+        }
+    }
+
+    /// Records one request into the semantic-convention histograms.
+    pub(crate) fn record_request(&self, req: &SampledRequest, labels: &Labels) {
+        let mut attrs: Vec<KeyValue> = labels
+            .pairs(None)
+            .into_iter()
+            .map(|(k, v)| KeyValue::new(k, v))
+            .collect();
+        if let Some(e) = &req.error {
+            attrs.push(KeyValue::new("error.type", e.clone()));
+        }
+        self.duration.record(req.duration().as_secs_f64(), &attrs);
+        // The gen_ai conventions count successful responses only.
+        if req.error.is_none() {
+            if let Some(t) = req.ttft {
+                self.ttft.record(t.as_secs_f64(), &attrs);
+            }
+            if let Some(t) = req.tpot {
+                self.tpot.record(t.as_secs_f64(), &attrs);
+            }
+        }
+        for (kind, n) in [("input", req.input_tokens), ("output", req.output_tokens)] {
+            if let Some(n) = n {
+                let mut a = attrs.clone();
+                a.push(KeyValue::new("gen_ai.token.type", kind));
+                self.tokens.record(n, &a);
+            }
+        }
+    }
+}

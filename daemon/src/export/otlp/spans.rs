@@ -1,0 +1,118 @@
+//! One load-generator request as a trace: a client span for the whole request, a child span per
+//! waterfall stage (queue, server first byte, GPU sync, run-queue delay), a `first_token` event,
+//! and the verdict of the request's time window as an attribute.
+
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::trace::{Event, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::SdkTracer;
+
+use crate::export::signals::Labels;
+
+/// One stage of a request's waterfall, e.g. `queue` or `gpu_sync`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    /// Stage name; becomes the child span's name.
+    pub name: String,
+    /// When the stage began.
+    pub start: SystemTime,
+    /// When it ended.
+    pub end: SystemTime,
+}
+
+/// A request the load generator completed (or failed), as the exporter needs it. The load
+/// generator and the attribution stage fill it in; nothing here depends on their types.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledRequest {
+    /// Send time (the intended start for open-loop load, so latencies include queueing in the
+    /// generator).
+    pub start: SystemTime,
+    /// Last byte received or failure.
+    pub end: SystemTime,
+    /// Time to first token, from `start`.
+    pub ttft: Option<Duration>,
+    /// Mean time per output token after the first.
+    pub tpot: Option<Duration>,
+    /// Prompt tokens.
+    pub input_tokens: Option<u64>,
+    /// Generated tokens.
+    pub output_tokens: Option<u64>,
+    /// Error class (`timeout`, `500`, `connect`), bounded: it becomes the `error.type` label.
+    pub error: Option<String>,
+    /// Waterfall stages, any order.
+    pub stages: Vec<Stage>,
+    /// Verdict of the window the request fell in (`kv_cache`, `queueing`, `none`, ...).
+    pub verdict: Option<String>,
+    /// Span-only attributes (request id, prompt cluster, ...): never on metrics.
+    pub attributes: Vec<(String, String)>,
+}
+
+impl SampledRequest {
+    /// End-to-end duration (zero if the clock went backwards).
+    #[must_use]
+    pub fn duration(&self) -> Duration {
+        self.end.duration_since(self.start).unwrap_or_default()
+    }
+}
+
+/// Name of the request span.
+pub const REQUEST_SPAN: &str = "inferscope.request";
+
+/// Emits the request's spans through `tracer`.
+pub(crate) fn emit(tracer: &SdkTracer, req: &SampledRequest, labels: &Labels) {
+    let mut attrs: Vec<KeyValue> = labels
+        .pairs(None)
+        .into_iter()
+        .map(|(k, v)| KeyValue::new(k, v))
+        .collect();
+    if let Some(v) = &req.verdict {
+        attrs.push(KeyValue::new("inferscope.verdict", v.clone()));
+    }
+    if let Some(t) = req.ttft {
+        attrs.push(KeyValue::new(
+            "inferscope.time_to_first_token",
+            t.as_secs_f64(),
+        ));
+    }
+    if let Some(n) = req.input_tokens {
+        attrs.push(KeyValue::new("gen_ai.usage.input_tokens", n as i64));
+    }
+    if let Some(n) = req.output_tokens {
+        attrs.push(KeyValue::new("gen_ai.usage.output_tokens", n as i64));
+    }
+    if let Some(e) = &req.error {
+        attrs.push(KeyValue::new("error.type", e.clone()));
+    }
+    attrs.extend(
+        req.attributes
+            .iter()
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+    );
+
+    let mut events = Vec::new();
+    if let Some(t) = req.ttft {
+        events.push(Event::new("first_token", req.start + t, Vec::new(), 0));
+    }
+    let span = tracer
+        .span_builder(REQUEST_SPAN)
+        .with_kind(SpanKind::Client)
+        .with_start_time(req.start)
+        .with_attributes(attrs)
+        .with_events(events)
+        .start_with_context(tracer, &Context::new());
+    let cx = Context::new().with_span(span);
+    if let Some(e) = &req.error {
+        cx.span().set_status(Status::error(e.clone()));
+    }
+    for stage in &req.stages {
+        let child = tracer
+            .span_builder(stage.name.clone())
+            .with_kind(SpanKind::Internal)
+            .with_start_time(stage.start)
+            .start_with_context(tracer, &cx);
+        let child_cx = Context::new().with_span(child);
+        child_cx.span().end_with_timestamp(stage.end);
+    }
+    cx.span().end_with_timestamp(req.end);
+}

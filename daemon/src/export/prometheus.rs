@@ -1,0 +1,243 @@
+//! Prometheus text exposition (format 0.0.4) of the time line: the latest window's gauges, the
+//! running totals of the counters, which probes are attached, and what was dropped where.
+//!
+//! It is a pure function of plain data so the daemon's `/metrics` handler, a test and a report
+//! can all call it; serving it is the caller's business.
+
+use std::fmt::Write as _;
+
+use crate::collect::timeline::Window;
+use crate::export::signals::{Kind, Labels, SIGNALS, Totals};
+use crate::probes::HookStatus;
+
+/// The content type of the exposition format written here.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Items that some stage could not deliver, e.g. failed ring-buffer reservations in the kernel
+/// or spans the OTLP export queue shed. Always a monotonic count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropCounter {
+    /// Where they were dropped, e.g. `kernel_ringbuf`, `queue`, `otlp_spans`.
+    pub stage: String,
+    /// What was dropped there, e.g. a map name (`RUNQ_EVENTS`) or `spans`.
+    pub what: String,
+    /// How many, since start.
+    pub count: u64,
+}
+
+/// Everything one scrape shows.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// The newest closed window, if any.
+    pub latest: Option<&'a Window>,
+    /// Counter totals over all closed windows.
+    pub totals: &'a Totals,
+    /// Labels of every time-line series.
+    pub labels: &'a Labels,
+    /// Per-hook attach status.
+    pub probes: &'a [HookStatus],
+    /// Drop counters.
+    pub drops: &'a [DropCounter],
+}
+
+/// Renders `snap` in the Prometheus text format 0.0.4.
+#[must_use]
+pub fn render(snap: &Snapshot<'_>) -> String {
+    let mut out = String::new();
+    let phase = snap.latest.and_then(|w| w.phase.as_deref());
+    let base = snap.labels.pairs(phase);
+
+    for signal in SIGNALS {
+        match signal.kind {
+            Kind::Counter => {
+                if let Some(total) = snap.totals.get(signal.name) {
+                    let name = format!("{}_total", signal.prom);
+                    header(&mut out, &name, "counter", signal.description);
+                    sample(&mut out, &name, &base, &[], total);
+                }
+            }
+            Kind::Gauge => {
+                let Some(window) = snap.latest else { continue };
+                let points = signal.points(window);
+                if points.is_empty() {
+                    continue;
+                }
+                header(&mut out, signal.prom, "gauge", signal.description);
+                for p in points {
+                    let extra: Vec<(&str, String)> =
+                        p.stat.map(|q| ("stat", q.to_owned())).into_iter().collect();
+                    sample(&mut out, signal.prom, &base, &extra, p.value);
+                }
+            }
+        }
+    }
+
+    if let Some(window) = snap.latest {
+        let name = "inferscope_window_start_timestamp_seconds";
+        header(
+            &mut out,
+            name,
+            "gauge",
+            "Start of the newest closed time-line window (Unix time).",
+        );
+        sample(
+            &mut out,
+            name,
+            &base,
+            &[],
+            window.start_unix_ms as f64 / 1000.0,
+        );
+    }
+
+    if !snap.probes.is_empty() {
+        let name = "inferscope_probe_attached";
+        header(
+            &mut out,
+            name,
+            "gauge",
+            "Whether the kernel hook is attached (1) or not (0).",
+        );
+        for hook in snap.probes {
+            let labels = [("probe", hook.probe.clone())];
+            sample(
+                &mut out,
+                name,
+                &labels,
+                &[],
+                if hook.attached { 1.0 } else { 0.0 },
+            );
+        }
+    }
+
+    let name = "inferscope_dropped_total";
+    if !snap.drops.is_empty() {
+        header(
+            &mut out,
+            name,
+            "counter",
+            "Items a stage could not deliver, since start.",
+        );
+    }
+    for d in snap.drops {
+        let labels = [("stage", d.stage.clone()), ("what", d.what.clone())];
+        sample(&mut out, name, &labels, &[], d.count as f64);
+    }
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    // HELP text escapes only backslash and newline (format 0.0.4).
+    let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn sample(
+    out: &mut String,
+    name: &str,
+    labels: &[(&str, String)],
+    extra: &[(&str, String)],
+    value: f64,
+) {
+    out.push_str(name);
+    let mut first = true;
+    for (k, v) in labels.iter().chain(extra) {
+        out.push(if first { '{' } else { ',' });
+        first = false;
+        let _ = write!(out, "{k}=\"{}\"", escape_label(v));
+    }
+    if !first {
+        out.push('}');
+    }
+    out.push(' ');
+    out.push_str(&format_value(value));
+    out.push('\n');
+}
+
+/// Escapes a label value: backslash, double quote and newline (format 0.0.4).
+#[must_use]
+pub fn escape_label(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+fn format_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_owned()
+    } else if v.is_infinite() {
+        (if v > 0.0 { "+Inf" } else { "-Inf" }).to_owned()
+    } else {
+        // Rust prints f64 without exponent and round-trips exactly, which Prometheus parses.
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::timeline::{LoadSignals, Quantiles};
+
+    #[test]
+    fn renders_counters_gauges_probes_and_escapes() {
+        let w = Window {
+            start_unix_ms: 1_700_000_000_500,
+            phase: Some("peak".into()),
+            load: Some(LoadSignals {
+                requests: 7,
+                ttft_ms: Some(Quantiles {
+                    p50: 10.0,
+                    p95: 20.0,
+                    p99: 30.0,
+                    max: 40.0,
+                }),
+                ..LoadSignals::default()
+            }),
+            ..Window::default()
+        };
+        let mut totals = Totals::default();
+        totals.add(&w);
+        totals.add(&w);
+        let labels = Labels {
+            endpoint: Some("a\"b\\c\nd".into()),
+            ..Labels::default()
+        };
+        let probes = [HookStatus {
+            probe: "sched:sched_switch".into(),
+            attached: true,
+            reason: None,
+        }];
+        let drops = [DropCounter {
+            stage: "kernel_ringbuf".into(),
+            what: "RUNQ".into(),
+            count: 3,
+        }];
+        let text = render(&Snapshot {
+            latest: Some(&w),
+            totals: &totals,
+            labels: &labels,
+            probes: &probes,
+            drops: &drops,
+        });
+        assert!(text.contains("# TYPE inferscope_load_requests_total counter\n"));
+        assert!(text.contains(
+            "inferscope_load_requests_total{phase=\"peak\",endpoint=\"a\\\"b\\\\c\\nd\"} 14\n"
+        ));
+        assert!(text.contains("stat=\"p95\"} 0.02\n"));
+        assert!(text.contains("inferscope_probe_attached{probe=\"sched:sched_switch\"} 1\n"));
+        assert!(
+            text.contains("inferscope_dropped_total{stage=\"kernel_ringbuf\",what=\"RUNQ\"} 3\n")
+        );
+        assert!(text.contains("inferscope_window_start_timestamp_seconds{"));
+        // No GPU evidence: no GPU series at all.
+        assert!(!text.contains("inferscope_gpu"));
+        assert_eq!(format_value(f64::INFINITY), "+Inf");
+    }
+}
