@@ -4,3 +4,4 @@
 
 pub mod collect;
 pub mod probes;
+pub mod sim;

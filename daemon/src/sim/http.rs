@@ -1,0 +1,489 @@
+//! HTTP routes: the OpenAI-compatible API, `/health`, `/metrics` and the vector service.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use axum::{
+    Json, Router,
+    body::{Body, Bytes},
+    extract::State,
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{
+    config::SimConfig,
+    engine::{Engine, Shared},
+    faults::Faults,
+    fixed::{self, FixedRequest},
+    openai::{
+        self, ApiError, ChatRequest, CompletionRequest, EmbeddingInput, EmbeddingRequest, Format,
+        Kind, Prompt,
+    },
+    sampler::Sampler,
+    scheduler::{FinishReason, NewSeq, Scheduler},
+    stream::{AbortGuard, Collected, SseBody, collect, reason_str},
+    tokenizer::{self, fnv1a},
+    vector::{self, VectorService},
+};
+
+/// State of one server, shared by all handlers.
+#[derive(Debug)]
+pub struct AppState {
+    /// Configuration.
+    pub cfg: SimConfig,
+    /// The engine (absent in `fixed` mode).
+    pub engine: Option<Arc<Engine>>,
+    /// Metrics and counters.
+    pub shared: Arc<Shared>,
+    /// Vector search.
+    pub vector: Arc<VectorService>,
+    /// Fault injection.
+    pub faults: Faults,
+    next_id: AtomicU64,
+}
+
+impl AppState {
+    /// Assembles the state.
+    #[must_use]
+    pub fn new(
+        cfg: SimConfig,
+        engine: Option<Arc<Engine>>,
+        shared: Arc<Shared>,
+        vector: Arc<VectorService>,
+    ) -> Self {
+        let faults = Faults::new(&cfg.faults, std::time::Instant::now());
+        Self {
+            cfg,
+            engine,
+            shared,
+            vector,
+            faults,
+            next_id: AtomicU64::new(1),
+        }
+    }
+}
+
+type St = State<Arc<AppState>>;
+
+/// The router.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { StatusCode::OK }))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(metrics))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/vector/search", post(vector_search))
+        .route("/v1/vector/exact", post(vector_exact))
+        .route("/v1/vector/rebuild", post(vector_rebuild))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .with_state(state)
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn models(State(s): St) -> Response {
+    Json(json!({"object": "list", "data": [{
+        "id": s.cfg.model, "object": "model", "created": now_unix(), "owned_by": "inferscope-sim",
+        "root": s.cfg.model, "max_model_len": Scheduler::max_len(&s.cfg.engine),
+    }]}))
+    .into_response()
+}
+
+async fn metrics(State(s): St) -> Response {
+    let text = s.shared.metrics().render();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+fn check_model(s: &AppState, model: &str) -> Result<(), ApiError> {
+    if model == s.cfg.model {
+        Ok(())
+    } else {
+        Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("The model `{model}` does not exist."),
+            param: Some("model"),
+        })
+    }
+}
+
+/// What both completion endpoints hand to [`generate`].
+struct Gen {
+    fmt: Format,
+    prompt: Vec<u32>,
+    max_tokens: Option<u64>,
+    /// Used when `max_tokens` is absent: `None` = the model's natural answer length.
+    default_max: Option<usize>,
+    temperature: Option<f64>,
+    seed: Option<i64>,
+    stream: bool,
+}
+
+async fn chat(State(s): St, body: Bytes) -> Response {
+    let r: ChatRequest = match openai::parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let res = (|| {
+        check_model(&s, &r.model)?;
+        if r.messages.is_empty() {
+            return Err(ApiError::bad_request(
+                "messages must not be empty",
+                Some("messages"),
+            ));
+        }
+        if r.top_logprobs.is_some_and(|k| k > 20) {
+            return Err(ApiError::bad_request(
+                "top_logprobs must be within 0..=20",
+                Some("top_logprobs"),
+            ));
+        }
+        let texts: Vec<(String, String)> = r
+            .messages
+            .iter()
+            .map(|m| {
+                (
+                    m.role.clone(),
+                    m.content
+                        .as_ref()
+                        .map(openai::Content::text)
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        let prompt = tokenizer::encode_chat(texts.iter().map(|(r, c)| (r.as_str(), c.as_str())));
+        Ok(Gen {
+            fmt: Format {
+                kind: Kind::Chat,
+                id: String::new(),
+                created: now_unix(),
+                model: r.model.clone(),
+                logprobs: r
+                    .logprobs
+                    .unwrap_or(false)
+                    .then(|| r.top_logprobs.unwrap_or(0)),
+                include_usage: r.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            },
+            prompt,
+            max_tokens: r.max_completion_tokens.or(r.max_tokens),
+            default_max: None,
+            temperature: r.temperature,
+            seed: r.seed,
+            stream: r.stream.unwrap_or(false),
+        })
+    })()
+    .and_then(|g| check_n(r.n).map(|()| g));
+    match res {
+        Ok(g) => generate(s, g).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn check_n(n: Option<u32>) -> Result<(), ApiError> {
+    if n.unwrap_or(1) == 1 {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request("only n=1 is supported", Some("n")))
+    }
+}
+
+async fn completions(State(s): St, body: Bytes) -> Response {
+    let r: CompletionRequest = match openai::parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let res = (|| {
+        check_model(&s, &r.model)?;
+        check_n(r.n)?;
+        if r.logprobs.is_some_and(|k| k > 5) {
+            return Err(ApiError::bad_request(
+                "logprobs must be within 0..=5",
+                Some("logprobs"),
+            ));
+        }
+        let prompt = match &r.prompt {
+            Prompt::Text(t) => tokenizer::encode(t),
+            Prompt::Tokens(t) => t.iter().map(|x| x % tokenizer::VOCAB_SIZE).collect(),
+            Prompt::Batch(b) if b.len() == 1 => tokenizer::encode(&b[0]),
+            Prompt::Batch(_) => {
+                return Err(ApiError::bad_request(
+                    "only one prompt per request is supported",
+                    Some("prompt"),
+                ));
+            }
+        };
+        Ok(Gen {
+            fmt: Format {
+                kind: Kind::Completion,
+                id: String::new(),
+                created: now_unix(),
+                model: r.model.clone(),
+                logprobs: r.logprobs,
+                include_usage: r.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            },
+            prompt,
+            max_tokens: r.max_tokens,
+            // OpenAI's legacy completions default.
+            default_max: Some(16),
+            temperature: r.temperature,
+            seed: r.seed,
+            stream: r.stream.unwrap_or(false),
+        })
+    })();
+    match res {
+        Ok(g) => generate(s, g).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn generate(s: Arc<AppState>, mut g: Gen) -> Response {
+    let arrival = tokio::time::Instant::now();
+    let max_len = Scheduler::max_len(&s.cfg.engine);
+    let p = g.prompt.len();
+    if p == 0 {
+        return ApiError::bad_request("the prompt is empty", Some("prompt")).into_response();
+    }
+    if p >= max_len {
+        return ApiError::bad_request(
+            format!("This model's maximum context length is {max_len} tokens. However, you requested {p} tokens in the prompt."),
+            Some("messages"),
+        )
+        .into_response();
+    }
+    let room = max_len - p;
+    let temperature = g.temperature.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return ApiError::bad_request("temperature must be within 0..=2", Some("temperature"))
+            .into_response();
+    }
+    let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+    let seed = g.seed.map_or_else(
+        || fnv1a(&id.to_le_bytes()) ^ prompt_hash(&g.prompt),
+        |x| x as u64,
+    );
+    let (max_tokens, stop_after) = match g.max_tokens {
+        Some(0) => {
+            return ApiError::bad_request("max_tokens must be at least 1", Some("max_tokens"))
+                .into_response();
+        }
+        Some(m) if m > room as u64 => {
+            return ApiError::bad_request(
+                format!("This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({p} in the prompt, {m} for the completion).", p as u64 + m),
+                Some("max_tokens"),
+            )
+            .into_response();
+        }
+        Some(m) => (m as usize, None),
+        None => match g.default_max {
+            Some(d) => (d.min(room), None),
+            // The simulated model's own answer length: 16..256 tokens, from the seed.
+            None => (room, Some(16 + (seed % 240) as usize)),
+        },
+    };
+    let delay = s.faults.delay(std::time::Instant::now());
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if s.faults.inject_error() {
+        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "injected fault").into_response();
+    }
+    let sampler = Sampler::new(seed, temperature);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    match (&s.engine, &s.cfg.fixed) {
+        (_, Some(t)) => {
+            let n = stop_after.map_or(max_tokens, |a| a.min(max_tokens));
+            let req = FixedRequest {
+                arrival,
+                prompt_tokens: p,
+                tokens: n,
+                reason: if n >= max_tokens {
+                    FinishReason::Length
+                } else {
+                    FinishReason::Stop
+                },
+                sampler,
+            };
+            tokio::spawn(fixed::generate(t.clone(), req, tx, s.shared.clone()));
+        }
+        (Some(engine), None) => {
+            if s.shared.queued.load(Ordering::SeqCst) >= s.cfg.engine.max_waiting {
+                return ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the request queue is full; retry later",
+                )
+                .into_response();
+            }
+            engine.submit(
+                NewSeq {
+                    id,
+                    prompt: std::mem::take(&mut g.prompt),
+                    max_tokens,
+                    stop_after,
+                    sampler,
+                    arrival: arrival.into_std(),
+                },
+                tx,
+            );
+        }
+        (None, None) => unreachable!("an engine runs unless the profile is fixed"),
+    }
+    let prefix = if g.fmt.kind == Kind::Chat {
+        "chatcmpl"
+    } else {
+        "cmpl"
+    };
+    g.fmt.id = format!("{prefix}-sim{id:016x}");
+    let guard = AbortGuard::new(s.engine.clone(), id);
+    if g.stream {
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(Body::new(SseBody::new(rx, g.fmt, guard)))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    }
+    match collect(rx, guard).await {
+        Collected::Done {
+            tokens,
+            reason,
+            prompt_tokens,
+        } => Json(g.fmt.full(&tokens, reason_str(reason), prompt_tokens)).into_response(),
+        Collected::Failed(e) => e.into_response(),
+    }
+}
+
+fn prompt_hash(p: &[u32]) -> u64 {
+    fnv1a(&p.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+async fn embeddings(State(s): St, body: Bytes) -> Response {
+    let r: EmbeddingRequest = match openai::parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(e) = check_model(&s, &r.model) {
+        return e.into_response();
+    }
+    let base64 = match r.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(_) => {
+            return ApiError::bad_request(
+                "encoding_format must be float or base64",
+                Some("encoding_format"),
+            )
+            .into_response();
+        }
+    };
+    let inputs: Vec<Vec<u32>> = match &r.input {
+        EmbeddingInput::Text(t) => vec![tokenizer::encode(t)],
+        EmbeddingInput::Texts(t) => t.iter().map(|x| tokenizer::encode(x)).collect(),
+        EmbeddingInput::Tokens(t) => vec![t.clone()],
+    };
+    let dim = s.cfg.vector.dim;
+    let tokens: usize = inputs.iter().map(Vec::len).sum();
+    let data: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, toks)| {
+            let v = vector::embed_tokens(toks, dim);
+            let emb = if base64 {
+                json!(openai::base64(
+                    &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()
+                ))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": emb})
+        })
+        .collect();
+    Json(json!({"object": "list", "data": data, "model": r.model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct VectorQuery {
+    vector: Option<Vec<f32>>,
+    text: Option<String>,
+    #[serde(default = "ten")]
+    top_k: usize,
+    ef_search: Option<usize>,
+}
+
+fn ten() -> usize {
+    10
+}
+
+async fn vector_query(s: Arc<AppState>, body: Bytes, exact: bool) -> Response {
+    let t0 = std::time::Instant::now();
+    let q: VectorQuery = match openai::parse(&body) {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    let v = match s.vector.query(q.vector, q.text.as_deref()) {
+        Ok(v) => v,
+        Err(e) => return ApiError::bad_request(e.to_string(), None).into_response(),
+    };
+    let delay = s.vector.delay() + s.faults.delay(t0);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if s.faults.inject_error() {
+        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "injected fault").into_response();
+    }
+    let svc = s.vector.clone();
+    let res = tokio::task::spawn_blocking(move || {
+        if exact {
+            svc.exact(&v, q.top_k)
+        } else {
+            svc.search(&v, q.top_k, q.ef_search)
+        }
+    })
+    .await;
+    match res {
+        Ok(Ok(hits)) => Json(json!({"results": hits, "exact": exact,
+            "took_ms": t0.elapsed().as_secs_f64() * 1e3}))
+        .into_response(),
+        Ok(Err(e)) => ApiError::bad_request(e.to_string(), Some("top_k")).into_response(),
+        Err(_) => {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "search task failed").into_response()
+        }
+    }
+}
+
+async fn vector_search(State(s): St, body: Bytes) -> Response {
+    vector_query(s, body, false).await
+}
+
+async fn vector_exact(State(s): St, body: Bytes) -> Response {
+    vector_query(s, body, true).await
+}
+
+async fn vector_rebuild(State(s): St) -> Response {
+    if s.vector.start_rebuild() {
+        (StatusCode::ACCEPTED, Json(json!({"status": "rebuilding"}))).into_response()
+    } else {
+        ApiError::new(StatusCode::CONFLICT, "a rebuild is already running").into_response()
+    }
+}

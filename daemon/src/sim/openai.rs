@@ -1,0 +1,434 @@
+//! OpenAI wire format: request parsing (with 400s that say what is wrong), response and SSE
+//! chunk bodies, and the error JSON shape.
+
+use axum::{
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::sampler::Sampled;
+
+/// An error answered to the client in OpenAI's shape.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status}: {message}")]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Human-readable message.
+    pub message: String,
+    /// Offending parameter, when known.
+    pub param: Option<&'static str>,
+}
+
+impl ApiError {
+    /// 400 with a message.
+    #[must_use]
+    pub fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            param,
+        }
+    }
+
+    /// Any status with a message.
+    #[must_use]
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    /// The JSON body.
+    #[must_use]
+    pub fn body(&self) -> Value {
+        let kind = match self.status.as_u16() {
+            400 | 404 | 413 | 422 => "invalid_request_error",
+            429 | 503 => "server_overloaded",
+            _ => "server_error",
+        };
+        json!({"error": {
+            "message": self.message,
+            "type": kind,
+            "param": self.param,
+            "code": self.status.as_u16(),
+        }})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+/// Message content: a string or a list of parts (`{"type":"text","text":...}`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// Content parts; only text parts count.
+    Parts(Vec<Part>),
+}
+
+/// One content part.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Part {
+    /// Part type (`text`, `image_url`, ...).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Text of a `text` part.
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+impl Content {
+    /// The text the tokenizer sees.
+    #[must_use]
+    pub fn text(&self) -> String {
+        match self {
+            Self::Text(s) => s.clone(),
+            Self::Parts(p) => p.iter().filter_map(|p| p.text.clone()).collect(),
+        }
+    }
+}
+
+/// A chat message.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant`, `tool`, ...
+    pub role: String,
+    /// Content (may be null for assistant tool calls).
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a final chunk with `usage`.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// `POST /v1/chat/completions` body (fields the simulator uses; others are ignored).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    /// Model name.
+    pub model: String,
+    /// Conversation.
+    pub messages: Vec<Message>,
+    /// Completion length cap.
+    pub max_tokens: Option<u64>,
+    /// Newer name of `max_tokens`.
+    pub max_completion_tokens: Option<u64>,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Sampling seed.
+    pub seed: Option<i64>,
+    /// Stream as SSE.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// Streaming options.
+    pub stream_options: Option<StreamOptions>,
+    /// Return log-probabilities.
+    pub logprobs: Option<bool>,
+    /// Alternatives per token (0..=20).
+    pub top_logprobs: Option<u32>,
+    /// Choices; only 1 is supported.
+    pub n: Option<u32>,
+}
+
+/// A completions prompt: text, a one-element batch, or token ids.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    /// Text.
+    Text(String),
+    /// Token ids.
+    Tokens(Vec<u32>),
+    /// A batch of texts (only one element is supported).
+    Batch(Vec<String>),
+}
+
+/// `POST /v1/completions` body.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    /// Model name.
+    pub model: String,
+    /// Prompt.
+    pub prompt: Prompt,
+    /// Completion length (OpenAI's default is 16).
+    pub max_tokens: Option<u64>,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Sampling seed.
+    pub seed: Option<i64>,
+    /// Stream as SSE.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// Streaming options.
+    pub stream_options: Option<StreamOptions>,
+    /// Number of alternatives per token to return (0..=5), or none.
+    pub logprobs: Option<u32>,
+    /// Choices; only 1 is supported.
+    pub n: Option<u32>,
+}
+
+/// Embedding input: text, texts, or token ids.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum EmbeddingInput {
+    /// One text.
+    Text(String),
+    /// Several texts.
+    Texts(Vec<String>),
+    /// One token-id list.
+    Tokens(Vec<u32>),
+}
+
+/// `POST /v1/embeddings` body.
+#[derive(Debug, Clone, Deserialize)]
+pub struct EmbeddingRequest {
+    /// Model name.
+    pub model: String,
+    /// Input.
+    pub input: EmbeddingInput,
+    /// `float` (default) or `base64` (little-endian f32, what the `openai` package asks for).
+    pub encoding_format: Option<String>,
+}
+
+/// Parses a JSON body into `T`, turning every failure into a 400 that names the problem.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        let what = if e.is_syntax() || e.is_eof() {
+            "malformed JSON"
+        } else {
+            "invalid request"
+        };
+        ApiError::bad_request(format!("{what}: {e}"), None)
+    })
+}
+
+/// Which endpoint a response is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `/v1/chat/completions`.
+    Chat,
+    /// `/v1/completions`.
+    Completion,
+}
+
+/// Everything needed to format one request's responses.
+#[derive(Debug, Clone)]
+pub struct Format {
+    /// Endpoint.
+    pub kind: Kind,
+    /// Response id.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// Model name.
+    pub model: String,
+    /// Alternatives per token; None = no logprobs.
+    pub logprobs: Option<u32>,
+    /// Streaming: send a usage chunk at the end.
+    pub include_usage: bool,
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+impl Format {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.kind, chunk) {
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Completion, _) => "text_completion",
+        }
+    }
+
+    fn chat_logprobs(&self, tokens: &[Sampled]) -> Value {
+        let Some(k) = self.logprobs else {
+            return Value::Null;
+        };
+        let entry = |t: &str, lp: f64| json!({"token": t, "logprob": lp, "bytes": t.as_bytes()});
+        let content: Vec<Value> = tokens
+            .iter()
+            .map(|s| {
+                let mut e = entry(&s.text, s.logprob);
+                e["top_logprobs"] = s
+                    .top
+                    .iter()
+                    .take(k as usize)
+                    .map(|(t, lp)| entry(t, *lp))
+                    .collect();
+                e
+            })
+            .collect();
+        json!({ "content": content })
+    }
+
+    fn completion_logprobs(&self, tokens: &[Sampled], offset: usize) -> Value {
+        let Some(k) = self.logprobs else {
+            return Value::Null;
+        };
+        let mut off = offset;
+        let offsets: Vec<usize> = tokens
+            .iter()
+            .map(|t| {
+                let o = off;
+                off += t.text.len();
+                o
+            })
+            .collect();
+        json!({
+            "tokens": tokens.iter().map(|t| t.text.clone()).collect::<Vec<_>>(),
+            "token_logprobs": tokens.iter().map(|t| t.logprob).collect::<Vec<_>>(),
+            "top_logprobs": tokens.iter().map(|t| t.top.iter().take(k as usize)
+                .map(|(w, lp)| (w.clone(), json!(lp))).collect::<serde_json::Map<_, _>>()).collect::<Vec<_>>(),
+            "text_offset": offsets,
+        })
+    }
+
+    fn envelope(&self, chunk: bool, choices: Value) -> Value {
+        let mut v = json!({
+            "id": self.id, "object": self.object(chunk), "created": self.created,
+            "model": self.model, "choices": choices,
+        });
+        if chunk && self.include_usage {
+            v["usage"] = Value::Null;
+        }
+        v
+    }
+
+    /// The whole non-streaming response.
+    #[must_use]
+    pub fn full(&self, tokens: &[Sampled], finish: &str, prompt: usize) -> Value {
+        let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
+        let choice = match self.kind {
+            Kind::Chat => json!({
+                "index": 0, "message": {"role": "assistant", "content": text},
+                "logprobs": self.chat_logprobs(tokens), "finish_reason": finish,
+            }),
+            Kind::Completion => json!({
+                "index": 0, "text": text, "logprobs": self.completion_logprobs(tokens, 0),
+                "finish_reason": finish,
+            }),
+        };
+        let mut v = self.envelope(false, json!([choice]));
+        v["usage"] = usage(prompt, tokens.len());
+        v
+    }
+
+    /// The SSE event of the role announcement that opens a chat stream (none for completions).
+    #[must_use]
+    pub fn sse_start(&self) -> Option<String> {
+        (self.kind == Kind::Chat).then(|| {
+            sse(&self.envelope(true, json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}])))
+        })
+    }
+
+    /// The SSE event of one token; `offset` is the text length sent so far.
+    #[must_use]
+    pub fn sse_token(&self, token: &Sampled, offset: usize) -> String {
+        let one = std::slice::from_ref(token);
+        let choice = match self.kind {
+            Kind::Chat => {
+                json!({"index": 0, "delta": {"content": token.text}, "logprobs": self.chat_logprobs(one), "finish_reason": null})
+            }
+            Kind::Completion => {
+                json!({"index": 0, "text": token.text, "logprobs": self.completion_logprobs(one, offset), "finish_reason": null})
+            }
+        };
+        sse(&self.envelope(true, json!([choice])))
+    }
+
+    /// The closing SSE events: finish reason, optional usage chunk, `[DONE]`.
+    #[must_use]
+    pub fn sse_end(&self, finish: &str, prompt: usize, completion: usize) -> String {
+        let choice = match self.kind {
+            Kind::Chat => {
+                json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish})
+            }
+            Kind::Completion => {
+                json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish})
+            }
+        };
+        let mut s = sse(&self.envelope(true, json!([choice])));
+        if self.include_usage {
+            let mut u = self.envelope(true, json!([]));
+            u["usage"] = usage(prompt, completion);
+            s.push_str(&sse(&u));
+        }
+        s.push_str("data: [DONE]\n\n");
+        s
+    }
+
+    /// An error inside an open stream (status is already 200), then `[DONE]`.
+    #[must_use]
+    pub fn sse_error(err: &ApiError) -> String {
+        format!("{}data: [DONE]\n\n", sse(&err.body()))
+    }
+}
+
+fn sse(v: &Value) -> String {
+    format!("data: {v}\n\n")
+}
+
+/// Standard base64 (RFC 4648, with padding).
+#[must_use]
+pub fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(i.as_bytes()), o);
+        }
+    }
+
+    #[test]
+    fn parse_errors_are_400_and_say_why() {
+        let e = parse::<ChatRequest>(b"{not json").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("malformed JSON"));
+        let e = parse::<ChatRequest>(br#"{"model":"m","messages":[],"max_tokens":"many"}"#)
+            .unwrap_err();
+        assert!(e.message.contains("invalid request"), "{}", e.message);
+        let e = parse::<ChatRequest>(br#"{"model":"m"}"#).unwrap_err();
+        assert!(e.message.contains("messages"), "{}", e.message);
+        assert!(parse::<ChatRequest>(br#"{"model":"m","messages":[],"unknown":{"x":1}}"#).is_ok());
+    }
+}
