@@ -17,12 +17,15 @@ struct Cli {
 enum Command {
     /// Run-queue latency per process, like bcc's runqlat (needs root).
     Runqlat(cli::runqlat::Args),
+    /// Simulated OpenAI-compatible inference server with vLLM metrics (no GPU needed).
+    Sim(cli::sim::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Runqlat(args) => cli::runqlat::run(&args),
+        Command::Sim(args) => cli::sim::run(&args),
     };
     match result {
         Ok(code) => code,

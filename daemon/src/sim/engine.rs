@@ -127,6 +127,15 @@ impl Engine {
                         return;
                     }
                 };
+                let (mut free, mut total) = (0usize, 0usize);
+                // SAFETY: both pointers are valid for a usize write.
+                unsafe { device::cuMemGetInfo_v2(&raw mut free, &raw mut total) };
+                tracing::debug!(
+                    free,
+                    total,
+                    pool_bytes,
+                    "KV pool allocated on the simulated device"
+                );
                 let _ = ready_tx.send(Ok(()));
                 run(&cfg, &rx, &sh);
                 let _ = device::free(pool);
