@@ -1,0 +1,90 @@
+//! The `fixed` profile is the ground truth for a load generator's own error: every token must
+//! arrive on its deadline whatever the load. Its own test binary, so no busy engine of another
+//! test competes for the CPU.
+
+mod sim_common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sim_common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_profile_hits_its_deadlines_under_load() {
+    let mut cfg = profile("fixed");
+    cfg.fixed = Some(inferscope::sim::config::FixedTiming {
+        ttft_ms: 50.0,
+        itl_ms: 10.0,
+    });
+    let srv = start(cfg).await;
+    let c = client();
+    let url = format!("{}/v1/completions", srv.url());
+    // Warm the connection pool so connection set-up is not counted as TTFT.
+    let warm: Vec<_> = (0..32)
+        .map(|_| {
+            let (c, url) = (c.clone(), url.clone());
+            tokio::spawn(async move {
+                post(
+                    &c,
+                    &url,
+                    r#"{"model":"inferscope-sim","prompt":"x","max_tokens":1}"#,
+                )
+                .await
+            })
+        })
+        .collect();
+    for w in warm {
+        assert_eq!(w.await.unwrap().0, 200);
+    }
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let (c, url) = (c.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let t0 = Instant::now();
+            let r = stream(&c, &url, &json!({"model": "inferscope-sim", "prompt": "x", "max_tokens": 40, "stream": true}), None).await;
+            (t0, r)
+        }));
+    }
+    let mut late = Vec::new();
+    let mut ttfts = Vec::new();
+    for t in tasks {
+        let (t0, r) = t.await.unwrap();
+        let toks: Vec<Instant> = r
+            .events
+            .iter()
+            .filter(|(_, e)| e.contains("\"finish_reason\":null"))
+            .map(|(t, _)| *t)
+            .collect();
+        assert_eq!(toks.len(), 40);
+        // The schedule's anchor (arrival + TTFT as this client sees it): token i is due at
+        // anchor + i * ITL. The earliest token relative to that schedule defines it.
+        let anchor = toks
+            .iter()
+            .enumerate()
+            .map(|(i, at)| *at - Duration::from_millis(10 * i as u64))
+            .min()
+            .unwrap();
+        let ttft = anchor - t0;
+        assert!(
+            ttft >= Duration::from_millis(50),
+            "TTFT {ttft:?} below the configured 50 ms"
+        );
+        ttfts.push(ttft);
+        for (i, at) in toks.iter().enumerate() {
+            late.push(*at - (anchor + Duration::from_millis(10 * i as u64)));
+        }
+    }
+    late.sort();
+    ttfts.sort();
+    let p50 = late[late.len() / 2];
+    let max = *late.last().unwrap();
+    let ttft_p50 = ttfts[ttfts.len() / 2];
+    // Absolute deadlines: lateness does not accumulate over 40 tokens.
+    assert!(p50 < Duration::from_millis(3), "median lateness {p50:?}");
+    assert!(max < Duration::from_millis(30), "worst lateness {max:?}");
+    eprintln!("client-side TTFT p50 {ttft_p50:?}, token lateness p50 {p50:?} max {max:?}");
+    assert!(
+        ttft_p50 < Duration::from_millis(65),
+        "median TTFT {ttft_p50:?}"
+    );
+}
