@@ -20,13 +20,21 @@ use tokio::{
 
 fn venv_python() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python");
-    assert!(p.exists(), "{} is missing: run `cargo xtask setup` (it creates the venv with the `openai` package)", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask setup` (it creates the venv with the `openai` package)",
+        p.display()
+    );
     p
 }
 
 fn tool(name: &str) -> PathBuf {
     std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file()))
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
         .unwrap_or_else(|| panic!("`{name}` is not on PATH: run `cargo xtask setup`"))
 }
 
@@ -68,18 +76,37 @@ print(json.dumps(out))
 async fn openai_python_package_streaming_and_not() {
     let python = venv_python();
     let srv = start(profile("healthy")).await;
-    let out = Command::new(python).arg("-c").arg(OPENAI_SCRIPT).arg(srv.url()).output().await.unwrap();
-    assert!(out.status.success(), "openai client failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(OPENAI_SCRIPT)
+        .arg(srv.url())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openai client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["chat"]["usage"]["completion_tokens"], 12);
     assert_eq!(v["chat"]["usage"]["prompt_tokens"], 11);
     assert_eq!(v["chat"]["finish"], "length");
     assert_eq!(v["chat"]["lp"], 12);
-    assert_eq!(inferscope::sim::tokenizer::count(v["chat"]["text"].as_str().unwrap()), 12);
+    assert_eq!(
+        inferscope::sim::tokenizer::count(v["chat"]["text"].as_str().unwrap()),
+        12
+    );
     assert_eq!(v["stream"]["chunks"], 20);
     assert_eq!(v["stream"]["usage"]["completion_tokens"], 20);
-    assert_eq!(inferscope::sim::tokenizer::count(v["stream"]["text"].as_str().unwrap()), 20);
-    assert_eq!(inferscope::sim::tokenizer::count(v["completion_stream"].as_str().unwrap()), 5);
+    assert_eq!(
+        inferscope::sim::tokenizer::count(v["stream"]["text"].as_str().unwrap()),
+        20
+    );
+    assert_eq!(
+        inferscope::sim::tokenizer::count(v["completion_stream"].as_str().unwrap()),
+        5
+    );
     assert_eq!(v["completion"]["usage"]["total_tokens"], 7);
     assert_eq!(v["embeddings"], serde_json::json!([64, 64]));
     assert!((v["norm"].as_f64().unwrap() - 1.0).abs() < 1e-3);
@@ -91,7 +118,10 @@ async fn openai_python_package_streaming_and_not() {
 async fn curl_n_receives_tokens_as_they_are_generated() {
     let curl = tool("curl");
     let mut cfg = profile("fixed");
-    cfg.fixed = Some(inferscope::sim::config::FixedTiming { ttft_ms: 50.0, itl_ms: 30.0 });
+    cfg.fixed = Some(inferscope::sim::config::FixedTiming {
+        ttft_ms: 50.0,
+        itl_ms: 30.0,
+    });
     let srv = start(cfg).await;
     let body = r#"{"model":"inferscope-sim","prompt":"hi","max_tokens":10,"stream":true}"#;
     let mut child = Command::new(curl)
@@ -114,7 +144,10 @@ async fn curl_n_receives_tokens_as_they_are_generated() {
     assert_eq!(tokens.len(), 10);
     // Delivered as generated (9 gaps of 30 ms), not buffered to the end.
     let spread = tokens[9] - tokens[0];
-    assert!(spread >= Duration::from_millis(250), "tokens arrived together: {spread:?}");
+    assert!(
+        spread >= Duration::from_millis(250),
+        "tokens arrived together: {spread:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,7 +156,12 @@ async fn promtool_accepts_metrics() {
     let srv = start(profile("healthy")).await;
     let c = client();
     for _ in 0..3 {
-        let (s, _) = post(&c, &format!("{}/v1/completions", srv.url()), r#"{"model":"inferscope-sim","prompt":"a b c","max_tokens":4}"#).await;
+        let (s, _) = post(
+            &c,
+            &format!("{}/v1/completions", srv.url()),
+            r#"{"model":"inferscope-sim","prompt":"a b c","max_tokens":4}"#,
+        )
+        .await;
         assert_eq!(s, 200);
     }
     let (_, text) = get(&c, &format!("{}/metrics", srv.url())).await;
@@ -137,9 +175,18 @@ async fn promtool_accepts_metrics() {
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap();
-            ch.stdin.take().unwrap().write_all(input.as_bytes()).await.unwrap();
+            ch.stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .await
+                .unwrap();
             let out = ch.wait_with_output().await.unwrap();
-            let msg = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            let msg = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
             (out.status.code(), msg)
         }
     };
@@ -148,7 +195,10 @@ async fn promtool_accepts_metrics() {
     let (code, msg) = check(text.clone()).await;
     assert_ne!(code, Some(1), "promtool cannot parse /metrics:\n{msg}");
     for line in msg.lines().filter(|l| !l.trim().is_empty()) {
-        assert!(line.ends_with("metric names should not contain ':'"), "promtool lint: {line}");
+        assert!(
+            line.ends_with("metric names should not contain ':'"),
+            "promtool lint: {line}"
+        );
     }
     let (code, msg) = check(text.replace("vllm:", "vllm_")).await;
     assert_eq!(code, Some(0), "promtool check metrics failed:\n{msg}");

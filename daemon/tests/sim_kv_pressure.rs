@@ -30,10 +30,17 @@ async fn drive(profile_name: &str) -> Observed {
         // Distinct prompts of ~64 tokens, so the prefix cache does not share blocks.
         let prompt: String = (0..64).map(|j| format!(" w{i}x{j}")).collect();
         streams.push(tokio::spawn(async move {
-            let r = stream(&c, &url, &json!({"model": "inferscope-sim", "prompt": prompt, "max_tokens": 120,
-                "stream": true, "stream_options": {"include_usage": true}}), None).await;
+            let r = stream(
+                &c,
+                &url,
+                &json!({"model": "inferscope-sim", "prompt": prompt, "max_tokens": 120,
+                "stream": true, "stream_options": {"include_usage": true}}),
+                None,
+            )
+            .await;
             assert_eq!(r.status, 200);
-            let usage: serde_json::Value = serde_json::from_str(&r.events[r.events.len() - 2].1).unwrap();
+            let usage: serde_json::Value =
+                serde_json::from_str(&r.events[r.events.len() - 2].1).unwrap();
             // Preempted or not, every stream gets all its tokens.
             assert_eq!(usage["usage"]["completion_tokens"], 120);
             assert_eq!(r.events.last().unwrap().1, "[DONE]");
@@ -55,7 +62,10 @@ async fn drive(profile_name: &str) -> Observed {
     };
     let mut completed = 0;
     for s in streams {
-        tokio::time::timeout(Duration::from_secs(120), s).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(120), s)
+            .await
+            .unwrap()
+            .unwrap();
         completed += 1;
     }
     done.store(true, Ordering::SeqCst);
@@ -72,15 +82,36 @@ async fn drive(profile_name: &str) -> Observed {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kv_pressure_fills_the_cache_and_preempts_but_healthy_does_not() {
     let kv = drive("kv-pressure").await;
-    eprintln!("kv-pressure: max usage {:.3}, preemptions {}", kv.max_kv_usage, kv.preemptions);
+    eprintln!(
+        "kv-pressure: max usage {:.3}, preemptions {}",
+        kv.max_kv_usage, kv.preemptions
+    );
     assert_eq!(kv.completed, 40);
-    assert!(kv.max_kv_usage >= 0.95, "kv-pressure max usage {}", kv.max_kv_usage);
+    assert!(
+        kv.max_kv_usage >= 0.95,
+        "kv-pressure max usage {}",
+        kv.max_kv_usage
+    );
     assert!(kv.preemptions > 0.0, "kv-pressure had no preemption");
 
     let ok = drive("healthy").await;
-    eprintln!("healthy: max usage {:.3}, preemptions {}", ok.max_kv_usage, ok.preemptions);
+    eprintln!(
+        "healthy: max usage {:.3}, preemptions {}",
+        ok.max_kv_usage, ok.preemptions
+    );
     assert_eq!(ok.completed, 40);
-    assert!(ok.max_kv_usage < 0.5, "healthy max usage {}", ok.max_kv_usage);
-    assert!(ok.max_kv_usage > 0.0, "healthy was never observed under load");
-    assert!(ok.preemptions == 0.0, "healthy preempted {} times", ok.preemptions);
+    assert!(
+        ok.max_kv_usage < 0.5,
+        "healthy max usage {}",
+        ok.max_kv_usage
+    );
+    assert!(
+        ok.max_kv_usage > 0.0,
+        "healthy was never observed under load"
+    );
+    assert!(
+        ok.preemptions == 0.0,
+        "healthy preempted {} times",
+        ok.preemptions
+    );
 }

@@ -86,6 +86,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/vector/search", post(vector_search))
         .route("/v1/vector/exact", post(vector_exact))
         .route("/v1/vector/rebuild", post(vector_rebuild))
+        .route("/v1/vector/status", get(vector_status))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .with_state(state)
 }
@@ -486,4 +487,14 @@ async fn vector_rebuild(State(s): St) -> Response {
     } else {
         ApiError::new(StatusCode::CONFLICT, "a rebuild is already running").into_response()
     }
+}
+
+async fn vector_status(State(s): St) -> Response {
+    Json(json!({
+        "rebuilding": s.vector.rebuilding(),
+        "rebuilds": s.vector.rebuilds(),
+        "corpus_size": s.cfg.vector.corpus_size,
+        "dim": s.vector.dim(),
+    }))
+    .into_response()
 }
