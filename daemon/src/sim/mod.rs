@@ -8,6 +8,7 @@
 //! dropped).
 
 pub mod allocator;
+pub mod bench;
 pub mod config;
 pub mod device;
 pub mod engine;
