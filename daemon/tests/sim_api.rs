@@ -203,8 +203,8 @@ async fn client_disconnect_mid_stream_frees_kv_blocks() {
         srv.kv_used_blocks()
     );
     let m = srv.metrics_text();
-    assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
-    assert_eq!(metric(&m, "vllm:kv_cache_usage_perc"), 0.0);
+    assert!(metric(&m, "vllm:num_requests_running").abs() < f64::EPSILON);
+    assert!(metric(&m, "vllm:kv_cache_usage_perc").abs() < f64::EPSILON);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,13 +334,13 @@ async fn vector_search_exact_and_rebuild_spike() {
     cfg.vector.corpus_size = 1000;
     cfg.vector.rebuild_min_ms = 1500;
     let srv = start(cfg).await;
-    let c = client();
+    let http = client();
     let search = format!("{}/v1/vector/search", srv.url());
     let exact = format!("{}/v1/vector/exact", srv.url());
-    let q = json!({"text": "where is the cache", "top_k": 5, "ef_search": 128});
-    let (s, a) = post_json(&c, &search, &q).await;
-    assert_eq!(s, 200, "{a}");
-    let (_, e) = post_json(&c, &exact, &q).await;
+    let query = json!({"text": "where is the cache", "top_k": 5, "ef_search": 128});
+    let (status, approx) = post_json(&http, &search, &query).await;
+    assert_eq!(status, 200, "{approx}");
+    let (_, truth) = post_json(&http, &exact, &query).await;
     let ids = |v: &Value| {
         v["results"]
             .as_array()
@@ -349,47 +349,50 @@ async fn vector_search_exact_and_rebuild_spike() {
             .map(|h| h["id"].as_u64().unwrap())
             .collect::<Vec<_>>()
     };
-    assert_eq!(ids(&e).len(), 5);
-    let found = ids(&a).iter().filter(|i| ids(&e).contains(i)).count();
+    assert_eq!(ids(&truth).len(), 5);
+    let found = ids(&approx)
+        .iter()
+        .filter(|i| ids(&truth).contains(i))
+        .count();
     assert!(found >= 4, "recall@5 {found}/5");
     let v: Vec<f32> = vec![0.0; 64];
     assert_eq!(
-        post_json(&c, &search, &json!({"vector": v, "top_k": 3}))
+        post_json(&http, &search, &json!({"vector": v, "top_k": 3}))
             .await
             .0,
         200
     );
     assert_eq!(
-        post_json(&c, &search, &json!({"vector": [1.0, 2.0], "top_k": 3}))
+        post_json(&http, &search, &json!({"vector": [1.0, 2.0], "top_k": 3}))
             .await
             .0,
         400
     );
-    assert_eq!(post_json(&c, &search, &json!({"top_k": 3})).await.0, 400);
+    assert_eq!(post_json(&http, &search, &json!({"top_k": 3})).await.0, 400);
     assert_eq!(
-        post_json(&c, &search, &json!({"text": "x", "top_k": 0}))
+        post_json(&http, &search, &json!({"text": "x", "top_k": 0}))
             .await
             .0,
         400
     );
 
     let t0 = Instant::now();
-    let _ = post_json(&c, &search, &q).await;
+    let _ = post_json(&http, &search, &query).await;
     let normal = t0.elapsed();
     assert_eq!(
-        post(&c, &format!("{}/v1/vector/rebuild", srv.url()), "")
+        post(&http, &format!("{}/v1/vector/rebuild", srv.url()), "")
             .await
             .0,
         202
     );
     assert_eq!(
-        post(&c, &format!("{}/v1/vector/rebuild", srv.url()), "")
+        post(&http, &format!("{}/v1/vector/rebuild", srv.url()), "")
             .await
             .0,
         409
     );
     let t0 = Instant::now();
-    let (s, _) = post_json(&c, &search, &q).await;
+    let (s, _) = post_json(&http, &search, &query).await;
     let during = t0.elapsed();
     assert_eq!(s, 200);
     assert!(
@@ -399,17 +402,17 @@ async fn vector_search_exact_and_rebuild_spike() {
     assert!(normal < Duration::from_millis(200), "{normal:?}");
     let status = format!("{}/v1/vector/status", srv.url());
     loop {
-        let (_, st) = get(&c, &status).await;
+        let (_, st) = get(&http, &status).await;
         let st: Value = serde_json::from_str(&st).unwrap();
         if st["rebuilding"] == false {
             assert_eq!(st["rebuilds"], 1);
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "rebuild never ends");
+        assert!(t0.elapsed() < Duration::from_mins(1), "rebuild never ends");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let t0 = Instant::now();
-    let _ = post_json(&c, &search, &q).await;
+    let _ = post_json(&http, &search, &query).await;
     assert!(
         t0.elapsed() < Duration::from_millis(400),
         "still slow after the rebuild"

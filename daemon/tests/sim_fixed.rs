@@ -61,7 +61,10 @@ async fn fixed_profile_hits_its_deadlines_under_load() {
         let anchor = toks
             .iter()
             .enumerate()
-            .map(|(i, at)| *at - Duration::from_millis(10 * i as u64))
+            .map(|(i, at)| {
+                at.checked_sub(Duration::from_millis(10 * i as u64))
+                    .unwrap()
+            })
             .min()
             .unwrap();
         let ttft = anchor - t0;

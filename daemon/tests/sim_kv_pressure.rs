@@ -4,6 +4,7 @@
 mod sim_common;
 
 use std::{
+    fmt::Write as _,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -28,7 +29,10 @@ async fn drive(profile_name: &str) -> Observed {
     for i in 0..40 {
         let (c, url) = (c.clone(), url.clone());
         // Distinct prompts of ~64 tokens, so the prefix cache does not share blocks.
-        let prompt: String = (0..64).map(|j| format!(" w{i}x{j}")).collect();
+        let prompt = (0..64).fold(String::new(), |mut p, j| {
+            let _ = write!(p, " w{i}x{j}");
+            p
+        });
         streams.push(tokio::spawn(async move {
             let r = stream(
                 &c,
@@ -62,7 +66,7 @@ async fn drive(profile_name: &str) -> Observed {
     };
     let mut completed = 0;
     for s in streams {
-        tokio::time::timeout(Duration::from_secs(120), s)
+        tokio::time::timeout(Duration::from_mins(2), s)
             .await
             .unwrap()
             .unwrap();

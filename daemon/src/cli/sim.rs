@@ -1,4 +1,4 @@
-//! `inferscope sim`: the embedded simulated inference server (OpenAI API, vLLM metrics).
+//! `inferscope sim`: the embedded simulated inference server (`OpenAI` API, `vLLM` metrics).
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 

@@ -1,10 +1,10 @@
-//! Per-step workspace through a caching allocator that behaves like PyTorch's: freed blocks stay
+//! Per-step workspace through a caching allocator that behaves like `PyTorch`'s: freed blocks stay
 //! cached for reuse; when the device is out of memory it frees every cached block
 //! (`cuMemFree_v2` burst) and retries the allocation once before giving up.
 
 use super::device::{self, CUDA_ERROR_OUT_OF_MEMORY};
 
-/// Allocation granularity (PyTorch rounds large blocks to 2 MiB).
+/// Allocation granularity (`PyTorch` rounds large blocks to 2 MiB).
 pub const ROUND: u64 = 2 << 20;
 
 /// The workspace could not be obtained.

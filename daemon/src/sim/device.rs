@@ -238,7 +238,7 @@ pub extern "C" fn cuStreamSynchronize(_h_stream: *mut c_void) -> i32 {
         let spin = Duration::from_micros(200);
         let now = Instant::now();
         if until > now + spin {
-            std::thread::sleep(until - now - spin);
+            std::thread::sleep(until.saturating_duration_since(now + spin));
         }
         while Instant::now() < until {
             std::hint::spin_loop();
@@ -248,6 +248,7 @@ pub extern "C" fn cuStreamSynchronize(_h_stream: *mut c_void) -> i32 {
 }
 
 /// Launches the forward kernel for `gpu_time` and waits for it, through the exported symbols.
+#[must_use = "a non-zero CUresult means the step did not run"]
 pub fn run_forward(gpu_time: Duration) -> i32 {
     let mut ns: u64 = gpu_time.as_nanos() as u64;
     let mut params: [*mut c_void; 1] = [(&raw mut ns).cast()];

@@ -261,7 +261,11 @@ fn run(cfg: &SimConfig, rx: &mpsc::Receiver<Command>, sh: &Shared) {
         let step = cfg.cost.step_time(plan.prefill_tokens, plan.num_seqs);
         let cpu = step.mul_f64(cfg.cost.cpu_fraction);
         busy_work(cpu);
-        device::run_forward(step.saturating_sub(cpu));
+        let rc = device::run_forward(step.saturating_sub(cpu));
+        if rc != device::CUDA_SUCCESS {
+            // Cannot happen with our own context and kernel; say so rather than hide it.
+            tracing::warn!(rc, "simulated kernel launch failed");
+        }
         outputs.extend(sched.complete(Instant::now()));
         dispatch(sh, &mut sinks, outputs, &sched);
     }

@@ -258,109 +258,133 @@ async fn completions(State(s): St, body: Bytes) -> Response {
     }
 }
 
-async fn generate(s: Arc<AppState>, mut g: Gen) -> Response {
-    let arrival = tokio::time::Instant::now();
-    let max_len = Scheduler::max_len(&s.cfg.engine);
-    let p = g.prompt.len();
-    if p == 0 {
-        return ApiError::bad_request("the prompt is empty", Some("prompt")).into_response();
+/// Checks lengths and sampling parameters; returns `(max_tokens, stop_after, temperature)`.
+fn limits(cfg: &SimConfig, g: &Gen, seed: u64) -> Result<(usize, Option<usize>, f64), ApiError> {
+    let max_len = Scheduler::max_len(&cfg.engine);
+    let plen = g.prompt.len();
+    if plen == 0 {
+        return Err(ApiError::bad_request("the prompt is empty", Some("prompt")));
     }
-    if p >= max_len {
-        return ApiError::bad_request(
-            format!("This model's maximum context length is {max_len} tokens. However, you requested {p} tokens in the prompt."),
+    if plen >= max_len {
+        return Err(ApiError::bad_request(
+            format!(
+                "This model's maximum context length is {max_len} tokens. However, you requested {plen} tokens in the prompt."
+            ),
             Some("messages"),
-        )
-        .into_response();
+        ));
     }
-    let room = max_len - p;
+    let room = max_len - plen;
     let temperature = g.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
-        return ApiError::bad_request("temperature must be within 0..=2", Some("temperature"))
-            .into_response();
+        return Err(ApiError::bad_request(
+            "temperature must be within 0..=2",
+            Some("temperature"),
+        ));
     }
-    let id = s.next_id.fetch_add(1, Ordering::Relaxed);
-    let seed = g.seed.map_or_else(
-        || fnv1a(&id.to_le_bytes()) ^ prompt_hash(&g.prompt),
-        |x| x as u64,
-    );
     let (max_tokens, stop_after) = match g.max_tokens {
         Some(0) => {
-            return ApiError::bad_request("max_tokens must be at least 1", Some("max_tokens"))
-                .into_response();
-        }
-        Some(m) if m > room as u64 => {
-            return ApiError::bad_request(
-                format!("This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({p} in the prompt, {m} for the completion).", p as u64 + m),
+            return Err(ApiError::bad_request(
+                "max_tokens must be at least 1",
                 Some("max_tokens"),
-            )
-            .into_response();
+            ));
         }
-        Some(m) => (m as usize, None),
+        Some(want) if want > room as u64 => {
+            return Err(ApiError::bad_request(
+                format!(
+                    "This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({plen} in the prompt, {want} for the completion).",
+                    plen as u64 + want
+                ),
+                Some("max_tokens"),
+            ));
+        }
+        Some(want) => (want as usize, None),
         None => match g.default_max {
-            Some(d) => (d.min(room), None),
+            Some(default) => (default.min(room), None),
             // The simulated model's own answer length: 16..256 tokens, from the seed.
             None => (room, Some(16 + (seed % 240) as usize)),
         },
     };
-    let delay = s.faults.delay(std::time::Instant::now());
+    Ok((max_tokens, stop_after, temperature))
+}
+
+async fn generate(state: Arc<AppState>, mut gen_req: Gen) -> Response {
+    let arrival = tokio::time::Instant::now();
+    let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+    let seed = gen_req.seed.map_or_else(
+        || fnv1a(&id.to_le_bytes()) ^ prompt_hash(&gen_req.prompt),
+        |x| x as u64,
+    );
+    let (max_tokens, stop_after, temperature) = match limits(&state.cfg, &gen_req, seed) {
+        Ok(l) => l,
+        Err(e) => return e.into_response(),
+    };
+    let delay = state.faults.delay(std::time::Instant::now());
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    if s.faults.inject_error() {
+    if state.faults.inject_error() {
         return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "injected fault").into_response();
     }
     let sampler = Sampler::new(seed, temperature);
+    let prompt_tokens = gen_req.prompt.len();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    match (&s.engine, &s.cfg.fixed) {
-        (_, Some(t)) => {
-            let n = stop_after.map_or(max_tokens, |a| a.min(max_tokens));
+    match (&state.engine, &state.cfg.fixed) {
+        (_, Some(timing)) => {
+            let tokens = stop_after.map_or(max_tokens, |a| a.min(max_tokens));
             let req = FixedRequest {
                 arrival,
-                prompt_tokens: p,
-                tokens: n,
-                reason: if n >= max_tokens {
+                prompt_tokens,
+                tokens,
+                reason: if tokens >= max_tokens {
                     FinishReason::Length
                 } else {
                     FinishReason::Stop
                 },
                 sampler,
             };
-            tokio::spawn(fixed::generate(t.clone(), req, tx, s.shared.clone()));
+            tokio::spawn(fixed::generate(
+                timing.clone(),
+                req,
+                tx,
+                state.shared.clone(),
+            ));
         }
         (Some(engine), None) => {
-            if s.shared.queued.load(Ordering::SeqCst) >= s.cfg.engine.max_waiting {
+            if state.shared.queued.load(Ordering::SeqCst) >= state.cfg.engine.max_waiting {
                 return ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the request queue is full; retry later",
                 )
                 .into_response();
             }
+            let prompt = std::mem::take(&mut gen_req.prompt);
+            let arrival = arrival.into_std();
             engine.submit(
                 NewSeq {
                     id,
-                    prompt: std::mem::take(&mut g.prompt),
+                    prompt,
                     max_tokens,
                     stop_after,
                     sampler,
-                    arrival: arrival.into_std(),
+                    arrival,
                 },
                 tx,
             );
         }
         (None, None) => unreachable!("an engine runs unless the profile is fixed"),
     }
-    let prefix = if g.fmt.kind == Kind::Chat {
+    let prefix = if gen_req.fmt.kind == Kind::Chat {
         "chatcmpl"
     } else {
         "cmpl"
     };
-    g.fmt.id = format!("{prefix}-sim{id:016x}");
-    let guard = AbortGuard::new(s.engine.clone(), id);
-    if g.stream {
+    gen_req.fmt.id = format!("{prefix}-sim{id:016x}");
+    let guard = AbortGuard::new(state.engine.clone(), id);
+    if gen_req.stream {
         return Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")
             .header(header::CACHE_CONTROL, "no-cache")
-            .body(Body::new(SseBody::new(rx, g.fmt, guard)))
+            .body(Body::new(SseBody::new(rx, gen_req.fmt, guard)))
             .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     match collect(rx, guard).await {
@@ -368,7 +392,7 @@ async fn generate(s: Arc<AppState>, mut g: Gen) -> Response {
             tokens,
             reason,
             prompt_tokens,
-        } => Json(g.fmt.full(&tokens, reason_str(reason), prompt_tokens)).into_response(),
+        } => Json(gen_req.fmt.full(&tokens, reason_str(reason), prompt_tokens)).into_response(),
         Collected::Failed(e) => e.into_response(),
     }
 }

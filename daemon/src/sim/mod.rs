@@ -1,5 +1,5 @@
 //! The embedded **simulated** inference server (`inferscope sim`): the default target when no
-//! GPU is around. It speaks the OpenAI API and exposes vLLM's metrics; behind them a vLLM-like
+//! GPU is around. It speaks the `OpenAI` API and exposes `vLLM`'s metrics; behind them a `vLLM`-like
 //! engine (continuous batching, paged KV cache with preemption and prefix caching) spends real
 //! CPU time per step and takes its memory from a simulated CUDA device whose driver-API symbols
 //! the GPU probes can hook. See `profiles` for the named bottleneck profiles.

@@ -1,4 +1,4 @@
-//! OpenAI wire format: request parsing (with 400s that say what is wrong), response and SSE
+//! `OpenAI` wire format: request parsing (with 400s that say what is wrong), response and SSE
 //! chunk bodies, and the error JSON shape.
 
 use axum::{
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::sampler::Sampled;
 
-/// An error answered to the client in OpenAI's shape.
+/// An error answered to the client in `OpenAI`'s shape.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{status}: {message}")]
 pub struct ApiError {
@@ -163,7 +163,7 @@ pub struct CompletionRequest {
     pub model: String,
     /// Prompt.
     pub prompt: Prompt,
-    /// Completion length (OpenAI's default is 16).
+    /// Completion length (`OpenAI`'s default is 16).
     pub max_tokens: Option<u64>,
     /// Sampling temperature.
     pub temperature: Option<f64>,
@@ -300,8 +300,9 @@ impl Format {
     fn envelope(&self, chunk: bool, choices: Value) -> Value {
         let mut v = json!({
             "id": self.id, "object": self.object(chunk), "created": self.created,
-            "model": self.model, "choices": choices,
+            "model": self.model,
         });
+        v["choices"] = choices;
         if chunk && self.include_usage {
             v["usage"] = Value::Null;
         }

@@ -4,7 +4,7 @@
 
 use super::tokenizer::{WORDS, fnv1a};
 
-/// SplitMix64: tiny, fast, good enough for simulation draws.
+/// `SplitMix64`: tiny, fast, good enough for simulation draws.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 

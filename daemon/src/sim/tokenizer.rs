@@ -10,7 +10,7 @@
 //! hash of its text modulo [`VOCAB_SIZE`]. Generated tokens are drawn from [`WORDS`] as
 //! `" word"`: each re-tokenizes to exactly one token, so completion counts are exact too.
 //!
-//! Chat prompts are rendered the way OpenAI documents its counting: every message costs
+//! Chat prompts are rendered the way `OpenAI` documents its counting: every message costs
 //! 3 tokens of framing plus its role and content, and the reply is primed with 3 more.
 
 /// Size of the id space.
@@ -133,7 +133,7 @@ mod tests {
             assert!(w.len() <= 8 && w.bytes().all(|b| b.is_ascii_alphanumeric()));
             assert_eq!(count(&format!(" {w}")), 1);
         }
-        let text: String = WORDS.iter().map(|w| format!(" {w}")).collect();
+        let text: String = WORDS.iter().flat_map(|w| [" ", w]).collect();
         assert_eq!(count(&text), WORDS.len());
     }
 
