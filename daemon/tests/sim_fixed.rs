@@ -77,17 +77,37 @@ async fn fixed_profile_hits_its_deadlines_under_load() {
             late.push(*at - (anchor + Duration::from_millis(10 * i as u64)));
         }
     }
-    late.sort();
     ttfts.sort();
+    let first = by_pos_median(&late, 0..10);
+    let last = by_pos_median(&late, 30..40);
+    assert!(
+        last <= first + Duration::from_millis(3),
+        "lateness grows along the stream: {first:?} -> {last:?}"
+    );
+    late.sort();
     let p50 = late[late.len() / 2];
     let max = *late.last().unwrap();
     let ttft_p50 = ttfts[ttfts.len() / 2];
-    // Absolute deadlines: lateness does not accumulate over 40 tokens.
-    assert!(p50 < Duration::from_millis(3), "median lateness {p50:?}");
-    assert!(max < Duration::from_millis(30), "worst lateness {max:?}");
+    // Absolute deadlines: lateness does not accumulate over 40 tokens. The bounds leave room
+    // for a loaded 2-core CI machine (the test client shares it); unloaded, p50 is ~1 ms.
+    assert!(p50 < Duration::from_millis(5), "median lateness {p50:?}");
+    assert!(max < Duration::from_millis(50), "worst lateness {max:?}");
+
     eprintln!("client-side TTFT p50 {ttft_p50:?}, token lateness p50 {p50:?} max {max:?}");
     assert!(
-        ttft_p50 < Duration::from_millis(65),
+        ttft_p50 < Duration::from_millis(70),
         "median TTFT {ttft_p50:?}"
     );
+}
+
+/// Median lateness of the tokens at positions `range` (40 tokens per stream, streams in order).
+fn by_pos_median(late: &[Duration], range: std::ops::Range<usize>) -> Duration {
+    let mut v: Vec<Duration> = late
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| range.contains(&(i % 40)))
+        .map(|(_, d)| *d)
+        .collect();
+    v.sort();
+    v[v.len() / 2]
 }
