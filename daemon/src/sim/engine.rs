@@ -82,7 +82,11 @@ impl Shared {
         Self {
             queued: AtomicUsize::new(0),
             kv_used_blocks: AtomicUsize::new(0),
-            metrics: Mutex::new(Metrics::new(&cfg.model, cfg.engine.num_gpu_blocks)),
+            metrics: Mutex::new({
+                let mut m = Metrics::new(&cfg.model, cfg.engine.num_gpu_blocks);
+                m.prefix_caching = cfg.engine.enable_prefix_caching;
+                m
+            }),
             device: Context::new(cfg.device_memory_bytes()),
         }
     }

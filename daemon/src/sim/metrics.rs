@@ -84,6 +84,8 @@ pub struct Gauges {
 pub struct Metrics {
     model: String,
     num_gpu_blocks: usize,
+    /// Whether prefix caching is on (reported in `vllm:cache_config_info`).
+    pub prefix_caching: bool,
     /// Current gauges.
     pub gauges: Gauges,
     /// Preemptions.
@@ -115,6 +117,7 @@ impl Metrics {
         Self {
             model: model.to_owned(),
             num_gpu_blocks,
+            prefix_caching: true,
             gauges: Gauges::default(),
             preemptions: 0,
             prefix_queries: 0,
@@ -234,8 +237,9 @@ impl Metrics {
         let _ = writeln!(
             o,
             "# HELP {name} Information of the LLMEngine CacheConfig\n# TYPE {name} gauge\n\
-             {name}{{block_size=\"{}\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",num_gpu_blocks=\"{}\"}} 1.0",
+             {name}{{block_size=\"{}\",cache_dtype=\"auto\",enable_prefix_caching=\"{}\",num_gpu_blocks=\"{}\"}} 1.0",
             super::kv_cache::BLOCK_SIZE,
+            if self.prefix_caching { "True" } else { "False" },
             self.num_gpu_blocks
         );
         o

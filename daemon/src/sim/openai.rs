@@ -339,6 +339,9 @@ impl Format {
     /// The SSE event of one token; `offset` is the text length sent so far.
     #[must_use]
     pub fn sse_token(&self, token: &Sampled, offset: usize) -> String {
+        if self.logprobs.is_none() {
+            return self.sse_token_fast(token);
+        }
         let one = std::slice::from_ref(token);
         let choice = match self.kind {
             Kind::Chat => {
@@ -349,6 +352,35 @@ impl Format {
             }
         };
         sse(&self.envelope(true, json!([choice])))
+    }
+
+    // The hot path of streaming (no logprobs): the same JSON as `sse_token` builds, written
+    // directly instead of through a `serde_json::Value` tree.
+    fn sse_token_fast(&self, token: &Sampled) -> String {
+        let text = Value::String(token.text.clone());
+        let model = Value::String(self.model.clone());
+        let usage = if self.include_usage {
+            ",\"usage\":null"
+        } else {
+            ""
+        };
+        let (object, choice) = match self.kind {
+            Kind::Chat => (
+                "chat.completion.chunk",
+                format!(
+                    "{{\"index\":0,\"delta\":{{\"content\":{text}}},\"logprobs\":null,\"finish_reason\":null}}"
+                ),
+            ),
+            Kind::Completion => (
+                "text_completion",
+                format!("{{\"index\":0,\"text\":{text},\"logprobs\":null,\"finish_reason\":null}}"),
+            ),
+        };
+        format!(
+            "data: {{\"id\":{},\"object\":\"{object}\",\"created\":{},\"model\":{model},\"choices\":[{choice}]{usage}}}\n\n",
+            Value::String(self.id.clone()),
+            self.created,
+        )
     }
 
     /// The closing SSE events: finish reason, optional usage chunk, `[DONE]`.
@@ -417,6 +449,42 @@ mod tests {
             ("foobar", "Zm9vYmFy"),
         ] {
             assert_eq!(base64(i.as_bytes()), o);
+        }
+    }
+
+    #[test]
+    fn fast_token_chunks_equal_the_generic_ones() {
+        let tok = Sampled {
+            text: " a\"b".to_owned(),
+            logprob: -0.5,
+            top: vec![(" a\"b".to_owned(), -0.5)],
+        };
+        for kind in [Kind::Chat, Kind::Completion] {
+            for include_usage in [false, true] {
+                let f = Format {
+                    kind,
+                    id: "x-1".to_owned(),
+                    created: 7,
+                    model: "m\"1".to_owned(),
+                    logprobs: None,
+                    include_usage,
+                };
+                let fast = f.sse_token_fast(&tok);
+                let one = std::slice::from_ref(&tok);
+                let choice = match kind {
+                    Kind::Chat => {
+                        json!({"index": 0, "delta": {"content": tok.text}, "logprobs": f.chat_logprobs(one), "finish_reason": null})
+                    }
+                    Kind::Completion => {
+                        json!({"index": 0, "text": tok.text, "logprobs": f.completion_logprobs(one, 0), "finish_reason": null})
+                    }
+                };
+                let slow = f.envelope(true, json!([choice]));
+                let parsed: Value =
+                    serde_json::from_str(fast.strip_prefix("data: ").unwrap().trim_end()).unwrap();
+                assert_eq!(parsed, slow);
+                assert!(fast.ends_with("\n\n"));
+            }
         }
     }
 
