@@ -233,6 +233,11 @@ impl Metrics {
             "Histogram of time spent in WAITING phase for request.",
             &l,
         );
+        self.render_cache_config(&mut o);
+        o
+    }
+
+    fn render_cache_config(&self, o: &mut String) {
         let name = "vllm:cache_config_info";
         let _ = writeln!(
             o,
@@ -242,7 +247,6 @@ impl Metrics {
             if self.prefix_caching { "True" } else { "False" },
             self.num_gpu_blocks
         );
-        o
     }
 }
 
