@@ -316,3 +316,60 @@ impl SimConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_only_what_it_names() {
+        let c = SimConfig::from_toml(
+            "model = \"m\"\n[engine]\nnum_gpu_blocks = 10\n[fixed]\nttft_ms = 5.0\nitl_ms = 1.5\n",
+        )
+        .unwrap();
+        assert_eq!(c.model, "m");
+        assert_eq!(c.engine.num_gpu_blocks, 10);
+        assert_eq!(c.engine.max_num_seqs, EngineConfig::default().max_num_seqs);
+        assert_eq!(
+            c.fixed,
+            Some(FixedTiming {
+                ttft_ms: 5.0,
+                itl_ms: 1.5
+            })
+        );
+        assert_eq!(c.kv_pool_bytes(), 10 * 16 * 32 * 1024);
+        assert_eq!(c.device_memory_bytes(), c.kv_pool_bytes() + (1 << 30));
+    }
+
+    #[test]
+    fn bad_files_are_errors() {
+        assert!(matches!(
+            SimConfig::from_toml("[engine]\nnum_gpu_blockz = 1"),
+            Err(ConfigError::Parse { .. })
+        ));
+        assert!(matches!(
+            SimConfig::from_toml("[engine]\nnum_gpu_blocks = 0"),
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(matches!(
+            SimConfig::from_toml("[faults]\nerror_rate = 2.0"),
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(matches!(
+            SimConfig::from_file(Path::new("/nonexistent/sim.toml")),
+            Err(ConfigError::Read { .. })
+        ));
+    }
+
+    #[test]
+    fn cost_model_adds_its_parts() {
+        let c = CostModel {
+            fixed_us: 100.0,
+            per_prefill_token_us: 2.0,
+            per_seq_us: 10.0,
+            cpu_fraction: 0.5,
+        };
+        assert_eq!(c.step_time(50, 3), Duration::from_micros(230));
+        assert_eq!(CostModel::zero().step_time(1000, 100), Duration::ZERO);
+    }
+}
