@@ -418,3 +418,22 @@ async fn vector_search_exact_and_rebuild_spike() {
         "still slow after the rebuild"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_system_prompt_hits_the_prefix_cache() {
+    let srv = start(profile("healthy")).await;
+    let c = client();
+    let system = "You are a helpful assistant who answers briefly. ".repeat(10);
+    for q in ["first question", "second question"] {
+        let (s, _) = post_json(&c, &format!("{}/v1/chat/completions", srv.url()), &json!({
+            "model": M, "messages": [{"role": "system", "content": system}, {"role": "user", "content": q}], "max_tokens": 2,
+        })).await;
+        assert_eq!(s, 200);
+    }
+    let m = srv.metrics_text();
+    let hits = metric(&m, "vllm:prefix_cache_hits_total");
+    let queries = metric(&m, "vllm:prefix_cache_queries_total");
+    // The second request reuses the full blocks of the shared system prompt (~90 tokens).
+    assert!(hits >= 64.0, "hits {hits}");
+    assert!(queries > hits);
+}
