@@ -9,11 +9,13 @@
 
 pub mod allocator;
 pub mod bench;
+pub mod completions;
 pub mod config;
 pub mod device;
 pub mod engine;
 pub mod faults;
 pub mod fixed;
+pub mod format;
 pub mod http;
 pub mod kv_cache;
 pub mod metrics;

@@ -15,7 +15,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::{
     engine::{Engine, Event},
-    openai::{ApiError, Format},
+    format::Format,
+    openai::ApiError,
     sampler::Sampled,
     scheduler::{FinishReason, SeqId},
 };
