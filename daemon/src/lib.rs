@@ -9,3 +9,4 @@ pub mod export;
 pub mod gpu;
 pub mod probes;
 pub mod scrape;
+pub mod sim;

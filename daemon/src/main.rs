@@ -19,6 +19,8 @@ enum Command {
     Runqlat(cli::runqlat::Args),
     /// Node-level mode: watch inference servers and serve their time line (needs root).
     Daemon(cli::daemon::Args),
+    /// Simulated OpenAI-compatible inference server with vLLM metrics (no GPU needed).
+    Sim(cli::sim::Args),
 }
 
 fn main() -> ExitCode {
@@ -26,6 +28,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Runqlat(args) => cli::runqlat::run(&args),
         Command::Daemon(args) => cli::daemon::run(&args),
+        Command::Sim(args) => cli::sim::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,3 +1,4 @@
 //! One module per subcommand: argument struct (`Args`) and `run(&Args) -> anyhow::Result<ExitCode>`.
 pub mod daemon;
 pub mod runqlat;
+pub mod sim;
