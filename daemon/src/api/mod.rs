@@ -24,6 +24,7 @@
 mod auth;
 mod handlers;
 pub mod marks;
+pub mod node;
 pub mod runs;
 
 use std::future::Future;

@@ -1,21 +1,35 @@
-//! `inferscope daemon`: the node-level mode. Finds the inference servers, attaches every
-//! probe, keeps the time line, and serves it until SIGTERM.
+//! `inferscope daemon`: the node-level mode. Finds the inference servers (and keeps looking),
+//! attaches every probe, keeps the time line, serves `/metrics` and `/api/v1/timeline`, exports
+//! over OTLP when asked, and exits cleanly on SIGTERM.
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use inferscope::{
+    api::{
+        Token,
+        node::{self, NodeSnapshot},
+        require_token,
+    },
     collect::{
         discover,
-        kernel::{KernelCollector, KernelOptions, Losses},
-        procfs::{self, ProcessInfo},
+        kernel::{KernelCollector, KernelOptions},
+        procfs,
         server::{NvmlCollector, ServerCollector},
         timeline::{Timeline, now_unix_ms},
     },
-    probes::{HookStatus, cuda, privileges},
+    export::{
+        prometheus::{self, DropCounter},
+        signals::{Labels, Totals},
+    },
+    probes::privileges,
 };
-use serde::Serialize;
 use tokio::sync::watch;
+
+use super::otlp::OtlpArgs;
+
+/// Re-discover servers every this many windows.
+const REDISCOVER_EVERY: u64 = 10;
 
 /// Arguments of `inferscope daemon`.
 #[derive(clap::Args)]
@@ -37,8 +51,12 @@ pub struct Args {
     #[arg(long = "cuda-lib", value_name = "PATH")]
     cuda_libs: Vec<PathBuf>,
     /// Serve `/metrics` and `/api/v1/timeline` here.
-    #[arg(long, default_value = "127.0.0.1:9464")]
-    listen: SocketAddr,
+    #[arg(long, alias = "listen", default_value = "127.0.0.1:9464")]
+    metrics_listen: SocketAddr,
+    /// Require this bearer token (file) on `/metrics` and `/api/v1/timeline`; needed for any
+    /// address other than loopback.
+    #[arg(long, value_name = "PATH")]
+    metrics_token_file: Option<PathBuf>,
     /// Window length of the time line.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     interval: Duration,
@@ -48,35 +66,37 @@ pub struct Args {
     /// Exit after this long (default: until SIGTERM / Ctrl-C).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
+    #[command(flatten)]
+    otlp: OtlpArgs,
 }
 
-/// What the daemon publishes after every window.
-#[derive(Serialize, Default)]
-pub struct Snapshot {
-    /// The watched processes.
-    pub processes: Vec<ProcessInfo>,
-    /// Every hook and whether it is attached.
-    pub hooks: Vec<HookStatus>,
-    /// What could not be recorded, kernel and userspace.
-    pub losses: Losses,
-    /// The time line, oldest window first.
-    pub timeline: Option<Timeline>,
-}
+impl Args {
+    /// The servers to watch now. Without --pid/--port/--name: every process mapping libcuda.
+    fn targets(&self) -> Vec<u32> {
+        let mut pids = self.pids.clone();
+        for &p in &self.ports {
+            pids.extend(discover::pids_listening_on(p));
+        }
+        for n in &self.names {
+            pids.extend(discover::pids_named(n));
+        }
+        if self.ports.is_empty() && self.pids.is_empty() && self.names.is_empty() {
+            pids.extend(discover::pids_with_libcuda());
+        }
+        pids.retain(|&p| procfs::alive(p));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
 
-fn targets(args: &Args) -> Vec<u32> {
-    let mut pids = args.pids.clone();
-    for &p in &args.ports {
-        pids.extend(discover::pids_listening_on(p));
+    fn kernel_options(&self, servers: Vec<u32>) -> KernelOptions {
+        KernelOptions {
+            servers,
+            loadgen: None,
+            cuda_targets: self.cuda_libs.clone(),
+            discover_libcuda: true,
+        }
     }
-    for n in &args.names {
-        pids.extend(discover::pids_named(n));
-    }
-    if args.ports.is_empty() && args.pids.is_empty() && args.names.is_empty() {
-        pids.extend(discover::pids_with_libcuda());
-    }
-    pids.sort_unstable();
-    pids.dedup();
-    pids
 }
 
 /// Says which capabilities are present and which hooks each missing one disables.
@@ -96,7 +116,7 @@ fn report_capabilities() {
         (
             privileges::CAP_SYS_ADMIN,
             "CAP_SYS_ADMIN",
-            "CUDA uprobes on this kernel; also stands in for CAP_BPF+CAP_PERFMON",
+            "CUDA uprobes on this kernel",
         ),
     ] {
         let has = caps & (1 << cap) != 0;
@@ -105,7 +125,7 @@ fn report_capabilities() {
             if has {
                 "yes".to_string()
             } else {
-                format!("missing, disables {disables}")
+                format!("missing: disables {disables}")
             }
         );
     }
@@ -118,33 +138,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
     report_capabilities();
-    let servers = targets(args);
-    if servers.is_empty() {
-        bail!("no inference server found: give --pid, --port or --name (or run a CUDA workload)");
-    }
-    let processes: Vec<ProcessInfo> = servers.iter().map(|&p| procfs::identity(p)).collect();
-    for p in &processes {
-        println!(
-            "watching pid {} ({}) {}",
-            p.pid,
-            p.comm,
-            p.container_id.as_deref().unwrap_or("")
+    if !args.metrics_listen.ip().is_loopback() && args.metrics_token_file.is_none() {
+        anyhow::bail!(
+            "--metrics-listen {} is not loopback: give --metrics-token-file with a bearer token",
+            args.metrics_listen
         );
     }
-    // A server binary that exports the driver API itself (the simulated device, static builds).
-    let mut cuda_targets = args.cuda_libs.clone();
-    cuda_targets.extend(
-        servers
-            .iter()
-            .map(|p| PathBuf::from(format!("/proc/{p}/exe")))
-            .filter(|e| cuda::exports(e, "cuMemAlloc_v2")),
-    );
-    let mut kernel = KernelCollector::start(KernelOptions {
-        servers: servers.clone(),
-        loadgen: None,
-        cuda_targets,
-        discover_libcuda: true,
-    })?;
+    let mut servers = args.targets();
+    if servers.is_empty() {
+        println!("no inference server found yet; looking again every {REDISCOVER_EVERY} windows");
+    }
+    let mut kernel = KernelCollector::start(args.kernel_options(servers.clone()))?;
     for h in kernel.hooks() {
         match &h.reason {
             None => println!("probe {}: attached", h.probe),
@@ -171,38 +175,45 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let mut nvml = NvmlCollector::start(args.interval);
     println!("GPU (NVML): {}", nvml.status());
-    let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let otlp = args.otlp.start()?;
+
+    let (tx, rx) = watch::channel(Arc::new(NodeSnapshot::default()));
+    let mut app = node::routes(rx);
+    if let Some(path) = &args.metrics_token_file {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            Token::from_file(path)?,
+            require_token,
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(args.metrics_listen)
         .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    println!("serving http://{}/api/v1/timeline", listener.local_addr()?);
-    let app = axum::Router::new().route(
-        "/api/v1/timeline",
-        axum::routing::get(move || {
-            let rx = rx.clone();
-            async move {
-                let snap = Arc::clone(&rx.borrow());
-                let body = serde_json::to_string(&*snap)
-                    .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-                (
-                    [(axum::http::header::CONTENT_TYPE, "application/json")],
-                    body,
-                )
-            }
-        }),
+        .with_context(|| format!("binding --metrics-listen {}", args.metrics_listen))?;
+    println!(
+        "serving http://{}/metrics and /api/v1/timeline",
+        listener.local_addr()?
     );
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let http = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let len = args.interval;
     let mut timeline = Timeline::new(now_unix_ms(), len.as_millis() as u64);
+    let mut totals = Totals::default();
+    let labels = Labels::default();
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + len, len);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
-    loop {
+    for n in 1u64.. {
         tokio::select! {
             _ = tick.tick() => {}
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
+        }
+        if n % REDISCOVER_EVERY == 0 {
+            let now = args.targets();
+            if now != servers {
+                println!("watching {now:?} (was {servers:?})");
+                kernel.watch(args.kernel_options(now.clone()))?;
+                servers = now;
+            }
         }
         let w = timeline.at(now_unix_ms().saturating_sub(1));
         kernel.close_window(w)?;
@@ -210,20 +221,63 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
             s.close_window(w);
         }
         nvml.close_window(w);
+        totals.add(w);
+        if let Some(x) = &otlp {
+            x.record_window(w, &labels);
+        }
         timeline.retain_last(args.keep);
         kernel.prune()?;
-        let snap = Snapshot {
-            processes: processes.clone(),
-            hooks: kernel.hooks().to_vec(),
-            losses: kernel.losses()?,
+        let losses = kernel.losses()?;
+        let mut drops = vec![
+            DropCounter {
+                stage: "kernel".into(),
+                what: "runqlat".into(),
+                count: losses.runq,
+            },
+            DropCounter {
+                stage: "kernel".into(),
+                what: "sockets".into(),
+                count: losses.sockets,
+            },
+            DropCounter {
+                stage: "kernel".into(),
+                what: "cuda".into(),
+                count: losses.cuda,
+            },
+            DropCounter {
+                stage: "channel".into(),
+                what: "events".into(),
+                count: losses.channels,
+            },
+        ];
+        if let Some(x) = &otlp {
+            drops.extend(x.stats().drop_counters());
+        }
+        let hooks = kernel.hooks().to_vec();
+        let metrics_text = prometheus::render(&prometheus::Snapshot {
+            latest: timeline.windows.last(),
+            totals: &totals,
+            labels: &labels,
+            probes: &hooks,
+            drops: &drops,
+        });
+        tx.send_replace(Arc::new(NodeSnapshot {
+            processes: servers.iter().map(|&p| procfs::identity(p)).collect(),
+            hooks,
+            losses,
+            scrape_error: scraper.as_ref().and_then(|s| s.last_error.clone()),
             timeline: Some(timeline.clone()),
-        };
-        tx.send_replace(Arc::new(snap));
+            metrics_text,
+        }));
         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             break;
         }
     }
-    server.abort();
+    http.abort();
+    if let Some(x) = otlp {
+        let stats = tokio::task::spawn_blocking(move || x.shutdown()).await??;
+        println!("OTLP: {stats:?}");
+    }
     // Dropping the collector detaches every link; nothing is pinned, so nothing is left behind.
     drop(kernel);
     println!("inferscope daemon: stopped");

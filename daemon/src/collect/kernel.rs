@@ -4,6 +4,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
+    os::unix::fs::MetadataExt as _,
     path::PathBuf,
 };
 
@@ -84,6 +85,8 @@ struct Pending {
 pub struct KernelCollector {
     probes: Probes,
     opts: KernelOptions,
+    /// (device, inode) of every CUDA target hooked, so each file is hooked once.
+    cuda_attached: HashSet<(u64, u64)>,
     sock: Option<Reader<SockEvent>>,
     cuda: Option<Reader<CudaEvent>>,
     last_runq: BTreeMap<u32, RunqHist>,
@@ -103,25 +106,15 @@ impl KernelCollector {
     /// Needs a tokio runtime (ring-buffer readers).
     pub fn start(opts: KernelOptions) -> Result<Self, ProbeError> {
         let mut probes = Probes::load()?;
-        let mut watch = opts.servers.clone();
-        watch.extend(opts.loadgen);
-        probes.set_watch(&watch)?;
         probes.attach(Family::Runqlat)?;
         probes.attach(Family::Sockets)?;
         probes.attach(Family::Cuda)?;
-        let mut targets: Vec<PathBuf> = opts.cuda_targets.clone();
-        if opts.discover_libcuda {
-            targets.extend(discover_libcuda());
-        }
-        let mut seen = HashSet::new();
-        for t in targets.iter().filter(|t| seen.insert((*t).clone())) {
-            probes.attach_cuda_target(t);
-        }
         let sock = probes.sock_events(16_384)?;
         let cuda = probes.cuda_events(16_384)?;
-        Ok(Self {
+        let mut me = Self {
             probes,
-            opts,
+            opts: KernelOptions::default(),
+            cuda_attached: HashSet::new(),
             sock,
             cuda,
             last_runq: BTreeMap::new(),
@@ -130,7 +123,45 @@ impl KernelCollector {
             account: GpuMemAccount::default(),
             pending: Pending::default(),
             exchanges: Vec::new(),
-        })
+        };
+        me.watch(opts)?;
+        Ok(me)
+    }
+
+    /// Changes what is watched: the watch-list of every probe, and CUDA uprobes on targets not
+    /// hooked yet (given ones, discovered `libcuda.so*`, and watched binaries that export the
+    /// driver API themselves, such as the simulated device).
+    pub fn watch(&mut self, opts: KernelOptions) -> Result<(), ProbeError> {
+        let mut watch = opts.servers.clone();
+        watch.extend(opts.loadgen);
+        self.probes.set_watch(&watch)?;
+        let mut targets: Vec<PathBuf> = opts.cuda_targets.clone();
+        if opts.discover_libcuda {
+            targets.extend(discover_libcuda());
+        }
+        // `/proc/<pid>/exe` opens the binary even when it lives in another mount namespace.
+        targets.extend(
+            opts.servers
+                .iter()
+                .map(|p| PathBuf::from(format!("/proc/{p}/exe")))
+                .filter(|exe| crate::probes::cuda::exports(exe, "cuMemAlloc_v2")),
+        );
+        for t in targets {
+            let Ok(md) = std::fs::metadata(&t) else {
+                continue;
+            };
+            if self.cuda_attached.insert((md.dev(), md.ino())) {
+                self.probes.attach_cuda_target(&t);
+            }
+        }
+        self.opts = opts;
+        Ok(())
+    }
+
+    /// The processes watched now.
+    #[must_use]
+    pub fn options(&self) -> &KernelOptions {
+        &self.opts
     }
 
     /// Every hook and whether it is attached.

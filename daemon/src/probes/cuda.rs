@@ -145,8 +145,10 @@ impl Probes {
     /// [`Probes::hooks`].
     pub fn attach_cuda_target(&mut self, target: &Path) -> usize {
         let mut attached = 0;
+        let names: Vec<&str> = SYMBOLS.iter().map(|s| s.0).collect();
+        let present = defined_symbols(target, &names);
         for (symbol, prog, api_id) in SYMBOLS {
-            if !exports(target, symbol) {
+            if !present.contains(symbol) {
                 continue;
             }
             let probe = format!(
@@ -213,16 +215,25 @@ impl Probes {
 /// Whether the ELF file at `path` defines `symbol` (dynamic or static symbol table).
 #[must_use]
 pub fn exports(path: &Path, symbol: &str) -> bool {
+    !defined_symbols(path, &[symbol]).is_empty()
+}
+
+/// Which of `wanted` the ELF file at `path` defines, reading and parsing the file once (a debug
+/// build of a server can be hundreds of MiB).
+fn defined_symbols<'a>(path: &Path, wanted: &[&'a str]) -> HashSet<&'a str> {
     use object::{Object as _, ObjectSymbol as _};
     let Ok(data) = std::fs::read(path) else {
-        return false;
+        return HashSet::new();
     };
-    let Ok(file) = object::File::parse(&*data) else {
-        return false;
+    let Ok(elf) = object::File::parse(&*data) else {
+        return HashSet::new();
     };
-    file.dynamic_symbols()
-        .chain(file.symbols())
-        .any(|s| s.is_definition() && s.name() == Ok(symbol))
+    elf.dynamic_symbols()
+        .chain(elf.symbols())
+        .filter(|s| s.is_definition())
+        .filter_map(|s| s.name().ok())
+        .filter_map(|n| wanted.iter().find(|w| **w == n).copied())
+        .collect()
 }
 
 #[cfg(test)]
