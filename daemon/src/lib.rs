@@ -3,4 +3,5 @@
 //! Data flows one way: `probes -> collect -> attribute -> export`; see DESIGN.md.
 
 pub mod collect;
+pub mod loadgen;
 pub mod probes;

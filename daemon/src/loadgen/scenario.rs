@@ -1,0 +1,507 @@
+//! Scenario files (experiment as code): the YAML schema, loading, and validation.
+//!
+//! The full schema with every field and default is documented in `docs/stress.md`;
+//! `examples/seed-matrix.yaml` is a complete example. Unknown keys are refused, and
+//! every error names the file, the line and what is wrong.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use rand::{SeedableRng, rngs::SmallRng};
+use serde::{Deserialize, Deserializer, de::Error as _};
+
+use super::{
+    arrival,
+    dataset::{Dataset, DatasetSpec},
+    record::Endpoint,
+    slo::Slo,
+    template::{JsonTemplate, Template},
+};
+
+/// Hard ceilings no scenario can exceed (guardrails against typos such as `rate: 20000`).
+pub const HARD_MAX_IN_FLIGHT: usize = 100_000;
+/// Largest open-loop rate accepted, requests per second.
+pub const HARD_MAX_RATE: f64 = 200_000.0;
+
+/// A whole scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Label `scenario` on every metric.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Base URL, e.g. `http://127.0.0.1:8000`. Non-loopback hosts need `--allow-remote`.
+    pub target: String,
+    /// Headers sent with every request (e.g. `Authorization`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Per-request timeout (default 60s).
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// After Ctrl-C or the last phase, how long in-flight requests may finish (default 5s).
+    #[serde(default = "default_grace", deserialize_with = "de_duration")]
+    pub grace: Duration,
+    /// Cap on requests in flight over the whole run (default 10000).
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// Abort the run when the error rate of the last second's finished requests exceeds this.
+    #[serde(default, deserialize_with = "de_opt_ratio")]
+    pub abort_error_rate: Option<f64>,
+    /// Requests that must have finished before `abort_error_rate` is checked (default 50).
+    #[serde(default = "default_abort_min")]
+    pub abort_min_requests: u64,
+    /// Random seed (schedules, templates, chaos); default: from the clock.
+    pub seed: Option<u64>,
+    /// Named datasets for `${dataset.*}` and `request.dataset`.
+    #[serde(default)]
+    pub datasets: BTreeMap<String, DatasetSpec>,
+    /// Phases, run one after the other.
+    pub phases: Vec<Phase>,
+    /// Datasets after loading (filled by [`Scenario::resolve`]).
+    #[serde(skip)]
+    pub loaded: BTreeMap<String, Arc<Dataset>>,
+}
+
+/// One phase: a load shape held for a duration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    /// Phase name (unique).
+    pub name: String,
+    /// Label `scenario` dimension such as baseline, soak, burst (default: the name).
+    pub label: Option<String>,
+    /// How long the phase sends (required).
+    #[serde(deserialize_with = "de_duration")]
+    pub duration: Duration,
+    /// Arrival process or concurrency.
+    pub load: Load,
+    /// What each request looks like.
+    #[serde(default)]
+    pub request: RequestSpec,
+    /// Cap on this phase's requests in flight.
+    pub max_in_flight: Option<usize>,
+    /// Cap on requested output tokens per second (sum of `max_tokens` sent).
+    pub max_tokens_per_s: Option<f64>,
+    /// What to do with a request when a cap is hit.
+    #[serde(default)]
+    pub when_capped: CapPolicy,
+    /// Fault knobs.
+    #[serde(default)]
+    pub chaos: ChaosSpec,
+    /// SLOs checked at the end of the phase (see `slo.rs` for the grammar).
+    #[serde(default, deserialize_with = "de_slos")]
+    pub slo: Vec<Slo>,
+    /// One-off requests at given offsets into the phase (e.g. trigger an index rebuild).
+    #[serde(default)]
+    pub events: Vec<EventSpec>,
+}
+
+/// Load shapes. Open-loop shapes take requests per second.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Load {
+    /// Evenly spaced arrivals.
+    Constant {
+        /// Requests per second.
+        #[serde(deserialize_with = "de_rate")]
+        rate: f64,
+    },
+    /// Poisson arrivals (exponential gaps).
+    Poisson {
+        /// Mean requests per second.
+        #[serde(deserialize_with = "de_rate")]
+        rate: f64,
+    },
+    /// Gamma gaps; `burstiness` < 1 is burstier than Poisson, > 1 smoother.
+    Gamma {
+        /// Mean requests per second.
+        #[serde(deserialize_with = "de_rate")]
+        rate: f64,
+        /// Gamma shape.
+        #[serde(deserialize_with = "de_positive")]
+        burstiness: f64,
+    },
+    /// Linear ramp from `from` to `to` requests per second.
+    Ramp {
+        /// Start rate.
+        #[serde(deserialize_with = "de_rate")]
+        from: f64,
+        /// End rate.
+        #[serde(deserialize_with = "de_rate")]
+        to: f64,
+    },
+    /// Replay of a timestamped trace (one timestamp per line; see `arrival::parse_trace`).
+    Trace {
+        /// Trace file, relative to the scenario file.
+        path: PathBuf,
+        /// Replay speed factor (2 = twice as fast).
+        #[serde(default = "one", deserialize_with = "de_positive")]
+        speed: f64,
+        /// Offsets read from the file (filled by [`Scenario::resolve`]).
+        #[serde(skip)]
+        offsets: Vec<Duration>,
+    },
+    /// Closed loop: this many users, each sending its next request when the last ends.
+    Concurrency {
+        /// Number of concurrent users (connections).
+        users: usize,
+    },
+}
+
+impl Load {
+    /// The open-loop arrival process, or `None` for closed-loop concurrency.
+    #[must_use]
+    pub fn arrival(&self) -> Option<arrival::Arrival> {
+        use arrival::Arrival;
+        Some(match self {
+            Load::Constant { rate } => Arrival::Constant(*rate),
+            Load::Poisson { rate } => Arrival::Gamma { rate: *rate, burstiness: 1.0 },
+            Load::Gamma { rate, burstiness } => Arrival::Gamma { rate: *rate, burstiness: *burstiness },
+            Load::Ramp { from, to } => Arrival::Ramp { from: *from, to: *to },
+            Load::Trace { offsets, .. } => Arrival::Trace(offsets.clone()),
+            Load::Concurrency { .. } => return None,
+        })
+    }
+
+    /// The `load_level` label: `rate=20/s`, `ramp=10..120/s`, `trace`, `concurrency=32`.
+    #[must_use]
+    pub fn level(&self) -> String {
+        match self {
+            Load::Constant { rate } | Load::Poisson { rate } | Load::Gamma { rate, .. } => {
+                format!("rate={rate}/s")
+            }
+            Load::Ramp { from, to } => format!("ramp={from}..{to}/s"),
+            Load::Trace { speed, .. } => format!("trace x{speed}"),
+            Load::Concurrency { users } => format!("concurrency={users}"),
+        }
+    }
+
+    /// Target requests per second (mean), when open-loop.
+    #[must_use]
+    pub fn target_rate(&self, duration: Duration) -> Option<f64> {
+        match self {
+            Load::Constant { rate } | Load::Poisson { rate } | Load::Gamma { rate, .. } => Some(*rate),
+            Load::Ramp { from, to } => Some(f64::midpoint(*from, *to)),
+            Load::Trace { offsets, .. } => Some(offsets.len() as f64 / duration.as_secs_f64()),
+            Load::Concurrency { .. } => None,
+        }
+    }
+}
+
+/// What happens to a request that a cap (in-flight or tokens/s) holds back.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CapPolicy {
+    /// Wait for room; the wait shows as send lag and inside every latency.
+    #[default]
+    Wait,
+    /// Drop it and count it (k6's `dropped_iterations`).
+    Drop,
+}
+
+/// The request of a phase. Fields that do not apply to the endpoint are refused.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestSpec {
+    /// `chat` (default), `completions`, `vector_search` or `http`.
+    pub endpoint: Option<Endpoint>,
+    /// Path under the target (default per endpoint, e.g. `/v1/chat/completions`).
+    pub path: Option<String>,
+    /// HTTP method for `http` (default GET, or POST when a body is given).
+    pub method: Option<String>,
+    /// `model` field (default `default`).
+    pub model: Option<String>,
+    /// Prompt template (default `${dataset.prompt}` with a dataset, else a fixed prompt).
+    #[serde(default, deserialize_with = "de_opt_template")]
+    pub prompt: Option<Template>,
+    /// Dataset name from `datasets:`.
+    pub dataset: Option<String>,
+    /// `max_tokens` (default: the dataset row's output length, else server default).
+    pub max_tokens: Option<u32>,
+    /// `temperature`: a number or a template such as `${random_float(0.3,0.8)}`.
+    #[serde(default, deserialize_with = "de_opt_json_template")]
+    pub temperature: Option<JsonTemplate>,
+    /// Stream the answer (default true for LLM endpoints).
+    pub stream: Option<bool>,
+    /// Extra JSON fields merged into the body (templated); for `http`, the whole body.
+    #[serde(default, deserialize_with = "de_opt_json_template")]
+    pub body: Option<JsonTemplate>,
+    /// Per-request headers, added to the scenario's.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Vector search: query text template (the server embeds it).
+    #[serde(default, deserialize_with = "de_opt_template")]
+    pub text: Option<Template>,
+    /// Vector search: random unit query vectors of this many dimensions.
+    pub dimensions: Option<usize>,
+    /// Vector search: `top_k` (default 10).
+    pub top_k: Option<u32>,
+    /// Vector search: `ef_search`.
+    pub ef_search: Option<u32>,
+    /// Vector search: fraction of queries also sent to the exact endpoint for recall@k.
+    #[serde(default, deserialize_with = "de_opt_ratio")]
+    pub recall_sample: Option<f64>,
+    /// Vector search: ground-truth path (default `/v1/vector/exact`).
+    pub exact_path: Option<String>,
+}
+
+/// Fault knobs of a phase (fractions of its requests).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChaosSpec {
+    /// Fraction sent with `max_tokens = 1`.
+    #[serde(default, deserialize_with = "de_ratio")]
+    pub max_tokens_one: f64,
+    /// Fraction the client closes right after the first token.
+    #[serde(default, deserialize_with = "de_ratio")]
+    pub abort_mid_stream: f64,
+    /// Fraction whose prompt is inflated to `oversize_tokens` words.
+    #[serde(default, deserialize_with = "de_ratio")]
+    pub oversize_prompt: f64,
+    /// Size of an oversize prompt in words (default 200000).
+    pub oversize_tokens: Option<u32>,
+}
+
+/// A one-off request during a phase.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    /// Offset into the phase (default 0s).
+    #[serde(default, deserialize_with = "de_duration")]
+    pub at: Duration,
+    /// Method (default POST).
+    #[serde(default = "default_post")]
+    pub method: String,
+    /// Path under the target, e.g. `/v1/vector/rebuild`.
+    pub path: String,
+    /// JSON body (default `{}`).
+    pub body: Option<serde_json::Value>,
+}
+
+/// A scenario that cannot be used: file, line (when known) and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}{}: {msg}", line.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
+pub struct ScenarioError {
+    /// The scenario file (or `<flags>`).
+    pub file: String,
+    /// 1-based line and column.
+    pub line: Option<(usize, usize)>,
+    /// What is wrong and what to do.
+    pub msg: String,
+}
+
+impl Scenario {
+    /// Reads, parses, validates and resolves a scenario file.
+    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+        let src = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: path.display().to_string(),
+            line: None,
+            msg: format!("cannot read scenario: {e}"),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::from_yaml(&src, &path.display().to_string(), base)
+    }
+
+    /// Parses YAML text; `file` names it in errors, `base` resolves relative paths.
+    pub fn from_yaml(src: &str, file: &str, base: &Path) -> Result<Self, ScenarioError> {
+        let mut s: Scenario = serde_yaml::from_str(src).map_err(|e| {
+            let mut msg = e.to_string();
+            // serde_yaml appends " at line L column C"; we print the location up front.
+            if let Some(i) = msg.find(" at line ") {
+                msg.truncate(i);
+            }
+            if msg.contains("missing field `duration`") {
+                msg.push_str(" (every phase needs one, e.g. `duration: 60s`)");
+            }
+            ScenarioError {
+                file: file.to_string(),
+                line: e.location().map(|l| (l.line(), l.column())),
+                msg,
+            }
+        })?;
+        s.resolve(file, src, base)?;
+        Ok(s)
+    }
+
+    /// Cross-field checks, datasets and trace files. `src` is used to find lines.
+    pub fn resolve(&mut self, file: &str, src: &str, base: &Path) -> Result<(), ScenarioError> {
+        let err = |needle: &str, msg: String| ScenarioError {
+            file: file.to_string(),
+            line: line_of(src, needle),
+            msg,
+        };
+        if self.phases.is_empty() {
+            return Err(err("phases", "`phases` is empty: add at least one phase".into()));
+        }
+        if self.max_in_flight == 0 || self.max_in_flight > HARD_MAX_IN_FLIGHT {
+            return Err(err("max_in_flight", format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}")));
+        }
+        let mut rng = SmallRng::seed_from_u64(self.seed.unwrap_or(0));
+        for (name, spec) in &self.datasets {
+            let ds = Dataset::load(spec, base, &mut rng)
+                .map_err(|e| err(&format!("{name}:"), format!("dataset `{name}`: {e}")))?;
+            self.loaded.insert(name.clone(), Arc::new(ds));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for p in &mut self.phases {
+            let at = format!("name: {}", p.name);
+            if !seen.insert(p.name.clone()) {
+                return Err(err(&at, format!("phase name `{}` is used twice", p.name)));
+            }
+            if p.duration.is_zero() {
+                return Err(err(&at, format!("phase `{}`: duration must be > 0", p.name)));
+            }
+            if let Some(ds) = &p.request.dataset
+                && !self.loaded.contains_key(ds)
+            {
+                return Err(err(
+                    &format!("dataset: {ds}"),
+                    format!("phase `{}` uses dataset `{ds}`, which `datasets:` does not define", p.name),
+                ));
+            }
+            let uses = p.request.prompt.as_ref().is_some_and(Template::uses_dataset)
+                || p.request.text.as_ref().is_some_and(Template::uses_dataset);
+            if uses && p.request.dataset.is_none() {
+                return Err(err(&at, format!("phase `{}` uses ${{dataset.*}} but sets no `request.dataset`", p.name)));
+            }
+            match &mut p.load {
+                Load::Concurrency { users } if *users == 0 || *users > HARD_MAX_IN_FLIGHT => {
+                    return Err(err(&at, format!("phase `{}`: users must be 1..={HARD_MAX_IN_FLIGHT}", p.name)));
+                }
+                Load::Trace { path, speed, offsets } => {
+                    let full = base.join(&*path);
+                    let text = std::fs::read_to_string(&full).map_err(|e| {
+                        err(&at, format!("phase `{}`: cannot read trace {}: {e}", p.name, full.display()))
+                    })?;
+                    *offsets = arrival::parse_trace(&text, *speed).map_err(|(line, what)| ScenarioError {
+                        file: full.display().to_string(),
+                        line: Some((line, 1)),
+                        msg: what,
+                    })?;
+                }
+                _ => {}
+            }
+            if let Some(rate) = p.load.target_rate(p.duration).filter(|r| *r > HARD_MAX_RATE) {
+                return Err(err(&at, format!("phase `{}`: rate {rate}/s is above the hard cap {HARD_MAX_RATE}/s", p.name)));
+            }
+            let endpoint = p.request.endpoint.unwrap_or(Endpoint::Chat);
+            let vector_only = p.request.text.is_some() || p.request.dimensions.is_some()
+                || p.request.top_k.is_some() || p.request.ef_search.is_some() || p.request.recall_sample.is_some();
+            if vector_only && endpoint != Endpoint::VectorSearch {
+                return Err(err(&at, format!("phase `{}`: text/dimensions/top_k/ef_search/recall_sample need `endpoint: vector_search`", p.name)));
+            }
+            if endpoint == Endpoint::VectorSearch && p.request.text.is_none() && p.request.dimensions.is_none() {
+                return Err(err(&at, format!("phase `{}`: a vector_search request needs `text:` or `dimensions:`", p.name)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The target's host, for the loopback guardrail.
+    #[must_use]
+    pub fn target_host(&self) -> Option<String> {
+        let uri: hyper::Uri = self.target.parse().ok()?;
+        uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+    }
+}
+
+/// Whether `host` is loopback (`localhost`, 127.0.0.0/8, ::1).
+#[must_use]
+pub fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+fn line_of(src: &str, needle: &str) -> Option<(usize, usize)> {
+    src.lines()
+        .enumerate()
+        .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
+}
+
+fn default_name() -> String {
+    "stress".into()
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_grace() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_max_in_flight() -> usize {
+    10_000
+}
+fn default_abort_min() -> u64 {
+    50
+}
+fn default_post() -> String {
+    "POST".into()
+}
+fn one() -> f64 {
+    1.0
+}
+
+/// `60s`, `500ms`, `1m 30s` (humantime).
+pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s)
+        .map_err(|e| D::Error::custom(format!("bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)")))
+}
+
+fn de_rate<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v > 0.0 && v <= HARD_MAX_RATE {
+        Ok(v)
+    } else {
+        Err(D::Error::custom(format!("rate {v} must be > 0 and <= {HARD_MAX_RATE} requests/s")))
+    }
+}
+
+fn de_positive<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v > 0.0 && v.is_finite() { Ok(v) } else { Err(D::Error::custom(format!("{v} must be > 0"))) }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RatioRepr {
+    Num(f64),
+    Text(String),
+}
+
+fn de_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = match RatioRepr::deserialize(d)? {
+        RatioRepr::Num(v) => v,
+        RatioRepr::Text(t) => t
+            .trim()
+            .strip_suffix('%')
+            .and_then(|p| p.trim().parse::<f64>().ok())
+            .map(|p| p / 100.0)
+            .ok_or_else(|| D::Error::custom(format!("bad fraction {t:?}: write 0.1 or 10%")))?,
+    };
+    if (0.0..=1.0).contains(&v) { Ok(v) } else { Err(D::Error::custom(format!("fraction {v} is not within 0..1 (0%..100%)"))) }
+}
+
+fn de_opt_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    de_ratio(d).map(Some)
+}
+
+fn de_opt_template<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Template>, D::Error> {
+    let s = String::deserialize(d)?;
+    Template::parse(&s).map(Some).map_err(D::Error::custom)
+}
+
+fn de_opt_json_template<'de, D: Deserializer<'de>>(d: D) -> Result<Option<JsonTemplate>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    JsonTemplate::compile(&v).map(Some).map_err(D::Error::custom)
+}
+
+fn de_slos<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Slo>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| Slo::parse(s).map_err(D::Error::custom))
+        .collect()
+}
