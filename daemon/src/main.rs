@@ -17,12 +17,15 @@ struct Cli {
 enum Command {
     /// Run-queue latency per process, like bcc's runqlat (needs root).
     Runqlat(cli::runqlat::Args),
+    /// Load an inference service: open-loop, coordinated-omission correct, LLM-aware.
+    Stress(cli::stress::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Runqlat(args) => cli::runqlat::run(&args),
+        Command::Stress(args) => cli::stress::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -100,56 +100,118 @@ pub struct Phase {
     pub events: Vec<EventSpec>,
 }
 
-/// Load shapes. Open-loop shapes take requests per second.
+/// Load shapes, written `load: {shape: poisson, rate: 20}`. Open-loop shapes take
+/// requests per second; `concurrency` is closed loop.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[serde(try_from = "LoadRaw")]
 pub enum Load {
-    /// Evenly spaced arrivals.
+    /// `shape: constant, rate: R`: evenly spaced arrivals.
     Constant {
         /// Requests per second.
-        #[serde(deserialize_with = "de_rate")]
         rate: f64,
     },
-    /// Poisson arrivals (exponential gaps).
+    /// `shape: poisson, rate: R`: exponential gaps.
     Poisson {
         /// Mean requests per second.
-        #[serde(deserialize_with = "de_rate")]
         rate: f64,
     },
-    /// Gamma gaps; `burstiness` < 1 is burstier than Poisson, > 1 smoother.
+    /// `shape: gamma, rate: R, burstiness: B`: B < 1 burstier than Poisson, > 1 smoother.
     Gamma {
         /// Mean requests per second.
-        #[serde(deserialize_with = "de_rate")]
         rate: f64,
         /// Gamma shape.
-        #[serde(deserialize_with = "de_positive")]
         burstiness: f64,
     },
-    /// Linear ramp from `from` to `to` requests per second.
+    /// `shape: ramp, from: A, to: B`: rate rising linearly over the phase.
     Ramp {
         /// Start rate.
-        #[serde(deserialize_with = "de_rate")]
         from: f64,
         /// End rate.
-        #[serde(deserialize_with = "de_rate")]
         to: f64,
     },
-    /// Replay of a timestamped trace (one timestamp per line; see `arrival::parse_trace`).
+    /// `shape: trace, path: FILE, speed: S`: replay of a timestamped trace (one timestamp
+    /// per line; see `arrival::parse_trace`), relative to the scenario file.
     Trace {
-        /// Trace file, relative to the scenario file.
+        /// Trace file.
         path: PathBuf,
         /// Replay speed factor (2 = twice as fast).
-        #[serde(default = "one", deserialize_with = "de_positive")]
         speed: f64,
         /// Offsets read from the file (filled by [`Scenario::resolve`]).
-        #[serde(skip)]
         offsets: Vec<Duration>,
     },
-    /// Closed loop: this many users, each sending its next request when the last ends.
+    /// `shape: concurrency, users: N`: closed loop, each user sends its next request when
+    /// the last one ends.
     Concurrency {
         /// Number of concurrent users (connections).
         users: usize,
     },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadRaw {
+    shape: String,
+    rate: Option<f64>,
+    burstiness: Option<f64>,
+    from: Option<f64>,
+    to: Option<f64>,
+    path: Option<PathBuf>,
+    speed: Option<f64>,
+    users: Option<usize>,
+}
+
+impl TryFrom<LoadRaw> for Load {
+    type Error = String;
+
+    fn try_from(r: LoadRaw) -> Result<Self, String> {
+        let rate_ok = |name: &str, v: Option<f64>| match v {
+            Some(v) if v > 0.0 && v <= HARD_MAX_RATE => Ok(v),
+            Some(v) => Err(format!("`{name}: {v}` must be > 0 and <= {HARD_MAX_RATE} requests/s")),
+            None => Err(format!("shape `{}` needs `{name}:` (requests/s)", r.shape)),
+        };
+        let given: Vec<&str> = [
+            ("rate", r.rate.is_some()),
+            ("burstiness", r.burstiness.is_some()),
+            ("from", r.from.is_some()),
+            ("to", r.to.is_some()),
+            ("path", r.path.is_some()),
+            ("speed", r.speed.is_some()),
+            ("users", r.users.is_some()),
+        ]
+        .iter()
+        .filter_map(|(n, g)| g.then_some(*n))
+        .collect();
+        let allowed: &[&str] = match r.shape.as_str() {
+            "constant" | "poisson" => &["rate"],
+            "gamma" => &["rate", "burstiness"],
+            "ramp" => &["from", "to"],
+            "trace" => &["path", "speed"],
+            "concurrency" => &["users"],
+            other => {
+                return Err(format!(
+                    "unknown shape `{other}`: use constant, poisson, gamma, ramp, trace or concurrency"
+                ));
+            }
+        };
+        if let Some(extra) = given.iter().find(|g| !allowed.contains(g)) {
+            return Err(format!("shape `{}` does not take `{extra}` (it takes: {})", r.shape, allowed.join(", ")));
+        }
+        Ok(match r.shape.as_str() {
+            "constant" => Load::Constant { rate: rate_ok("rate", r.rate)? },
+            "poisson" => Load::Poisson { rate: rate_ok("rate", r.rate)? },
+            "gamma" => Load::Gamma {
+                rate: rate_ok("rate", r.rate)?,
+                burstiness: r.burstiness.filter(|b| *b > 0.0 && b.is_finite()).ok_or("shape `gamma` needs `burstiness:` > 0 (1 = Poisson)")?,
+            },
+            "ramp" => Load::Ramp { from: rate_ok("from", r.from)?, to: rate_ok("to", r.to)? },
+            "trace" => Load::Trace {
+                path: r.path.ok_or("shape `trace` needs `path:` (a file of timestamps)")?,
+                speed: r.speed.map_or(Ok(1.0), |s| if s > 0.0 && s.is_finite() { Ok(s) } else { Err("`speed` must be > 0") })?,
+                offsets: Vec::new(),
+            },
+            _ => Load::Concurrency { users: r.users.ok_or("shape `concurrency` needs `users:`")? },
+        })
+    }
 }
 
 impl Load {
@@ -440,9 +502,6 @@ fn default_abort_min() -> u64 {
 fn default_post() -> String {
     "POST".into()
 }
-fn one() -> f64 {
-    1.0
-}
 
 /// `60s`, `500ms`, `1m 30s` (humantime).
 pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -451,19 +510,7 @@ pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
         .map_err(|e| D::Error::custom(format!("bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)")))
 }
 
-fn de_rate<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let v = f64::deserialize(d)?;
-    if v > 0.0 && v <= HARD_MAX_RATE {
-        Ok(v)
-    } else {
-        Err(D::Error::custom(format!("rate {v} must be > 0 and <= {HARD_MAX_RATE} requests/s")))
-    }
-}
 
-fn de_positive<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let v = f64::deserialize(d)?;
-    if v > 0.0 && v.is_finite() { Ok(v) } else { Err(D::Error::custom(format!("{v} must be > 0"))) }
-}
 
 #[derive(Deserialize)]
 #[serde(untagged)]
