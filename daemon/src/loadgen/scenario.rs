@@ -379,11 +379,8 @@ impl Scenario {
             if msg.contains("missing field `duration`") {
                 msg.push_str(" (every phase needs one, e.g. `duration: 60s`)");
             }
-            ScenarioError {
-                file: file.to_string(),
-                line: e.location().map(|l| (l.line(), l.column())),
-                msg,
-            }
+            let line = e.location().map(|l| refine(src, (l.line(), l.column()), &msg));
+            ScenarioError { file: file.to_string(), line, msg }
         })?;
         s.resolve(file, src, base)?;
         Ok(s)
@@ -478,6 +475,23 @@ pub fn is_loopback(host: &str) -> bool {
         || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// serde_yaml places our own validation errors at the start of the enclosing mapping;
+/// when the message quotes the offending text, point at that text instead.
+fn refine(src: &str, at: (usize, usize), msg: &str) -> (usize, usize) {
+    let serde_own = ["missing field", "unknown field", "invalid type", "invalid value", "did not find", "unknown variant"];
+    if serde_own.iter().any(|p| msg.contains(p)) {
+        return at;
+    }
+    let quoted = msg.split_once(['"', '`']).and_then(|(_, rest)| rest.split_once(['"', '`'])).map(|(q, _)| q);
+    let Some(q) = quoted.filter(|q| !q.is_empty()) else { return at };
+    src.lines()
+        .enumerate()
+        .skip(at.0.saturating_sub(1))
+        .take(200)
+        .find_map(|(i, l)| l.find(q).map(|c| (i + 1, c + 1)))
+        .unwrap_or(at)
+}
+
 fn line_of(src: &str, needle: &str) -> Option<(usize, usize)> {
     src.lines()
         .enumerate()
@@ -520,7 +534,12 @@ enum RatioRepr {
 }
 
 fn de_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let v = match RatioRepr::deserialize(d)? {
+    let repr = RatioRepr::deserialize(d)?;
+    let text = match &repr {
+        RatioRepr::Num(v) => v.to_string(),
+        RatioRepr::Text(t) => t.clone(),
+    };
+    let v = match repr {
         RatioRepr::Num(v) => v,
         RatioRepr::Text(t) => t
             .trim()
@@ -529,7 +548,7 @@ fn de_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
             .map(|p| p / 100.0)
             .ok_or_else(|| D::Error::custom(format!("bad fraction {t:?}: write 0.1 or 10%")))?,
     };
-    if (0.0..=1.0).contains(&v) { Ok(v) } else { Err(D::Error::custom(format!("fraction {v} is not within 0..1 (0%..100%)"))) }
+    if (0.0..=1.0).contains(&v) { Ok(v) } else { Err(D::Error::custom(format!("fraction `{text}` is not within 0..1 (0%..100%)"))) }
 }
 
 fn de_opt_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
