@@ -18,7 +18,7 @@ enum Command {
     /// Run-queue latency per process, like bcc's runqlat (needs root).
     Runqlat(cli::runqlat::Args),
     /// Load an inference service: open-loop, coordinated-omission correct, LLM-aware.
-    Stress(cli::stress::Args),
+    Stress(Box<cli::stress::Args>),
 }
 
 fn main() -> ExitCode {

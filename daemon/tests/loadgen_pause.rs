@@ -2,7 +2,10 @@
 
 mod loadgen_support;
 
-use std::{path::Path, time::{Duration, Instant}};
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use inferscope::loadgen::{self, Options, Scenario};
 use tokio_util::sync::CancellationToken;
@@ -18,17 +21,34 @@ async fn server_pause_shows_in_p99_and_send_lag() {
     let scenario = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
     let pause_from = Instant::now() + Duration::from_secs(2);
     *stamps.pause.lock().unwrap() = Some((pause_from, pause_from + Duration::from_secs(1)));
-    let report = loadgen::run(&scenario, Options::new(), CancellationToken::new()).await.unwrap();
+    let report = loadgen::run(&scenario, Options::new(), CancellationToken::new())
+        .await
+        .unwrap();
     let p = &report.phases[0];
     let e2e = &p.latency_ms["e2e"];
     let lag = &p.latency_ms["send_lag"];
-    eprintln!("e2e p50 {:.1} p99 {:.1} max {:.1} ms; send lag p99 {:.1} max {:.1} ms", e2e.p50, e2e.p99, e2e.max, lag.p99, lag.max);
+    eprintln!(
+        "e2e p50 {:.1} p99 {:.1} max {:.1} ms; send lag p99 {:.1} max {:.1} ms",
+        e2e.p50, e2e.p99, e2e.max, lag.p99, lag.max
+    );
     assert_eq!(p.counts.ok, 1000, "{:?}", p.counts);
     // Requests intended during the stall see up to ~1 s; about 20% of all are affected.
-    assert!(e2e.p99 > 800.0, "p99 {} ms must include the 1 s pause", e2e.p99);
+    assert!(
+        e2e.p99 > 800.0,
+        "p99 {} ms must include the 1 s pause",
+        e2e.p99
+    );
     assert!(e2e.max > 900.0 && e2e.max < 2500.0, "max {}", e2e.max);
-    assert!(e2e.p50 < 100.0, "median {} ms should be unaffected", e2e.p50);
-    assert!(lag.p99 > 500.0, "send lag p99 {} ms must show the stall", lag.p99);
+    assert!(
+        e2e.p50 < 100.0,
+        "median {} ms should be unaffected",
+        e2e.p50
+    );
+    assert!(
+        lag.p99 > 500.0,
+        "send lag p99 {} ms must show the stall",
+        lag.p99
+    );
     // The SLO gate sees it too.
     assert!(!report.slo_pass);
     assert!(!p.slo[0].pass);

@@ -13,7 +13,9 @@ async fn run_shape(load: &str, secs: u64) -> (Vec<f64>, loadgen::Report) {
         "name: rate\ntarget: http://{addr}\nseed: 42\nphases:\n  - name: p\n    duration: {secs}s\n    load: {load}\n    request: {{endpoint: http, path: /}}\n"
     );
     let scenario = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
-    let report = loadgen::run(&scenario, Options::new(), CancellationToken::new()).await.unwrap();
+    let report = loadgen::run(&scenario, Options::new(), CancellationToken::new())
+        .await
+        .unwrap();
     (stamps.offsets(), report)
 }
 
@@ -28,12 +30,27 @@ async fn constant_rate_within_2_percent_over_10s() {
     assert_eq!(offsets.len(), 1000);
     let rate = achieved(&offsets);
     eprintln!("constant: achieved {rate:.3} req/s for 100");
-    assert!((rate - 100.0).abs() / 100.0 < 0.02, "achieved {rate} req/s for 100");
+    assert!(
+        (rate - 100.0).abs() / 100.0 < 0.02,
+        "achieved {rate} req/s for 100"
+    );
     let p = &report.phases[0];
-    assert_eq!((p.counts.scheduled, p.counts.ok, p.counts.dropped), (1000, 1000, 0));
-    assert!((p.requests_per_s - 100.0).abs() < 2.0, "{}", p.requests_per_s);
+    assert_eq!(
+        (p.counts.scheduled, p.counts.ok, p.counts.dropped),
+        (1000, 1000, 0)
+    );
+    assert!(
+        (p.requests_per_s - 100.0).abs() < 2.0,
+        "{}",
+        p.requests_per_s
+    );
     // Every record carries the client's socket address for the 4-tuple join.
-    assert!(report.records.iter().all(|r| r.local_addr.is_some_and(|a| a.ip().is_loopback())));
+    assert!(
+        report
+            .records
+            .iter()
+            .all(|r| r.local_addr.is_some_and(|a| a.ip().is_loopback()))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,11 +58,16 @@ async fn poisson_rate_within_2_percent_and_gamma_burstier() {
     let (poisson, _) = run_shape("{shape: poisson, rate: 100}", 10).await;
     assert_eq!(poisson.len(), 1000);
     let rate = achieved(&poisson);
-    assert!((rate - 100.0).abs() / 100.0 < 0.02, "achieved {rate} req/s for 100");
+    assert!(
+        (rate - 100.0).abs() / 100.0 < 0.02,
+        "achieved {rate} req/s for 100"
+    );
     let (gamma, _) = run_shape("{shape: gamma, rate: 100, burstiness: 0.25}", 10).await;
     assert_eq!(gamma.len(), 1000);
     let (cv_p, cv_g) = (gap_cv(&poisson), gap_cv(&gamma));
-    eprintln!("poisson: achieved {rate:.3} req/s for 100; gap CV poisson {cv_p:.3}, gamma(0.25) {cv_g:.3}");
+    eprintln!(
+        "poisson: achieved {rate:.3} req/s for 100; gap CV poisson {cv_p:.3}, gamma(0.25) {cv_g:.3}"
+    );
     // Poisson gaps have CV 1; gamma with shape 0.25 has CV 2. Timer granularity blurs both.
     assert!(cv_p > 0.8 && cv_p < 1.2, "poisson CV {cv_p}");
     assert!(cv_g > cv_p * 1.4, "gamma CV {cv_g} vs poisson {cv_p}");

@@ -4,7 +4,9 @@
 //! `abort_error_rate`); 130 interrupted (Ctrl-C; the report is still written);
 //! 1 bad input or setup failure.
 
-use std::{collections::BTreeMap, io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration};
+use std::{
+    collections::BTreeMap, io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration,
+};
 
 use anyhow::{Context as _, bail};
 use inferscope::loadgen::{
@@ -18,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Arguments of `inferscope stress`.
 #[derive(clap::Args)]
+// Independent on/off flags of a CLI, not a state machine.
+#[allow(clippy::struct_excessive_bools)]
 pub struct Args {
     /// Scenario file (YAML; see docs/stress.md). Without one, the flags below describe one phase.
     scenario: Option<PathBuf>,
@@ -60,7 +64,7 @@ pub struct Args {
     /// Do not stream LLM answers.
     #[arg(long)]
     no_stream: bool,
-    /// SLO checked at the end, e.g. "ttft_p95 < 500ms"; repeat for more.
+    /// SLO checked at the end, e.g. `ttft_p95 < 500ms`; repeat for more.
     #[arg(long = "slo", value_name = "SLO")]
     slos: Vec<String>,
     /// Cap on requests in flight over the whole run.
@@ -103,8 +107,15 @@ enum EndpointArg {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut scenario = match &args.scenario {
         Some(path) => {
-            if args.rate.is_some() || args.connections.is_some() || args.duration.is_some() || args.method.is_some() {
-                bail!("--rate, --connections, --duration and --method describe a run without a scenario file; set them in {} instead", path.display());
+            if args.rate.is_some()
+                || args.connections.is_some()
+                || args.duration.is_some()
+                || args.method.is_some()
+            {
+                bail!(
+                    "--rate, --connections, --duration and --method describe a run without a scenario file; set them in {} instead",
+                    path.display()
+                );
             }
             Scenario::from_file(path)?
         }
@@ -125,14 +136,20 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         observer: None,
         progress: !args.quiet && std::io::stderr().is_terminal(),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
     let report = rt.block_on(async {
         let cancel = CancellationToken::new();
         let c = cancel.clone();
         let grace = scenario.grace;
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\ninferscope: stopping; requests in flight get {} to finish", humantime::format_duration(grace));
+                eprintln!(
+                    "\ninferscope: stopping; requests in flight get {} to finish",
+                    humantime::format_duration(grace)
+                );
                 c.cancel();
             }
         });
@@ -140,7 +157,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     })?;
     print!("{}", report.table());
     if let Some(out) = &args.out {
-        report.write(out).with_context(|| format!("writing the report to {}", out.display()))?;
+        report
+            .write(out)
+            .with_context(|| format!("writing the report to {}", out.display()))?;
         eprintln!("report written to {}", out.display());
     }
     Ok(match &report.stopped {
@@ -153,11 +172,20 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 /// A one-phase scenario from flags.
 fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
-    let Some(target) = &args.target else { bail!("give a scenario file or --target URL (e.g. --target http://127.0.0.1:8000 --rate 20 --duration 60s)") };
-    let Some(duration) = args.duration else { bail!("--duration is required (e.g. --duration 60s): a run never goes on forever") };
+    let Some(target) = &args.target else {
+        bail!(
+            "give a scenario file or --target URL (e.g. --target http://127.0.0.1:8000 --rate 20 --duration 60s)"
+        )
+    };
+    let Some(duration) = args.duration else {
+        bail!("--duration is required (e.g. --duration 60s): a run never goes on forever")
+    };
     let load = match (args.rate, args.connections) {
         (Some(rate), _) if !(rate > 0.0 && rate <= loadgen::scenario::HARD_MAX_RATE) => {
-            bail!("--rate must be > 0 and <= {}", loadgen::scenario::HARD_MAX_RATE)
+            bail!(
+                "--rate must be > 0 and <= {}",
+                loadgen::scenario::HARD_MAX_RATE
+            )
         }
         (Some(rate), _) => match args.arrival {
             ArrivalArg::Constant => Load::Constant { rate },
@@ -167,17 +195,17 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         (None, None) => bail!("give --rate (open loop, requests/s) or --connections (closed loop)"),
     };
     let endpoint = match (args.endpoint, &args.method) {
-        (Some(EndpointArg::Chat), _) => Endpoint::Chat,
+        (Some(EndpointArg::Chat), _) | (None, None) => Endpoint::Chat,
         (Some(EndpointArg::Completions), _) => Endpoint::Completions,
         (Some(EndpointArg::VectorSearch), _) => Endpoint::VectorSearch,
         (Some(EndpointArg::Http), _) | (None, Some(_)) => Endpoint::Http,
-        (None, None) => Endpoint::Chat,
     };
     let body = args
         .body
         .as_ref()
         .map(|b| {
-            let v = serde_json::from_str(b).unwrap_or_else(|_| serde_json::Value::String(b.clone()));
+            let v =
+                serde_json::from_str(b).unwrap_or_else(|_| serde_json::Value::String(b.clone()));
             JsonTemplate::compile(&v).map_err(|e| anyhow::anyhow!("--body: {e}"))
         })
         .transpose()?;
@@ -186,15 +214,26 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         path: Target::url_path(target),
         method: args.method.clone(),
         model: args.model.clone(),
-        prompt: args.prompt.as_deref().map(Template::parse).transpose().map_err(|e| anyhow::anyhow!("--prompt: {e}"))?,
+        prompt: args
+            .prompt
+            .as_deref()
+            .map(Template::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--prompt: {e}"))?,
         max_tokens: args.max_tokens,
-        temperature: args.temperature.map(|t| JsonTemplate::Leaf(serde_json::json!(t))),
+        temperature: args
+            .temperature
+            .map(|t| JsonTemplate::Leaf(serde_json::json!(t))),
         stream: Some(!args.no_stream),
         body,
         dimensions: (endpoint == Endpoint::VectorSearch).then_some(128),
         ..RequestSpec::default()
     };
-    let slo = args.slos.iter().map(|s| Slo::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    let slo = args
+        .slos
+        .iter()
+        .map(|s| Slo::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
     let phase = Phase {
         name: "main".into(),
         label: None,
@@ -212,7 +251,7 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         name: "stress".into(),
         target: target.clone(),
         headers: BTreeMap::new(),
-        timeout: args.timeout.unwrap_or(Duration::from_secs(60)),
+        timeout: args.timeout.unwrap_or(Duration::from_mins(1)),
         grace: Duration::from_secs(5),
         max_in_flight: args.max_in_flight.unwrap_or(10_000),
         abort_error_rate: None,

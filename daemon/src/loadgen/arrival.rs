@@ -40,7 +40,9 @@ pub fn schedule<R: Rng>(arrival: &Arrival, duration: Duration, rng: &mut R) -> V
     match arrival {
         Arrival::Constant(rate) => {
             let n = (rate * d).round() as usize;
-            (0..n).map(|i| Duration::from_secs_f64(i as f64 / rate)).collect()
+            (0..n)
+                .map(|i| Duration::from_secs_f64(i as f64 / rate))
+                .collect()
         }
         Arrival::Gamma { rate, burstiness } => {
             let n = (rate * d).round() as usize;
@@ -55,7 +57,11 @@ pub fn schedule<R: Rng>(arrival: &Arrival, duration: Duration, rng: &mut R) -> V
                 })
                 .collect();
             // Rescale so the last request lands at n / rate: the count is exact.
-            let scale = if acc > 0.0 { (n as f64 / rate) / acc } else { 0.0 };
+            let scale = if acc > 0.0 {
+                (n as f64 / rate) / acc
+            } else {
+                0.0
+            };
             cum.iter()
                 .map(|c| Duration::from_secs_f64((c * scale).min(d)))
                 .collect()
@@ -142,8 +148,14 @@ mod tests {
         let d = Duration::from_secs(10);
         for a in [
             Arrival::Constant(20.0),
-            Arrival::Gamma { rate: 20.0, burstiness: 1.0 },
-            Arrival::Gamma { rate: 20.0, burstiness: 0.2 },
+            Arrival::Gamma {
+                rate: 20.0,
+                burstiness: 1.0,
+            },
+            Arrival::Gamma {
+                rate: 20.0,
+                burstiness: 0.2,
+            },
         ] {
             let s = schedule(&a, d, &mut rng);
             assert_eq!(s.len(), 200, "{a:?}");
@@ -158,8 +170,20 @@ mod tests {
         let d = Duration::from_secs(100);
         let cv = |a: Arrival, rng: &mut SmallRng| gap_cv(&secs(&schedule(&a, d, rng)));
         let constant = cv(Arrival::Constant(50.0), &mut rng);
-        let poisson = cv(Arrival::Gamma { rate: 50.0, burstiness: 1.0 }, &mut rng);
-        let bursty = cv(Arrival::Gamma { rate: 50.0, burstiness: 0.25 }, &mut rng);
+        let poisson = cv(
+            Arrival::Gamma {
+                rate: 50.0,
+                burstiness: 1.0,
+            },
+            &mut rng,
+        );
+        let bursty = cv(
+            Arrival::Gamma {
+                rate: 50.0,
+                burstiness: 0.25,
+            },
+            &mut rng,
+        );
         assert!(constant < 1e-6, "{constant}");
         assert!((poisson - 1.0).abs() < 0.1, "{poisson}");
         assert!(bursty > 1.6, "{bursty}");
@@ -168,7 +192,14 @@ mod tests {
     #[test]
     fn ramp_rises_linearly() {
         let mut rng = SmallRng::seed_from_u64(1);
-        let s = secs(&schedule(&Arrival::Ramp { from: 10.0, to: 30.0 }, Duration::from_secs(10), &mut rng));
+        let s = secs(&schedule(
+            &Arrival::Ramp {
+                from: 10.0,
+                to: 30.0,
+            },
+            Duration::from_secs(10),
+            &mut rng,
+        ));
         assert_eq!(s.len(), 200);
         let first_half = s.iter().filter(|t| **t < 5.0).count();
         // L(5) = 50 + 25 = 75 of 200.
@@ -177,7 +208,11 @@ mod tests {
 
     #[test]
     fn trace_parsing() {
-        let t = parse_trace("# comment\n10.5\n{\"timestamp\": 10}\n{\"timestamp_ms\": 12000}\n", 2.0).unwrap();
+        let t = parse_trace(
+            "# comment\n10.5\n{\"timestamp\": 10}\n{\"timestamp_ms\": 12000}\n",
+            2.0,
+        )
+        .unwrap();
         assert_eq!(secs(&t), [0.0, 0.25, 1.0]);
         assert_eq!(parse_trace("1\nxx\n", 1.0).unwrap_err().0, 2);
     }

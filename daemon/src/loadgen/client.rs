@@ -7,7 +7,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::{Method, Request, Response, Uri, body::Incoming, header::HeaderValue};
 use hyper_util::{
-    client::legacy::{Client, connect::{HttpConnector, HttpInfo}},
+    client::legacy::{
+        Client,
+        connect::{HttpConnector, HttpInfo},
+    },
     rt::TokioExecutor,
 };
 
@@ -60,11 +63,15 @@ impl Target {
         headers: impl IntoIterator<Item = (&'a String, &'a String)>,
     ) -> Result<Self, TargetError> {
         let uri: Uri = url.parse().map_err(|_| TargetError::Url(url.into()))?;
-        let scheme = uri.scheme_str().ok_or_else(|| TargetError::Url(url.into()))?;
+        let scheme = uri
+            .scheme_str()
+            .ok_or_else(|| TargetError::Url(url.into()))?;
         if scheme != "http" {
             return Err(TargetError::Scheme(url.into()));
         }
-        let authority = uri.authority().ok_or_else(|| TargetError::Url(url.into()))?;
+        let authority = uri
+            .authority()
+            .ok_or_else(|| TargetError::Url(url.into()))?;
         let headers = headers
             .into_iter()
             .map(|(k, v)| {
@@ -74,7 +81,11 @@ impl Target {
                 ))
             })
             .collect::<Result<_, TargetError>>()?;
-        Ok(Target { scheme: scheme.into(), authority: authority.to_string(), headers })
+        Ok(Target {
+            scheme: scheme.into(),
+            authority: authority.to_string(),
+            headers,
+        })
     }
 
     /// The path part of the URL, when one was given (`/` counts as none).
@@ -93,14 +104,18 @@ impl Target {
         body: Bytes,
         extra: &[(hyper::header::HeaderName, HeaderValue)],
     ) -> Request<Full<Bytes>> {
-        let mut req = Request::new(Full::new(body.clone()));
+        let has_body = !body.is_empty();
+        let mut req = Request::new(Full::new(body));
         *req.method_mut() = method.clone();
         *req.uri_mut() = format!("{}://{}{}", self.scheme, self.authority, path)
             .parse()
             .unwrap_or_default();
         let h = req.headers_mut();
-        if !body.is_empty() {
-            h.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if has_body {
+            h.insert(
+                hyper::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
         }
         for (k, v) in self.headers.iter().chain(extra) {
             h.insert(k.clone(), v.clone());
@@ -134,7 +149,11 @@ pub async fn send(
             Ok(resp)
         }
         Err(e) => {
-            let class = if e.is_connect() { ErrorClass::Connect } else { ErrorClass::Transport };
+            let class = if e.is_connect() {
+                ErrorClass::Connect
+            } else {
+                ErrorClass::Transport
+            };
             rec.fail(class, error_chain(&e));
             rec.end_us = us_since(t0);
             Err(())
@@ -162,16 +181,28 @@ pub async fn read_body(
 pub fn fail_status(rec: &mut RequestRecord, status: u16, body: &[u8]) {
     let msg = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
-        .and_then(|v| v.pointer("/error/message").and_then(|m| m.as_str().map(str::to_string)))
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(|m| m.as_str().map(str::to_string))
+        })
         .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
     rec.fail(ErrorClass::HttpStatus, format!("HTTP {status}: {msg}"));
 }
 
 /// A plain HTTP request: success is any 2xx.
-pub async fn plain(client: &HttpClient, req: Request<Full<Bytes>>, rec: &mut RequestRecord, t0: Instant) {
-    let Ok(resp) = send(client, req, rec, t0).await else { return };
+pub async fn plain(
+    client: &HttpClient,
+    req: Request<Full<Bytes>>,
+    rec: &mut RequestRecord,
+    t0: Instant,
+) {
+    let Ok(resp) = send(client, req, rec, t0).await else {
+        return;
+    };
     let status = resp.status();
-    let Some(body) = read_body(resp, rec, t0).await else { return };
+    let Some(body) = read_body(resp, rec, t0).await else {
+        return;
+    };
     rec.end_us = us_since(t0);
     if !status.is_success() {
         fail_status(rec, status.as_u16(), &body);

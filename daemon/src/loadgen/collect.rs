@@ -7,7 +7,12 @@ use std::{collections::VecDeque, time::Duration};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::{metrics::PhaseMetrics, progress::{self, Progress}, record::RequestRecord, report::EventRecord};
+use super::{
+    metrics::PhaseMetrics,
+    progress::{self, Progress},
+    record::RequestRecord,
+    report::EventRecord,
+};
 
 /// Messages from dispatchers and request tasks.
 #[derive(Debug)]
@@ -53,7 +58,11 @@ pub struct Collected {
 const WINDOW_TICKS: usize = 5;
 
 /// Runs until every sender is dropped.
-pub async fn run(mut rx: mpsc::UnboundedReceiver<Msg>, cfg: Config, cancel: CancellationToken) -> Collected {
+pub async fn run(
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    cfg: Config,
+    cancel: CancellationToken,
+) -> Collected {
     let mut out = Collected {
         metrics: cfg.phases.iter().map(|_| PhaseMetrics::default()).collect(),
         records: Vec::new(),

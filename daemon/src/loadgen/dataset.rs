@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 pub struct Row {
     /// The prompt text.
     pub prompt: String,
-    /// Output length wanted for this prompt, when the source says (ShareGPT reply
+    /// Output length wanted for this prompt, when the source says (`ShareGPT` reply
     /// length, synthetic `output_tokens`); used as `max_tokens` unless the phase sets one.
     pub output_tokens: Option<u32>,
     fields: Map<String, Value>,
@@ -22,7 +22,11 @@ impl Row {
     /// A row with only a prompt.
     #[must_use]
     pub fn from_prompt(prompt: String, output_tokens: Option<u32>) -> Self {
-        Row { prompt, output_tokens, fields: Map::new() }
+        Row {
+            prompt,
+            output_tokens,
+            fields: Map::new(),
+        }
     }
 
     /// `${dataset.NAME}`: `prompt`, `output_tokens`, or any top-level key of the row.
@@ -30,7 +34,10 @@ impl Row {
     pub fn field(&self, name: &str) -> String {
         match name {
             "prompt" => self.prompt.clone(),
-            "output_tokens" => self.output_tokens.map(|n| n.to_string()).unwrap_or_default(),
+            "output_tokens" => self
+                .output_tokens
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
             other => match self.fields.get(other) {
                 Some(Value::String(s)) => s.clone(),
                 Some(v) => v.to_string(),
@@ -44,7 +51,7 @@ impl Row {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DatasetSpec {
-    /// JSONL (one object per line) or ShareGPT JSON; relative to the scenario file.
+    /// JSONL (one object per line) or `ShareGPT` JSON; relative to the scenario file.
     pub path: Option<PathBuf>,
     /// `jsonl` or `sharegpt`; default: `sharegpt` for `.json`, `jsonl` otherwise.
     pub format: Option<Format>,
@@ -115,7 +122,7 @@ pub enum DatasetError {
     Row {
         /// File.
         path: PathBuf,
-        /// 1-based line (JSONL) or entry index (ShareGPT).
+        /// 1-based line (JSONL) or entry index (`ShareGPT`).
         line: usize,
         /// What is wrong.
         what: String,
@@ -132,23 +139,61 @@ pub struct Dataset {
 }
 
 const VOCAB: &[&str] = &[
-    "the", "model", "token", "cache", "request", "latency", "queue", "batch", "prompt", "vector",
-    "search", "index", "memory", "kernel", "thread", "server", "answer", "question", "explain",
-    "summarise", "system", "network", "graph", "data", "time", "load", "stream", "value", "error",
-    "result", "compute", "layer",
+    "the",
+    "model",
+    "token",
+    "cache",
+    "request",
+    "latency",
+    "queue",
+    "batch",
+    "prompt",
+    "vector",
+    "search",
+    "index",
+    "memory",
+    "kernel",
+    "thread",
+    "server",
+    "answer",
+    "question",
+    "explain",
+    "summarise",
+    "system",
+    "network",
+    "graph",
+    "data",
+    "time",
+    "load",
+    "stream",
+    "value",
+    "error",
+    "result",
+    "compute",
+    "layer",
 ];
 
 impl Dataset {
     /// Loads or generates the rows; `base` is the scenario file's folder.
-    pub fn load<R: Rng>(spec: &DatasetSpec, base: &Path, rng: &mut R) -> Result<Self, DatasetError> {
+    pub fn load<R: Rng>(
+        spec: &DatasetSpec,
+        base: &Path,
+        rng: &mut R,
+    ) -> Result<Self, DatasetError> {
         let rows = match (&spec.path, &spec.synthetic) {
             (Some(p), None) => {
                 let path = base.join(p);
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|source| DatasetError::Io { path: path.clone(), source })?;
-                let format = spec.format.unwrap_or(
-                    if path.extension().is_some_and(|e| e == "json") { Format::Sharegpt } else { Format::Jsonl },
-                );
+                let text = std::fs::read_to_string(&path).map_err(|source| DatasetError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let format =
+                    spec.format
+                        .unwrap_or(if path.extension().is_some_and(|e| e == "json") {
+                            Format::Sharegpt
+                        } else {
+                            Format::Jsonl
+                        });
                 match format {
                     Format::Jsonl => parse_jsonl(&text, &path, spec.field.as_deref())?,
                     Format::Sharegpt => parse_sharegpt(&text, &path)?,
@@ -157,8 +202,9 @@ impl Dataset {
             (None, Some(s)) => (0..s.count.max(1))
                 .map(|_| {
                     let n = s.input_tokens.draw(rng);
-                    let words: Vec<&str> =
-                        (0..n).map(|_| VOCAB[rng.random_range(0..VOCAB.len())]).collect();
+                    let words: Vec<&str> = (0..n)
+                        .map(|_| VOCAB[rng.random_range(0..VOCAB.len())])
+                        .collect();
                     Row::from_prompt(words.join(" "), Some(s.output_tokens.draw(rng)))
                 })
                 .collect(),
@@ -201,23 +247,39 @@ impl Dataset {
 fn parse_jsonl(text: &str, path: &Path, field: Option<&str>) -> Result<Vec<Row>, DatasetError> {
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let err = |what: String| DatasetError::Row { path: path.to_path_buf(), line: i + 1, what };
+        let err = |what: String| DatasetError::Row {
+            path: path.to_path_buf(),
+            line: i + 1,
+            what,
+        };
         if line.trim().is_empty() {
             continue;
         }
         let v: Map<String, Value> =
             serde_json::from_str(line).map_err(|e| err(format!("not a JSON object: {e}")))?;
-        let key = field.map_or_else(
-            || if v.contains_key("prompt") { "prompt" } else { "text" },
-            |f| f,
-        );
+        let key = field.unwrap_or(if v.contains_key("prompt") {
+            "prompt"
+        } else {
+            "text"
+        });
         let prompt = v
             .get(key)
             .and_then(Value::as_str)
-            .ok_or_else(|| err(format!("no string field `{key}` (set `field:` to the prompt's key)")))?
+            .ok_or_else(|| {
+                err(format!(
+                    "no string field `{key}` (set `field:` to the prompt's key)"
+                ))
+            })?
             .to_string();
-        let output_tokens = v.get("output_tokens").and_then(Value::as_u64).map(|n| n as u32);
-        rows.push(Row { prompt, output_tokens, fields: v });
+        let output_tokens = v
+            .get("output_tokens")
+            .and_then(Value::as_u64)
+            .map(|n| n as u32);
+        rows.push(Row {
+            prompt,
+            output_tokens,
+            fields: v,
+        });
     }
     Ok(rows)
 }
@@ -230,11 +292,17 @@ fn parse_sharegpt(text: &str, path: &Path) -> Result<Vec<Row>, DatasetError> {
     })?;
     let mut rows = Vec::new();
     for conv in &all {
-        let Some(turns) = conv.get("conversations").and_then(Value::as_array) else { continue };
+        let Some(turns) = conv.get("conversations").and_then(Value::as_array) else {
+            continue;
+        };
         let text_of = |from: &[&str]| {
             turns.iter().find_map(|t| {
-                let who = t.get("from").or_else(|| t.get("role")).and_then(Value::as_str)?;
-                from.contains(&who).then(|| t.get("value").or_else(|| t.get("content"))?.as_str())?
+                let who = t
+                    .get("from")
+                    .or_else(|| t.get("role"))
+                    .and_then(Value::as_str)?;
+                from.contains(&who)
+                    .then(|| t.get("value").or_else(|| t.get("content"))?.as_str())?
             })
         };
         if let Some(prompt) = text_of(&["human", "user"]) {
@@ -256,7 +324,11 @@ mod tests {
     fn jsonl_sharegpt_and_synthetic() {
         let dir = std::env::temp_dir().join(format!("lg-ds-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("a.jsonl"), "{\"prompt\":\"hi\",\"lang\":\"en\"}\n\n{\"prompt\":\"yo\"}\n").unwrap();
+        std::fs::write(
+            dir.join("a.jsonl"),
+            "{\"prompt\":\"hi\",\"lang\":\"en\"}\n\n{\"prompt\":\"yo\"}\n",
+        )
+        .unwrap();
         std::fs::write(
             dir.join("b.json"),
             r#"[{"conversations":[{"from":"human","value":"q1"},{"from":"gpt","value":"a b c"}]},{"x":1}]"#,
@@ -264,27 +336,47 @@ mod tests {
         .unwrap();
         std::fs::write(dir.join("bad.jsonl"), "{\"prompt\":\"ok\"}\n{\"text\":3}\n").unwrap();
         let mut rng = SmallRng::seed_from_u64(3);
-        let spec = |p: &str| DatasetSpec { path: Some(p.into()), format: None, field: None, synthetic: None };
+        let spec = |p: &str| DatasetSpec {
+            path: Some(p.into()),
+            format: None,
+            field: None,
+            synthetic: None,
+        };
         let a = Dataset::load(&spec("a.jsonl"), &dir, &mut rng).unwrap();
         assert_eq!(a.len(), 2);
         assert_eq!(a.rows[0].field("lang"), "en");
         let b = Dataset::load(&spec("b.json"), &dir, &mut rng).unwrap();
         assert_eq!(b.rows, vec![Row::from_prompt("q1".into(), Some(3))]);
-        let e = Dataset::load(&spec("bad.jsonl"), &dir, &mut rng).unwrap_err().to_string();
-        assert!(e.ends_with("bad.jsonl:2: no string field `text` (set `field:` to the prompt's key)"), "{e}");
+        let e = Dataset::load(&spec("bad.jsonl"), &dir, &mut rng)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("bad.jsonl:2: no string field `text` (set `field:` to the prompt's key)"),
+            "{e}"
+        );
         let syn = DatasetSpec {
             path: None,
             format: None,
             field: None,
             synthetic: Some(Synthetic {
-                input_tokens: Length { mean: 50.0, stddev: 0.0 },
-                output_tokens: Length { mean: 20.0, stddev: 5.0 },
+                input_tokens: Length {
+                    mean: 50.0,
+                    stddev: 0.0,
+                },
+                output_tokens: Length {
+                    mean: 20.0,
+                    stddev: 5.0,
+                },
                 count: 10,
             }),
         };
         let s = Dataset::load(&syn, &dir, &mut rng).unwrap();
         assert_eq!(s.len(), 10);
-        assert!(s.rows.iter().all(|r| r.prompt.split(' ').count() == 50 && r.output_tokens.unwrap() >= 1));
+        assert!(
+            s.rows
+                .iter()
+                .all(|r| r.prompt.split(' ').count() == 50 && r.output_tokens.unwrap() >= 1)
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

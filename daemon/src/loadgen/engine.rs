@@ -7,13 +7,19 @@
 //! shows separately as send lag.
 
 use std::{
-    sync::{Arc, atomic::{AtomicU64, Ordering}},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use hyper::Method;
 use rand::{RngCore as _, SeedableRng as _, rngs::SmallRng};
-use tokio::{sync::{OwnedSemaphorePermit, Semaphore, mpsc}, time::Instant};
+use tokio::{
+    sync::{OwnedSemaphorePermit, Semaphore, mpsc},
+    time::Instant,
+};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::{
@@ -43,7 +49,10 @@ impl Options {
     /// Loopback only, records kept, no observer, no progress line.
     #[must_use]
     pub fn new() -> Self {
-        Options { keep_records: true, ..Options::default() }
+        Options {
+            keep_records: true,
+            ..Options::default()
+        }
     }
 }
 
@@ -69,10 +78,17 @@ struct Shared {
     seq: AtomicU64,
 }
 
-/// Runs every phase of `scenario` and returns the report. Cancelling `cancel` stops
+/// Runs every phase of `scenario` and returns the report.
+#[allow(clippy::too_many_lines)] // one sequential story: set up, phases, drain, report Cancelling `cancel` stops
 /// sending at once; requests in flight get `scenario.grace` to finish, then are aborted.
-pub async fn run(scenario: &Scenario, opts: Options, cancel: CancellationToken) -> Result<Report, RunError> {
-    let host = scenario.target_host().ok_or_else(|| TargetError::Url(scenario.target.clone()))?;
+pub async fn run(
+    scenario: &Scenario,
+    opts: Options,
+    cancel: CancellationToken,
+) -> Result<Report, RunError> {
+    let host = scenario
+        .target_host()
+        .ok_or_else(|| TargetError::Url(scenario.target.clone()))?;
     if !opts.allow_remote && !is_loopback(&host) {
         return Err(RunError::Remote(scenario.target.clone()));
     }
@@ -83,18 +99,36 @@ pub async fn run(scenario: &Scenario, opts: Options, cancel: CancellationToken) 
         .enumerate()
         .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
-    let seed = scenario.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+    let seed = scenario.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
     let mut rng = SmallRng::seed_from_u64(seed);
     let (tx, rx) = mpsc::unbounded_channel();
     let cfg = collect::Config {
-        phases: scenario.phases.iter().map(|p| (p.name.clone(), p.duration.as_secs_f64(), p.load.target_rate(p.duration))).collect(),
+        phases: scenario
+            .phases
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.duration.as_secs_f64(),
+                    p.load.target_rate(p.duration),
+                )
+            })
+            .collect(),
         keep_records: opts.keep_records,
         observer: opts.observer,
         progress: opts.progress,
-        abort: scenario.abort_error_rate.map(|r| (r, scenario.abort_min_requests)),
+        abort: scenario
+            .abort_error_rate
+            .map(|r| (r, scenario.abort_min_requests)),
     };
     let collector = tokio::spawn(collect::run(rx, cfg, cancel.clone()));
-    let started_unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let started_unix_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     let started_monotonic_ns = monotonic_ns();
     let shared = Arc::new(Shared {
         client: build_client(scenario.timeout),
@@ -116,25 +150,45 @@ pub async fn run(scenario: &Scenario, opts: Options, cancel: CancellationToken) 
         let _ = shared.tx.send(Msg::PhaseStart(i as u32, phase_start));
         let end = phase_start + phase.duration;
         for ev in &phase.events {
-            tracker.spawn(event(shared.clone(), i as u32, ev.clone(), phase_start + ev.at, cancel.clone()));
+            tracker.spawn(event(
+                shared.clone(),
+                i as u32,
+                ev.clone(),
+                phase_start + ev.at,
+                cancel.clone(),
+            ));
         }
-        let scheduled = match phase.load.arrival() {
-            Some(a) => {
-                let offsets = arrival::schedule(&a, phase.duration, &mut rng);
-                open_loop(&shared, ctx, phase, &offsets, phase_start, &mut rng, &tracker, &cancel).await
-            }
-            None => {
-                let users = match phase.load { super::scenario::Load::Concurrency { users } => users, _ => 0 };
-                for _ in 0..users {
-                    let rng = SmallRng::seed_from_u64(rng.next_u64());
-                    tracker.spawn(user(shared.clone(), ctx.clone(), rng, end, cancel.clone()));
-                }
+        let scheduled = if let Some(a) = phase.load.arrival() {
+            let offsets = arrival::schedule(&a, phase.duration, &mut rng);
+            open_loop(
+                &shared,
+                ctx,
+                phase,
+                &offsets,
+                phase_start,
+                &mut rng,
+                &tracker,
+                &cancel,
+            )
+            .await
+        } else {
+            let users = if let super::scenario::Load::Concurrency { users } = phase.load {
+                users
+            } else {
                 0
+            };
+            for _ in 0..users {
+                let rng = SmallRng::seed_from_u64(rng.next_u64());
+                tracker.spawn(user(shared.clone(), ctx.clone(), rng, end, cancel.clone()));
             }
+            0
         };
         tokio::select! { () = tokio::time::sleep_until(end) => {}, () = cancel.cancelled() => {} }
         let _ = shared.tx.send(Msg::Scheduled(i as u32, scheduled));
-        elapsed[i] = Instant::now().min(end).duration_since(phase_start).as_secs_f64();
+        elapsed[i] = Instant::now()
+            .min(end)
+            .duration_since(phase_start)
+            .as_secs_f64();
         // The next phase starts at this one's planned end: no drift across phases.
         phase_start = end;
     }
@@ -157,7 +211,11 @@ pub async fn run(scenario: &Scenario, opts: Options, cancel: CancellationToken) 
         .zip(&ctxs)
         .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el), m))
         .collect();
-    let stopped = collected.abort.or_else(|| cancel.is_cancelled().then(|| "interrupted (Ctrl-C or cancelled by the caller)".to_string()));
+    let stopped = collected.abort.or_else(|| {
+        cancel
+            .is_cancelled()
+            .then(|| "interrupted (Ctrl-C or cancelled by the caller)".to_string())
+    });
     Ok(Report {
         schema: SCHEMA.into(),
         version: VERSION,
@@ -199,7 +257,9 @@ async fn open_loop(
     tracker: &TaskTracker,
     cancel: &CancellationToken,
 ) -> u64 {
-    let phase_sem = phase.max_in_flight.map(|n| Arc::new(Semaphore::new(n.max(1))));
+    let phase_sem = phase
+        .max_in_flight
+        .map(|n| Arc::new(Semaphore::new(n.max(1))));
     let mut bucket = phase.max_tokens_per_s.map(TokenBucket::new);
     let mut scheduled = 0;
     for off in offsets {
@@ -209,7 +269,10 @@ async fn open_loop(
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
         let prepared = ctx.prepare(rng, seq);
         if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
-            match (b.reserve(f64::from(n), phase.when_capped), phase.when_capped) {
+            match (
+                b.reserve(f64::from(n), phase.when_capped),
+                phase.when_capped,
+            ) {
                 (None, _) => {
                     let _ = shared.tx.send(Msg::Dropped(ctx.index));
                     continue;
@@ -220,7 +283,14 @@ async fn open_loop(
                 _ => {}
             }
         }
-        let permits = match acquire(&shared.global, phase_sem.as_ref(), phase.when_capped, cancel).await {
+        let permits = match acquire(
+            &shared.global,
+            phase_sem.as_ref(),
+            phase.when_capped,
+            cancel,
+        )
+        .await
+        {
             Acquired::Yes(p) => p,
             Acquired::Full => {
                 let _ = shared.tx.send(Msg::Dropped(ctx.index));
@@ -228,7 +298,10 @@ async fn open_loop(
             }
             Acquired::Cancelled => break,
         };
-        let intended = deadline.into_std().saturating_duration_since(shared.t0).as_micros() as u64;
+        let intended = deadline
+            .into_std()
+            .saturating_duration_since(shared.t0)
+            .as_micros() as u64;
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, intended);
         tracker.spawn(one(shared.clone(), ctx.clone(), prepared, rec, permits));
     }
@@ -236,10 +309,18 @@ async fn open_loop(
 }
 
 /// Closed loop: one virtual user sending its next request when the previous one ends.
-async fn user(shared: Arc<Shared>, ctx: Arc<PhaseCtx>, mut rng: SmallRng, end: Instant, cancel: CancellationToken) {
+async fn user(
+    shared: Arc<Shared>,
+    ctx: Arc<PhaseCtx>,
+    mut rng: SmallRng,
+    end: Instant,
+    cancel: CancellationToken,
+) {
     let mut n = 0;
     while Instant::now() < end && !cancel.is_cancelled() {
-        let Ok(permit) = shared.global.clone().acquire_owned().await else { break };
+        let Ok(permit) = shared.global.clone().acquire_owned().await else {
+            break;
+        };
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
         let prepared = ctx.prepare(&mut rng, seq);
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
@@ -257,7 +338,12 @@ enum Acquired {
     Cancelled,
 }
 
-async fn acquire(global: &Arc<Semaphore>, phase: Option<&Arc<Semaphore>>, policy: CapPolicy, cancel: &CancellationToken) -> Acquired {
+async fn acquire(
+    global: &Arc<Semaphore>,
+    phase: Option<&Arc<Semaphore>>,
+    policy: CapPolicy,
+    cancel: &CancellationToken,
+) -> Acquired {
     let get = |s: &Arc<Semaphore>| {
         let s = s.clone();
         async move {
@@ -281,13 +367,20 @@ async fn acquire(global: &Arc<Semaphore>, phase: Option<&Arc<Semaphore>>, policy
 }
 
 /// One request: executed under the timeout, aborted by the hard stop, then reported.
-async fn one(shared: Arc<Shared>, ctx: Arc<PhaseCtx>, p: Prepared, mut rec: RequestRecord, _permits: Permits) {
+async fn one(
+    shared: Arc<Shared>,
+    ctx: Arc<PhaseCtx>,
+    p: Prepared,
+    mut rec: RequestRecord,
+    _permits: Permits,
+) {
     let t0 = shared.t0;
     rec.actual_us = us_since(t0);
     let mut base = rec.clone();
     base.chaos = p.chaos;
     let fut = async {
-        ctx.execute(&shared.client, &shared.target, p, &mut rec, t0).await;
+        ctx.execute(&shared.client, &shared.target, p, &mut rec, t0)
+            .await;
         rec
     };
     let rec = tokio::select! {
@@ -305,9 +398,16 @@ async fn one(shared: Arc<Shared>, ctx: Arc<PhaseCtx>, p: Prepared, mut rec: Requ
     let _ = shared.tx.send(Msg::Record(rec));
 }
 
-async fn event(shared: Arc<Shared>, phase: u32, ev: super::scenario::EventSpec, at: Instant, cancel: CancellationToken) {
+async fn event(
+    shared: Arc<Shared>,
+    phase: u32,
+    ev: super::scenario::EventSpec,
+    at: Instant,
+    cancel: CancellationToken,
+) {
     tokio::select! { () = tokio::time::sleep_until(at) => {}, () = cancel.cancelled() => return }
-    let method = Method::from_bytes(ev.method.to_ascii_uppercase().as_bytes()).unwrap_or(Method::POST);
+    let method =
+        Method::from_bytes(ev.method.to_ascii_uppercase().as_bytes()).unwrap_or(Method::POST);
     let body = ev.body.unwrap_or_else(|| serde_json::json!({})).to_string();
     let req = shared.target.request(&method, &ev.path, body.into(), &[]);
     let at_us = us_since(shared.t0);
@@ -317,7 +417,13 @@ async fn event(shared: Arc<Shared>, phase: u32, ev: super::scenario::EventSpec, 
         Err(_) => "timeout".into(),
     };
     let request = format!("{method} {}", ev.path);
-    let _ = shared.tx.send(Msg::Event(EventRecord { phase, request, at_us, end_us: us_since(shared.t0), outcome }));
+    let _ = shared.tx.send(Msg::Event(EventRecord {
+        phase,
+        request,
+        at_us,
+        end_us: us_since(shared.t0),
+        outcome,
+    }));
 }
 
 /// Token bucket over requested output tokens (one second of burst).
@@ -329,13 +435,18 @@ struct TokenBucket {
 
 impl TokenBucket {
     fn new(rate: f64) -> Self {
-        TokenBucket { rate, level: rate, last: Instant::now() }
+        TokenBucket {
+            rate,
+            level: rate,
+            last: Instant::now(),
+        }
     }
 
     /// `Some(wait)` when `n` tokens are granted after `wait`; `None` when dropped.
     fn reserve(&mut self, n: f64, policy: CapPolicy) -> Option<Duration> {
         let now = Instant::now();
-        self.level = (self.level + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
+        self.level =
+            (self.level + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
         self.last = now;
         if self.level >= n {
             self.level -= n;
@@ -352,7 +463,10 @@ impl TokenBucket {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

@@ -1,6 +1,6 @@
 //! Per-phase aggregates: HDR histograms and counters, fed one record at a time.
 //!
-//! Histograms are serialized in the HdrHistogram V2 format, base64-encoded, so reports of
+//! Histograms are serialized in the `HdrHistogram` V2 format, base64-encoded, so reports of
 //! several runs (or several generator hosts) merge exactly: decode with [`decode_hist`],
 //! `add` the histograms, take percentiles of the sum. Never average percentiles.
 
@@ -113,7 +113,14 @@ pub struct PhaseMetrics {
 
 /// Histogram names, in report order.
 pub const HISTS: [&str; 8] = [
-    "ttft", "itl", "tpot", "e2e", "e2e_from_send", "send_lag", "stream_tokens_per_s", "recall",
+    "ttft",
+    "itl",
+    "tpot",
+    "e2e",
+    "e2e_from_send",
+    "send_lag",
+    "stream_tokens_per_s",
+    "recall",
 ];
 
 impl Default for PhaseMetrics {
@@ -167,7 +174,10 @@ impl PhaseMetrics {
             if let Some(tpot) = r.tpot_us() {
                 self.add("tpot", tpot.round() as u64);
                 if tpot > 0.0 {
-                    self.add("stream_tokens_per_s", (1e6 / tpot * TOKS_SCALE).round() as u64);
+                    self.add(
+                        "stream_tokens_per_s",
+                        (1e6 / tpot * TOKS_SCALE).round() as u64,
+                    );
                 }
             }
         }
@@ -182,20 +192,34 @@ impl PhaseMetrics {
     /// Failed / finished, excluding intentional chaos aborts.
     #[must_use]
     pub fn error_rate(&self) -> f64 {
-        if self.finished == 0 { 0.0 } else { self.counted_errors as f64 / self.finished as f64 }
+        if self.finished == 0 {
+            0.0
+        } else {
+            self.counted_errors as f64 / self.finished as f64
+        }
     }
 
     /// Summary of a histogram in display units (ms, tokens/s, recall fraction).
     #[must_use]
     pub fn summary(&self, name: &str) -> Summary {
-        let Some(h) = self.hists.get(name) else { return Summary::default() };
+        let Some(h) = self.hists.get(name) else {
+            return Summary::default();
+        };
         match name {
             "stream_tokens_per_s" => summarize(h, TOKS_SCALE),
             "recall" => {
                 let mut s = summarize(h, RECALL_SCALE);
                 let off = 1.0 / RECALL_SCALE;
                 if s.count > 0 {
-                    for v in [&mut s.mean, &mut s.p50, &mut s.p90, &mut s.p95, &mut s.p99, &mut s.p999, &mut s.max] {
+                    for v in [
+                        &mut s.mean,
+                        &mut s.p50,
+                        &mut s.p90,
+                        &mut s.p95,
+                        &mut s.p99,
+                        &mut s.p999,
+                        &mut s.max,
+                    ] {
                         *v -= off;
                     }
                 }
@@ -220,7 +244,11 @@ impl PhaseMetrics {
                         "recall" => RECALL_SCALE,
                         _ => 1000.0,
                     };
-                    let off = if name == "recall" { 1.0 / RECALL_SCALE } else { 0.0 };
+                    let off = if name == "recall" {
+                        1.0 / RECALL_SCALE
+                    } else {
+                        0.0
+                    };
                     h.value_at_quantile(q) as f64 / div - off
                 }
             })
@@ -272,7 +300,10 @@ mod tests {
         merged.add(&b2).unwrap();
         let mut direct = a.clone();
         direct.add(&b).unwrap();
-        assert_eq!(merged.value_at_quantile(0.99), direct.value_at_quantile(0.99));
+        assert_eq!(
+            merged.value_at_quantile(0.99),
+            direct.value_at_quantile(0.99)
+        );
         assert_eq!(merged.len(), 2000);
         assert!(decode_hist("not base64!").is_err());
     }

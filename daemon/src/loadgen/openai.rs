@@ -60,10 +60,16 @@ impl StreamState {
                 continue;
             }
             let v: Value = serde_json::from_str(data).map_err(|e| {
-                (ErrorClass::MalformedStream, format!("SSE data is not JSON ({e}): {:.120}", data))
+                (
+                    ErrorClass::MalformedStream,
+                    format!("SSE data is not JSON ({e}): {data:.120}"),
+                )
             })?;
             if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
-                let msg = err.get("message").and_then(Value::as_str).map_or_else(|| err.to_string(), str::to_string);
+                let msg = err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| err.to_string(), str::to_string);
                 return Err((ErrorClass::ServerErrorEvent, msg));
             }
             self.absorb(&v, Some(now_us));
@@ -134,7 +140,9 @@ pub async fn call(
     stream: bool,
     abort_after_first: bool,
 ) {
-    let Ok(resp) = send(client, req, rec, t0).await else { return };
+    let Ok(resp) = send(client, req, rec, t0).await else {
+        return;
+    };
     let status = resp.status();
     if !status.is_success() {
         if let Some(body) = read_body(resp, rec, t0).await {
@@ -145,7 +153,9 @@ pub async fn call(
     }
     let mut st = StreamState::default();
     if !stream {
-        let Some(body) = read_body(resp, rec, t0).await else { return };
+        let Some(body) = read_body(resp, rec, t0).await else {
+            return;
+        };
         rec.end_us = us_since(t0);
         match serde_json::from_slice::<Value>(&body) {
             Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => {
@@ -155,7 +165,10 @@ pub async fn call(
                 st.absorb(&v, None);
                 st.fill(rec);
             }
-            Err(e) => rec.fail(ErrorClass::MalformedStream, format!("answer is not JSON: {e}")),
+            Err(e) => rec.fail(
+                ErrorClass::MalformedStream,
+                format!("answer is not JSON: {e}"),
+            ),
         }
         return;
     }
@@ -170,7 +183,9 @@ pub async fn call(
                 return;
             }
             Some(Ok(frame)) => {
-                let Ok(data) = frame.into_data() else { continue };
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
                 if let Err((class, msg)) = st.feed(&data, us_since(t0)) {
                     st.fill(rec);
                     rec.end_us = us_since(t0);
@@ -181,7 +196,10 @@ pub async fn call(
                     // Dropping the body closes the connection mid-stream, as a user leaving would.
                     st.fill(rec);
                     rec.end_us = us_since(t0);
-                    rec.fail(ErrorClass::Aborted, "client closed the stream after the first token (chaos)");
+                    rec.fail(
+                        ErrorClass::Aborted,
+                        "client closed the stream after the first token (chaos)",
+                    );
                     return;
                 }
             }
@@ -200,7 +218,10 @@ mod tests {
 
     fn run(input: &[u8]) -> (StreamState, Result<(), StreamError>) {
         let mut st = StreamState::default();
-        let r = input.iter().enumerate().try_for_each(|(i, b)| st.feed(&[*b], i as u64));
+        let r = input
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, b)| st.feed(&[*b], i as u64));
         let r = r.and_then(|()| st.finish());
         (st, r)
     }
@@ -221,7 +242,10 @@ data: [DONE]\n\n";
         assert_eq!(st.finish_reason.as_deref(), Some("length"));
         let mut rec = RequestRecord::new(0, 0, super::super::record::Endpoint::Chat, 0);
         st.fill(&mut rec);
-        assert_eq!((rec.output_tokens, rec.token_source), (Some(3), Some(TokenSource::Usage)));
+        assert_eq!(
+            (rec.output_tokens, rec.token_source),
+            (Some(3), Some(TokenSource::Usage))
+        );
     }
 
     #[test]
@@ -230,7 +254,10 @@ data: [DONE]\n\n";
         assert_eq!(r, Ok(()));
         let mut rec = RequestRecord::new(0, 0, super::super::record::Endpoint::Completions, 0);
         st.fill(&mut rec);
-        assert_eq!((rec.output_tokens, rec.token_source), (Some(2), Some(TokenSource::Deltas)));
+        assert_eq!(
+            (rec.output_tokens, rec.token_source),
+            (Some(2), Some(TokenSource::Deltas))
+        );
     }
 
     #[test]
@@ -243,7 +270,8 @@ data: [DONE]\n\n";
 
     #[test]
     fn truncated_stream_is_malformed() {
-        let (st, r) = run(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choi");
+        let (st, r) =
+            run(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choi");
         assert_eq!(st.token_us.len(), 1);
         let (class, msg) = r.unwrap_err();
         assert_eq!(class, ErrorClass::MalformedStream);
@@ -253,7 +281,10 @@ data: [DONE]\n\n";
     #[test]
     fn error_events() {
         let (_, r) = run(b"data: {\"error\":{\"message\":\"KV cache full\",\"type\":\"server_error\",\"code\":503}}\n\n");
-        assert_eq!(r, Err((ErrorClass::ServerErrorEvent, "KV cache full".into())));
+        assert_eq!(
+            r,
+            Err((ErrorClass::ServerErrorEvent, "KV cache full".into()))
+        );
         let (_, r) = run(b"event: error\ndata: boom\n\n");
         assert_eq!(r, Err((ErrorClass::ServerErrorEvent, "boom".into())));
         let (_, r) = run(b"data: not json\n\n");

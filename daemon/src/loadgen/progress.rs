@@ -27,11 +27,22 @@ impl Progress<'_> {
     #[must_use]
     pub fn line(&self) -> String {
         let rate = self.finished as f64 / self.elapsed_s.max(1e-3);
-        let target = self.target_rate.map_or_else(String::new, |t| format!("/{t:.1}"));
-        let p99 = self.p99_ms.map_or_else(|| "-".into(), |v| format!("{v:.1}ms"));
+        let target = self
+            .target_rate
+            .map_or_else(String::new, |t| format!("/{t:.1}"));
+        let p99 = self
+            .p99_ms
+            .map_or_else(|| "-".into(), |v| format!("{v:.1}ms"));
         format!(
             "[{}] {:.0}/{:.0}s  {:.1}{} req/s  p99 {}  errors {}  dropped {}",
-            self.phase, self.elapsed_s, self.duration_s, rate, target, p99, self.errors, self.dropped
+            self.phase,
+            self.elapsed_s,
+            self.duration_s,
+            rate,
+            target,
+            p99,
+            self.errors,
+            self.dropped
         )
     }
 
@@ -66,6 +77,9 @@ mod tests {
             errors: 3,
             dropped: 0,
         };
-        assert_eq!(p.line(), "[peak] 10/60s  119.5/120.0 req/s  p99 312.4ms  errors 3  dropped 0");
+        assert_eq!(
+            p.line(),
+            "[peak] 10/60s  119.5/120.0 req/s  p99 312.4ms  errors 3  dropped 0"
+        );
     }
 }

@@ -71,7 +71,7 @@ pub struct PhaseReport {
     pub stream_tokens_per_s: Summary,
     /// recall@k of sampled vector queries (fraction).
     pub recall: Summary,
-    /// Base64 HdrHistogram V2 of each series (latencies in µs; `stream_tokens_per_s` in
+    /// Base64 `HdrHistogram` V2 of each series (latencies in µs; `stream_tokens_per_s` in
     /// tokens/s x 1000; `recall` in recall x 10000 + 1). Merge these, not the summaries.
     pub histograms: BTreeMap<String, String>,
     /// SLO outcomes.
@@ -152,7 +152,11 @@ impl PhaseReport {
             .iter()
             .map(|s| {
                 let observed = m.value(s.metric, el);
-                SloResult { slo: s.text.clone(), observed, pass: observed.is_some_and(|v| s.holds(v)) }
+                SloResult {
+                    slo: s.text.clone(),
+                    observed,
+                    pass: observed.is_some_and(|v| s.holds(v)),
+                }
             })
             .collect();
         let errors = ErrorClass::ALL
@@ -167,7 +171,14 @@ impl PhaseReport {
             target_rate: info.target_rate,
             duration_s: info.duration_s,
             elapsed_s: info.elapsed_s,
-            counts: Counts { scheduled: m.scheduled, dropped: m.dropped, finished: m.finished, ok: m.ok, good: m.good, errors },
+            counts: Counts {
+                scheduled: m.scheduled,
+                dropped: m.dropped,
+                finished: m.finished,
+                ok: m.ok,
+                good: m.good,
+                errors,
+            },
             error_rate: m.error_rate(),
             requests_per_s: m.finished as f64 / el,
             goodput_per_s: m.good as f64 / el,
@@ -180,7 +191,10 @@ impl PhaseReport {
                 .collect(),
             stream_tokens_per_s: m.summary("stream_tokens_per_s"),
             recall: m.summary("recall"),
-            histograms: HISTS.iter().map(|n| ((*n).to_string(), encode_hist(&m.hists[n]))).collect(),
+            histograms: HISTS
+                .iter()
+                .map(|n| ((*n).to_string(), encode_hist(&m.hists[n])))
+                .collect(),
             slo,
         }
     }
@@ -200,29 +214,71 @@ impl Report {
         let _ = writeln!(
             s,
             "{:<16} {:<18} {:>8} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}",
-            "phase", "load", "finished", "err%", "drop", "req/s", "tok/s", "ttft p50", "ttft p99", "itl p99", "e2e p99", "lag p99", "slo"
+            "phase",
+            "load",
+            "finished",
+            "err%",
+            "drop",
+            "req/s",
+            "tok/s",
+            "ttft p50",
+            "ttft p99",
+            "itl p99",
+            "e2e p99",
+            "lag p99",
+            "slo"
         );
         for p in &self.phases {
             let l = |n: &str, f: fn(&Summary) -> f64| {
-                p.latency_ms.get(n).filter(|s| s.count > 0).map_or_else(|| "-".into(), |s| fmt_ms(f(s)))
+                p.latency_ms
+                    .get(n)
+                    .filter(|s| s.count > 0)
+                    .map_or_else(|| "-".into(), |s| fmt_ms(f(s)))
             };
-            let slo = if p.slo.is_empty() { "-" } else if p.slo.iter().all(|r| r.pass) { "pass" } else { "FAIL" };
+            let slo = if p.slo.is_empty() {
+                "-"
+            } else if p.slo.iter().all(|r| r.pass) {
+                "pass"
+            } else {
+                "FAIL"
+            };
             let _ = writeln!(
                 s,
                 "{:<16} {:<18} {:>8} {:>6.2}% {:>6} {:>7.1} {:>9.0} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}",
-                p.name, p.load_level, p.counts.finished, p.error_rate * 100.0, p.counts.dropped, p.requests_per_s,
-                p.output_tokens_per_s, l("ttft", |s| s.p50), l("ttft", |s| s.p99), l("itl", |s| s.p99),
-                l("e2e", |s| s.p99), l("send_lag", |s| s.p99), slo
+                p.name,
+                p.load_level,
+                p.counts.finished,
+                p.error_rate * 100.0,
+                p.counts.dropped,
+                p.requests_per_s,
+                p.output_tokens_per_s,
+                l("ttft", |s| s.p50),
+                l("ttft", |s| s.p99),
+                l("itl", |s| s.p99),
+                l("e2e", |s| s.p99),
+                l("send_lag", |s| s.p99),
+                slo
             );
             if !p.counts.errors.is_empty() {
-                let errs: Vec<String> = p.counts.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                let errs: Vec<String> = p
+                    .counts
+                    .errors
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect();
                 let _ = writeln!(s, "  errors: {}", errs.join(", "));
             }
             if p.recall.count > 0 {
-                let _ = writeln!(s, "  recall@k: mean {:.3}, p50 {:.3} over {} sampled queries", p.recall.mean, p.recall.p50, p.recall.count);
+                let _ = writeln!(
+                    s,
+                    "  recall@k: mean {:.3}, p50 {:.3} over {} sampled queries",
+                    p.recall.mean, p.recall.p50, p.recall.count
+                );
             }
             for r in p.slo.iter().filter(|r| !r.pass) {
-                let obs = r.observed.map_or_else(|| "no data".into(), |v| format!("{v:.3}"));
+                let obs = r
+                    .observed
+                    .map_or_else(|| "no data".into(), |v| format!("{v:.3}"));
                 let _ = writeln!(s, "  SLO failed: {} (observed {obs})", r.slo);
             }
         }
@@ -234,5 +290,11 @@ impl Report {
 }
 
 fn fmt_ms(v: f64) -> String {
-    if v >= 10_000.0 { format!("{:.1}s", v / 1000.0) } else if v >= 10.0 { format!("{v:.0}ms") } else { format!("{v:.2}ms") }
+    if v >= 10_000.0 {
+        format!("{:.1}s", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.0}ms")
+    } else {
+        format!("{v:.2}ms")
+    }
 }

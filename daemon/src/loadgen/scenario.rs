@@ -166,7 +166,9 @@ impl TryFrom<LoadRaw> for Load {
     fn try_from(r: LoadRaw) -> Result<Self, String> {
         let rate_ok = |name: &str, v: Option<f64>| match v {
             Some(v) if v > 0.0 && v <= HARD_MAX_RATE => Ok(v),
-            Some(v) => Err(format!("`{name}: {v}` must be > 0 and <= {HARD_MAX_RATE} requests/s")),
+            Some(v) => Err(format!(
+                "`{name}: {v}` must be > 0 and <= {HARD_MAX_RATE} requests/s"
+            )),
             None => Err(format!("shape `{}` needs `{name}:` (requests/s)", r.shape)),
         };
         let given: Vec<&str> = [
@@ -194,22 +196,46 @@ impl TryFrom<LoadRaw> for Load {
             }
         };
         if let Some(extra) = given.iter().find(|g| !allowed.contains(g)) {
-            return Err(format!("shape `{}` does not take `{extra}` (it takes: {})", r.shape, allowed.join(", ")));
+            return Err(format!(
+                "shape `{}` does not take `{extra}` (it takes: {})",
+                r.shape,
+                allowed.join(", ")
+            ));
         }
         Ok(match r.shape.as_str() {
-            "constant" => Load::Constant { rate: rate_ok("rate", r.rate)? },
-            "poisson" => Load::Poisson { rate: rate_ok("rate", r.rate)? },
+            "constant" => Load::Constant {
+                rate: rate_ok("rate", r.rate)?,
+            },
+            "poisson" => Load::Poisson {
+                rate: rate_ok("rate", r.rate)?,
+            },
             "gamma" => Load::Gamma {
                 rate: rate_ok("rate", r.rate)?,
-                burstiness: r.burstiness.filter(|b| *b > 0.0 && b.is_finite()).ok_or("shape `gamma` needs `burstiness:` > 0 (1 = Poisson)")?,
+                burstiness: r
+                    .burstiness
+                    .filter(|b| *b > 0.0 && b.is_finite())
+                    .ok_or("shape `gamma` needs `burstiness:` > 0 (1 = Poisson)")?,
             },
-            "ramp" => Load::Ramp { from: rate_ok("from", r.from)?, to: rate_ok("to", r.to)? },
+            "ramp" => Load::Ramp {
+                from: rate_ok("from", r.from)?,
+                to: rate_ok("to", r.to)?,
+            },
             "trace" => Load::Trace {
-                path: r.path.ok_or("shape `trace` needs `path:` (a file of timestamps)")?,
-                speed: r.speed.map_or(Ok(1.0), |s| if s > 0.0 && s.is_finite() { Ok(s) } else { Err("`speed` must be > 0") })?,
+                path: r
+                    .path
+                    .ok_or("shape `trace` needs `path:` (a file of timestamps)")?,
+                speed: r.speed.map_or(Ok(1.0), |s| {
+                    if s > 0.0 && s.is_finite() {
+                        Ok(s)
+                    } else {
+                        Err("`speed` must be > 0")
+                    }
+                })?,
                 offsets: Vec::new(),
             },
-            _ => Load::Concurrency { users: r.users.ok_or("shape `concurrency` needs `users:`")? },
+            _ => Load::Concurrency {
+                users: r.users.ok_or("shape `concurrency` needs `users:`")?,
+            },
         })
     }
 }
@@ -221,9 +247,18 @@ impl Load {
         use arrival::Arrival;
         Some(match self {
             Load::Constant { rate } => Arrival::Constant(*rate),
-            Load::Poisson { rate } => Arrival::Gamma { rate: *rate, burstiness: 1.0 },
-            Load::Gamma { rate, burstiness } => Arrival::Gamma { rate: *rate, burstiness: *burstiness },
-            Load::Ramp { from, to } => Arrival::Ramp { from: *from, to: *to },
+            Load::Poisson { rate } => Arrival::Gamma {
+                rate: *rate,
+                burstiness: 1.0,
+            },
+            Load::Gamma { rate, burstiness } => Arrival::Gamma {
+                rate: *rate,
+                burstiness: *burstiness,
+            },
+            Load::Ramp { from, to } => Arrival::Ramp {
+                from: *from,
+                to: *to,
+            },
             Load::Trace { offsets, .. } => Arrival::Trace(offsets.clone()),
             Load::Concurrency { .. } => return None,
         })
@@ -246,7 +281,9 @@ impl Load {
     #[must_use]
     pub fn target_rate(&self, duration: Duration) -> Option<f64> {
         match self {
-            Load::Constant { rate } | Load::Poisson { rate } | Load::Gamma { rate, .. } => Some(*rate),
+            Load::Constant { rate } | Load::Poisson { rate } | Load::Gamma { rate, .. } => {
+                Some(*rate)
+            }
             Load::Ramp { from, to } => Some(f64::midpoint(*from, *to)),
             Load::Trace { offsets, .. } => Some(offsets.len() as f64 / duration.as_secs_f64()),
             Load::Concurrency { .. } => None,
@@ -379,8 +416,14 @@ impl Scenario {
             if msg.contains("missing field `duration`") {
                 msg.push_str(" (every phase needs one, e.g. `duration: 60s`)");
             }
-            let line = e.location().map(|l| refine(src, (l.line(), l.column()), &msg));
-            ScenarioError { file: file.to_string(), line, msg }
+            let line = e
+                .location()
+                .map(|l| refine(src, (l.line(), l.column()), &msg));
+            ScenarioError {
+                file: file.to_string(),
+                line,
+                msg,
+            }
         })?;
         s.resolve(file, src, base)?;
         Ok(s)
@@ -394,10 +437,16 @@ impl Scenario {
             msg,
         };
         if self.phases.is_empty() {
-            return Err(err("phases", "`phases` is empty: add at least one phase".into()));
+            return Err(err(
+                "phases",
+                "`phases` is empty: add at least one phase".into(),
+            ));
         }
         if self.max_in_flight == 0 || self.max_in_flight > HARD_MAX_IN_FLIGHT {
-            return Err(err("max_in_flight", format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}")));
+            return Err(err(
+                "max_in_flight",
+                format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"),
+            ));
         }
         let mut rng = SmallRng::seed_from_u64(self.seed.unwrap_or(0));
         for (name, spec) in &self.datasets {
@@ -407,55 +456,13 @@ impl Scenario {
         }
         let mut seen = std::collections::BTreeSet::new();
         for p in &mut self.phases {
-            let at = format!("name: {}", p.name);
             if !seen.insert(p.name.clone()) {
-                return Err(err(&at, format!("phase name `{}` is used twice", p.name)));
-            }
-            if p.duration.is_zero() {
-                return Err(err(&at, format!("phase `{}`: duration must be > 0", p.name)));
-            }
-            if let Some(ds) = &p.request.dataset
-                && !self.loaded.contains_key(ds)
-            {
                 return Err(err(
-                    &format!("dataset: {ds}"),
-                    format!("phase `{}` uses dataset `{ds}`, which `datasets:` does not define", p.name),
+                    &format!("name: {}", p.name),
+                    format!("phase name `{}` is used twice", p.name),
                 ));
             }
-            let uses = p.request.prompt.as_ref().is_some_and(Template::uses_dataset)
-                || p.request.text.as_ref().is_some_and(Template::uses_dataset);
-            if uses && p.request.dataset.is_none() {
-                return Err(err(&at, format!("phase `{}` uses ${{dataset.*}} but sets no `request.dataset`", p.name)));
-            }
-            match &mut p.load {
-                Load::Concurrency { users } if *users == 0 || *users > HARD_MAX_IN_FLIGHT => {
-                    return Err(err(&at, format!("phase `{}`: users must be 1..={HARD_MAX_IN_FLIGHT}", p.name)));
-                }
-                Load::Trace { path, speed, offsets } => {
-                    let full = base.join(&*path);
-                    let text = std::fs::read_to_string(&full).map_err(|e| {
-                        err(&at, format!("phase `{}`: cannot read trace {}: {e}", p.name, full.display()))
-                    })?;
-                    *offsets = arrival::parse_trace(&text, *speed).map_err(|(line, what)| ScenarioError {
-                        file: full.display().to_string(),
-                        line: Some((line, 1)),
-                        msg: what,
-                    })?;
-                }
-                _ => {}
-            }
-            if let Some(rate) = p.load.target_rate(p.duration).filter(|r| *r > HARD_MAX_RATE) {
-                return Err(err(&at, format!("phase `{}`: rate {rate}/s is above the hard cap {HARD_MAX_RATE}/s", p.name)));
-            }
-            let endpoint = p.request.endpoint.unwrap_or(Endpoint::Chat);
-            let vector_only = p.request.text.is_some() || p.request.dimensions.is_some()
-                || p.request.top_k.is_some() || p.request.ef_search.is_some() || p.request.recall_sample.is_some();
-            if vector_only && endpoint != Endpoint::VectorSearch {
-                return Err(err(&at, format!("phase `{}`: text/dimensions/top_k/ef_search/recall_sample need `endpoint: vector_search`", p.name)));
-            }
-            if endpoint == Endpoint::VectorSearch && p.request.text.is_none() && p.request.dimensions.is_none() {
-                return Err(err(&at, format!("phase `{}`: a vector_search request needs `text:` or `dimensions:`", p.name)));
-            }
+            check_phase(p, &self.loaded, base, &err)?;
         }
         Ok(())
     }
@@ -464,26 +471,158 @@ impl Scenario {
     #[must_use]
     pub fn target_host(&self) -> Option<String> {
         let uri: hyper::Uri = self.target.parse().ok()?;
-        uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+        uri.host()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
     }
 }
 
-/// Whether `host` is loopback (`localhost`, 127.0.0.0/8, ::1).
+/// Checks one phase and reads its trace file.
+fn check_phase(
+    p: &mut Phase,
+    loaded: &BTreeMap<String, Arc<Dataset>>,
+    base: &Path,
+    err: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let at = format!("name: {}", p.name);
+    if p.duration.is_zero() {
+        return Err(err(
+            &at,
+            format!("phase `{}`: duration must be > 0", p.name),
+        ));
+    }
+    if let Some(ds) = &p.request.dataset
+        && !loaded.contains_key(ds)
+    {
+        return Err(err(
+            &format!("dataset: {ds}"),
+            format!(
+                "phase `{}` uses dataset `{ds}`, which `datasets:` does not define",
+                p.name
+            ),
+        ));
+    }
+    let uses = p
+        .request
+        .prompt
+        .as_ref()
+        .is_some_and(Template::uses_dataset)
+        || p.request.text.as_ref().is_some_and(Template::uses_dataset);
+    if uses && p.request.dataset.is_none() {
+        return Err(err(
+            &at,
+            format!(
+                "phase `{}` uses ${{dataset.*}} but sets no `request.dataset`",
+                p.name
+            ),
+        ));
+    }
+    match &mut p.load {
+        Load::Concurrency { users } if *users == 0 || *users > HARD_MAX_IN_FLIGHT => {
+            return Err(err(
+                &at,
+                format!("phase `{}`: users must be 1..={HARD_MAX_IN_FLIGHT}", p.name),
+            ));
+        }
+        Load::Trace {
+            path,
+            speed,
+            offsets,
+        } => {
+            *offsets = read_trace(&base.join(&*path), *speed).map_err(|e| match e.line {
+                Some(_) => e,
+                None => err(&at, format!("phase `{}`: {}", p.name, e.msg)),
+            })?;
+        }
+        _ => {}
+    }
+    if let Some(rate) = p
+        .load
+        .target_rate(p.duration)
+        .filter(|r| *r > HARD_MAX_RATE)
+    {
+        return Err(err(
+            &at,
+            format!(
+                "phase `{}`: rate {rate}/s is above the hard cap {HARD_MAX_RATE}/s",
+                p.name
+            ),
+        ));
+    }
+    let endpoint = p.request.endpoint.unwrap_or(Endpoint::Chat);
+    let vector_only = p.request.text.is_some()
+        || p.request.dimensions.is_some()
+        || p.request.top_k.is_some()
+        || p.request.ef_search.is_some()
+        || p.request.recall_sample.is_some();
+    if vector_only && endpoint != Endpoint::VectorSearch {
+        return Err(err(
+            &at,
+            format!(
+                "phase `{}`: text/dimensions/top_k/ef_search/recall_sample need `endpoint: vector_search`",
+                p.name
+            ),
+        ));
+    }
+    if endpoint == Endpoint::VectorSearch
+        && p.request.text.is_none()
+        && p.request.dimensions.is_none()
+    {
+        return Err(err(
+            &at,
+            format!(
+                "phase `{}`: a vector_search request needs `text:` or `dimensions:`",
+                p.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a trace file; errors carry the trace file's own line.
+fn read_trace(full: &Path, speed: f64) -> Result<Vec<Duration>, ScenarioError> {
+    let file = full.display().to_string();
+    let text = std::fs::read_to_string(full).map_err(|e| ScenarioError {
+        file: file.clone(),
+        line: None,
+        msg: format!("cannot read trace {file}: {e}"),
+    })?;
+    arrival::parse_trace(&text, speed).map_err(|(line, msg)| ScenarioError {
+        file,
+        line: Some((line, 1)),
+        msg,
+    })
+}
+
+/// Whether `host` is loopback (`localhost`, `127.0.0.0/8`, `::1`).
 #[must_use]
 pub fn is_loopback(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
-        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// serde_yaml places our own validation errors at the start of the enclosing mapping;
+/// `serde_yaml` places our own validation errors at the start of the enclosing mapping;
 /// when the message quotes the offending text, point at that text instead.
 fn refine(src: &str, at: (usize, usize), msg: &str) -> (usize, usize) {
-    let serde_own = ["missing field", "unknown field", "invalid type", "invalid value", "did not find", "unknown variant"];
+    let serde_own = [
+        "missing field",
+        "unknown field",
+        "invalid type",
+        "invalid value",
+        "did not find",
+        "unknown variant",
+    ];
     if serde_own.iter().any(|p| msg.contains(p)) {
         return at;
     }
-    let quoted = msg.split_once(['"', '`']).and_then(|(_, rest)| rest.split_once(['"', '`'])).map(|(q, _)| q);
-    let Some(q) = quoted.filter(|q| !q.is_empty()) else { return at };
+    let quoted = msg
+        .split_once(['"', '`'])
+        .and_then(|(_, rest)| rest.split_once(['"', '`']))
+        .map(|(q, _)| q);
+    let Some(q) = quoted.filter(|q| !q.is_empty()) else {
+        return at;
+    };
     src.lines()
         .enumerate()
         .skip(at.0.saturating_sub(1))
@@ -502,7 +641,7 @@ fn default_name() -> String {
     "stress".into()
 }
 fn default_timeout() -> Duration {
-    Duration::from_secs(60)
+    Duration::from_mins(1)
 }
 fn default_grace() -> Duration {
     Duration::from_secs(5)
@@ -520,11 +659,12 @@ fn default_post() -> String {
 /// `60s`, `500ms`, `1m 30s` (humantime).
 pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
-    humantime::parse_duration(&s)
-        .map_err(|e| D::Error::custom(format!("bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)")))
+    humantime::parse_duration(&s).map_err(|e| {
+        D::Error::custom(format!(
+            "bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)"
+        ))
+    })
 }
-
-
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -548,7 +688,13 @@ fn de_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
             .map(|p| p / 100.0)
             .ok_or_else(|| D::Error::custom(format!("bad fraction {t:?}: write 0.1 or 10%")))?,
     };
-    if (0.0..=1.0).contains(&v) { Ok(v) } else { Err(D::Error::custom(format!("fraction `{text}` is not within 0..1 (0%..100%)"))) }
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(D::Error::custom(format!(
+            "fraction `{text}` is not within 0..1 (0%..100%)"
+        )))
+    }
 }
 
 fn de_opt_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
@@ -562,7 +708,9 @@ fn de_opt_template<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Template>, 
 
 fn de_opt_json_template<'de, D: Deserializer<'de>>(d: D) -> Result<Option<JsonTemplate>, D::Error> {
     let v = serde_json::Value::deserialize(d)?;
-    JsonTemplate::compile(&v).map(Some).map_err(D::Error::custom)
+    JsonTemplate::compile(&v)
+        .map(Some)
+        .map_err(D::Error::custom)
 }
 
 fn de_slos<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Slo>, D::Error> {

@@ -111,7 +111,10 @@ pub struct SloError {
 impl Slo {
     /// Parses `METRIC OP VALUE`.
     pub fn parse(text: &str) -> Result<Self, SloError> {
-        let err = |why: &str| SloError { text: text.to_string(), why: why.to_string() };
+        let err = |why: &str| SloError {
+            text: text.to_string(),
+            why: why.to_string(),
+        };
         let (pos, op, len) = ["<=", ">=", "<", ">"]
             .iter()
             .find_map(|o| text.find(o).map(|p| (p, *o, o.len())))
@@ -134,7 +137,12 @@ impl Slo {
         }
         .filter(|v| v.is_finite())
         .ok_or_else(|| err(&format!("bad value `{value}` for `{name}`")))?;
-        Ok(Slo { text: text.trim().to_string(), metric, op, threshold })
+        Ok(Slo {
+            text: text.trim().to_string(),
+            metric,
+            op,
+            threshold,
+        })
     }
 
     /// Whether `observed` satisfies the SLO.
@@ -151,7 +159,9 @@ impl Slo {
     /// Per-request check used for goodput; `None` when this SLO is not a per-request one.
     #[must_use]
     pub fn request_ok(&self, r: &RequestRecord) -> Option<bool> {
-        let Metric::Latency(series, _) = self.metric else { return None };
+        let Metric::Latency(series, _) = self.metric else {
+            return None;
+        };
         if !matches!(self.op, Op::Lt | Op::Le) {
             return None;
         }
@@ -170,9 +180,8 @@ impl Slo {
 
 fn parse_stat(s: &str) -> Option<Stat> {
     match s {
-        "max" => Some(Stat::Max),
+        "max" | "p100" => Some(Stat::Max),
         "mean" | "avg" => Some(Stat::Mean),
-        "p100" => Some(Stat::Max),
         p => {
             let digits = p.strip_prefix('p')?;
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -239,16 +248,25 @@ mod tests {
     #[test]
     fn parses_the_seed_examples() {
         let s = Slo::parse("ttft_p95 < 500ms").unwrap();
-        assert_eq!(s.metric, Metric::Latency(Series::Ttft, Stat::Quantile(0.95)));
+        assert_eq!(
+            s.metric,
+            Metric::Latency(Series::Ttft, Stat::Quantile(0.95))
+        );
         assert_eq!((s.op, s.threshold), (Op::Lt, 500.0));
         let s = Slo::parse("error_rate<1%").unwrap();
         assert_eq!((s.metric, s.threshold), (Metric::ErrorRate, 0.01));
         let s = Slo::parse("e2e_p999 <= 1.5s").unwrap();
-        assert_eq!(s.metric, Metric::Latency(Series::E2e, Stat::Quantile(0.999)));
+        assert_eq!(
+            s.metric,
+            Metric::Latency(Series::E2e, Stat::Quantile(0.999))
+        );
         assert_eq!(s.threshold, 1500.0);
         let s = Slo::parse("stream_tokens_per_s_p10 >= 15").unwrap();
         assert_eq!((s.op, s.threshold), (Op::Ge, 15.0));
-        assert_eq!(Slo::parse("recall >= 0.9").unwrap().metric, Metric::Recall(Stat::Mean));
+        assert_eq!(
+            Slo::parse("recall >= 0.9").unwrap().metric,
+            Metric::Recall(Stat::Mean)
+        );
         assert!(s.holds(15.0) && !s.holds(14.9));
     }
 
@@ -270,8 +288,14 @@ mod tests {
         r.token_us = vec![301_000, 311_000];
         r.end_us = 311_000;
         r.output_tokens = Some(2);
-        assert_eq!(Slo::parse("ttft_p99 < 400ms").unwrap().request_ok(&r), Some(true));
-        assert_eq!(Slo::parse("ttft_p99 < 200ms").unwrap().request_ok(&r), Some(false));
+        assert_eq!(
+            Slo::parse("ttft_p99 < 400ms").unwrap().request_ok(&r),
+            Some(true)
+        );
+        assert_eq!(
+            Slo::parse("ttft_p99 < 200ms").unwrap().request_ok(&r),
+            Some(false)
+        );
         assert_eq!(Slo::parse("error_rate < 1%").unwrap().request_ok(&r), None);
     }
 }

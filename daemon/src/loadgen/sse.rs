@@ -92,7 +92,11 @@ impl SseParser {
     pub fn finish(&mut self) -> Tail {
         let truncated = !self.line.is_empty() || self.has_fields;
         *self = Self::default();
-        if truncated { Tail::Truncated } else { Tail::Clean }
+        if truncated {
+            Tail::Truncated
+        } else {
+            Tail::Clean
+        }
     }
 
     fn line_done(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {

@@ -119,7 +119,11 @@ fn render_part<R: Rng>(p: &Part, ctx: &mut Ctx<'_, R>, out: &mut String) {
             let _ = write!(out, "{}", ctx.rng.random_range(*a..=*b));
         }
         Part::Float(a, b) => {
-            let v = if a < b { ctx.rng.random_range(*a..*b) } else { *a };
+            let v = if a < b {
+                ctx.rng.random_range(*a..*b)
+            } else {
+                *a
+            };
             let _ = write!(out, "{v:.4}");
         }
         Part::Choice(c) => out.push_str(c.choose(ctx.rng).map_or("", String::as_str)),
@@ -165,9 +169,7 @@ fn parse_placeholder(inner: &str) -> Result<Part, TemplateError> {
         },
         "random_float" => match args.as_slice() {
             [a, b] => match (a.parse::<f64>(), b.parse::<f64>()) {
-                (Ok(a), Ok(b)) if a <= b && a.is_finite() && b.is_finite() => {
-                    Ok(Part::Float(a, b))
-                }
+                (Ok(a), Ok(b)) if a <= b && a.is_finite() && b.is_finite() => Ok(Part::Float(a, b)),
                 _ => Err(bad("random_float needs two numbers a <= b")),
             },
             _ => Err(bad("random_float takes two arguments")),
@@ -187,7 +189,6 @@ fn split_args(s: &str) -> Vec<String> {
     for c in s.chars() {
         match (quote, c) {
             (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => cur.push(c),
             (None, '"' | '\'') => {
                 quote = Some(c);
                 quoted = true;
@@ -196,7 +197,7 @@ fn split_args(s: &str) -> Vec<String> {
                 out.push(finish_arg(&mut cur, quoted));
                 quoted = false;
             }
-            (None, c) => cur.push(c),
+            _ => cur.push(c),
         }
     }
     if !cur.trim().is_empty() || quoted || !out.is_empty() {
@@ -261,7 +262,11 @@ mod tests {
     fn render(src: &str, row: Option<&Row>) -> String {
         let mut rng = SmallRng::seed_from_u64(1);
         let t = Template::parse(src).unwrap();
-        t.render(&mut Ctx { rng: &mut rng, row, seq: 42 })
+        t.render(&mut Ctx {
+            rng: &mut rng,
+            row,
+            seq: 42,
+        })
     }
 
     #[test]
@@ -275,7 +280,10 @@ mod tests {
     #[test]
     fn choice_literals_dataset_and_seq() {
         let row = Row::from_prompt("hello world".into(), Some(7));
-        let s = render("[${choice(\"a, b\")}] ${dataset.prompt} #${seq} $${x}", Some(&row));
+        let s = render(
+            "[${choice(\"a, b\")}] ${dataset.prompt} #${seq} $${x}",
+            Some(&row),
+        );
         assert_eq!(s, "[a, b] hello world #42 ${x}");
         assert_eq!(render("${dataset.output_tokens}", Some(&row)), "7");
         let c = render("${choice(red, green)}", None);
@@ -289,7 +297,11 @@ mod tests {
             "temperature": "${random_float(0.3,0.8)}", "n": "${random_int(1,1)}", "s": "x${seq}"
         }))
         .unwrap();
-        let v = t.render(&mut Ctx { rng: &mut rng, row: None, seq: 3 });
+        let v = t.render(&mut Ctx {
+            rng: &mut rng,
+            row: None,
+            seq: 3,
+        });
         let temp = v["temperature"].as_f64().unwrap();
         assert!((0.3..0.8).contains(&temp));
         assert_eq!(v["n"], 1);
@@ -298,8 +310,13 @@ mod tests {
 
     #[test]
     fn errors_say_what_is_wrong() {
-        assert!(matches!(Template::parse("a ${random_int(1,2)"), Err(TemplateError::Unclosed(_))));
-        let e = Template::parse("${random_int(5,1)}").unwrap_err().to_string();
+        assert!(matches!(
+            Template::parse("a ${random_int(1,2)"),
+            Err(TemplateError::Unclosed(_))
+        ));
+        let e = Template::parse("${random_int(5,1)}")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a <= b"), "{e}");
         let e = Template::parse("${nope(1)}").unwrap_err().to_string();
         assert!(e.contains("unknown function `nope`"), "{e}");

@@ -19,7 +19,12 @@ use super::{
 /// A random unit vector (uniform direction) of `dims` dimensions.
 pub fn random_unit_vector<R: Rng>(dims: usize, rng: &mut R) -> Vec<f32> {
     let v: Vec<f32> = (0..dims).map(|_| StandardNormal.sample(rng)).collect();
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+    let norm = v
+        .iter()
+        .map(|x| x * x)
+        .sum::<f32>()
+        .sqrt()
+        .max(f32::MIN_POSITIVE);
     v.into_iter().map(|x| x / norm).collect()
 }
 
@@ -59,11 +64,22 @@ pub struct VectorCall<'a> {
 }
 
 /// Runs one search (and, when sampled, its ground-truth query) into `rec`.
-pub async fn call(client: &HttpClient, target: &Target, body: Bytes, call: VectorCall<'_>, rec: &mut RequestRecord, t0: Instant) {
+pub async fn call(
+    client: &HttpClient,
+    target: &Target,
+    body: Bytes,
+    call: VectorCall<'_>,
+    rec: &mut RequestRecord,
+    t0: Instant,
+) {
     let req = target.request(&Method::POST, call.path, body.clone(), &[]);
-    let Ok(resp) = send(client, req, rec, t0).await else { return };
+    let Ok(resp) = send(client, req, rec, t0).await else {
+        return;
+    };
     let status = resp.status();
-    let Some(answer) = read_body(resp, rec, t0).await else { return };
+    let Some(answer) = read_body(resp, rec, t0).await else {
+        return;
+    };
     rec.end_us = us_since(t0);
     if !status.is_success() {
         fail_status(rec, status.as_u16(), &answer);
@@ -73,7 +89,9 @@ pub async fn call(client: &HttpClient, target: &Target, body: Bytes, call: Vecto
         Ok(ids) => ids,
         Err(e) => return rec.fail(ErrorClass::MalformedStream, e),
     };
-    let Some(exact_path) = call.exact_path else { return };
+    let Some(exact_path) = call.exact_path else {
+        return;
+    };
     let req = target.request(&Method::POST, exact_path, body, &[]);
     // The ground truth is a separate measurement: a failure there leaves recall unknown
     // but does not fail the timed search.
@@ -93,7 +111,10 @@ mod tests {
 
     #[test]
     fn ids_and_recall() {
-        let found = result_ids(br#"{"results":[{"id":1,"distance":0.1},{"id":"b","distance":0.2},{"id":3}]}"#).unwrap();
+        let found = result_ids(
+            br#"{"results":[{"id":1,"distance":0.1},{"id":"b","distance":0.2},{"id":3}]}"#,
+        )
+        .unwrap();
         assert_eq!(found, ["1", "b", "3"]);
         let exact: Vec<String> = ["1", "3", "9"].iter().map(|s| (*s).to_string()).collect();
         assert!((recall_at_k(&found, &exact, 3) - 2.0 / 3.0).abs() < 1e-9);

@@ -1,5 +1,5 @@
 //! A local test server for the load-generator tests: it stamps every request's arrival,
-//! can stall all answers for a while, and speaks enough of the OpenAI and vector APIs.
+//! can stall all answers for a while, and speaks enough of the `OpenAI` and vector APIs.
 #![allow(dead_code)]
 
 use std::{
@@ -32,7 +32,10 @@ impl Stamps {
     pub fn offsets(&self) -> Vec<f64> {
         let a = self.arrivals.lock().unwrap();
         let first = *a.first().unwrap();
-        let mut v: Vec<f64> = a.iter().map(|t| t.duration_since(first).as_secs_f64()).collect();
+        let mut v: Vec<f64> = a
+            .iter()
+            .map(|t| t.duration_since(first).as_secs_f64())
+            .collect();
         v.sort_by(f64::total_cmp);
         v
     }
@@ -81,7 +84,10 @@ async fn chat(State(s): State<Arc<Stamps>>, Json(req): Json<Value>) -> Response 
         .unwrap()
 }
 
-fn async_stream(max: u64, usage: bool) -> impl futures_util::stream::Stream<Item = Result<String, std::io::Error>> {
+fn async_stream(
+    max: u64,
+    usage: bool,
+) -> impl futures_util::stream::Stream<Item = Result<String, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -89,7 +95,11 @@ fn async_stream(max: u64, usage: bool) -> impl futures_util::stream::Stream<Item
             if i > 0 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            let fin = if i + 1 == max { json!("length") } else { Value::Null };
+            let fin = if i + 1 == max {
+                json!("length")
+            } else {
+                Value::Null
+            };
             let chunk = json!({"choices": [{"index": 0, "delta": {"content": "tok "}, "finish_reason": fin}]});
             if tx.send(Ok(format!("data: {chunk}\n\n"))).await.is_err() {
                 return;
@@ -104,7 +114,9 @@ fn async_stream(max: u64, usage: bool) -> impl futures_util::stream::Stream<Item
     tokio_stream_from(rx)
 }
 
-fn tokio_stream_from<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) -> impl futures_util::stream::Stream<Item = T> {
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::stream::Stream<Item = T> {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
@@ -112,7 +124,9 @@ async fn search(State(s): State<Arc<Stamps>>, Json(req): Json<Value>) -> Json<Va
     stamp(&s).await;
     let k = req["top_k"].as_u64().unwrap_or(10);
     // The approximate search misses the last true neighbour: recall@k = (k-1)/k.
-    let ids: Vec<Value> = (0..k).map(|i| json!({"id": if i + 1 == k { 1000 } else { i }, "distance": i})).collect();
+    let ids: Vec<Value> = (0..k)
+        .map(|i| json!({"id": if i + 1 == k { 1000 } else { i }, "distance": i}))
+        .collect();
     Json(json!({"results": ids}))
 }
 
