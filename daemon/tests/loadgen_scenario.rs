@@ -282,3 +282,75 @@ phases:
     let h = decode_hist(&chat.histograms["ttft"]).unwrap();
     assert_eq!(h.len(), chat.latency_ms["ttft"].count);
 }
+
+#[test]
+fn ctrl_c_stops_within_grace_and_still_writes_the_report() {
+    let (addr, stamps) = loadgen_support::start_in_thread();
+    // Every answer stalls for a minute, so requests are in flight when Ctrl-C comes.
+    let now = std::time::Instant::now();
+    *stamps.pause.lock().unwrap() = Some((now, now + std::time::Duration::from_secs(60)));
+    let p = tmp(
+        "sigint.yaml",
+        &format!(
+            "target: http://{addr}\ngrace: 1s\nphases:\n  - {{name: a, duration: 30s, load: {{shape: constant, rate: 20}}, request: {{endpoint: http}}}}\n"
+        ),
+    );
+    let out_json = p.with_extension("json");
+    let child = bin()
+        .arg("stress")
+        .arg(&p)
+        .arg("--out")
+        .arg(&out_json)
+        .arg("-q")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let t = std::time::Instant::now();
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let took = t.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "took {took:?} with a 1 s grace"
+    );
+    let r: Report = serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
+    assert!(r.stopped.as_deref().unwrap().starts_with("interrupted"));
+    assert!(r.phases[0].elapsed_s < 3.0);
+    let aborted = r
+        .records
+        .iter()
+        .filter(|x| x.error == Some(ErrorClass::Aborted))
+        .count();
+    assert!(
+        aborted >= 20,
+        "{aborted} requests aborted at the end of the grace period"
+    );
+}
+
+#[test]
+fn error_rate_above_threshold_aborts_the_run() {
+    // Nothing listens on the discard port: every request fails to connect.
+    let p = tmp(
+        "abort.yaml",
+        "target: http://127.0.0.1:9\nabort_error_rate: 50%\nabort_min_requests: 20\nphases:\n  - {name: a, duration: 30s, load: {shape: constant, rate: 100}, request: {endpoint: http}}\n",
+    );
+    let t = std::time::Instant::now();
+    let out = bin().arg("stress").arg(&p).arg("-q").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(15));
+    assert!(
+        stdout.contains("stopped early: aborted: error rate 100.0%"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("connect"), "{stdout}");
+}
