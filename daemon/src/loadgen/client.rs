@@ -96,6 +96,14 @@ impl Target {
         (p != "/" && !p.is_empty()).then(|| p.to_string())
     }
 
+    /// The absolute URI of `path` (an unparsable path gives `/`).
+    #[must_use]
+    pub fn uri(&self, path: &str) -> Uri {
+        format!("{}://{}{}", self.scheme, self.authority, path)
+            .parse()
+            .unwrap_or_default()
+    }
+
     /// Builds a request to `path` with the default and extra headers.
     pub fn request(
         &self,
@@ -104,12 +112,21 @@ impl Target {
         body: Bytes,
         extra: &[(hyper::header::HeaderName, HeaderValue)],
     ) -> Request<Full<Bytes>> {
+        self.request_to(method, self.uri(path), body, extra)
+    }
+
+    /// Builds a request to a prepared URI (saves parsing it per request).
+    pub fn request_to(
+        &self,
+        method: &Method,
+        uri: Uri,
+        body: Bytes,
+        extra: &[(hyper::header::HeaderName, HeaderValue)],
+    ) -> Request<Full<Bytes>> {
         let has_body = !body.is_empty();
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = method.clone();
-        *req.uri_mut() = format!("{}://{}{}", self.scheme, self.authority, path)
-            .parse()
-            .unwrap_or_default();
+        *req.uri_mut() = uri;
         let h = req.headers_mut();
         if has_body {
             h.insert(

@@ -97,7 +97,7 @@ pub async fn run(
         .phases
         .iter()
         .enumerate()
-        .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded).map(Arc::new))
+        .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
     let seed = scenario.seed.unwrap_or_else(|| {
         SystemTime::now()

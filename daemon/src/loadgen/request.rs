@@ -31,6 +31,7 @@ pub struct PhaseCtx {
     /// Endpoint kind.
     pub endpoint: Endpoint,
     path: String,
+    uri: hyper::Uri,
     method: Method,
     spec: RequestSpec,
     prompt: Option<Template>,
@@ -62,6 +63,7 @@ impl PhaseCtx {
         index: u32,
         phase: &Phase,
         datasets: &std::collections::BTreeMap<String, Arc<Dataset>>,
+        target: &Target,
     ) -> Result<Self, TargetError> {
         let spec = phase.request.clone();
         let endpoint = spec.endpoint.unwrap_or(Endpoint::Chat);
@@ -89,6 +91,7 @@ impl PhaseCtx {
         Ok(PhaseCtx {
             index,
             endpoint,
+            uri: target.uri(&path),
             path,
             method,
             prompt: spec.prompt.clone(),
@@ -233,7 +236,7 @@ impl PhaseCtx {
         rec.chaos = p.chaos;
         match self.endpoint {
             Endpoint::Chat | Endpoint::Completions => {
-                let req = target.request(&self.method, &self.path, p.body, &self.headers);
+                let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
                 openai::call(
                     client,
                     req,
@@ -258,7 +261,7 @@ impl PhaseCtx {
                 vector::call(client, target, p.body, call, rec, t0).await;
             }
             Endpoint::Http => {
-                let req = target.request(&self.method, &self.path, p.body, &self.headers);
+                let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
                 plain(client, req, rec, t0).await;
             }
         }
