@@ -53,3 +53,26 @@ async fn server_pause_shows_in_p99_and_send_lag() {
     assert!(!report.slo_pass);
     assert!(!p.slo[0].pass);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_policy_counts_dropped_requests_during_a_pause() {
+    let (addr, stamps) = loadgen_support::start().await;
+    let yaml = format!(
+        "target: http://{addr}\nseed: 2\nphases:\n  - name: drop\n    duration: 3s\n    load: {{shape: constant, rate: 100}}\n    max_in_flight: 5\n    when_capped: drop\n    request: {{endpoint: http}}\n    slo: [\"drop_rate < 1%\"]\n"
+    );
+    let scenario = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
+    let pause_from = Instant::now() + Duration::from_secs(1);
+    *stamps.pause.lock().unwrap() = Some((pause_from, pause_from + Duration::from_secs(1)));
+    let report = loadgen::run(&scenario, Options::new(), CancellationToken::new())
+        .await
+        .unwrap();
+    let c = &report.phases[0].counts;
+    eprintln!("{c:?}");
+    // About 95 of the 100 requests due during the pause find the cap full.
+    assert_eq!(c.scheduled, 300);
+    assert_eq!(c.scheduled, c.ok + c.dropped);
+    assert!(c.dropped > 70 && c.dropped < 100, "{c:?}");
+    // Nothing waited: no send lag, and the drop-rate SLO fails.
+    assert!(report.phases[0].latency_ms["send_lag"].max < 50.0);
+    assert!(!report.slo_pass);
+}

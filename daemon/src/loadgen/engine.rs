@@ -471,3 +471,21 @@ fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_bucket_waits_or_drops() {
+        let mut b = TokenBucket::new(100.0);
+        assert_eq!(b.reserve(80.0, CapPolicy::Wait), Some(Duration::ZERO));
+        // 20 left: 50 more must wait 0.3 s at 100 tokens/s.
+        let w = b.reserve(50.0, CapPolicy::Wait).unwrap();
+        assert!((w.as_secs_f64() - 0.3).abs() < 0.01, "{w:?}");
+        // Now at -30: a dropping caller is refused until the bucket refills.
+        assert_eq!(b.reserve(10.0, CapPolicy::Drop), None);
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(b.reserve(10.0, CapPolicy::Drop), Some(Duration::ZERO));
+    }
+}
