@@ -26,24 +26,38 @@ fn sse(t: Timing) -> UnsyncBoxBody<Bytes, Infallible> {
         for i in 0..t.tokens {
             // Absolute deadlines: the server's own timing error does not accumulate.
             tokio::time::sleep_until(start + t.ttft + t.itl * i as u32).await;
-            let fin = if i + 1 == t.tokens { "\"length\"" } else { "null" };
-            let chunk = format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok \"}},\"finish_reason\":{fin}}}]}}\n\n");
+            let fin = if i + 1 == t.tokens {
+                "\"length\""
+            } else {
+                "null"
+            };
+            let chunk = format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok \"}},\"finish_reason\":{fin}}}]}}\n\n"
+            );
             if tx.send(Bytes::from(chunk)).await.is_err() {
                 return;
             }
         }
-        let usage = format!("data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":{}}}}}\n\ndata: [DONE]\n\n", t.tokens);
+        let usage = format!(
+            "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":{}}}}}\n\ndata: [DONE]\n\n",
+            t.tokens
+        );
         let _ = tx.send(Bytes::from(usage)).await;
     });
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
     });
     BodyExt::boxed_unsync(StreamBody::new(stream.boxed()))
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let addr = args.first().cloned().unwrap_or_else(|| "127.0.0.1:8089".into());
+    let addr = args
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1:8089".into());
     let num = |i: usize, d: u64| args.get(i).and_then(|v| v.parse().ok()).unwrap_or(d);
     let threads = num(1, 1) as usize;
     let timing = Timing {
@@ -60,7 +74,9 @@ fn main() {
         let listener = tokio::net::TcpListener::bind(&addr).await.expect("bind");
         eprintln!("listening on {}", listener.local_addr().expect("addr"));
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             let _ = stream.set_nodelay(true);
             tokio::spawn(async move {
                 let svc = service_fn(move |req: Request<hyper::body::Incoming>| async move {
@@ -72,7 +88,9 @@ fn main() {
                     };
                     Ok::<_, Infallible>(Response::new(body))
                 });
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
             });
         }
     });

@@ -1,17 +1,22 @@
 //! The HTTP client shared by every request of a run: hyper 1 over a pooled connector
 //! with keep-alive and `TCP_NODELAY`, plus plain-HTTP requests (health checks, benchmarks).
 
-use std::time::{Duration, Instant};
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
-use hyper::{Method, Request, Response, Uri, body::Incoming, header::HeaderValue};
+use hyper::{
+    Method, Request, Response, Uri, body::Incoming, client::conn::http1, header::HeaderValue,
+};
 use hyper_util::{
     client::legacy::{
         Client,
         connect::{HttpConnector, HttpInfo},
     },
-    rt::TokioExecutor,
+    rt::{TokioExecutor, TokioIo},
 };
 
 use super::record::{ErrorClass, RequestRecord};
@@ -147,31 +152,151 @@ pub fn us_since(t0: Instant) -> u64 {
     t0.elapsed().as_micros() as u64
 }
 
+/// How a request reaches the server.
+pub enum Via<'a> {
+    /// The shared keep-alive pool (open loop: any free connection).
+    Pool(&'a HttpClient),
+    /// A connection owned by one closed-loop user, as `wrk`/`oha` connections are:
+    /// no pool bookkeeping per request; reconnected when the server closes it.
+    Own(&'a mut OwnConn),
+}
+
+/// A single HTTP/1.1 connection owned by one virtual user.
+pub struct OwnConn {
+    authority: String,
+    host: HeaderValue,
+    connect_timeout: Duration,
+    conn: Option<(http1::SendRequest<Full<Bytes>>, SocketAddr, SocketAddr)>,
+}
+
+impl OwnConn {
+    /// A not-yet-connected connection to the target.
+    #[must_use]
+    pub fn new(target: &Target, connect_timeout: Duration) -> Self {
+        OwnConn {
+            host: HeaderValue::from_str(&target.authority)
+                .unwrap_or(HeaderValue::from_static("localhost")),
+            authority: target.authority.clone(),
+            connect_timeout,
+            conn: None,
+        }
+    }
+
+    async fn connect(&mut self) -> Result<(), (ErrorClass, String)> {
+        let stream = tokio::time::timeout(
+            self.connect_timeout,
+            tokio::net::TcpStream::connect(&self.authority),
+        )
+        .await
+        .map_err(|_| {
+            (
+                ErrorClass::Connect,
+                format!("connect to {} timed out", self.authority),
+            )
+        })?
+        .map_err(|e| {
+            (
+                ErrorClass::Connect,
+                format!("connect to {}: {e}", self.authority),
+            )
+        })?;
+        let _ = stream.set_nodelay(true);
+        let (local, remote) = (stream.local_addr(), stream.peer_addr());
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| (ErrorClass::Connect, error_chain(&e)))?;
+        tokio::spawn(conn);
+        if let (Ok(l), Ok(r)) = (local, remote) {
+            self.conn = Some((sender, l, r));
+        }
+        Ok(())
+    }
+
+    /// Sends on this connection, connecting first when needed.
+    async fn request(
+        &mut self,
+        mut req: Request<Full<Bytes>>,
+    ) -> Result<(Response<Incoming>, SocketAddr, SocketAddr), (ErrorClass, String)> {
+        // A connection-level client writes the URI as is: use origin form plus Host.
+        if let Some(pq) = req.uri().path_and_query().cloned() {
+            *req.uri_mut() = Uri::from(pq);
+        }
+        req.headers_mut()
+            .entry(hyper::header::HOST)
+            .or_insert_with(|| self.host.clone());
+        if self.conn.as_ref().is_none_or(|c| c.0.is_closed()) {
+            self.connect().await?;
+        }
+        let Some((sender, local, remote)) = self.conn.as_mut() else {
+            return Err((
+                ErrorClass::Connect,
+                "no local address on the new connection".into(),
+            ));
+        };
+        let (local, remote) = (*local, *remote);
+        if let Err(e) = sender.ready().await {
+            self.conn = None;
+            return Err((ErrorClass::Transport, error_chain(&e)));
+        }
+        match sender.send_request(req).await {
+            Ok(resp) => Ok((resp, local, remote)),
+            Err(e) => {
+                self.conn = None;
+                Err((ErrorClass::Transport, error_chain(&e)))
+            }
+        }
+    }
+}
+
+impl Via<'_> {
+    /// Sends `req` and returns the response with the connection's local and remote address.
+    pub async fn request(
+        &mut self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(Response<Incoming>, Option<(SocketAddr, SocketAddr)>), (ErrorClass, String)> {
+        match self {
+            Via::Pool(client) => match client.request(req).await {
+                Ok(resp) => {
+                    let addrs = resp
+                        .extensions()
+                        .get::<HttpInfo>()
+                        .map(|i| (i.local_addr(), i.remote_addr()));
+                    Ok((resp, addrs))
+                }
+                Err(e) => {
+                    let class = if e.is_connect() {
+                        ErrorClass::Connect
+                    } else {
+                        ErrorClass::Transport
+                    };
+                    Err((class, error_chain(&e)))
+                }
+            },
+            Via::Own(conn) => conn.request(req).await.map(|(r, l, a)| (r, Some((l, a)))),
+        }
+    }
+}
+
 /// Sends `req`, fills `actual_us`, `first_byte_us`, `status` and the socket addresses.
 pub async fn send(
-    client: &HttpClient,
+    via: &mut Via<'_>,
     req: Request<Full<Bytes>>,
     rec: &mut RequestRecord,
     t0: Instant,
 ) -> Result<Response<Incoming>, ()> {
     rec.actual_us = us_since(t0);
-    match client.request(req).await {
-        Ok(resp) => {
+    match via.request(req).await {
+        Ok((resp, addrs)) => {
             rec.first_byte_us = Some(us_since(t0));
             rec.status = Some(resp.status().as_u16());
-            if let Some(info) = resp.extensions().get::<HttpInfo>() {
-                rec.local_addr = Some(info.local_addr());
-                rec.remote_addr = Some(info.remote_addr());
+            if let Some((local, remote)) = addrs {
+                rec.local_addr = Some(local);
+                rec.remote_addr = Some(remote);
             }
             Ok(resp)
         }
-        Err(e) => {
-            let class = if e.is_connect() {
-                ErrorClass::Connect
-            } else {
-                ErrorClass::Transport
-            };
-            rec.fail(class, error_chain(&e));
+        Err((class, msg)) => {
+            rec.fail(class, msg);
             rec.end_us = us_since(t0);
             Err(())
         }
@@ -208,12 +333,12 @@ pub fn fail_status(rec: &mut RequestRecord, status: u16, body: &[u8]) {
 
 /// A plain HTTP request: success is any 2xx.
 pub async fn plain(
-    client: &HttpClient,
+    via: &mut Via<'_>,
     req: Request<Full<Bytes>>,
     rec: &mut RequestRecord,
     t0: Instant,
 ) {
-    let Ok(resp) = send(client, req, rec, t0).await else {
+    let Ok(resp) = send(via, req, rec, t0).await else {
         return;
     };
     let status = resp.status();

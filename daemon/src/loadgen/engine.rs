@@ -24,7 +24,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::{
     arrival,
-    client::{HttpClient, Target, TargetError, build_client, us_since},
+    client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     collect::{self, Msg},
     record::{ErrorClass, RequestRecord},
     report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
@@ -32,27 +32,37 @@ use super::{
     scenario::{CapPolicy, Phase, Scenario, is_loopback},
 };
 
-/// How to run a scenario.
-#[derive(Debug, Clone, Default)]
+/// How to run a scenario. `Options::default()` keeps records, allows only loopback
+/// targets, has no observer and draws no progress line.
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Allow targets outside loopback.
     pub allow_remote: bool,
-    /// Keep every request record in the report (default true via [`Options::new`]).
+    /// Keep every request record in the report.
     pub keep_records: bool,
-    /// Receives each finished request record as it completes.
+    /// Receives each finished request record as it completes (a slow receiver slows the
+    /// collector, never the requests).
     pub observer: Option<mpsc::Sender<RequestRecord>>,
     /// Draw the live progress line on stderr.
     pub progress: bool,
 }
 
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            allow_remote: false,
+            keep_records: true,
+            observer: None,
+            progress: false,
+        }
+    }
+}
+
 impl Options {
-    /// Loopback only, records kept, no observer, no progress line.
+    /// Same as [`Options::default`].
     #[must_use]
     pub fn new() -> Self {
-        Options {
-            keep_records: true,
-            ..Options::default()
-        }
+        Self::default()
     }
 }
 
@@ -303,7 +313,14 @@ async fn open_loop(
             .saturating_duration_since(shared.t0)
             .as_micros() as u64;
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, intended);
-        tracker.spawn(one(shared.clone(), ctx.clone(), prepared, rec, permits));
+        tracker.spawn(one(
+            shared.clone(),
+            ctx.clone(),
+            prepared,
+            rec,
+            permits,
+            None,
+        ));
     }
     scheduled
 }
@@ -316,6 +333,8 @@ async fn user(
     end: Instant,
     cancel: CancellationToken,
 ) {
+    // Each user owns one connection, as a wrk/oha connection does.
+    let mut conn = OwnConn::new(&shared.target, shared.timeout);
     let mut n = 0;
     while Instant::now() < end && !cancel.is_cancelled() {
         let Ok(permit) = shared.global.clone().acquire_owned().await else {
@@ -324,7 +343,15 @@ async fn user(
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
         let prepared = ctx.prepare(&mut rng, seq);
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
-        one(shared.clone(), ctx.clone(), prepared, rec, (permit, None)).await;
+        one(
+            shared.clone(),
+            ctx.clone(),
+            prepared,
+            rec,
+            (permit, None),
+            Some(&mut conn),
+        )
+        .await;
         n += 1;
     }
     let _ = shared.tx.send(Msg::Scheduled(ctx.index, n));
@@ -373,14 +400,18 @@ async fn one(
     p: Prepared,
     mut rec: RequestRecord,
     _permits: Permits,
+    own: Option<&mut OwnConn>,
 ) {
     let t0 = shared.t0;
     rec.actual_us = us_since(t0);
     let mut base = rec.clone();
     base.chaos = p.chaos;
     let fut = async {
-        ctx.execute(&shared.client, &shared.target, p, &mut rec, t0)
-            .await;
+        let mut via = match own {
+            Some(conn) => Via::Own(conn),
+            None => Via::Pool(&shared.client),
+        };
+        ctx.execute(&mut via, &shared.target, p, &mut rec, t0).await;
         rec
     };
     let rec = tokio::select! {

@@ -16,7 +16,7 @@ use hyper::Request;
 use serde_json::Value;
 
 use super::{
-    client::{HttpClient, fail_status, read_body, send, us_since},
+    client::{Via, fail_status, read_body, send, us_since},
     record::{ErrorClass, RequestRecord, TokenSource},
     sse::{SseParser, Tail},
 };
@@ -133,14 +133,14 @@ impl StreamState {
 /// Sends a chat/completions request and reads the answer into `rec`.
 /// `abort_after_first`: the chaos knob that closes the stream after the first token.
 pub async fn call(
-    client: &HttpClient,
+    via: &mut Via<'_>,
     req: Request<Full<Bytes>>,
     rec: &mut RequestRecord,
     t0: Instant,
     stream: bool,
     abort_after_first: bool,
 ) {
-    let Ok(resp) = send(client, req, rec, t0).await else {
+    let Ok(resp) = send(via, req, rec, t0).await else {
         return;
     };
     let status = resp.status();

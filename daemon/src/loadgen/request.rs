@@ -11,7 +11,7 @@ use rand::{Rng, rngs::SmallRng};
 use serde_json::{Map, Value, json};
 
 use super::{
-    client::{HttpClient, Target, TargetError, plain},
+    client::{Target, TargetError, Via, plain},
     dataset::{Dataset, Row},
     openai,
     record::{Chaos, Endpoint, RequestRecord},
@@ -227,7 +227,7 @@ impl PhaseCtx {
     /// Executes a prepared request into `rec` (no timeout here; the engine adds it).
     pub async fn execute(
         &self,
-        client: &HttpClient,
+        via: &mut Via<'_>,
         target: &Target,
         p: Prepared,
         rec: &mut RequestRecord,
@@ -238,7 +238,7 @@ impl PhaseCtx {
             Endpoint::Chat | Endpoint::Completions => {
                 let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
                 openai::call(
-                    client,
+                    via,
                     req,
                     rec,
                     t0,
@@ -258,11 +258,11 @@ impl PhaseCtx {
                     exact_path: p.sample_recall.then_some(exact),
                     top_k: self.spec.top_k.unwrap_or(10) as usize,
                 };
-                vector::call(client, target, p.body, call, rec, t0).await;
+                vector::call(via, target, p.body, call, rec, t0).await;
             }
             Endpoint::Http => {
                 let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
-                plain(client, req, rec, t0).await;
+                plain(via, req, rec, t0).await;
             }
         }
         rec.good =

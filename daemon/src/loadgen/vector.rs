@@ -12,7 +12,7 @@ use rand_distr::{Distribution, StandardNormal};
 use serde_json::Value;
 
 use super::{
-    client::{HttpClient, Target, fail_status, read_body, send, us_since},
+    client::{Target, Via, fail_status, read_body, send, us_since},
     record::{ErrorClass, RequestRecord},
 };
 
@@ -65,7 +65,7 @@ pub struct VectorCall<'a> {
 
 /// Runs one search (and, when sampled, its ground-truth query) into `rec`.
 pub async fn call(
-    client: &HttpClient,
+    via: &mut Via<'_>,
     target: &Target,
     body: Bytes,
     call: VectorCall<'_>,
@@ -73,7 +73,7 @@ pub async fn call(
     t0: Instant,
 ) {
     let req = target.request(&Method::POST, call.path, body.clone(), &[]);
-    let Ok(resp) = send(client, req, rec, t0).await else {
+    let Ok(resp) = send(via, req, rec, t0).await else {
         return;
     };
     let status = resp.status();
@@ -95,7 +95,7 @@ pub async fn call(
     let req = target.request(&Method::POST, exact_path, body, &[]);
     // The ground truth is a separate measurement: a failure there leaves recall unknown
     // but does not fail the timed search.
-    if let Ok(resp) = client.request(req).await
+    if let Ok((resp, _)) = via.request(req).await
         && resp.status().is_success()
         && let Ok(b) = http_body_util::BodyExt::collect(resp.into_body()).await
         && let Ok(exact) = result_ids(&b.to_bytes())
