@@ -288,7 +288,7 @@ fn ctrl_c_stops_within_grace_and_still_writes_the_report() {
     let (addr, stamps) = loadgen_support::start_in_thread();
     // Every answer stalls for a minute, so requests are in flight when Ctrl-C comes.
     let now = std::time::Instant::now();
-    *stamps.pause.lock().unwrap() = Some((now, now + std::time::Duration::from_secs(60)));
+    *stamps.pause.lock().unwrap() = Some((now, now + std::time::Duration::from_mins(1)));
     let p = tmp(
         "sigint.yaml",
         &format!(
