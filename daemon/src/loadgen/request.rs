@@ -257,6 +257,7 @@ impl PhaseCtx {
                     path: &self.path,
                     exact_path: p.sample_recall.then_some(exact),
                     top_k: self.spec.top_k.unwrap_or(10) as usize,
+                    headers: &self.headers,
                 };
                 vector::call(via, target, p.body, call, rec, t0).await;
             }

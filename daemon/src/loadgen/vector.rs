@@ -61,6 +61,8 @@ pub struct VectorCall<'a> {
     pub exact_path: Option<&'a str>,
     /// `top_k` of the query.
     pub top_k: usize,
+    /// Extra headers of the phase.
+    pub headers: &'a [(hyper::header::HeaderName, hyper::header::HeaderValue)],
 }
 
 /// Runs one search (and, when sampled, its ground-truth query) into `rec`.
@@ -72,7 +74,7 @@ pub async fn call(
     rec: &mut RequestRecord,
     t0: Instant,
 ) {
-    let req = target.request(&Method::POST, call.path, body.clone(), &[]);
+    let req = target.request(&Method::POST, call.path, body.clone(), call.headers);
     let Ok(resp) = send(via, req, rec, t0).await else {
         return;
     };
@@ -92,7 +94,7 @@ pub async fn call(
     let Some(exact_path) = call.exact_path else {
         return;
     };
-    let req = target.request(&Method::POST, exact_path, body, &[]);
+    let req = target.request(&Method::POST, exact_path, body, call.headers);
     // The ground truth is a separate measurement: a failure there leaves recall unknown
     // but does not fail the timed search.
     if let Ok((resp, _)) = via.request(req).await
