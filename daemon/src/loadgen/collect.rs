@@ -124,6 +124,7 @@ pub async fn run(
                         duration_s: *dur,
                         finished: m.finished,
                         target_rate: *rate,
+                        p99_of: h,
                         p99_ms: (!m.hists[h].is_empty()).then(|| m.summary(h).p99),
                         errors: m.counted_errors,
                         dropped: m.dropped,

@@ -14,7 +14,9 @@ pub struct Progress<'a> {
     pub finished: u64,
     /// Mean target rate (open loop).
     pub target_rate: Option<f64>,
-    /// p99 TTFT so far, ms (E2E for non-LLM phases).
+    /// Which latency `p99_ms` is: `ttft`, or `e2e` for phases without tokens.
+    pub p99_of: &'a str,
+    /// p99 of that latency so far, ms.
     pub p99_ms: Option<f64>,
     /// Failed requests so far.
     pub errors: u64,
@@ -34,12 +36,13 @@ impl Progress<'_> {
             .p99_ms
             .map_or_else(|| "-".into(), |v| format!("{v:.1}ms"));
         format!(
-            "[{}] {:.0}/{:.0}s  {:.1}{} req/s  p99 {}  errors {}  dropped {}",
+            "[{}] {:.0}/{:.0}s  {:.1}{} req/s  {} p99 {}  errors {}  dropped {}",
             self.phase,
             self.elapsed_s,
             self.duration_s,
             rate,
             target,
+            self.p99_of,
             p99,
             self.errors,
             self.dropped
@@ -73,13 +76,14 @@ mod tests {
             duration_s: 60.0,
             finished: 1195,
             target_rate: Some(120.0),
+            p99_of: "ttft",
             p99_ms: Some(312.44),
             errors: 3,
             dropped: 0,
         };
         assert_eq!(
             p.line(),
-            "[peak] 10/60s  119.5/120.0 req/s  p99 312.4ms  errors 3  dropped 0"
+            "[peak] 10/60s  119.5/120.0 req/s  ttft p99 312.4ms  errors 3  dropped 0"
         );
     }
 }
