@@ -99,3 +99,37 @@ async fn poisson_rate_within_2_percent_and_gamma_burstier() {
     assert!(cv_p > 0.7 && cv_p < 1.5, "poisson CV {cv_p}");
     assert!(cv_g > cv_p * 1.25, "gamma CV {cv_g} vs poisson {cv_p}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_replay_and_ramp() {
+    let dir = std::env::temp_dir().join(format!("lg-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("trace.txt"),
+        "100.0\n100.2\n{\"timestamp\": 100.4}\n{\"timestamp_ms\": 101000}\n102.0\n",
+    )
+    .unwrap();
+    let (addr, stamps) = loadgen_support::start().await;
+    let yaml = format!(
+        "target: http://{addr}\nphases:\n  - name: replay\n    duration: 2s\n    load: {{shape: trace, path: trace.txt, speed: 2}}\n    request: {{endpoint: http}}\n"
+    );
+    let scenario = Scenario::from_yaml(&yaml, "<test>", &dir).unwrap();
+    loadgen::run(&scenario, Options::new(), CancellationToken::new())
+        .await
+        .unwrap();
+    let got = stamps.offsets();
+    let want = [0.0, 0.1, 0.2, 0.5, 1.0];
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 0.03, "arrivals {got:?}, want {want:?}");
+    }
+    // A ramp from 20 to 60 req/s over 2 s sends 80 requests, more in the second half.
+    let (ramp, _) = run_shape("{shape: ramp, from: 20, to: 60}", 2).await;
+    assert_eq!(ramp.len(), 80);
+    let first_half = ramp.iter().filter(|t| **t < 1.0).count();
+    assert!(
+        (28..=36).contains(&first_half),
+        "{first_half} of 80 in the first second"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
