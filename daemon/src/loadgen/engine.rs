@@ -17,13 +17,14 @@ use std::{
 use hyper::Method;
 use rand::{RngCore as _, SeedableRng as _, rngs::SmallRng};
 use tokio::{
-    sync::{OwnedSemaphorePermit, Semaphore, mpsc},
+    sync::{Semaphore, mpsc},
     time::Instant,
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::{
     arrival,
+    caps::{Acquired, Permits, TokenBucket, acquire},
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     collect::{self, Msg},
     record::{ErrorClass, RequestRecord},
@@ -357,42 +358,6 @@ async fn user(
     let _ = shared.tx.send(Msg::Scheduled(ctx.index, n));
 }
 
-type Permits = (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>);
-
-enum Acquired {
-    Yes(Permits),
-    Full,
-    Cancelled,
-}
-
-async fn acquire(
-    global: &Arc<Semaphore>,
-    phase: Option<&Arc<Semaphore>>,
-    policy: CapPolicy,
-    cancel: &CancellationToken,
-) -> Acquired {
-    let get = |s: &Arc<Semaphore>| {
-        let s = s.clone();
-        async move {
-            match policy {
-                CapPolicy::Drop => s.try_acquire_owned().ok(),
-                CapPolicy::Wait => s.acquire_owned().await.ok(),
-            }
-        }
-    };
-    let both = async {
-        let p = match phase {
-            Some(s) => Some(get(s).await?),
-            None => None,
-        };
-        Some((get(global).await?, p))
-    };
-    tokio::select! {
-        r = both => r.map_or(Acquired::Full, Acquired::Yes),
-        () = cancel.cancelled() => Acquired::Cancelled,
-    }
-}
-
 /// One request: executed under the timeout, aborted by the hard stop, then reported.
 async fn one(
     shared: Arc<Shared>,
@@ -457,42 +422,6 @@ async fn event(
     }));
 }
 
-/// Token bucket over requested output tokens (one second of burst).
-struct TokenBucket {
-    rate: f64,
-    level: f64,
-    last: Instant,
-}
-
-impl TokenBucket {
-    fn new(rate: f64) -> Self {
-        TokenBucket {
-            rate,
-            level: rate,
-            last: Instant::now(),
-        }
-    }
-
-    /// `Some(wait)` when `n` tokens are granted after `wait`; `None` when dropped.
-    fn reserve(&mut self, n: f64, policy: CapPolicy) -> Option<Duration> {
-        let now = Instant::now();
-        self.level =
-            (self.level + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
-        self.last = now;
-        if self.level >= n {
-            self.level -= n;
-            return Some(Duration::ZERO);
-        }
-        if policy == CapPolicy::Drop {
-            return None;
-        }
-        // Reserve now (the level goes negative) so later requests queue behind this one.
-        let wait = (n - self.level) / self.rate;
-        self.level -= n;
-        Some(Duration::from_secs_f64(wait))
-    }
-}
-
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -501,22 +430,4 @@ fn monotonic_ns() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_bucket_waits_or_drops() {
-        let mut b = TokenBucket::new(100.0);
-        assert_eq!(b.reserve(80.0, CapPolicy::Wait), Some(Duration::ZERO));
-        // 20 left: 50 more must wait 0.3 s at 100 tokens/s.
-        let w = b.reserve(50.0, CapPolicy::Wait).unwrap();
-        assert!((w.as_secs_f64() - 0.3).abs() < 0.01, "{w:?}");
-        // Now at -30: a dropping caller is refused until the bucket refills.
-        assert_eq!(b.reserve(10.0, CapPolicy::Drop), None);
-        std::thread::sleep(Duration::from_millis(400));
-        assert_eq!(b.reserve(10.0, CapPolicy::Drop), Some(Duration::ZERO));
-    }
 }

@@ -20,6 +20,7 @@
 //! ```
 
 pub mod arrival;
+pub mod caps;
 pub mod client;
 pub mod collect;
 pub mod dataset;
@@ -31,9 +32,11 @@ pub mod record;
 pub mod report;
 pub mod request;
 pub mod scenario;
+pub mod shape;
 pub mod slo;
 pub mod sse;
 pub mod template;
+pub mod validate;
 pub mod vector;
 
 pub use engine::{Options, RunError, run};
