@@ -7,6 +7,7 @@ pub mod attribute;
 pub mod collect;
 pub mod export;
 pub mod gpu;
+pub mod loadgen;
 pub mod probes;
 pub mod scrape;
 pub mod sim;

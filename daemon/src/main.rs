@@ -21,6 +21,8 @@ enum Command {
     Daemon(cli::daemon::Args),
     /// Simulated OpenAI-compatible inference server with vLLM metrics (no GPU needed).
     Sim(cli::sim::Args),
+    /// Load an inference service: open-loop, coordinated-omission correct, LLM-aware.
+    Stress(Box<cli::stress::Args>),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
         Command::Runqlat(args) => cli::runqlat::run(&args),
         Command::Daemon(args) => cli::daemon::run(&args),
         Command::Sim(args) => cli::sim::run(&args),
+        Command::Stress(args) => cli::stress::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -3,3 +3,4 @@ pub mod daemon;
 pub mod otlp;
 pub mod runqlat;
 pub mod sim;
+pub mod stress;

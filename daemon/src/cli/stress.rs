@@ -1,0 +1,264 @@
+//! `inferscope stress`: run a load scenario (YAML) or a one-phase load from flags.
+//!
+//! Exit status: 0 all SLOs held; 2 an SLO failed; 3 aborted (error rate above
+//! `abort_error_rate`); 130 interrupted (Ctrl-C; the report is still written);
+//! 1 bad input or setup failure.
+
+use std::{
+    collections::BTreeMap, io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use inferscope::loadgen::{
+    self, Endpoint, Options, Scenario,
+    client::Target,
+    scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
+    slo::Slo,
+    template::{JsonTemplate, Template},
+};
+use tokio_util::sync::CancellationToken;
+
+/// Arguments of `inferscope stress`.
+#[derive(clap::Args)]
+// Independent on/off flags of a CLI, not a state machine.
+#[allow(clippy::struct_excessive_bools)]
+pub struct Args {
+    /// Scenario file (YAML; see docs/stress.md). Without one, the flags below describe one phase.
+    scenario: Option<PathBuf>,
+    /// Base URL of the service (overrides the scenario's `target`).
+    #[arg(long)]
+    target: Option<String>,
+    /// Open-loop requests per second.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Arrival process for --rate.
+    #[arg(long, value_enum, default_value = "constant")]
+    arrival: ArrivalArg,
+    /// Closed loop with this many connections (virtual users); with --rate, a cap on in-flight requests.
+    #[arg(long, visible_alias = "concurrency")]
+    connections: Option<usize>,
+    /// How long to send (required without a scenario file), e.g. 60s.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// What to call: chat, completions, vector-search or http (default chat; http when --method is given).
+    #[arg(long, value_enum)]
+    endpoint: Option<EndpointArg>,
+    /// HTTP method (implies --endpoint http).
+    #[arg(long)]
+    method: Option<String>,
+    /// Request body (JSON; templated). For LLM endpoints: extra fields merged into the body.
+    #[arg(long)]
+    body: Option<String>,
+    /// `model` field.
+    #[arg(long)]
+    model: Option<String>,
+    /// Prompt template, e.g. "Tell me about ${choice(cats,dogs)}".
+    #[arg(long)]
+    prompt: Option<String>,
+    /// `max_tokens`.
+    #[arg(long)]
+    max_tokens: Option<u32>,
+    /// `temperature`.
+    #[arg(long)]
+    temperature: Option<f64>,
+    /// Do not stream LLM answers.
+    #[arg(long)]
+    no_stream: bool,
+    /// SLO checked at the end, e.g. `ttft_p95 < 500ms`; repeat for more.
+    #[arg(long = "slo", value_name = "SLO")]
+    slos: Vec<String>,
+    /// Cap on requests in flight over the whole run.
+    #[arg(long)]
+    max_in_flight: Option<usize>,
+    /// Per-request timeout.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    timeout: Option<Duration>,
+    /// Allow a target outside loopback.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Write the JSON report (aggregates and per-request records) here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Leave per-request records out of the report.
+    #[arg(long)]
+    no_records: bool,
+    /// No progress line.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Random seed (schedules, templates, chaos).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ArrivalArg {
+    Constant,
+    Poisson,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum EndpointArg {
+    Chat,
+    Completions,
+    VectorSearch,
+    Http,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let mut scenario = match &args.scenario {
+        Some(path) => {
+            if args.rate.is_some()
+                || args.connections.is_some()
+                || args.duration.is_some()
+                || args.method.is_some()
+            {
+                bail!(
+                    "--rate, --connections, --duration and --method describe a run without a scenario file; set them in {} instead",
+                    path.display()
+                );
+            }
+            Scenario::from_file(path)?
+        }
+        None => from_flags(args)?,
+    };
+    if let Some(t) = &args.target {
+        scenario.target.clone_from(t);
+    }
+    if let Some(n) = args.max_in_flight {
+        scenario.max_in_flight = n;
+    }
+    if let Some(s) = args.seed {
+        scenario.seed = Some(s);
+    }
+    let opts = Options {
+        allow_remote: args.allow_remote,
+        keep_records: !args.no_records,
+        observer: None,
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let report = rt.block_on(async {
+        let cancel = CancellationToken::new();
+        let c = cancel.clone();
+        let grace = scenario.grace;
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!(
+                    "\ninferscope: stopping; requests in flight get {} to finish",
+                    humantime::format_duration(grace)
+                );
+                c.cancel();
+            }
+        });
+        loadgen::run(&scenario, opts, cancel).await
+    })?;
+    print!("{}", report.table());
+    if let Some(out) = &args.out {
+        report
+            .write(out)
+            .with_context(|| format!("writing the report to {}", out.display()))?;
+        eprintln!("report written to {}", out.display());
+    }
+    Ok(match &report.stopped {
+        Some(why) if why.starts_with("aborted") => ExitCode::from(3),
+        Some(_) => ExitCode::from(130),
+        None if !report.slo_pass => ExitCode::from(2),
+        None => ExitCode::SUCCESS,
+    })
+}
+
+/// A one-phase scenario from flags.
+fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
+    let Some(target) = &args.target else {
+        bail!(
+            "give a scenario file or --target URL (e.g. --target http://127.0.0.1:8000 --rate 20 --duration 60s)"
+        )
+    };
+    let Some(duration) = args.duration else {
+        bail!("--duration is required (e.g. --duration 60s): a run never goes on forever")
+    };
+    let load = match (args.rate, args.connections) {
+        (Some(rate), _) if !(rate > 0.0 && rate <= loadgen::scenario::HARD_MAX_RATE) => {
+            bail!(
+                "--rate must be > 0 and <= {}",
+                loadgen::scenario::HARD_MAX_RATE
+            )
+        }
+        (Some(rate), _) => match args.arrival {
+            ArrivalArg::Constant => Load::Constant { rate },
+            ArrivalArg::Poisson => Load::Poisson { rate },
+        },
+        (None, Some(users)) => Load::Concurrency { users },
+        (None, None) => bail!("give --rate (open loop, requests/s) or --connections (closed loop)"),
+    };
+    let endpoint = match (args.endpoint, &args.method) {
+        (Some(EndpointArg::Chat), _) | (None, None) => Endpoint::Chat,
+        (Some(EndpointArg::Completions), _) => Endpoint::Completions,
+        (Some(EndpointArg::VectorSearch), _) => Endpoint::VectorSearch,
+        (Some(EndpointArg::Http), _) | (None, Some(_)) => Endpoint::Http,
+    };
+    let body = args
+        .body
+        .as_ref()
+        .map(|b| {
+            let v =
+                serde_json::from_str(b).unwrap_or_else(|_| serde_json::Value::String(b.clone()));
+            JsonTemplate::compile(&v).map_err(|e| anyhow::anyhow!("--body: {e}"))
+        })
+        .transpose()?;
+    let request = RequestSpec {
+        endpoint: Some(endpoint),
+        path: Target::url_path(target),
+        method: args.method.clone(),
+        model: args.model.clone(),
+        prompt: args
+            .prompt
+            .as_deref()
+            .map(Template::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--prompt: {e}"))?,
+        max_tokens: args.max_tokens,
+        temperature: args
+            .temperature
+            .map(|t| JsonTemplate::Leaf(serde_json::json!(t))),
+        stream: Some(!args.no_stream),
+        body,
+        dimensions: (endpoint == Endpoint::VectorSearch).then_some(128),
+        ..RequestSpec::default()
+    };
+    let slo = args
+        .slos
+        .iter()
+        .map(|s| Slo::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let phase = Phase {
+        name: "main".into(),
+        label: None,
+        duration,
+        max_in_flight: args.rate.and(args.connections),
+        load,
+        request,
+        max_tokens_per_s: None,
+        when_capped: CapPolicy::Wait,
+        chaos: ChaosSpec::default(),
+        slo,
+        events: Vec::new(),
+    };
+    Ok(Scenario {
+        name: "stress".into(),
+        target: target.clone(),
+        headers: BTreeMap::new(),
+        timeout: args.timeout.unwrap_or(Duration::from_mins(1)),
+        grace: Duration::from_secs(5),
+        max_in_flight: args.max_in_flight.unwrap_or(10_000),
+        abort_error_rate: None,
+        abort_min_requests: 50,
+        seed: args.seed,
+        datasets: BTreeMap::new(),
+        phases: vec![phase],
+        loaded: BTreeMap::new(),
+    })
+}

@@ -1,0 +1,365 @@
+//! The HTTP client shared by every request of a run: hyper 1 over a pooled connector
+//! with keep-alive and `TCP_NODELAY`, plus plain-HTTP requests (health checks, benchmarks).
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::{
+    Method, Request, Response, Uri, body::Incoming, client::conn::http1, header::HeaderValue,
+};
+use hyper_util::{
+    client::legacy::{
+        Client,
+        connect::{HttpConnector, HttpInfo},
+    },
+    rt::{TokioExecutor, TokioIo},
+};
+
+use super::record::{ErrorClass, RequestRecord};
+
+/// The pooled client type.
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client with keep-alive, `TCP_NODELAY`, a connect timeout and an unbounded idle pool
+/// (the engine's in-flight caps bound the number of connections).
+#[must_use]
+pub fn build_client(connect_timeout: Duration) -> HttpClient {
+    let mut conn = HttpConnector::new();
+    conn.set_nodelay(true);
+    conn.set_keepalive(Some(Duration::from_secs(30)));
+    conn.set_connect_timeout(Some(connect_timeout));
+    conn.set_reuse_address(true);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(usize::MAX)
+        .build(conn)
+}
+
+/// Where requests go: scheme and authority of the target plus default headers.
+#[derive(Debug, Clone)]
+pub struct Target {
+    scheme: String,
+    authority: String,
+    headers: Vec<(hyper::header::HeaderName, HeaderValue)>,
+}
+
+/// A target that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// Not an absolute `http://host:port` URL.
+    #[error("bad target URL {0:?}: write e.g. http://127.0.0.1:8000")]
+    Url(String),
+    /// `https` is not supported by this build.
+    #[error("target {0:?}: only http:// is supported (put a TLS-terminating proxy in front)")]
+    Scheme(String),
+    /// A header name or value is not valid HTTP.
+    #[error("bad header {0:?}")]
+    Header(String),
+}
+
+impl Target {
+    /// Parses the base URL and the default headers.
+    pub fn new<'a>(
+        url: &str,
+        headers: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Result<Self, TargetError> {
+        let uri: Uri = url.parse().map_err(|_| TargetError::Url(url.into()))?;
+        let scheme = uri
+            .scheme_str()
+            .ok_or_else(|| TargetError::Url(url.into()))?;
+        if scheme != "http" {
+            return Err(TargetError::Scheme(url.into()));
+        }
+        let authority = uri
+            .authority()
+            .ok_or_else(|| TargetError::Url(url.into()))?;
+        let headers = headers
+            .into_iter()
+            .map(|(k, v)| {
+                Ok((
+                    k.parse().map_err(|_| TargetError::Header(k.clone()))?,
+                    v.parse().map_err(|_| TargetError::Header(k.clone()))?,
+                ))
+            })
+            .collect::<Result<_, TargetError>>()?;
+        Ok(Target {
+            scheme: scheme.into(),
+            authority: authority.to_string(),
+            headers,
+        })
+    }
+
+    /// The path part of the URL, when one was given (`/` counts as none).
+    #[must_use]
+    pub fn url_path(url: &str) -> Option<String> {
+        let uri: Uri = url.parse().ok()?;
+        let p = uri.path_and_query()?.as_str();
+        (p != "/" && !p.is_empty()).then(|| p.to_string())
+    }
+
+    /// The absolute URI of `path` (an unparsable path gives `/`).
+    #[must_use]
+    pub fn uri(&self, path: &str) -> Uri {
+        format!("{}://{}{}", self.scheme, self.authority, path)
+            .parse()
+            .unwrap_or_default()
+    }
+
+    /// Builds a request to `path` with the default and extra headers.
+    pub fn request(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Bytes,
+        extra: &[(hyper::header::HeaderName, HeaderValue)],
+    ) -> Request<Full<Bytes>> {
+        self.request_to(method, self.uri(path), body, extra)
+    }
+
+    /// Builds a request to a prepared URI (saves parsing it per request).
+    pub fn request_to(
+        &self,
+        method: &Method,
+        uri: Uri,
+        body: Bytes,
+        extra: &[(hyper::header::HeaderName, HeaderValue)],
+    ) -> Request<Full<Bytes>> {
+        let has_body = !body.is_empty();
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = method.clone();
+        *req.uri_mut() = uri;
+        let h = req.headers_mut();
+        if has_body {
+            h.insert(
+                hyper::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+        for (k, v) in self.headers.iter().chain(extra) {
+            h.insert(k.clone(), v.clone());
+        }
+        req
+    }
+}
+
+/// Microseconds since `t0`.
+#[must_use]
+pub fn us_since(t0: Instant) -> u64 {
+    t0.elapsed().as_micros() as u64
+}
+
+/// How a request reaches the server.
+pub enum Via<'a> {
+    /// The shared keep-alive pool (open loop: any free connection).
+    Pool(&'a HttpClient),
+    /// A connection owned by one closed-loop user, as `wrk`/`oha` connections are:
+    /// no pool bookkeeping per request; reconnected when the server closes it.
+    Own(&'a mut OwnConn),
+}
+
+/// A single HTTP/1.1 connection owned by one virtual user.
+pub struct OwnConn {
+    authority: String,
+    host: HeaderValue,
+    connect_timeout: Duration,
+    conn: Option<(http1::SendRequest<Full<Bytes>>, SocketAddr, SocketAddr)>,
+}
+
+impl OwnConn {
+    /// A not-yet-connected connection to the target.
+    #[must_use]
+    pub fn new(target: &Target, connect_timeout: Duration) -> Self {
+        OwnConn {
+            host: HeaderValue::from_str(&target.authority)
+                .unwrap_or(HeaderValue::from_static("localhost")),
+            authority: target.authority.clone(),
+            connect_timeout,
+            conn: None,
+        }
+    }
+
+    async fn connect(&mut self) -> Result<(), (ErrorClass, String)> {
+        let stream = tokio::time::timeout(
+            self.connect_timeout,
+            tokio::net::TcpStream::connect(&self.authority),
+        )
+        .await
+        .map_err(|_| {
+            (
+                ErrorClass::Connect,
+                format!("connect to {} timed out", self.authority),
+            )
+        })?
+        .map_err(|e| {
+            (
+                ErrorClass::Connect,
+                format!("connect to {}: {e}", self.authority),
+            )
+        })?;
+        let _ = stream.set_nodelay(true);
+        let (local, remote) = (stream.local_addr(), stream.peer_addr());
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| (ErrorClass::Connect, error_chain(&e)))?;
+        tokio::spawn(conn);
+        if let (Ok(l), Ok(r)) = (local, remote) {
+            self.conn = Some((sender, l, r));
+        }
+        Ok(())
+    }
+
+    /// Sends on this connection, connecting first when needed.
+    async fn request(
+        &mut self,
+        mut req: Request<Full<Bytes>>,
+    ) -> Result<(Response<Incoming>, SocketAddr, SocketAddr), (ErrorClass, String)> {
+        // A connection-level client writes the URI as is: use origin form plus Host.
+        if let Some(pq) = req.uri().path_and_query().cloned() {
+            *req.uri_mut() = Uri::from(pq);
+        }
+        req.headers_mut()
+            .entry(hyper::header::HOST)
+            .or_insert_with(|| self.host.clone());
+        if self.conn.as_ref().is_none_or(|c| c.0.is_closed()) {
+            self.connect().await?;
+        }
+        let Some((sender, local, remote)) = self.conn.as_mut() else {
+            return Err((
+                ErrorClass::Connect,
+                "no local address on the new connection".into(),
+            ));
+        };
+        let (local, remote) = (*local, *remote);
+        if let Err(e) = sender.ready().await {
+            self.conn = None;
+            return Err((ErrorClass::Transport, error_chain(&e)));
+        }
+        match sender.send_request(req).await {
+            Ok(resp) => Ok((resp, local, remote)),
+            Err(e) => {
+                self.conn = None;
+                Err((ErrorClass::Transport, error_chain(&e)))
+            }
+        }
+    }
+}
+
+impl Via<'_> {
+    /// Sends `req` and returns the response with the connection's local and remote address.
+    pub async fn request(
+        &mut self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(Response<Incoming>, Option<(SocketAddr, SocketAddr)>), (ErrorClass, String)> {
+        match self {
+            Via::Pool(client) => match client.request(req).await {
+                Ok(resp) => {
+                    let addrs = resp
+                        .extensions()
+                        .get::<HttpInfo>()
+                        .map(|i| (i.local_addr(), i.remote_addr()));
+                    Ok((resp, addrs))
+                }
+                Err(e) => {
+                    let class = if e.is_connect() {
+                        ErrorClass::Connect
+                    } else {
+                        ErrorClass::Transport
+                    };
+                    Err((class, error_chain(&e)))
+                }
+            },
+            Via::Own(conn) => conn.request(req).await.map(|(r, l, a)| (r, Some((l, a)))),
+        }
+    }
+}
+
+/// Sends `req`, fills `actual_us`, `first_byte_us`, `status` and the socket addresses.
+pub async fn send(
+    via: &mut Via<'_>,
+    req: Request<Full<Bytes>>,
+    rec: &mut RequestRecord,
+    t0: Instant,
+) -> Result<Response<Incoming>, ()> {
+    rec.actual_us = us_since(t0);
+    match via.request(req).await {
+        Ok((resp, addrs)) => {
+            rec.first_byte_us = Some(us_since(t0));
+            rec.status = Some(resp.status().as_u16());
+            if let Some((local, remote)) = addrs {
+                rec.local_addr = Some(local);
+                rec.remote_addr = Some(remote);
+            }
+            Ok(resp)
+        }
+        Err((class, msg)) => {
+            rec.fail(class, msg);
+            rec.end_us = us_since(t0);
+            Err(())
+        }
+    }
+}
+
+/// Reads a whole body (bounded) or classifies the failure.
+pub async fn read_body(
+    resp: Response<Incoming>,
+    rec: &mut RequestRecord,
+    t0: Instant,
+) -> Option<Bytes> {
+    match resp.into_body().collect().await {
+        Ok(b) => Some(b.to_bytes()),
+        Err(e) => {
+            rec.fail(ErrorClass::Transport, error_chain(&e));
+            rec.end_us = us_since(t0);
+            None
+        }
+    }
+}
+
+/// Marks a non-2xx answer as failed with the server's `error.message` when present.
+pub fn fail_status(rec: &mut RequestRecord, status: u16, body: &[u8]) {
+    let msg = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(|m| m.as_str().map(str::to_string))
+        })
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+    rec.fail(ErrorClass::HttpStatus, format!("HTTP {status}: {msg}"));
+}
+
+/// A plain HTTP request: success is any 2xx.
+pub async fn plain(
+    via: &mut Via<'_>,
+    req: Request<Full<Bytes>>,
+    rec: &mut RequestRecord,
+    t0: Instant,
+) {
+    let Ok(resp) = send(via, req, rec, t0).await else {
+        return;
+    };
+    let status = resp.status();
+    let Some(body) = read_body(resp, rec, t0).await else {
+        return;
+    };
+    rec.end_us = us_since(t0);
+    if !status.is_success() {
+        fail_status(rec, status.as_u16(), &body);
+    }
+}
+
+/// `error: cause: cause` of an error and its sources.
+#[must_use]
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}

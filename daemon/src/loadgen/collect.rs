@@ -1,0 +1,141 @@
+//! The task that owns a run's aggregates: it receives every finished request, feeds the
+//! per-phase metrics, forwards records to an observer, draws the progress line and
+//! aborts the run when the error rate crosses the scenario's threshold.
+
+use std::{collections::VecDeque, time::Duration};
+
+use tokio::{sync::mpsc, time::Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    metrics::PhaseMetrics,
+    progress::{self, Progress},
+    record::RequestRecord,
+    report::EventRecord,
+};
+
+/// Messages from dispatchers and request tasks.
+#[derive(Debug)]
+pub enum Msg {
+    /// A phase began.
+    PhaseStart(u32, Instant),
+    /// A request finished.
+    Record(RequestRecord),
+    /// `n` more requests of a phase reached their start time.
+    Scheduled(u32, u64),
+    /// A request was dropped by a cap.
+    Dropped(u32),
+    /// An `events:` request finished.
+    Event(EventRecord),
+}
+
+/// Settings of the collector.
+pub struct Config {
+    /// Per phase: name, duration (s), mean target rate.
+    pub phases: Vec<(String, f64, Option<f64>)>,
+    /// Keep every record for the report.
+    pub keep_records: bool,
+    /// Forward each record here as it completes.
+    pub observer: Option<mpsc::Sender<RequestRecord>>,
+    /// Draw the progress line.
+    pub progress: bool,
+    /// Abort threshold (fraction) and minimum finished requests in the window.
+    pub abort: Option<(f64, u64)>,
+}
+
+/// What the collector hands back.
+pub struct Collected {
+    /// Per phase.
+    pub metrics: Vec<PhaseMetrics>,
+    /// Every record (when kept).
+    pub records: Vec<RequestRecord>,
+    /// Event requests.
+    pub events: Vec<EventRecord>,
+    /// Why the run was aborted, if the collector aborted it.
+    pub abort: Option<String>,
+}
+
+const WINDOW_TICKS: usize = 5;
+
+/// Runs until every sender is dropped.
+pub async fn run(
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    cfg: Config,
+    cancel: CancellationToken,
+) -> Collected {
+    let mut out = Collected {
+        metrics: cfg.phases.iter().map(|_| PhaseMetrics::default()).collect(),
+        records: Vec::new(),
+        events: Vec::new(),
+        abort: None,
+    };
+    let mut current: Option<(u32, Instant)> = None;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // (finished, counted errors) per tick, for the abort window.
+    let mut window: VecDeque<(u64, u64)> = VecDeque::new();
+    let (mut win_fin, mut win_err) = (0u64, 0u64);
+    loop {
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                None => break,
+                Some(Msg::PhaseStart(i, at)) => current = Some((i, at)),
+                Some(Msg::Scheduled(i, n)) => out.metrics[i as usize].scheduled += n,
+                Some(Msg::Dropped(i)) => out.metrics[i as usize].dropped += 1,
+                Some(Msg::Event(e)) => out.events.push(e),
+                Some(Msg::Record(r)) => {
+                    out.metrics[r.phase as usize].record(&r);
+                    win_fin += 1;
+                    win_err += u64::from(r.counts_as_error());
+                    if let Some(obs) = &cfg.observer {
+                        // A slow observer slows the collector, never the request tasks.
+                        let _ = obs.send(r.clone()).await;
+                    }
+                    if cfg.keep_records {
+                        out.records.push(r);
+                    }
+                }
+            },
+            _ = tick.tick() => {
+                window.push_back((win_fin, win_err));
+                (win_fin, win_err) = (0, 0);
+                if window.len() > WINDOW_TICKS {
+                    window.pop_front();
+                }
+                if let Some((limit, min)) = cfg.abort
+                    && out.abort.is_none()
+                {
+                    let (f, e) = window.iter().fold((0, 0), |a, w| (a.0 + w.0, a.1 + w.1));
+                    if f >= min && e as f64 / f as f64 > limit {
+                        out.abort = Some(format!(
+                            "aborted: error rate {:.1}% over the last {}s is above abort_error_rate {:.1}%",
+                            e as f64 * 100.0 / f as f64, window.len(), limit * 100.0
+                        ));
+                        cancel.cancel();
+                    }
+                }
+                if cfg.progress && let Some((i, at)) = current {
+                    let m = &out.metrics[i as usize];
+                    let (name, dur, rate) = &cfg.phases[i as usize];
+                    let h = if m.hists["ttft"].is_empty() { "e2e" } else { "ttft" };
+                    Progress {
+                        phase: name,
+                        elapsed_s: at.elapsed().as_secs_f64().min(*dur),
+                        duration_s: *dur,
+                        finished: m.finished,
+                        target_rate: *rate,
+                        p99_of: h,
+                        p99_ms: (!m.hists[h].is_empty()).then(|| m.summary(h).p99),
+                        errors: m.counted_errors,
+                        dropped: m.dropped,
+                    }
+                    .draw();
+                }
+            }
+        }
+    }
+    if cfg.progress {
+        progress::clear();
+    }
+    out
+}

@@ -1,0 +1,433 @@
+//! The engine: one tokio task per request (no thread per user), one dispatcher per phase
+//! sleeping until absolute deadlines computed up front, caps on in-flight requests and
+//! requested tokens/s, per-request timeouts, and a grace period on cancellation.
+//!
+//! Latency is measured from the *intended* start: a request held back by a cap or a
+//! late timer still has its clock running (coordinated omission handled), and the gap
+//! shows separately as send lag.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use hyper::Method;
+use rand::{RngCore as _, SeedableRng as _, rngs::SmallRng};
+use tokio::{
+    sync::{Semaphore, mpsc},
+    time::Instant,
+};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use super::{
+    arrival,
+    caps::{Acquired, Permits, TokenBucket, acquire},
+    client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
+    collect::{self, Msg},
+    record::{ErrorClass, RequestRecord},
+    report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
+    request::{PhaseCtx, Prepared},
+    scenario::{CapPolicy, Phase, Scenario, is_loopback},
+};
+
+/// How to run a scenario. `Options::default()` keeps records, allows only loopback
+/// targets, has no observer and draws no progress line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Allow targets outside loopback.
+    pub allow_remote: bool,
+    /// Keep every request record in the report.
+    pub keep_records: bool,
+    /// Receives each finished request record as it completes (a slow receiver slows the
+    /// collector, never the requests).
+    pub observer: Option<mpsc::Sender<RequestRecord>>,
+    /// Draw the live progress line on stderr.
+    pub progress: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            allow_remote: false,
+            keep_records: true,
+            observer: None,
+            progress: false,
+        }
+    }
+}
+
+impl Options {
+    /// Same as [`Options::default`].
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A non-loopback target without permission.
+    #[error("target {0} is not a loopback address: pass --allow-remote to load a remote service")]
+    Remote(String),
+    /// The target URL or a header is unusable.
+    #[error(transparent)]
+    Target(#[from] TargetError),
+}
+
+struct Shared {
+    client: HttpClient,
+    target: Target,
+    t0: std::time::Instant,
+    timeout: Duration,
+    hard_stop: CancellationToken,
+    tx: mpsc::UnboundedSender<Msg>,
+    global: Arc<Semaphore>,
+    seq: AtomicU64,
+}
+
+/// Runs every phase of `scenario` and returns the report.
+#[allow(clippy::too_many_lines)] // one sequential story: set up, phases, drain, report Cancelling `cancel` stops
+/// sending at once; requests in flight get `scenario.grace` to finish, then are aborted.
+pub async fn run(
+    scenario: &Scenario,
+    opts: Options,
+    cancel: CancellationToken,
+) -> Result<Report, RunError> {
+    let host = scenario
+        .target_host()
+        .ok_or_else(|| TargetError::Url(scenario.target.clone()))?;
+    if !opts.allow_remote && !is_loopback(&host) {
+        return Err(RunError::Remote(scenario.target.clone()));
+    }
+    let target = Target::new(&scenario.target, &scenario.headers)?;
+    let ctxs = scenario
+        .phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target).map(Arc::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    let seed = scenario.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let cfg = collect::Config {
+        phases: scenario
+            .phases
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.duration.as_secs_f64(),
+                    p.load.target_rate(p.duration),
+                )
+            })
+            .collect(),
+        keep_records: opts.keep_records,
+        observer: opts.observer,
+        progress: opts.progress,
+        abort: scenario
+            .abort_error_rate
+            .map(|r| (r, scenario.abort_min_requests)),
+    };
+    let collector = tokio::spawn(collect::run(rx, cfg, cancel.clone()));
+    let started_unix_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let started_monotonic_ns = monotonic_ns();
+    let shared = Arc::new(Shared {
+        client: build_client(scenario.timeout),
+        target,
+        t0: std::time::Instant::now(),
+        timeout: scenario.timeout,
+        hard_stop: CancellationToken::new(),
+        tx,
+        global: Arc::new(Semaphore::new(scenario.max_in_flight)),
+        seq: AtomicU64::new(0),
+    });
+    let tracker = TaskTracker::new();
+    let mut elapsed = vec![0.0; scenario.phases.len()];
+    let mut phase_start = Instant::now();
+    for (i, (phase, ctx)) in scenario.phases.iter().zip(&ctxs).enumerate() {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let _ = shared.tx.send(Msg::PhaseStart(i as u32, phase_start));
+        let end = phase_start + phase.duration;
+        for ev in &phase.events {
+            tracker.spawn(event(
+                shared.clone(),
+                i as u32,
+                ev.clone(),
+                phase_start + ev.at,
+                cancel.clone(),
+            ));
+        }
+        let scheduled = if let Some(a) = phase.load.arrival() {
+            let offsets = arrival::schedule(&a, phase.duration, &mut rng);
+            open_loop(
+                &shared,
+                ctx,
+                phase,
+                &offsets,
+                phase_start,
+                &mut rng,
+                &tracker,
+                &cancel,
+            )
+            .await
+        } else {
+            let users = if let super::scenario::Load::Concurrency { users } = phase.load {
+                users
+            } else {
+                0
+            };
+            for _ in 0..users {
+                let rng = SmallRng::seed_from_u64(rng.next_u64());
+                tracker.spawn(user(shared.clone(), ctx.clone(), rng, end, cancel.clone()));
+            }
+            0
+        };
+        tokio::select! { () = tokio::time::sleep_until(end) => {}, () = cancel.cancelled() => {} }
+        let _ = shared.tx.send(Msg::Scheduled(i as u32, scheduled));
+        elapsed[i] = Instant::now()
+            .min(end)
+            .duration_since(phase_start)
+            .as_secs_f64();
+        // The next phase starts at this one's planned end: no drift across phases.
+        phase_start = end;
+    }
+    tracker.close();
+    tokio::select! {
+        () = tracker.wait() => {}
+        () = async { cancel.cancelled().await; tokio::time::sleep(scenario.grace).await } => {
+            shared.hard_stop.cancel();
+            tracker.wait().await;
+        }
+    }
+    let run_elapsed = shared.t0.elapsed().as_secs_f64();
+    drop(shared);
+    let collected = collector.await.expect("collector task panicked");
+    let phases: Vec<PhaseReport> = scenario
+        .phases
+        .iter()
+        .zip(&collected.metrics)
+        .zip(&elapsed)
+        .zip(&ctxs)
+        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el), m))
+        .collect();
+    let stopped = collected.abort.or_else(|| {
+        cancel
+            .is_cancelled()
+            .then(|| "interrupted (Ctrl-C or cancelled by the caller)".to_string())
+    });
+    Ok(Report {
+        schema: SCHEMA.into(),
+        version: VERSION,
+        scenario: scenario.name.clone(),
+        target: scenario.target.clone(),
+        started_unix_ns,
+        started_monotonic_ns,
+        elapsed_s: run_elapsed,
+        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
+        stopped,
+        phases,
+        events: collected.events,
+        records: collected.records,
+    })
+}
+
+fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64) -> PhaseInfo {
+    PhaseInfo {
+        name: p.name.clone(),
+        label: p.label.clone().unwrap_or_else(|| p.name.clone()),
+        endpoint: ctx.endpoint.label().into(),
+        load_level: p.load.level(),
+        target_rate: p.load.target_rate(p.duration),
+        duration_s: p.duration.as_secs_f64(),
+        elapsed_s,
+        slos: p.slo.clone(),
+    }
+}
+
+/// Open loop: sleep to each absolute deadline, apply the caps, spawn the request.
+#[allow(clippy::too_many_arguments)]
+async fn open_loop(
+    shared: &Arc<Shared>,
+    ctx: &Arc<PhaseCtx>,
+    phase: &Phase,
+    offsets: &[Duration],
+    start: Instant,
+    rng: &mut SmallRng,
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+) -> u64 {
+    let phase_sem = phase
+        .max_in_flight
+        .map(|n| Arc::new(Semaphore::new(n.max(1))));
+    let mut bucket = phase.max_tokens_per_s.map(TokenBucket::new);
+    let mut scheduled = 0;
+    for off in offsets {
+        let deadline = start + *off;
+        tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
+        scheduled += 1;
+        let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+        let prepared = ctx.prepare(rng, seq);
+        if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
+            match (
+                b.reserve(f64::from(n), phase.when_capped),
+                phase.when_capped,
+            ) {
+                (None, _) => {
+                    let _ = shared.tx.send(Msg::Dropped(ctx.index));
+                    continue;
+                }
+                (Some(wait), CapPolicy::Wait) if !wait.is_zero() => {
+                    tokio::select! { () = tokio::time::sleep(wait) => {}, () = cancel.cancelled() => break }
+                }
+                _ => {}
+            }
+        }
+        let permits = match acquire(
+            &shared.global,
+            phase_sem.as_ref(),
+            phase.when_capped,
+            cancel,
+        )
+        .await
+        {
+            Acquired::Yes(p) => p,
+            Acquired::Full => {
+                let _ = shared.tx.send(Msg::Dropped(ctx.index));
+                continue;
+            }
+            Acquired::Cancelled => break,
+        };
+        let intended = deadline
+            .into_std()
+            .saturating_duration_since(shared.t0)
+            .as_micros() as u64;
+        let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, intended);
+        tracker.spawn(one(
+            shared.clone(),
+            ctx.clone(),
+            prepared,
+            rec,
+            permits,
+            None,
+        ));
+    }
+    scheduled
+}
+
+/// Closed loop: one virtual user sending its next request when the previous one ends.
+async fn user(
+    shared: Arc<Shared>,
+    ctx: Arc<PhaseCtx>,
+    mut rng: SmallRng,
+    end: Instant,
+    cancel: CancellationToken,
+) {
+    // Each user owns one connection, as a wrk/oha connection does.
+    let mut conn = OwnConn::new(&shared.target, shared.timeout);
+    let mut n = 0;
+    while Instant::now() < end && !cancel.is_cancelled() {
+        let Ok(permit) = shared.global.clone().acquire_owned().await else {
+            break;
+        };
+        let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+        let prepared = ctx.prepare(&mut rng, seq);
+        let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
+        one(
+            shared.clone(),
+            ctx.clone(),
+            prepared,
+            rec,
+            (permit, None),
+            Some(&mut conn),
+        )
+        .await;
+        n += 1;
+    }
+    let _ = shared.tx.send(Msg::Scheduled(ctx.index, n));
+}
+
+/// One request: executed under the timeout, aborted by the hard stop, then reported.
+async fn one(
+    shared: Arc<Shared>,
+    ctx: Arc<PhaseCtx>,
+    p: Prepared,
+    mut rec: RequestRecord,
+    _permits: Permits,
+    own: Option<&mut OwnConn>,
+) {
+    let t0 = shared.t0;
+    rec.actual_us = us_since(t0);
+    let mut base = rec.clone();
+    base.chaos = p.chaos;
+    let fut = async {
+        let mut via = match own {
+            Some(conn) => Via::Own(conn),
+            None => Via::Pool(&shared.client),
+        };
+        ctx.execute(&mut via, &shared.target, p, &mut rec, t0).await;
+        rec
+    };
+    let rec = tokio::select! {
+        r = tokio::time::timeout(shared.timeout, fut) => r.unwrap_or_else(|_| {
+            base.end_us = us_since(t0);
+            base.fail(ErrorClass::Timeout, format!("no complete answer within {}", humantime::format_duration(shared.timeout)));
+            base
+        }),
+        () = shared.hard_stop.cancelled() => {
+            base.end_us = us_since(t0);
+            base.fail(ErrorClass::Aborted, "stopped before the answer completed (run interrupted)");
+            base
+        }
+    };
+    let _ = shared.tx.send(Msg::Record(rec));
+}
+
+async fn event(
+    shared: Arc<Shared>,
+    phase: u32,
+    ev: super::scenario::EventSpec,
+    at: Instant,
+    cancel: CancellationToken,
+) {
+    tokio::select! { () = tokio::time::sleep_until(at) => {}, () = cancel.cancelled() => return }
+    let method =
+        Method::from_bytes(ev.method.to_ascii_uppercase().as_bytes()).unwrap_or(Method::POST);
+    let body = ev.body.unwrap_or_else(|| serde_json::json!({})).to_string();
+    let req = shared.target.request(&method, &ev.path, body.into(), &[]);
+    let at_us = us_since(shared.t0);
+    let outcome = match tokio::time::timeout(shared.timeout, shared.client.request(req)).await {
+        Ok(Ok(resp)) => format!("HTTP {}", resp.status().as_u16()),
+        Ok(Err(e)) => super::client::error_chain(&e),
+        Err(_) => "timeout".into(),
+    };
+    let request = format!("{method} {}", ev.path);
+    let _ = shared.tx.send(Msg::Event(EventRecord {
+        phase,
+        request,
+        at_us,
+        end_us: us_since(shared.t0),
+        outcome,
+    }));
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,332 @@
+//! Per-phase aggregates: HDR histograms and counters, fed one record at a time.
+//!
+//! Histograms are serialized in the `HdrHistogram` V2 format, base64-encoded, so reports of
+//! several runs (or several generator hosts) merge exactly: decode with [`decode_hist`],
+//! `add` the histograms, take percentiles of the sum. Never average percentiles.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use hdrhistogram::{
+    Histogram,
+    serialization::{Deserializer, Serializer as _, V2Serializer},
+};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    record::{ErrorClass, RequestRecord},
+    slo::{Metric, Series, Stat},
+};
+
+/// Scale of the `stream_tokens_per_s` histogram: values are tokens/s x 1000.
+pub const TOKS_SCALE: f64 = 1000.0;
+/// Scale of the `recall` histogram: values are recall x 10000.
+pub const RECALL_SCALE: f64 = 10_000.0;
+
+fn new_hist() -> Histogram<u64> {
+    // 1 µs .. 1 h at 3 significant digits; larger values are clamped to the top.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static bounds are valid")
+}
+
+/// Encodes a histogram as base64 of its V2 serialization.
+#[must_use]
+pub fn encode_hist(h: &Histogram<u64>) -> String {
+    let mut buf = Vec::new();
+    V2Serializer::new()
+        .serialize(h, &mut buf)
+        .expect("writing to a Vec cannot fail");
+    base64::engine::general_purpose::STANDARD.encode(buf)
+}
+
+/// Decodes [`encode_hist`]'s output.
+pub fn decode_hist(s: &str) -> Result<Histogram<u64>, String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map_err(|e| format!("histogram is not base64: {e}"))?;
+    Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|e| format!("histogram is not HdrHistogram V2: {e:?}"))
+}
+
+/// Percentile summary in the unit named by the field holding it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    /// Number of samples.
+    pub count: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+fn summarize(h: &Histogram<u64>, div: f64) -> Summary {
+    if h.is_empty() {
+        return Summary::default();
+    }
+    let q = |q: f64| h.value_at_quantile(q) as f64 / div;
+    Summary {
+        count: h.len(),
+        mean: h.mean() / div,
+        p50: q(0.5),
+        p90: q(0.9),
+        p95: q(0.95),
+        p99: q(0.99),
+        p999: q(0.999),
+        max: h.max() as f64 / div,
+    }
+}
+
+/// Live aggregates of one phase.
+#[derive(Debug, Clone)]
+pub struct PhaseMetrics {
+    /// Histograms by name (µs for latencies; see the scales for the others).
+    pub hists: BTreeMap<&'static str, Histogram<u64>>,
+    /// Requests the schedule asked for (open loop) or started (closed loop).
+    pub scheduled: u64,
+    /// Requests dropped by a cap.
+    pub dropped: u64,
+    /// Requests finished (ok or failed).
+    pub finished: u64,
+    /// Requests that succeeded.
+    pub ok: u64,
+    /// Successes that met every per-request SLO.
+    pub good: u64,
+    /// Failures by class.
+    pub errors: BTreeMap<ErrorClass, u64>,
+    /// Failures that count toward the error rate.
+    pub counted_errors: u64,
+    /// Output tokens of all finished requests.
+    pub output_tokens: u64,
+    /// Prompt tokens reported by the server.
+    pub input_tokens: u64,
+}
+
+/// Histogram names, in report order.
+pub const HISTS: [&str; 8] = [
+    "ttft",
+    "itl",
+    "tpot",
+    "e2e",
+    "e2e_from_send",
+    "send_lag",
+    "stream_tokens_per_s",
+    "recall",
+];
+
+impl Default for PhaseMetrics {
+    fn default() -> Self {
+        PhaseMetrics {
+            hists: HISTS.iter().map(|n| (*n, new_hist())).collect(),
+            scheduled: 0,
+            dropped: 0,
+            finished: 0,
+            ok: 0,
+            good: 0,
+            errors: BTreeMap::new(),
+            counted_errors: 0,
+            output_tokens: 0,
+            input_tokens: 0,
+        }
+    }
+}
+
+impl PhaseMetrics {
+    fn add(&mut self, name: &'static str, v: u64) {
+        if let Some(h) = self.hists.get_mut(name) {
+            h.saturating_record(v.max(1));
+        }
+    }
+
+    /// Adds one finished request.
+    pub fn record(&mut self, r: &RequestRecord) {
+        self.finished += 1;
+        self.add("send_lag", r.send_lag_us());
+        if let Some(class) = r.error {
+            *self.errors.entry(class).or_default() += 1;
+            if r.counts_as_error() {
+                self.counted_errors += 1;
+            }
+        } else {
+            self.ok += 1;
+            self.add("e2e", r.e2e_us());
+            self.add("e2e_from_send", r.end_us.saturating_sub(r.actual_us));
+        }
+        if r.good {
+            self.good += 1;
+        }
+        if r.error.is_none() || r.chaos.is_some() {
+            if let Some(t) = r.ttft_us() {
+                self.add("ttft", t);
+            }
+            for gap in r.itl_us() {
+                self.add("itl", gap);
+            }
+            if let Some(tpot) = r.tpot_us() {
+                self.add("tpot", tpot.round() as u64);
+                if tpot > 0.0 {
+                    self.add(
+                        "stream_tokens_per_s",
+                        (1e6 / tpot * TOKS_SCALE).round() as u64,
+                    );
+                }
+            }
+        }
+        if let Some(recall) = r.recall {
+            // Stored +1 so that a recall of 0 is kept (HDR values start at 1).
+            self.add("recall", (recall * RECALL_SCALE).round() as u64 + 1);
+        }
+        self.output_tokens += u64::from(r.output_tokens.unwrap_or(0));
+        self.input_tokens += u64::from(r.input_tokens.unwrap_or(0));
+    }
+
+    /// Failed / finished, excluding intentional chaos aborts.
+    #[must_use]
+    pub fn error_rate(&self) -> f64 {
+        if self.finished == 0 {
+            0.0
+        } else {
+            self.counted_errors as f64 / self.finished as f64
+        }
+    }
+
+    /// Summary of a histogram in display units (ms, tokens/s, recall fraction).
+    #[must_use]
+    pub fn summary(&self, name: &str) -> Summary {
+        let Some(h) = self.hists.get(name) else {
+            return Summary::default();
+        };
+        match name {
+            "stream_tokens_per_s" => summarize(h, TOKS_SCALE),
+            "recall" => {
+                let mut s = summarize(h, RECALL_SCALE);
+                let off = 1.0 / RECALL_SCALE;
+                if s.count > 0 {
+                    for v in [
+                        &mut s.mean,
+                        &mut s.p50,
+                        &mut s.p90,
+                        &mut s.p95,
+                        &mut s.p99,
+                        &mut s.p999,
+                        &mut s.max,
+                    ] {
+                        *v -= off;
+                    }
+                }
+                s
+            }
+            _ => summarize(h, 1000.0),
+        }
+    }
+
+    /// The value an SLO compares (ms, fraction, per second); `elapsed_s` is the phase length.
+    #[must_use]
+    pub fn value(&self, m: Metric, elapsed_s: f64) -> Option<f64> {
+        let stat = |name: &str, s: Stat| {
+            let sum = self.summary(name);
+            (sum.count > 0).then(|| match s {
+                Stat::Max => sum.max,
+                Stat::Mean => sum.mean,
+                Stat::Quantile(q) => {
+                    let h = &self.hists[name];
+                    let div = match name {
+                        "stream_tokens_per_s" => TOKS_SCALE,
+                        "recall" => RECALL_SCALE,
+                        _ => 1000.0,
+                    };
+                    let off = if name == "recall" {
+                        1.0 / RECALL_SCALE
+                    } else {
+                        0.0
+                    };
+                    h.value_at_quantile(q) as f64 / div - off
+                }
+            })
+        };
+        let per_s = |n: u64| (elapsed_s > 0.0).then(|| n as f64 / elapsed_s);
+        match m {
+            Metric::Latency(series, s) => stat(
+                match series {
+                    Series::Ttft => "ttft",
+                    Series::Itl => "itl",
+                    Series::Tpot => "tpot",
+                    Series::E2e => "e2e",
+                    Series::SendLag => "send_lag",
+                },
+                s,
+            ),
+            Metric::ErrorRate => (self.finished > 0).then(|| self.error_rate()),
+            Metric::DropRate => {
+                (self.scheduled > 0).then(|| self.dropped as f64 / self.scheduled as f64)
+            }
+            Metric::GoodputRatio => {
+                (self.finished > 0).then(|| self.good as f64 / self.finished as f64)
+            }
+            Metric::Recall(s) => stat("recall", s),
+            Metric::StreamTokensPerS(s) => stat("stream_tokens_per_s", s),
+            Metric::Rps => per_s(self.finished),
+            Metric::OutputTokensPerS => per_s(self.output_tokens),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loadgen::record::{Endpoint, RequestRecord};
+
+    #[test]
+    fn histograms_roundtrip_and_merge_exactly() {
+        let mut a = new_hist();
+        let mut b = new_hist();
+        for v in 1..=1000u64 {
+            a.record(v).unwrap();
+            b.record(v * 1000).unwrap();
+        }
+        let a2 = decode_hist(&encode_hist(&a)).unwrap();
+        let b2 = decode_hist(&encode_hist(&b)).unwrap();
+        assert_eq!(a2, a);
+        let mut merged = a2.clone();
+        merged.add(&b2).unwrap();
+        let mut direct = a.clone();
+        direct.add(&b).unwrap();
+        assert_eq!(
+            merged.value_at_quantile(0.99),
+            direct.value_at_quantile(0.99)
+        );
+        assert_eq!(merged.len(), 2000);
+        assert!(decode_hist("not base64!").is_err());
+    }
+
+    #[test]
+    fn records_feed_the_right_series() {
+        let mut m = PhaseMetrics::default();
+        let mut r = RequestRecord::new(0, 0, Endpoint::Chat, 0);
+        r.actual_us = 2_000;
+        r.token_us = vec![50_000, 60_000, 70_000];
+        r.end_us = 70_000;
+        r.output_tokens = Some(3);
+        m.record(&r);
+        let mut bad = RequestRecord::new(1, 0, Endpoint::Chat, 0);
+        bad.fail(ErrorClass::HttpStatus, "503");
+        m.record(&bad);
+        assert_eq!((m.finished, m.ok, m.counted_errors), (2, 1, 1));
+        assert!((m.summary("ttft").p50 - 50.0).abs() < 0.1);
+        assert_eq!(m.summary("itl").count, 2);
+        assert!((m.summary("tpot").p50 - 10.0).abs() < 0.1);
+        assert!((m.summary("stream_tokens_per_s").p50 - 100.0).abs() < 0.5);
+        assert!((m.summary("send_lag").max - 2.0).abs() < 0.01);
+        assert_eq!(m.value(Metric::ErrorRate, 1.0), Some(0.5));
+        assert_eq!(m.value(Metric::Rps, 2.0), Some(1.0));
+    }
+}

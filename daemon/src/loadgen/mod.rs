@@ -1,0 +1,45 @@
+//! The embedded load generator behind `inferscope stress`.
+//!
+//! Open-loop (coordinated-omission correct) and closed-loop load against OpenAI-compatible
+//! LLM endpoints, vector search and plain HTTP, described by a YAML scenario
+//! ([`scenario::Scenario`], documented in `docs/stress.md`).
+//!
+//! Running a scenario in-process and watching each request as it finishes:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use inferscope::loadgen::{self, Options, Scenario};
+//! let scenario = Scenario::from_file("examples/seed-matrix.yaml".as_ref())?;
+//! let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+//! let opts = Options { observer: Some(tx), ..Options::new() };
+//! let cancel = tokio_util::sync::CancellationToken::new();
+//! tokio::spawn(async move { while let Some(rec) = rx.recv().await { let _ = rec.e2e_us(); } });
+//! let report = loadgen::run(&scenario, opts, cancel).await?;
+//! println!("{}", report.table());
+//! # Ok(()) }
+//! ```
+
+pub mod arrival;
+pub mod caps;
+pub mod client;
+pub mod collect;
+pub mod dataset;
+pub mod engine;
+pub mod metrics;
+pub mod openai;
+pub mod progress;
+pub mod record;
+pub mod report;
+pub mod request;
+pub mod scenario;
+pub mod shape;
+pub mod slo;
+pub mod sse;
+pub mod template;
+pub mod validate;
+pub mod vector;
+
+pub use engine::{Options, RunError, run};
+pub use record::{Endpoint, ErrorClass, RequestRecord};
+pub use report::{PhaseReport, Report};
+pub use scenario::{Scenario, ScenarioError};

@@ -1,0 +1,305 @@
+//! OpenAI-compatible chat and completions: request bodies, and reading answers
+//! (streamed SSE or whole JSON) into token times, usage and `finish_reason`.
+//!
+//! Output tokens come from the server's `usage.completion_tokens` (streaming requests ask
+//! for it with `stream_options.include_usage`). Without usage the count falls back to the
+//! number of content-bearing deltas ([`TokenSource::Deltas`]): exact for servers that send
+//! one token per chunk, an under-count for those that batch tokens (speculative decoding).
+//! A stream that ends without `[DONE]` is accepted when a `finish_reason` was seen (some
+//! servers omit `[DONE]`); without either it is a truncated stream (`malformed_stream`).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::Request;
+use serde_json::Value;
+
+use super::{
+    client::{Via, fail_status, read_body, send, us_since},
+    record::{ErrorClass, RequestRecord, TokenSource},
+    sse::{SseParser, Tail},
+};
+
+/// State of one streamed answer, fed with body pieces as they arrive.
+#[derive(Debug, Default)]
+pub struct StreamState {
+    parser: SseParser,
+    events: Vec<super::sse::SseEvent>,
+    /// Time of each content-bearing delta (µs since run start).
+    pub token_us: Vec<u64>,
+    /// `usage.completion_tokens`.
+    pub usage_output: Option<u32>,
+    /// `usage.prompt_tokens`.
+    pub usage_input: Option<u32>,
+    /// `finish_reason` of choice 0.
+    pub finish_reason: Option<String>,
+    /// `[DONE]` was seen.
+    pub done: bool,
+}
+
+/// A stream that failed.
+pub type StreamError = (ErrorClass, String);
+
+impl StreamState {
+    /// Feeds a piece of the body received at `now_us`.
+    pub fn feed(&mut self, piece: &[u8], now_us: u64) -> Result<(), StreamError> {
+        self.parser
+            .push(piece, &mut self.events)
+            .map_err(|e| (ErrorClass::MalformedStream, e.to_string()))?;
+        for ev in std::mem::take(&mut self.events) {
+            if self.done {
+                continue;
+            }
+            if ev.event.as_deref() == Some("error") {
+                return Err((ErrorClass::ServerErrorEvent, ev.data));
+            }
+            let data = ev.data.trim();
+            if data == "[DONE]" {
+                self.done = true;
+                continue;
+            }
+            let v: Value = serde_json::from_str(data).map_err(|e| {
+                (
+                    ErrorClass::MalformedStream,
+                    format!("SSE data is not JSON ({e}): {data:.120}"),
+                )
+            })?;
+            if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+                let msg = err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| err.to_string(), str::to_string);
+                return Err((ErrorClass::ServerErrorEvent, msg));
+            }
+            self.absorb(&v, Some(now_us));
+        }
+        Ok(())
+    }
+
+    /// Reads one chunk (or a whole non-streamed answer when `now_us` is `None`).
+    fn absorb(&mut self, v: &Value, now_us: Option<u64>) {
+        if let Some(c) = v.get("choices").and_then(|c| c.get(0)) {
+            let text = c
+                .pointer("/delta/content")
+                .or_else(|| c.get("text"))
+                .or_else(|| c.pointer("/delta/reasoning_content"))
+                .or_else(|| c.pointer("/message/content"))
+                .and_then(Value::as_str);
+            if let (Some(t), Some(now)) = (text, now_us)
+                && !t.is_empty()
+            {
+                self.token_us.push(now);
+            }
+            if let Some(f) = c.get("finish_reason").and_then(Value::as_str) {
+                self.finish_reason = Some(f.to_string());
+            }
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            let get = |k: &str| u.get(k).and_then(Value::as_u64).map(|n| n as u32);
+            self.usage_output = get("completion_tokens").or(self.usage_output);
+            self.usage_input = get("prompt_tokens").or(self.usage_input);
+        }
+    }
+
+    /// Ends the stream: success, or why it failed.
+    pub fn finish(&mut self) -> Result<(), StreamError> {
+        let tail = self.parser.finish();
+        if self.done || self.finish_reason.is_some() {
+            return Ok(());
+        }
+        let why = match tail {
+            Tail::Truncated => "stream truncated inside an event",
+            Tail::Clean => "stream ended without [DONE] or finish_reason",
+        };
+        Err((ErrorClass::MalformedStream, why.into()))
+    }
+
+    /// Copies tokens, usage and finish reason into the record.
+    pub fn fill(&self, rec: &mut RequestRecord) {
+        rec.token_us.clone_from(&self.token_us);
+        rec.finish_reason.clone_from(&self.finish_reason);
+        rec.input_tokens = self.usage_input;
+        if let Some(n) = self.usage_output {
+            rec.output_tokens = Some(n);
+            rec.token_source = Some(TokenSource::Usage);
+        } else if !self.token_us.is_empty() {
+            rec.output_tokens = Some(self.token_us.len() as u32);
+            rec.token_source = Some(TokenSource::Deltas);
+        }
+    }
+}
+
+/// Sends a chat/completions request and reads the answer into `rec`.
+/// `abort_after_first`: the chaos knob that closes the stream after the first token.
+pub async fn call(
+    via: &mut Via<'_>,
+    req: Request<Full<Bytes>>,
+    rec: &mut RequestRecord,
+    t0: Instant,
+    stream: bool,
+    abort_after_first: bool,
+) {
+    let Ok(resp) = send(via, req, rec, t0).await else {
+        return;
+    };
+    let status = resp.status();
+    if !status.is_success() {
+        if let Some(body) = read_body(resp, rec, t0).await {
+            rec.end_us = us_since(t0);
+            fail_status(rec, status.as_u16(), &body);
+        }
+        return;
+    }
+    let mut st = StreamState::default();
+    if !stream {
+        let Some(body) = read_body(resp, rec, t0).await else {
+            return;
+        };
+        rec.end_us = us_since(t0);
+        match serde_json::from_slice::<Value>(&body) {
+            Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => {
+                rec.fail(ErrorClass::ServerErrorEvent, v["error"].to_string());
+            }
+            Ok(v) => {
+                st.absorb(&v, None);
+                st.fill(rec);
+            }
+            Err(e) => rec.fail(
+                ErrorClass::MalformedStream,
+                format!("answer is not JSON: {e}"),
+            ),
+        }
+        return;
+    }
+    let mut body = resp.into_body();
+    loop {
+        match body.frame().await {
+            None => break,
+            Some(Err(e)) => {
+                st.fill(rec);
+                rec.end_us = us_since(t0);
+                rec.fail(ErrorClass::Transport, super::client::error_chain(&e));
+                return;
+            }
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if let Err((class, msg)) = st.feed(&data, us_since(t0)) {
+                    st.fill(rec);
+                    rec.end_us = us_since(t0);
+                    rec.fail(class, msg);
+                    return;
+                }
+                if abort_after_first && !st.token_us.is_empty() {
+                    // Dropping the body closes the connection mid-stream, as a user leaving would.
+                    st.fill(rec);
+                    rec.end_us = us_since(t0);
+                    rec.fail(
+                        ErrorClass::Aborted,
+                        "client closed the stream after the first token (chaos)",
+                    );
+                    return;
+                }
+            }
+        }
+    }
+    rec.end_us = us_since(t0);
+    st.fill(rec);
+    if let Err((class, msg)) = st.finish() {
+        rec.fail(class, msg);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(input: &[u8]) -> (StreamState, Result<(), StreamError>) {
+        let mut st = StreamState::default();
+        let r = input
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, b)| st.feed(&[*b], i as u64));
+        let r = r.and_then(|()| st.finish());
+        (st, r)
+    }
+
+    const CHAT: &[u8] = b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"content\":\"lo\"},\"finish_reason\":null}]}\n\n\
+data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n\
+data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3}}\n\n\
+data: [DONE]\n\n";
+
+    #[test]
+    fn chat_stream_with_usage() {
+        let (st, r) = run(CHAT);
+        assert_eq!(r, Ok(()));
+        assert_eq!(st.token_us.len(), 2);
+        assert_eq!((st.usage_output, st.usage_input), (Some(3), Some(5)));
+        assert_eq!(st.finish_reason.as_deref(), Some("length"));
+        let mut rec = RequestRecord::new(0, 0, super::super::record::Endpoint::Chat, 0);
+        st.fill(&mut rec);
+        assert_eq!(
+            (rec.output_tokens, rec.token_source),
+            (Some(3), Some(TokenSource::Usage))
+        );
+    }
+
+    #[test]
+    fn completions_without_usage_counts_deltas() {
+        let (st, r) = run(b"data: {\"choices\":[{\"text\":\"a\"}]}\r\n\r\ndata: {\"choices\":[{\"text\":\"b\",\"finish_reason\":\"stop\"}]}\r\n\r\ndata: [DONE]\r\n\r\n");
+        assert_eq!(r, Ok(()));
+        let mut rec = RequestRecord::new(0, 0, super::super::record::Endpoint::Completions, 0);
+        st.fill(&mut rec);
+        assert_eq!(
+            (rec.output_tokens, rec.token_source),
+            (Some(2), Some(TokenSource::Deltas))
+        );
+    }
+
+    #[test]
+    fn missing_done_is_ok_with_finish_reason_else_malformed() {
+        let with_finish = &CHAT[..CHAT.len() - b"data: [DONE]\n\n".len()];
+        assert_eq!(run(with_finish).1, Ok(()));
+        let (_, r) = run(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n");
+        assert_eq!(r.unwrap_err().0, ErrorClass::MalformedStream);
+    }
+
+    #[test]
+    fn truncated_stream_is_malformed() {
+        let (st, r) =
+            run(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choi");
+        assert_eq!(st.token_us.len(), 1);
+        let (class, msg) = r.unwrap_err();
+        assert_eq!(class, ErrorClass::MalformedStream);
+        assert!(msg.contains("truncated"), "{msg}");
+    }
+
+    #[test]
+    fn error_events() {
+        let (_, r) = run(b"data: {\"error\":{\"message\":\"KV cache full\",\"type\":\"server_error\",\"code\":503}}\n\n");
+        assert_eq!(
+            r,
+            Err((ErrorClass::ServerErrorEvent, "KV cache full".into()))
+        );
+        let (_, r) = run(b"event: error\ndata: boom\n\n");
+        assert_eq!(r, Err((ErrorClass::ServerErrorEvent, "boom".into())));
+        let (_, r) = run(b"data: not json\n\n");
+        assert_eq!(r.unwrap_err().0, ErrorClass::MalformedStream);
+    }
+
+    #[test]
+    fn every_split_of_a_stream_gives_the_same_tokens() {
+        for i in 0..=CHAT.len() {
+            let mut st = StreamState::default();
+            st.feed(&CHAT[..i], 1).unwrap();
+            st.feed(&CHAT[i..], 2).unwrap();
+            st.finish().unwrap();
+            assert_eq!(st.token_us.len(), 2, "split {i}");
+            assert_eq!(st.usage_output, Some(3));
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The per-request record: every timestamp of one request, kept for the whole run.
+//!
+//! Times are microseconds since the run's start (`Report::started_unix_ns` /
+//! `started_monotonic_ns` anchor them to wall-clock and `CLOCK_MONOTONIC`, the clock
+//! eBPF's `bpf_ktime_get_ns` uses), so later stages can join a request with kernel
+//! events by time and by the connection's 4-tuple (`local_addr`, `remote_addr`).
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of request this was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /v1/vector/search` (recall checked against `/v1/vector/exact`).
+    VectorSearch,
+    /// Any plain HTTP request (benchmarks, health checks).
+    Http,
+}
+
+impl Endpoint {
+    /// The path used when the scenario does not give one.
+    #[must_use]
+    pub fn default_path(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "/v1/chat/completions",
+            Endpoint::Completions => "/v1/completions",
+            Endpoint::VectorSearch => "/v1/vector/search",
+            Endpoint::Http => "/",
+        }
+    }
+
+    /// Short label for tables and metric labels.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "chat",
+            Endpoint::Completions => "completions",
+            Endpoint::VectorSearch => "vector_search",
+            Endpoint::Http => "http",
+        }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// TCP connect failed (refused, unreachable, connect timeout).
+    Connect,
+    /// The per-request timeout expired.
+    Timeout,
+    /// The server answered with a non-2xx status.
+    HttpStatus,
+    /// The body could not be understood: bad JSON, bad SSE, or a stream that ended
+    /// without `[DONE]` and without a `finish_reason` (truncated).
+    MalformedStream,
+    /// The stream carried an `{"error": ..}` event (or `event: error`).
+    ServerErrorEvent,
+    /// The connection broke while sending or reading (reset, closed early).
+    Transport,
+    /// The client stopped the request: chaos knob `abort_fraction`, or shutdown.
+    Aborted,
+}
+
+impl ErrorClass {
+    /// All classes, in report order.
+    pub const ALL: [ErrorClass; 7] = [
+        ErrorClass::Connect,
+        ErrorClass::Timeout,
+        ErrorClass::HttpStatus,
+        ErrorClass::MalformedStream,
+        ErrorClass::ServerErrorEvent,
+        ErrorClass::Transport,
+        ErrorClass::Aborted,
+    ];
+
+    /// The `snake_case` name used in reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorClass::Connect => "connect",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::HttpStatus => "http_status",
+            ErrorClass::MalformedStream => "malformed_stream",
+            ErrorClass::ServerErrorEvent => "server_error_event",
+            ErrorClass::Transport => "transport",
+            ErrorClass::Aborted => "aborted",
+        }
+    }
+}
+
+/// Where the output-token count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// The server's `usage.completion_tokens` (exact).
+    Usage,
+    /// No usage: one token per non-empty content delta. Under-counts when a server
+    /// sends several tokens per chunk (speculative decoding); never over-counts.
+    Deltas,
+}
+
+/// Which chaos knob, if any, shaped this request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Chaos {
+    /// Sent with `max_tokens = 1`.
+    MaxTokensOne,
+    /// The client closes the stream after the first token on purpose.
+    AbortMidStream,
+    /// The prompt was inflated beyond any context window.
+    OversizePrompt,
+}
+
+/// One request, from its intended start to its end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Sequence number within the run (unique).
+    pub id: u64,
+    /// Index of the phase in `Report::phases`.
+    pub phase: u32,
+    /// Kind of request.
+    pub endpoint: Endpoint,
+    /// When the arrival schedule wanted it sent (µs since run start).
+    pub intended_us: u64,
+    /// When it was handed to the connection (µs since run start). `actual - intended`
+    /// is the send lag: the generator's own delay, caps, or a busy pool.
+    pub actual_us: u64,
+    /// Response headers received (µs since run start).
+    pub first_byte_us: Option<u64>,
+    /// Each content-bearing chunk (µs since run start); empty when not streaming.
+    pub token_us: Vec<u64>,
+    /// Last byte read or failure (µs since run start).
+    pub end_us: u64,
+    /// HTTP status, when a response arrived.
+    pub status: Option<u16>,
+    /// Failure class; `None` when the request succeeded.
+    pub error: Option<ErrorClass>,
+    /// Human-readable failure detail.
+    pub error_message: Option<String>,
+    /// Client side of the TCP connection (ip:port), to join kernel events by 4-tuple.
+    pub local_addr: Option<SocketAddr>,
+    /// Server side of the TCP connection.
+    pub remote_addr: Option<SocketAddr>,
+    /// Prompt tokens reported by the server.
+    pub input_tokens: Option<u32>,
+    /// Output tokens (see `token_source`).
+    pub output_tokens: Option<u32>,
+    /// Where `output_tokens` came from.
+    pub token_source: Option<TokenSource>,
+    /// `finish_reason` of the first choice.
+    pub finish_reason: Option<String>,
+    /// recall@k of a vector search, when this query was sampled for ground truth.
+    pub recall: Option<f64>,
+    /// Chaos knob applied to this request.
+    pub chaos: Option<Chaos>,
+    /// Succeeded and met every per-request SLO of its phase (counts toward goodput).
+    pub good: bool,
+}
+
+impl RequestRecord {
+    /// A record with only the schedule filled in.
+    #[must_use]
+    pub fn new(id: u64, phase: u32, endpoint: Endpoint, intended_us: u64) -> Self {
+        RequestRecord {
+            id,
+            phase,
+            endpoint,
+            intended_us,
+            actual_us: intended_us,
+            first_byte_us: None,
+            token_us: Vec::new(),
+            end_us: intended_us,
+            status: None,
+            error: None,
+            error_message: None,
+            local_addr: None,
+            remote_addr: None,
+            input_tokens: None,
+            output_tokens: None,
+            token_source: None,
+            finish_reason: None,
+            recall: None,
+            chaos: None,
+            good: false,
+        }
+    }
+
+    /// Marks the request failed.
+    pub fn fail(&mut self, class: ErrorClass, message: impl Into<String>) {
+        self.error = Some(class);
+        self.error_message = Some(message.into());
+    }
+
+    /// Send lag: actual minus intended start (µs).
+    #[must_use]
+    pub fn send_lag_us(&self) -> u64 {
+        self.actual_us.saturating_sub(self.intended_us)
+    }
+
+    /// End-to-end latency from the intended start (coordinated-omission corrected).
+    #[must_use]
+    pub fn e2e_us(&self) -> u64 {
+        self.end_us.saturating_sub(self.intended_us)
+    }
+
+    /// Time to first token from the intended start. Non-streaming LLM requests get all
+    /// tokens at once, so their TTFT is their E2E; plain HTTP has none.
+    #[must_use]
+    pub fn ttft_us(&self) -> Option<u64> {
+        match (self.token_us.first(), self.endpoint) {
+            (Some(t), _) => Some(t.saturating_sub(self.intended_us)),
+            (None, Endpoint::Chat | Endpoint::Completions) if self.error.is_none() => {
+                Some(self.e2e_us())
+            }
+            _ => None,
+        }
+    }
+
+    /// Time per output token after the first: (E2E - TTFT) / (tokens - 1), as vLLM does.
+    #[must_use]
+    pub fn tpot_us(&self) -> Option<f64> {
+        let tokens = self.output_tokens?;
+        if tokens < 2 || self.token_us.is_empty() {
+            return None;
+        }
+        let first = *self.token_us.first()?;
+        Some(self.end_us.saturating_sub(first) as f64 / f64::from(tokens - 1))
+    }
+
+    /// Gaps between consecutive content chunks (µs).
+    pub fn itl_us(&self) -> impl Iterator<Item = u64> + '_ {
+        self.token_us.windows(2).map(|w| w[1].saturating_sub(w[0]))
+    }
+
+    /// Whether this failure counts against the error rate: aborts the scenario asked
+    /// for (chaos) do not.
+    #[must_use]
+    pub fn counts_as_error(&self) -> bool {
+        match self.error {
+            None => false,
+            Some(ErrorClass::Aborted) => self.chaos != Some(Chaos::AbortMidStream),
+            Some(_) => true,
+        }
+    }
+}

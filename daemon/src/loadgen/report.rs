@@ -1,0 +1,300 @@
+//! The run report: aggregates per phase (with mergeable histograms), SLO results and
+//! the per-request records. Its JSON form is versioned; see `docs/stress.md`.
+
+use std::{collections::BTreeMap, fmt::Write as _, path::Path};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    metrics::{HISTS, PhaseMetrics, Summary, encode_hist},
+    record::{ErrorClass, RequestRecord},
+    slo::SloResult,
+};
+
+/// `schema` field of every report.
+pub const SCHEMA: &str = "inferscope.stress.report";
+/// Current report version; bumped on any incompatible change.
+pub const VERSION: u32 = 1;
+
+/// Counters of a phase.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Counts {
+    /// Requests the schedule asked for (open loop) or started (closed loop).
+    pub scheduled: u64,
+    /// Dropped because a cap was hit (`when_capped: drop`).
+    pub dropped: u64,
+    /// Finished, ok or not.
+    pub finished: u64,
+    /// Succeeded.
+    pub ok: u64,
+    /// Succeeded and met every per-request SLO.
+    pub good: u64,
+    /// Failures by class (`connect`, `timeout`, `http_status`, ...).
+    pub errors: BTreeMap<String, u64>,
+}
+
+/// One phase of the report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PhaseReport {
+    /// Phase name.
+    pub name: String,
+    /// Label `scenario` (baseline, soak, burst...).
+    pub label: String,
+    /// Label `endpoint`.
+    pub endpoint: String,
+    /// Label `load_level` (`rate=20/s`, `concurrency=32`).
+    pub load_level: String,
+    /// Mean target rate (open loop).
+    pub target_rate: Option<f64>,
+    /// Configured duration, seconds.
+    pub duration_s: f64,
+    /// Time actually spent sending (shorter when interrupted), seconds.
+    pub elapsed_s: f64,
+    /// Counters.
+    pub counts: Counts,
+    /// Failed / finished (intentional chaos aborts excluded).
+    pub error_rate: f64,
+    /// Finished requests per second.
+    pub requests_per_s: f64,
+    /// Good requests per second (goodput).
+    pub goodput_per_s: f64,
+    /// Output tokens of all requests.
+    pub output_tokens: u64,
+    /// Output tokens per second.
+    pub output_tokens_per_s: f64,
+    /// Prompt tokens (from usage).
+    pub input_tokens: u64,
+    /// Latency summaries in milliseconds: ttft, itl, tpot, e2e (from intended start),
+    /// `e2e_from_send` (uncorrected, for comparison), `send_lag`.
+    pub latency_ms: BTreeMap<String, Summary>,
+    /// Per-stream decode rate, tokens/s.
+    pub stream_tokens_per_s: Summary,
+    /// recall@k of sampled vector queries (fraction).
+    pub recall: Summary,
+    /// Base64 `HdrHistogram` V2 of each series (latencies in µs; `stream_tokens_per_s` in
+    /// tokens/s x 1000; `recall` in recall x 10000 + 1). Merge these, not the summaries.
+    pub histograms: BTreeMap<String, String>,
+    /// SLO outcomes.
+    pub slo: Vec<SloResult>,
+}
+
+/// A one-off request made by a phase's `events:`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EventRecord {
+    /// Phase index.
+    pub phase: u32,
+    /// `METHOD path`.
+    pub request: String,
+    /// Sent at (µs since run start).
+    pub at_us: u64,
+    /// Finished at (µs since run start).
+    pub end_us: u64,
+    /// HTTP status or error text.
+    pub outcome: String,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// [`VERSION`].
+    pub version: u32,
+    /// Scenario name.
+    pub scenario: String,
+    /// Target base URL.
+    pub target: String,
+    /// Run start, Unix time in ns (record times are offsets from it).
+    pub started_unix_ns: u64,
+    /// Run start on `CLOCK_MONOTONIC` in ns (the clock of eBPF's `bpf_ktime_get_ns`).
+    pub started_monotonic_ns: u64,
+    /// Wall time of the whole run, seconds.
+    pub elapsed_s: f64,
+    /// Why the run stopped early (Ctrl-C, error-rate abort), if it did.
+    pub stopped: Option<String>,
+    /// Every SLO of every phase held.
+    pub slo_pass: bool,
+    /// Phases in run order.
+    pub phases: Vec<PhaseReport>,
+    /// Requests made by `events:`.
+    pub events: Vec<EventRecord>,
+    /// Every request (empty when records were not kept).
+    pub records: Vec<RequestRecord>,
+}
+
+/// Static facts of a phase needed for its report.
+pub struct PhaseInfo {
+    /// Name.
+    pub name: String,
+    /// Label.
+    pub label: String,
+    /// Endpoint label.
+    pub endpoint: String,
+    /// Load level label.
+    pub load_level: String,
+    /// Mean target rate.
+    pub target_rate: Option<f64>,
+    /// Configured duration, s.
+    pub duration_s: f64,
+    /// Actual sending time, s.
+    pub elapsed_s: f64,
+    /// SLOs.
+    pub slos: Vec<super::slo::Slo>,
+}
+
+impl PhaseReport {
+    /// Builds the report of one phase and checks its SLOs.
+    #[must_use]
+    pub fn build(info: &PhaseInfo, m: &PhaseMetrics) -> Self {
+        let el = info.elapsed_s.max(1e-9);
+        let slo = info
+            .slos
+            .iter()
+            .map(|s| {
+                let observed = m.value(s.metric, el);
+                SloResult {
+                    slo: s.text.clone(),
+                    observed,
+                    pass: observed.is_some_and(|v| s.holds(v)),
+                }
+            })
+            .collect();
+        let errors = ErrorClass::ALL
+            .iter()
+            .filter_map(|c| m.errors.get(c).map(|n| (c.name().to_string(), *n)))
+            .collect();
+        PhaseReport {
+            name: info.name.clone(),
+            label: info.label.clone(),
+            endpoint: info.endpoint.clone(),
+            load_level: info.load_level.clone(),
+            target_rate: info.target_rate,
+            duration_s: info.duration_s,
+            elapsed_s: info.elapsed_s,
+            counts: Counts {
+                scheduled: m.scheduled,
+                dropped: m.dropped,
+                finished: m.finished,
+                ok: m.ok,
+                good: m.good,
+                errors,
+            },
+            error_rate: m.error_rate(),
+            requests_per_s: m.finished as f64 / el,
+            goodput_per_s: m.good as f64 / el,
+            output_tokens: m.output_tokens,
+            output_tokens_per_s: m.output_tokens as f64 / el,
+            input_tokens: m.input_tokens,
+            latency_ms: ["ttft", "itl", "tpot", "e2e", "e2e_from_send", "send_lag"]
+                .iter()
+                .map(|n| ((*n).to_string(), m.summary(n)))
+                .collect(),
+            stream_tokens_per_s: m.summary("stream_tokens_per_s"),
+            recall: m.summary("recall"),
+            histograms: HISTS
+                .iter()
+                .map(|n| ((*n).to_string(), encode_hist(&m.hists[n])))
+                .collect(),
+            slo,
+        }
+    }
+}
+
+impl Report {
+    /// Writes the JSON report (pretty-printed) to `path`.
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        serde_json::to_writer(f, self).map_err(std::io::Error::other)
+    }
+
+    /// The terminal table: one row per phase, then failed SLOs.
+    #[must_use]
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{:<16} {:<18} {:>8} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}",
+            "phase",
+            "load",
+            "finished",
+            "err%",
+            "drop",
+            "req/s",
+            "tok/s",
+            "ttft p50",
+            "ttft p99",
+            "itl p99",
+            "e2e p99",
+            "lag p99",
+            "slo"
+        );
+        for p in &self.phases {
+            let l = |n: &str, f: fn(&Summary) -> f64| {
+                p.latency_ms
+                    .get(n)
+                    .filter(|s| s.count > 0)
+                    .map_or_else(|| "-".into(), |s| fmt_ms(f(s)))
+            };
+            let slo = if p.slo.is_empty() {
+                "-"
+            } else if p.slo.iter().all(|r| r.pass) {
+                "pass"
+            } else {
+                "FAIL"
+            };
+            let _ = writeln!(
+                s,
+                "{:<16} {:<18} {:>8} {:>6.2}% {:>6} {:>7.1} {:>9.0} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}",
+                p.name,
+                p.load_level,
+                p.counts.finished,
+                p.error_rate * 100.0,
+                p.counts.dropped,
+                p.requests_per_s,
+                p.output_tokens_per_s,
+                l("ttft", |s| s.p50),
+                l("ttft", |s| s.p99),
+                l("itl", |s| s.p99),
+                l("e2e", |s| s.p99),
+                l("send_lag", |s| s.p99),
+                slo
+            );
+            if !p.counts.errors.is_empty() {
+                let errs: Vec<String> = p
+                    .counts
+                    .errors
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect();
+                let _ = writeln!(s, "  errors: {}", errs.join(", "));
+            }
+            if p.recall.count > 0 {
+                let _ = writeln!(
+                    s,
+                    "  recall@k: mean {:.3}, p50 {:.3} over {} sampled queries",
+                    p.recall.mean, p.recall.p50, p.recall.count
+                );
+            }
+            for r in p.slo.iter().filter(|r| !r.pass) {
+                let obs = r
+                    .observed
+                    .map_or_else(|| "no data".into(), |v| format!("{v:.3}"));
+                let _ = writeln!(s, "  SLO failed: {} (observed {obs})", r.slo);
+            }
+        }
+        if let Some(why) = &self.stopped {
+            let _ = writeln!(s, "stopped early: {why}");
+        }
+        s
+    }
+}
+
+fn fmt_ms(v: f64) -> String {
+    if v >= 10_000.0 {
+        format!("{:.1}s", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.0}ms")
+    } else {
+        format!("{v:.2}ms")
+    }
+}

@@ -1,0 +1,280 @@
+//! Turning a phase's request spec into concrete requests, and executing one.
+
+use std::{sync::Arc, time::Instant};
+
+use bytes::Bytes;
+use hyper::{
+    Method,
+    header::{HeaderName, HeaderValue},
+};
+use rand::{Rng, rngs::SmallRng};
+use serde_json::{Map, Value, json};
+
+use super::{
+    client::{Target, TargetError, Via, plain},
+    dataset::{Dataset, Row},
+    openai,
+    record::{Chaos, Endpoint, RequestRecord},
+    scenario::{ChaosSpec, Phase, RequestSpec},
+    slo::Slo,
+    template::{Ctx, JsonTemplate, Template},
+    vector::{self, VectorCall},
+};
+
+const DEFAULT_PROMPT: &str = "Explain in a few sentences why the sky is blue.";
+
+/// Everything needed to build and judge the requests of one phase.
+#[derive(Debug)]
+pub struct PhaseCtx {
+    /// Index in the scenario.
+    pub index: u32,
+    /// Endpoint kind.
+    pub endpoint: Endpoint,
+    path: String,
+    uri: hyper::Uri,
+    method: Method,
+    spec: RequestSpec,
+    prompt: Option<Template>,
+    dataset: Option<Arc<Dataset>>,
+    chaos: ChaosSpec,
+    /// The phase's SLOs (per-request ones decide goodput).
+    pub slos: Vec<Slo>,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// One request ready to go.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The JSON (or raw) body.
+    pub body: Bytes,
+    /// Chaos knob applied.
+    pub chaos: Option<Chaos>,
+    /// Output tokens this request asks for (`max_tokens`), for the tokens/s cap.
+    pub max_tokens: Option<u32>,
+    /// Whether the answer is streamed.
+    pub stream: bool,
+    /// Vector: whether this query is sampled for recall.
+    pub sample_recall: bool,
+}
+
+impl PhaseCtx {
+    /// Compiles phase `index` of a scenario.
+    pub fn new(
+        index: u32,
+        phase: &Phase,
+        datasets: &std::collections::BTreeMap<String, Arc<Dataset>>,
+        target: &Target,
+    ) -> Result<Self, TargetError> {
+        let spec = phase.request.clone();
+        let endpoint = spec.endpoint.unwrap_or(Endpoint::Chat);
+        let path = spec
+            .path
+            .clone()
+            .unwrap_or_else(|| endpoint.default_path().to_string());
+        let method = match &spec.method {
+            Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+                .map_err(|_| TargetError::Header(m.clone()))?,
+            None if endpoint == Endpoint::Http && spec.body.is_none() => Method::GET,
+            None => Method::POST,
+        };
+        let headers = spec
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    k.parse().map_err(|_| TargetError::Header(k.clone()))?,
+                    v.parse().map_err(|_| TargetError::Header(k.clone()))?,
+                ))
+            })
+            .collect::<Result<_, TargetError>>()?;
+        let dataset = spec.dataset.as_ref().and_then(|d| datasets.get(d).cloned());
+        Ok(PhaseCtx {
+            index,
+            endpoint,
+            uri: target.uri(&path),
+            path,
+            method,
+            prompt: spec.prompt.clone(),
+            dataset,
+            chaos: phase.chaos.clone(),
+            slos: phase.slo.clone(),
+            headers,
+            spec,
+        })
+    }
+
+    /// Renders request `seq`.
+    pub fn prepare(&self, rng: &mut SmallRng, seq: u64) -> Prepared {
+        let row = self.dataset.as_ref().map(|d| d.pick(rng).clone());
+        let mut ctx = Ctx {
+            rng,
+            row: row.as_ref(),
+            seq,
+        };
+        match self.endpoint {
+            Endpoint::Chat | Endpoint::Completions => self.prepare_llm(&mut ctx, row.as_ref()),
+            Endpoint::VectorSearch => {
+                let mut body = Map::new();
+                if let Some(t) = &self.spec.text {
+                    body.insert("text".into(), json!(t.render(&mut ctx)));
+                } else if let Some(d) = self.spec.dimensions {
+                    body.insert(
+                        "vector".into(),
+                        json!(vector::random_unit_vector(d, ctx.rng)),
+                    );
+                }
+                body.insert("top_k".into(), json!(self.spec.top_k.unwrap_or(10)));
+                if let Some(ef) = self.spec.ef_search {
+                    body.insert("ef_search".into(), json!(ef));
+                }
+                body.extend(extra(self.spec.body.as_ref(), &mut ctx));
+                let sample_recall =
+                    ctx.rng.random::<f64>() < self.spec.recall_sample.unwrap_or(0.0);
+                Prepared {
+                    body: Bytes::from(Value::Object(body).to_string()),
+                    chaos: None,
+                    max_tokens: None,
+                    stream: false,
+                    sample_recall,
+                }
+            }
+            Endpoint::Http => {
+                let body = match self.spec.body.as_ref().map(|t| t.render(&mut ctx)) {
+                    Some(Value::String(s)) => Bytes::from(s),
+                    Some(v) => Bytes::from(v.to_string()),
+                    None => Bytes::new(),
+                };
+                Prepared {
+                    body,
+                    chaos: None,
+                    max_tokens: None,
+                    stream: false,
+                    sample_recall: false,
+                }
+            }
+        }
+    }
+
+    fn prepare_llm(&self, ctx: &mut Ctx<'_, SmallRng>, row: Option<&Row>) -> Prepared {
+        let u: f64 = ctx.rng.random();
+        let c = &self.chaos;
+        let chaos = if u < c.max_tokens_one {
+            Some(Chaos::MaxTokensOne)
+        } else if u < c.max_tokens_one + c.abort_mid_stream {
+            Some(Chaos::AbortMidStream)
+        } else if u < c.max_tokens_one + c.abort_mid_stream + c.oversize_prompt {
+            Some(Chaos::OversizePrompt)
+        } else {
+            None
+        };
+        let mut prompt = match (&self.prompt, &row) {
+            (Some(t), _) => t.render(ctx),
+            (None, Some(r)) => r.prompt.clone(),
+            (None, None) => DEFAULT_PROMPT.to_string(),
+        };
+        if chaos == Some(Chaos::OversizePrompt) {
+            let n = c.oversize_tokens.unwrap_or(200_000) as usize;
+            prompt = "token ".repeat(n);
+        }
+        let max_tokens = if chaos == Some(Chaos::MaxTokensOne) {
+            Some(1)
+        } else {
+            self.spec
+                .max_tokens
+                .or(row.as_ref().and_then(|r| r.output_tokens))
+        };
+        let stream = self.spec.stream.unwrap_or(true);
+        let mut body = Map::new();
+        body.insert(
+            "model".into(),
+            json!(self.spec.model.as_deref().unwrap_or("default")),
+        );
+        if self.endpoint == Endpoint::Chat {
+            body.insert(
+                "messages".into(),
+                json!([{"role": "user", "content": prompt}]),
+            );
+        } else {
+            body.insert("prompt".into(), json!(prompt));
+        }
+        if let Some(n) = max_tokens {
+            body.insert("max_tokens".into(), json!(n));
+        }
+        if let Some(t) = &self.spec.temperature {
+            body.insert("temperature".into(), t.render(ctx));
+        }
+        body.insert("stream".into(), json!(stream));
+        if stream {
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
+        body.extend(extra(self.spec.body.as_ref(), ctx));
+        if chaos == Some(Chaos::MaxTokensOne) {
+            body.insert("max_tokens".into(), json!(1));
+        }
+        let max_tokens = body
+            .get("max_tokens")
+            .and_then(Value::as_u64)
+            .map(|n| n as u32);
+        Prepared {
+            body: Bytes::from(Value::Object(body).to_string()),
+            chaos,
+            max_tokens,
+            stream,
+            sample_recall: false,
+        }
+    }
+
+    /// Executes a prepared request into `rec` (no timeout here; the engine adds it).
+    pub async fn execute(
+        &self,
+        via: &mut Via<'_>,
+        target: &Target,
+        p: Prepared,
+        rec: &mut RequestRecord,
+        t0: Instant,
+    ) {
+        rec.chaos = p.chaos;
+        match self.endpoint {
+            Endpoint::Chat | Endpoint::Completions => {
+                let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
+                openai::call(
+                    via,
+                    req,
+                    rec,
+                    t0,
+                    p.stream,
+                    p.chaos == Some(Chaos::AbortMidStream),
+                )
+                .await;
+            }
+            Endpoint::VectorSearch => {
+                let exact = self
+                    .spec
+                    .exact_path
+                    .as_deref()
+                    .unwrap_or("/v1/vector/exact");
+                let call = VectorCall {
+                    path: &self.path,
+                    exact_path: p.sample_recall.then_some(exact),
+                    top_k: self.spec.top_k.unwrap_or(10) as usize,
+                    headers: &self.headers,
+                };
+                vector::call(via, target, p.body, call, rec, t0).await;
+            }
+            Endpoint::Http => {
+                let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
+                plain(via, req, rec, t0).await;
+            }
+        }
+        rec.good =
+            rec.error.is_none() && self.slos.iter().all(|s| s.request_ok(rec).unwrap_or(true));
+    }
+}
+
+/// The object a body template renders to, to merge into a generated body.
+fn extra(t: Option<&JsonTemplate>, ctx: &mut Ctx<'_, SmallRng>) -> Map<String, Value> {
+    match t.map(|t| t.render(ctx)) {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
+}

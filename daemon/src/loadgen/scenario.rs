@@ -1,0 +1,221 @@
+//! Scenario files (experiment as code): the YAML schema. Loading and validation are in
+//! `validate.rs`, load shapes in `shape.rs`.
+//!
+//! The full schema with every field and default is documented in `docs/stress.md`;
+//! `examples/seed-matrix.yaml` is a complete example. Unknown keys are refused, and
+//! every error names the file, the line and what is wrong.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use serde::Deserialize;
+
+pub use super::shape::Load;
+pub use super::validate::is_loopback;
+use super::{
+    dataset::{Dataset, DatasetSpec},
+    record::Endpoint,
+    slo::Slo,
+    template::{JsonTemplate, Template},
+    validate::{
+        de_duration, de_opt_json_template, de_opt_ratio, de_opt_template, de_ratio, de_slos,
+    },
+};
+
+/// Hard ceilings no scenario can exceed (guardrails against typos such as `rate: 20000`).
+pub const HARD_MAX_IN_FLIGHT: usize = 100_000;
+/// Largest open-loop rate accepted, requests per second.
+pub const HARD_MAX_RATE: f64 = 200_000.0;
+
+/// A whole scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Label `scenario` on every metric.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Base URL, e.g. `http://127.0.0.1:8000`. Non-loopback hosts need `--allow-remote`.
+    pub target: String,
+    /// Headers sent with every request (e.g. `Authorization`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Per-request timeout (default 60s).
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// After Ctrl-C or the last phase, how long in-flight requests may finish (default 5s).
+    #[serde(default = "default_grace", deserialize_with = "de_duration")]
+    pub grace: Duration,
+    /// Cap on requests in flight over the whole run (default 10000).
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// Abort the run when the error rate of the last second's finished requests exceeds this.
+    #[serde(default, deserialize_with = "de_opt_ratio")]
+    pub abort_error_rate: Option<f64>,
+    /// Requests that must have finished before `abort_error_rate` is checked (default 50).
+    #[serde(default = "default_abort_min")]
+    pub abort_min_requests: u64,
+    /// Random seed (schedules, templates, chaos); default: from the clock.
+    pub seed: Option<u64>,
+    /// Named datasets for `${dataset.*}` and `request.dataset`.
+    #[serde(default)]
+    pub datasets: BTreeMap<String, DatasetSpec>,
+    /// Phases, run one after the other.
+    pub phases: Vec<Phase>,
+    /// Datasets after loading (filled by [`Scenario::resolve`]).
+    #[serde(skip)]
+    pub loaded: BTreeMap<String, Arc<Dataset>>,
+}
+
+/// One phase: a load shape held for a duration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    /// Phase name (unique).
+    pub name: String,
+    /// Label `scenario` dimension such as baseline, soak, burst (default: the name).
+    pub label: Option<String>,
+    /// How long the phase sends (required).
+    #[serde(deserialize_with = "de_duration")]
+    pub duration: Duration,
+    /// Arrival process or concurrency.
+    pub load: Load,
+    /// What each request looks like.
+    #[serde(default)]
+    pub request: RequestSpec,
+    /// Cap on this phase's requests in flight.
+    pub max_in_flight: Option<usize>,
+    /// Cap on requested output tokens per second (sum of `max_tokens` sent).
+    pub max_tokens_per_s: Option<f64>,
+    /// What to do with a request when a cap is hit.
+    #[serde(default)]
+    pub when_capped: CapPolicy,
+    /// Fault knobs.
+    #[serde(default)]
+    pub chaos: ChaosSpec,
+    /// SLOs checked at the end of the phase (see `slo.rs` for the grammar).
+    #[serde(default, deserialize_with = "de_slos")]
+    pub slo: Vec<Slo>,
+    /// One-off requests at given offsets into the phase (e.g. trigger an index rebuild).
+    #[serde(default)]
+    pub events: Vec<EventSpec>,
+}
+
+/// What happens to a request that a cap (in-flight or tokens/s) holds back.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CapPolicy {
+    /// Wait for room; the wait shows as send lag and inside every latency.
+    #[default]
+    Wait,
+    /// Drop it and count it (k6's `dropped_iterations`).
+    Drop,
+}
+
+/// The request of a phase. Fields that do not apply to the endpoint are refused.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestSpec {
+    /// `chat` (default), `completions`, `vector_search` or `http`.
+    pub endpoint: Option<Endpoint>,
+    /// Path under the target (default per endpoint, e.g. `/v1/chat/completions`).
+    pub path: Option<String>,
+    /// HTTP method for `http` (default GET, or POST when a body is given).
+    pub method: Option<String>,
+    /// `model` field (default `default`).
+    pub model: Option<String>,
+    /// Prompt template (default `${dataset.prompt}` with a dataset, else a fixed prompt).
+    #[serde(default, deserialize_with = "de_opt_template")]
+    pub prompt: Option<Template>,
+    /// Dataset name from `datasets:`.
+    pub dataset: Option<String>,
+    /// `max_tokens` (default: the dataset row's output length, else server default).
+    pub max_tokens: Option<u32>,
+    /// `temperature`: a number or a template such as `${random_float(0.3,0.8)}`.
+    #[serde(default, deserialize_with = "de_opt_json_template")]
+    pub temperature: Option<JsonTemplate>,
+    /// Stream the answer (default true for LLM endpoints).
+    pub stream: Option<bool>,
+    /// Extra JSON fields merged into the body (templated); for `http`, the whole body.
+    #[serde(default, deserialize_with = "de_opt_json_template")]
+    pub body: Option<JsonTemplate>,
+    /// Per-request headers, added to the scenario's.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Vector search: query text template (the server embeds it).
+    #[serde(default, deserialize_with = "de_opt_template")]
+    pub text: Option<Template>,
+    /// Vector search: random unit query vectors of this many dimensions.
+    pub dimensions: Option<usize>,
+    /// Vector search: `top_k` (default 10).
+    pub top_k: Option<u32>,
+    /// Vector search: `ef_search`.
+    pub ef_search: Option<u32>,
+    /// Vector search: fraction of queries also sent to the exact endpoint for recall@k.
+    #[serde(default, deserialize_with = "de_opt_ratio")]
+    pub recall_sample: Option<f64>,
+    /// Vector search: ground-truth path (default `/v1/vector/exact`).
+    pub exact_path: Option<String>,
+}
+
+/// Fault knobs of a phase (fractions of its requests).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChaosSpec {
+    /// Fraction sent with `max_tokens = 1`.
+    #[serde(default, deserialize_with = "de_ratio")]
+    pub max_tokens_one: f64,
+    /// Fraction the client closes right after the first token.
+    #[serde(default, deserialize_with = "de_ratio")]
+    pub abort_mid_stream: f64,
+    /// Fraction whose prompt is inflated to `oversize_tokens` words.
+    #[serde(default, deserialize_with = "de_ratio")]
+    pub oversize_prompt: f64,
+    /// Size of an oversize prompt in words (default 200000).
+    pub oversize_tokens: Option<u32>,
+}
+
+/// A one-off request during a phase.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    /// Offset into the phase (default 0s).
+    #[serde(default, deserialize_with = "de_duration")]
+    pub at: Duration,
+    /// Method (default POST).
+    #[serde(default = "default_post")]
+    pub method: String,
+    /// Path under the target, e.g. `/v1/vector/rebuild`.
+    pub path: String,
+    /// JSON body (default `{}`).
+    pub body: Option<serde_json::Value>,
+}
+
+/// A scenario that cannot be used: file, line (when known) and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}{}: {msg}", line.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
+pub struct ScenarioError {
+    /// The scenario file (or `<flags>`).
+    pub file: String,
+    /// 1-based line and column.
+    pub line: Option<(usize, usize)>,
+    /// What is wrong and what to do.
+    pub msg: String,
+}
+
+fn default_name() -> String {
+    "stress".into()
+}
+fn default_timeout() -> Duration {
+    Duration::from_mins(1)
+}
+fn default_grace() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_max_in_flight() -> usize {
+    10_000
+}
+fn default_abort_min() -> u64 {
+    50
+}
+fn default_post() -> String {
+    "POST".into()
+}

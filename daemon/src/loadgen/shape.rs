@@ -1,0 +1,198 @@
+//! Load shapes of a phase: `load: {shape: poisson, rate: 20}` and friends.
+
+use std::{path::PathBuf, time::Duration};
+
+use serde::Deserialize;
+
+use super::{arrival, scenario::HARD_MAX_RATE};
+
+/// Load shapes, written `load: {shape: poisson, rate: 20}`. Open-loop shapes take
+/// requests per second; `concurrency` is closed loop.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(try_from = "LoadRaw")]
+pub enum Load {
+    /// `shape: constant, rate: R`: evenly spaced arrivals.
+    Constant {
+        /// Requests per second.
+        rate: f64,
+    },
+    /// `shape: poisson, rate: R`: exponential gaps.
+    Poisson {
+        /// Mean requests per second.
+        rate: f64,
+    },
+    /// `shape: gamma, rate: R, burstiness: B`: B < 1 burstier than Poisson, > 1 smoother.
+    Gamma {
+        /// Mean requests per second.
+        rate: f64,
+        /// Gamma shape.
+        burstiness: f64,
+    },
+    /// `shape: ramp, from: A, to: B`: rate rising linearly over the phase.
+    Ramp {
+        /// Start rate.
+        from: f64,
+        /// End rate.
+        to: f64,
+    },
+    /// `shape: trace, path: FILE, speed: S`: replay of a timestamped trace (one timestamp
+    /// per line; see `arrival::parse_trace`), relative to the scenario file.
+    Trace {
+        /// Trace file.
+        path: PathBuf,
+        /// Replay speed factor (2 = twice as fast).
+        speed: f64,
+        /// Offsets read from the file (filled by [`crate::loadgen::Scenario::resolve`]).
+        offsets: Vec<Duration>,
+    },
+    /// `shape: concurrency, users: N`: closed loop, each user sends its next request when
+    /// the last one ends.
+    Concurrency {
+        /// Number of concurrent users (connections).
+        users: usize,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadRaw {
+    shape: String,
+    rate: Option<f64>,
+    burstiness: Option<f64>,
+    from: Option<f64>,
+    to: Option<f64>,
+    path: Option<PathBuf>,
+    speed: Option<f64>,
+    users: Option<usize>,
+}
+
+impl TryFrom<LoadRaw> for Load {
+    type Error = String;
+
+    fn try_from(r: LoadRaw) -> Result<Self, String> {
+        let rate_ok = |name: &str, v: Option<f64>| match v {
+            Some(v) if v > 0.0 && v <= HARD_MAX_RATE => Ok(v),
+            Some(v) => Err(format!(
+                "`{name}: {v}` must be > 0 and <= {HARD_MAX_RATE} requests/s"
+            )),
+            None => Err(format!("shape `{}` needs `{name}:` (requests/s)", r.shape)),
+        };
+        let given: Vec<&str> = [
+            ("rate", r.rate.is_some()),
+            ("burstiness", r.burstiness.is_some()),
+            ("from", r.from.is_some()),
+            ("to", r.to.is_some()),
+            ("path", r.path.is_some()),
+            ("speed", r.speed.is_some()),
+            ("users", r.users.is_some()),
+        ]
+        .iter()
+        .filter_map(|(n, g)| g.then_some(*n))
+        .collect();
+        let allowed: &[&str] = match r.shape.as_str() {
+            "constant" | "poisson" => &["rate"],
+            "gamma" => &["rate", "burstiness"],
+            "ramp" => &["from", "to"],
+            "trace" => &["path", "speed"],
+            "concurrency" => &["users"],
+            other => {
+                return Err(format!(
+                    "unknown shape `{other}`: use constant, poisson, gamma, ramp, trace or concurrency"
+                ));
+            }
+        };
+        if let Some(extra) = given.iter().find(|g| !allowed.contains(g)) {
+            return Err(format!(
+                "shape `{}` does not take `{extra}` (it takes: {})",
+                r.shape,
+                allowed.join(", ")
+            ));
+        }
+        Ok(match r.shape.as_str() {
+            "constant" => Load::Constant {
+                rate: rate_ok("rate", r.rate)?,
+            },
+            "poisson" => Load::Poisson {
+                rate: rate_ok("rate", r.rate)?,
+            },
+            "gamma" => Load::Gamma {
+                rate: rate_ok("rate", r.rate)?,
+                burstiness: r
+                    .burstiness
+                    .filter(|b| *b > 0.0 && b.is_finite())
+                    .ok_or("shape `gamma` needs `burstiness:` > 0 (1 = Poisson)")?,
+            },
+            "ramp" => Load::Ramp {
+                from: rate_ok("from", r.from)?,
+                to: rate_ok("to", r.to)?,
+            },
+            "trace" => Load::Trace {
+                path: r
+                    .path
+                    .ok_or("shape `trace` needs `path:` (a file of timestamps)")?,
+                speed: r.speed.map_or(Ok(1.0), |s| {
+                    if s > 0.0 && s.is_finite() {
+                        Ok(s)
+                    } else {
+                        Err("`speed` must be > 0")
+                    }
+                })?,
+                offsets: Vec::new(),
+            },
+            _ => Load::Concurrency {
+                users: r.users.ok_or("shape `concurrency` needs `users:`")?,
+            },
+        })
+    }
+}
+
+impl Load {
+    /// The open-loop arrival process, or `None` for closed-loop concurrency.
+    #[must_use]
+    pub fn arrival(&self) -> Option<arrival::Arrival> {
+        use arrival::Arrival;
+        Some(match self {
+            Load::Constant { rate } => Arrival::Constant(*rate),
+            Load::Poisson { rate } => Arrival::Gamma {
+                rate: *rate,
+                burstiness: 1.0,
+            },
+            Load::Gamma { rate, burstiness } => Arrival::Gamma {
+                rate: *rate,
+                burstiness: *burstiness,
+            },
+            Load::Ramp { from, to } => Arrival::Ramp {
+                from: *from,
+                to: *to,
+            },
+            Load::Trace { offsets, .. } => Arrival::Trace(offsets.clone()),
+            Load::Concurrency { .. } => return None,
+        })
+    }
+
+    /// The `load_level` label: `rate=20/s`, `ramp=10..120/s`, `trace`, `concurrency=32`.
+    #[must_use]
+    pub fn level(&self) -> String {
+        match self {
+            Load::Constant { rate } | Load::Poisson { rate } | Load::Gamma { rate, .. } => {
+                format!("rate={rate}/s")
+            }
+            Load::Ramp { from, to } => format!("ramp={from}..{to}/s"),
+            Load::Trace { speed, .. } => format!("trace x{speed}"),
+            Load::Concurrency { users } => format!("concurrency={users}"),
+        }
+    }
+
+    /// Target requests per second (mean), when open-loop.
+    #[must_use]
+    pub fn target_rate(&self, duration: Duration) -> Option<f64> {
+        match self {
+            Load::Constant { rate } | Load::Poisson { rate } | Load::Gamma { rate, .. } => {
+                Some(*rate)
+            }
+            Load::Ramp { from, to } => Some(f64::midpoint(*from, *to)),
+            Load::Trace { offsets, .. } => Some(offsets.len() as f64 / duration.as_secs_f64()),
+            Load::Concurrency { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! Loading a scenario: YAML parsing with `FILE:LINE:COLUMN` errors, cross-field checks,
+//! datasets and trace files, and the custom field parsers the schema uses.
+
+use std::{collections::BTreeMap, path::Path, sync::Arc, time::Duration};
+
+use rand::{SeedableRng, rngs::SmallRng};
+use serde::{Deserialize, Deserializer, de::Error as _};
+
+use super::{
+    arrival,
+    dataset::Dataset,
+    record::Endpoint,
+    scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Phase, Scenario, ScenarioError},
+    shape::Load,
+    slo::Slo,
+    template::{JsonTemplate, Template},
+};
+
+impl Scenario {
+    /// Reads, parses, validates and resolves a scenario file.
+    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+        let src = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: path.display().to_string(),
+            line: None,
+            msg: format!("cannot read scenario: {e}"),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::from_yaml(&src, &path.display().to_string(), base)
+    }
+
+    /// Parses YAML text; `file` names it in errors, `base` resolves relative paths.
+    pub fn from_yaml(src: &str, file: &str, base: &Path) -> Result<Self, ScenarioError> {
+        let mut s: Scenario = serde_yaml::from_str(src).map_err(|e| {
+            let mut msg = e.to_string();
+            // serde_yaml appends " at line L column C"; we print the location up front.
+            if let Some(i) = msg.find(" at line ") {
+                msg.truncate(i);
+            }
+            if msg.contains("missing field `duration`") {
+                msg.push_str(" (every phase needs one, e.g. `duration: 60s`)");
+            }
+            let line = e
+                .location()
+                .map(|l| refine(src, (l.line(), l.column()), &msg));
+            ScenarioError {
+                file: file.to_string(),
+                line,
+                msg,
+            }
+        })?;
+        s.resolve(file, src, base)?;
+        Ok(s)
+    }
+
+    /// Cross-field checks, datasets and trace files. `src` is used to find lines.
+    pub fn resolve(&mut self, file: &str, src: &str, base: &Path) -> Result<(), ScenarioError> {
+        let err = |needle: &str, msg: String| ScenarioError {
+            file: file.to_string(),
+            line: line_of(src, needle),
+            msg,
+        };
+        if self.phases.is_empty() {
+            return Err(err(
+                "phases",
+                "`phases` is empty: add at least one phase".into(),
+            ));
+        }
+        if self.max_in_flight == 0 || self.max_in_flight > HARD_MAX_IN_FLIGHT {
+            return Err(err(
+                "max_in_flight",
+                format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"),
+            ));
+        }
+        let mut rng = SmallRng::seed_from_u64(self.seed.unwrap_or(0));
+        for (name, spec) in &self.datasets {
+            let ds = Dataset::load(spec, base, &mut rng)
+                .map_err(|e| err(&format!("{name}:"), format!("dataset `{name}`: {e}")))?;
+            self.loaded.insert(name.clone(), Arc::new(ds));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for p in &mut self.phases {
+            if !seen.insert(p.name.clone()) {
+                return Err(err(
+                    &format!("name: {}", p.name),
+                    format!("phase name `{}` is used twice", p.name),
+                ));
+            }
+            check_phase(p, &self.loaded, base, &err)?;
+        }
+        Ok(())
+    }
+
+    /// The target's host, for the loopback guardrail.
+    #[must_use]
+    pub fn target_host(&self) -> Option<String> {
+        let uri: hyper::Uri = self.target.parse().ok()?;
+        uri.host()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+    }
+}
+
+/// Checks one phase and reads its trace file.
+fn check_phase(
+    p: &mut Phase,
+    loaded: &BTreeMap<String, Arc<Dataset>>,
+    base: &Path,
+    err: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let at = format!("name: {}", p.name);
+    if p.duration.is_zero() {
+        return Err(err(
+            &at,
+            format!("phase `{}`: duration must be > 0", p.name),
+        ));
+    }
+    if let Some(ds) = &p.request.dataset
+        && !loaded.contains_key(ds)
+    {
+        return Err(err(
+            &format!("dataset: {ds}"),
+            format!(
+                "phase `{}` uses dataset `{ds}`, which `datasets:` does not define",
+                p.name
+            ),
+        ));
+    }
+    let uses = p
+        .request
+        .prompt
+        .as_ref()
+        .is_some_and(Template::uses_dataset)
+        || p.request.text.as_ref().is_some_and(Template::uses_dataset);
+    if uses && p.request.dataset.is_none() {
+        return Err(err(
+            &at,
+            format!(
+                "phase `{}` uses ${{dataset.*}} but sets no `request.dataset`",
+                p.name
+            ),
+        ));
+    }
+    match &mut p.load {
+        Load::Concurrency { users } if *users == 0 || *users > HARD_MAX_IN_FLIGHT => {
+            return Err(err(
+                &at,
+                format!("phase `{}`: users must be 1..={HARD_MAX_IN_FLIGHT}", p.name),
+            ));
+        }
+        Load::Trace {
+            path,
+            speed,
+            offsets,
+        } => {
+            *offsets = read_trace(&base.join(&*path), *speed).map_err(|e| match e.line {
+                Some(_) => e,
+                None => err(&at, format!("phase `{}`: {}", p.name, e.msg)),
+            })?;
+        }
+        _ => {}
+    }
+    if let Some(rate) = p
+        .load
+        .target_rate(p.duration)
+        .filter(|r| *r > HARD_MAX_RATE)
+    {
+        return Err(err(
+            &at,
+            format!(
+                "phase `{}`: rate {rate}/s is above the hard cap {HARD_MAX_RATE}/s",
+                p.name
+            ),
+        ));
+    }
+    let endpoint = p.request.endpoint.unwrap_or(Endpoint::Chat);
+    let vector_only = p.request.text.is_some()
+        || p.request.dimensions.is_some()
+        || p.request.top_k.is_some()
+        || p.request.ef_search.is_some()
+        || p.request.recall_sample.is_some();
+    if vector_only && endpoint != Endpoint::VectorSearch {
+        return Err(err(
+            &at,
+            format!(
+                "phase `{}`: text/dimensions/top_k/ef_search/recall_sample need `endpoint: vector_search`",
+                p.name
+            ),
+        ));
+    }
+    if endpoint == Endpoint::VectorSearch
+        && p.request.text.is_none()
+        && p.request.dimensions.is_none()
+    {
+        return Err(err(
+            &at,
+            format!(
+                "phase `{}`: a vector_search request needs `text:` or `dimensions:`",
+                p.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a trace file; errors carry the trace file's own line.
+fn read_trace(full: &Path, speed: f64) -> Result<Vec<Duration>, ScenarioError> {
+    let file = full.display().to_string();
+    let text = std::fs::read_to_string(full).map_err(|e| ScenarioError {
+        file: file.clone(),
+        line: None,
+        msg: format!("cannot read trace {file}: {e}"),
+    })?;
+    arrival::parse_trace(&text, speed).map_err(|(line, msg)| ScenarioError {
+        file,
+        line: Some((line, 1)),
+        msg,
+    })
+}
+
+/// Whether `host` is loopback (`localhost`, `127.0.0.0/8`, `::1`).
+#[must_use]
+pub fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `serde_yaml` places our own validation errors at the start of the enclosing mapping;
+/// when the message quotes the offending text, point at that text instead.
+fn refine(src: &str, at: (usize, usize), msg: &str) -> (usize, usize) {
+    let serde_own = [
+        "missing field",
+        "unknown field",
+        "invalid type",
+        "invalid value",
+        "did not find",
+        "unknown variant",
+    ];
+    if serde_own.iter().any(|p| msg.contains(p)) {
+        return at;
+    }
+    let quoted = msg
+        .split_once(['"', '`'])
+        .and_then(|(_, rest)| rest.split_once(['"', '`']))
+        .map(|(q, _)| q);
+    let Some(q) = quoted.filter(|q| !q.is_empty()) else {
+        return at;
+    };
+    src.lines()
+        .enumerate()
+        .skip(at.0.saturating_sub(1))
+        .take(200)
+        .find_map(|(i, l)| l.find(q).map(|c| (i + 1, c + 1)))
+        .unwrap_or(at)
+}
+
+fn line_of(src: &str, needle: &str) -> Option<(usize, usize)> {
+    src.lines()
+        .enumerate()
+        .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
+}
+
+/// `60s`, `500ms`, `1m 30s` (humantime).
+pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s).map_err(|e| {
+        D::Error::custom(format!(
+            "bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)"
+        ))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RatioRepr {
+    Num(f64),
+    Text(String),
+}
+
+pub(crate) fn de_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let repr = RatioRepr::deserialize(d)?;
+    let text = match &repr {
+        RatioRepr::Num(v) => v.to_string(),
+        RatioRepr::Text(t) => t.clone(),
+    };
+    let v = match repr {
+        RatioRepr::Num(v) => v,
+        RatioRepr::Text(t) => t
+            .trim()
+            .strip_suffix('%')
+            .and_then(|p| p.trim().parse::<f64>().ok())
+            .map(|p| p / 100.0)
+            .ok_or_else(|| D::Error::custom(format!("bad fraction {t:?}: write 0.1 or 10%")))?,
+    };
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(D::Error::custom(format!(
+            "fraction `{text}` is not within 0..1 (0%..100%)"
+        )))
+    }
+}
+
+pub(crate) fn de_opt_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    de_ratio(d).map(Some)
+}
+
+pub(crate) fn de_opt_template<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Template>, D::Error> {
+    let s = String::deserialize(d)?;
+    Template::parse(&s).map(Some).map_err(D::Error::custom)
+}
+
+pub(crate) fn de_opt_json_template<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<JsonTemplate>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    JsonTemplate::compile(&v)
+        .map(Some)
+        .map_err(D::Error::custom)
+}
+
+pub(crate) fn de_slos<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Slo>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| Slo::parse(s).map_err(D::Error::custom))
+        .collect()
+}
