@@ -45,14 +45,25 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
         discover_libcuda: false,
     })
     .unwrap();
-    assert!(kernel.hooks().iter().any(|h| h.probe.starts_with("cuMemAlloc_v2@") && h.attached), "{:?}", kernel.hooks());
+    assert!(
+        kernel
+            .hooks()
+            .iter()
+            .any(|h| h.probe.starts_with("cuMemAlloc_v2@") && h.attached),
+        "{:?}",
+        kernel.hooks()
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = sim::start(sim::profile("kv-pressure").unwrap(), listener).await.unwrap();
+    let server = sim::start(sim::profile("kv-pressure").unwrap(), listener)
+        .await
+        .unwrap();
     let mut scraper = ServerCollector::start(&server.url(), Duration::from_millis(250)).unwrap();
 
     let mut timeline = Timeline::new(now_unix_ms(), 1000);
     for _ in 0..3 {
-        let streams: Vec<_> = (0..24).map(|_| tokio::spawn(stream_chat(server.addr()))).collect();
+        let streams: Vec<_> = (0..24)
+            .map(|_| tokio::spawn(stream_chat(server.addr())))
+            .collect();
         tokio::time::sleep(Duration::from_millis(1000)).await;
         let w = timeline.at(now_unix_ms().saturating_sub(1));
         kernel.close_window(w).unwrap();
@@ -62,16 +73,43 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
         }
     }
     let windows = &timeline.windows;
-    let allocs: u64 = windows.iter().filter_map(|w| w.gpu.as_ref()).map(|g| g.allocs).sum();
-    let launches: u64 = windows.iter().filter_map(|w| w.gpu.as_ref()).map(|g| g.launches).sum();
-    let sync_ms: f64 = windows.iter().filter_map(|w| w.gpu.as_ref()).map(|g| g.sync_ms).sum();
-    let runq: u64 = windows.iter().filter_map(|w| w.runq.as_ref()).map(|r| r.samples).sum();
-    let kv = windows.iter().filter_map(|w| w.server.as_ref()?.kv_usage).fold(0.0, f64::max);
-    println!("allocs {allocs} launches {launches} sync {sync_ms:.1} ms runq samples {runq} kv max {kv}");
+    let allocs: u64 = windows
+        .iter()
+        .filter_map(|w| w.gpu.as_ref())
+        .map(|g| g.allocs)
+        .sum();
+    let launches: u64 = windows
+        .iter()
+        .filter_map(|w| w.gpu.as_ref())
+        .map(|g| g.launches)
+        .sum();
+    let sync_ms: f64 = windows
+        .iter()
+        .filter_map(|w| w.gpu.as_ref())
+        .map(|g| g.sync_ms)
+        .sum();
+    let runq: u64 = windows
+        .iter()
+        .filter_map(|w| w.runq.as_ref())
+        .map(|r| r.samples)
+        .sum();
+    let kv = windows
+        .iter()
+        .filter_map(|w| w.server.as_ref()?.kv_usage)
+        .fold(0.0, f64::max);
+    println!(
+        "allocs {allocs} launches {launches} sync {sync_ms:.1} ms runq samples {runq} kv max {kv}"
+    );
     assert!(allocs > 0, "the sim's device allocations are seen");
-    assert!(launches > 0 && sync_ms > 0.0, "engine steps launch and synchronise");
+    assert!(
+        launches > 0 && sync_ms > 0.0,
+        "engine steps launch and synchronise"
+    );
     assert!(runq > 0, "the engine's run-queue delay is measured");
-    assert!(kv > 0.5, "scraped KV usage of the kv-pressure profile: {kv}");
+    assert!(
+        kv > 0.5,
+        "scraped KV usage of the kv-pressure profile: {kv}"
+    );
     let live = kernel.gpu_account().get(me).map_or(0, |s| s.live_bytes);
     assert!(live > 0, "the KV pool is live device memory");
     server.shutdown().await;

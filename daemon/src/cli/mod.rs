@@ -1,5 +1,6 @@
 //! One module per subcommand: argument struct (`Args`) and `run(&Args) -> anyhow::Result<ExitCode>`.
 pub mod daemon;
+pub mod explain;
 pub mod otlp;
 pub mod runqlat;
 pub mod sim;

@@ -88,6 +88,8 @@ pub struct Args {
     /// Random seed (schedules, templates, chaos).
     #[arg(long)]
     seed: Option<u64>,
+    #[command(flatten)]
+    explain: super::explain::ExplainArgs,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -153,9 +155,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 c.cancel();
             }
         });
-        loadgen::run(&scenario, opts, cancel).await
+        if args.explain.explain {
+            super::explain::run(scenario.clone(), opts, cancel, &args.explain)
+                .await
+                .map(|(r, _)| r)
+        } else {
+            Ok(loadgen::run(&scenario, opts, cancel).await?)
+        }
     })?;
-    print!("{}", report.table());
+    if !args.explain.explain {
+        print!("{}", report.table());
+    }
     if let Some(out) = &args.out {
         report
             .write(out)

@@ -3,8 +3,10 @@
 pub mod cuda;
 pub mod discover;
 pub mod kernel;
+pub mod load;
 pub mod procfs;
 pub mod runq;
 pub mod server;
+pub mod session;
 pub mod stats;
 pub mod timeline;

@@ -14,7 +14,7 @@
 
 mod html;
 mod terminal;
-mod waterfall;
+pub mod waterfall;
 
 use std::path::{Path, PathBuf};
 

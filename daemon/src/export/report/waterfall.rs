@@ -1,7 +1,14 @@
 //! Per-request waterfalls: where one sampled request's time went, from the client's intended
 //! start to its last token, joined with kernel timings of the server side.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
+
+use crate::{
+    collect::{kernel::Exchange, timeline::Timeline},
+    loadgen::Report,
+};
 
 /// One sampled request. Every `*_ms` field is an offset from `intended_start_unix_ms`, so a
 /// waterfall reads left to right without clock arithmetic; kernel fields are `None` when the
@@ -81,6 +88,91 @@ impl Waterfall {
         }
         None
     }
+}
+
+// Joining a load-generator record with the server-side exchange the kernel saw on the same
+// connection (client address = the exchange's remote end, request in within the client's
+// send..end).
+
+/// Most waterfalls kept in a report (evenly sampled over the run).
+pub const SAMPLES: usize = 200;
+
+/// Builds up to [`SAMPLES`] waterfalls, evenly spread over the run's records. Run-queue delay
+/// and GPU sync time inside a request are prorated from its windows (the kernel aggregates them
+/// per window), so they are estimates; the kernel timestamps of the exchange are exact.
+#[must_use]
+pub fn build(report: &Report, exchanges: &[Exchange], timeline: &Timeline) -> Vec<Waterfall> {
+    let start_ns = report.started_monotonic_ns;
+    let start_unix_ms = report.started_unix_ns as f64 / 1e6;
+    let mut by_client: HashMap<std::net::SocketAddr, Vec<&Exchange>> = HashMap::new();
+    for ex in exchanges {
+        if let Some(c) = ex.client {
+            by_client.entry(c).or_default().push(ex);
+        }
+    }
+    let step = (report.records.len() / SAMPLES).max(1);
+    report
+        .records
+        .iter()
+        .step_by(step)
+        .take(SAMPLES)
+        .map(|r| {
+            let intended_ns = start_ns + r.intended_us * 1000;
+            let (sent_ns, end_ns) = (start_ns + r.actual_us * 1000, start_ns + r.end_us * 1000);
+            // The client's port may be reused by later connections: match on time too.
+            let ex = r.local_addr.and_then(|a| by_client.get(&a)).and_then(|v| {
+                v.iter()
+                    .find(|e| e.req_in_ns + 1_000_000 >= sent_ns && e.req_in_ns <= end_ns)
+            });
+            let rel = |ns: u64| (ns as f64 - intended_ns as f64) / 1e6;
+            let rel_us = |us: u64| (us as f64 - r.intended_us as f64) / 1000.0;
+            let intended_unix = start_unix_ms + r.intended_us as f64 / 1000.0;
+            let (runq, sync) = prorate(
+                timeline,
+                start_unix_ms + r.actual_us as f64 / 1000.0,
+                start_unix_ms + r.end_us as f64 / 1000.0,
+            );
+            Waterfall {
+                request_id: r.id,
+                phase: report.phases.get(r.phase as usize).map(|p| p.name.clone()),
+                intended_start_unix_ms: intended_unix,
+                sent_ms: rel_us(r.actual_us),
+                server_received_ms: ex.map(|e| rel(e.req_in_ns)),
+                server_first_byte_ms: ex.map(|e| rel(e.first_out_ns)),
+                server_first_token_ms: ex
+                    .and_then(|e| (e.second_out_ns != 0).then(|| rel(e.second_out_ns))),
+                client_first_token_ms: r.token_us.first().map(|&t| rel_us(t)),
+                token_ms: r.token_us.iter().skip(1).map(|&t| rel_us(t)).collect(),
+                end_ms: rel_us(r.end_us),
+                runq_delay_ms: runq,
+                gpu_sync_ms: sync,
+                error: r.error.map(|e| format!("{e:?}")),
+            }
+        })
+        .collect()
+}
+
+/// Run-queue wait and GPU sync time of the windows overlapping `[from, to]` (Unix ms),
+/// each weighted by the share of the window the interval covers.
+fn prorate(t: &Timeline, from: f64, to: f64) -> (Option<f64>, Option<f64>) {
+    let (mut runq, mut sync, mut any_runq, mut any_sync) = (0.0, 0.0, false, false);
+    for w in &t.windows {
+        let (ws, we) = (w.start_unix_ms as f64, (w.start_unix_ms + w.len_ms) as f64);
+        let overlap = (to.min(we) - from.max(ws)).max(0.0);
+        if overlap <= 0.0 {
+            continue;
+        }
+        let share = overlap / w.len_ms as f64;
+        if let Some(r) = &w.runq {
+            runq += r.total_ms * share;
+            any_runq = true;
+        }
+        if let Some(g) = &w.gpu {
+            sync += g.sync_ms * share;
+            any_sync = true;
+        }
+    }
+    (any_runq.then_some(runq), any_sync.then_some(sync))
 }
 
 #[cfg(test)]

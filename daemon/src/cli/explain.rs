@@ -1,0 +1,179 @@
+//! `inferscope stress --explain`: while the load runs, watch the target's processes, scrape its
+//! `/metrics` and sample NVML; afterwards join everything on one time line, attribute every
+//! window, and print and write the report.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Context as _;
+use inferscope::{
+    attribute::PhaseLatency,
+    collect::{
+        discover, load,
+        session::{Session, SessionOptions},
+        timeline::Quantiles,
+    },
+    export::report::{self, Report, RunMeta},
+    loadgen::{self, Options, Scenario},
+};
+use tokio_util::sync::CancellationToken;
+
+/// Flags of `--explain`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExplainArgs {
+    /// Explain the run: watch the target's processes with eBPF (needs root), scrape its
+    /// `/metrics`, and name the bottleneck of every window with its evidence.
+    #[arg(long)]
+    pub explain: bool,
+    /// With --explain: the server's processes (default: whatever listens on the target's port
+    /// on this host). Repeatable.
+    #[arg(long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    /// With --explain: a cgroup (path under /sys/fs/cgroup, or absolute) holding the server.
+    #[arg(long, value_name = "PATH")]
+    cgroup: Option<PathBuf>,
+    /// With --explain: the server's Prometheus endpoint (default: `<target>/metrics`).
+    #[arg(long, value_name = "URL")]
+    metrics_url: Option<String>,
+    /// With --explain: where `report.json` and `report.html` are written.
+    #[arg(long, default_value = ".", value_name = "DIR")]
+    report_dir: PathBuf,
+    /// With --explain: length of a time-line window.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    window: Duration,
+}
+
+impl ExplainArgs {
+    /// The server's processes: given pids, the cgroup's, and the listeners on the target port.
+    fn servers(&self, target: &str) -> anyhow::Result<Vec<u32>> {
+        let mut pids = self.pids.clone();
+        if let Some(cg) = &self.cgroup {
+            let dir = if cg.is_absolute() {
+                cg.clone()
+            } else {
+                PathBuf::from("/sys/fs/cgroup").join(cg)
+            };
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).with_context(|| {
+                format!(
+                    "reading {}/cgroup.procs (give --cgroup as a cgroup directory)",
+                    dir.display()
+                )
+            })?;
+            pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        if pids.is_empty()
+            && let Some(port) = target_port(target)
+        {
+            pids = discover::pids_listening_on(port);
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
+    }
+}
+
+/// Port of a `http://host:port/...` URL (80 when absent).
+fn target_port(target: &str) -> Option<u16> {
+    let rest = target.strip_prefix("http://")?;
+    let authority = rest.split('/').next()?;
+    match authority.rsplit_once(':') {
+        Some((_, p)) => p.parse().ok(),
+        None => Some(80),
+    }
+}
+
+/// Runs `scenario` with the collectors on; returns the load generator's report and the
+/// explained report (already printed and written to `--report-dir`).
+pub async fn run(
+    scenario: Scenario,
+    opts: Options,
+    cancel: CancellationToken,
+    args: &ExplainArgs,
+) -> anyhow::Result<(loadgen::Report, Report)> {
+    let servers = args.servers(&scenario.target)?;
+    let metrics_url = args
+        .metrics_url
+        .clone()
+        .unwrap_or_else(|| format!("{}/metrics", scenario.target.trim_end_matches('/')));
+    if servers.is_empty() {
+        eprintln!(
+            "explain: no process listens on the target's port here; kernel evidence of the server is off (give --pid)"
+        );
+    } else {
+        eprintln!("explain: watching server pids {servers:?}, scraping {metrics_url}");
+    }
+    let mut session = Session::start(&SessionOptions {
+        servers,
+        metrics_url: Some(metrics_url),
+        window: args.window,
+    });
+    for m in &session.missing {
+        eprintln!("explain: {m}");
+    }
+    let scenario_run = scenario.clone();
+    let mut run = tokio::spawn(async move { loadgen::run(&scenario_run, opts, cancel).await });
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + args.window, args.window);
+    let result = loop {
+        tokio::select! {
+            _ = tick.tick() => session.tick(),
+            r = &mut run => break r,
+        }
+    };
+    session.tick();
+    let exchanges = session.finish();
+    let lg = result.context("the load generator task failed")??;
+
+    let mut timeline = session.timeline.clone();
+    load::fold_records(&mut timeline, &lg);
+    let start_ms = lg.started_unix_ns / 1_000_000;
+    let end_ms = start_ms + (lg.elapsed_s * 1000.0) as u64;
+    let meta = RunMeta::new(&lg.scenario, &lg.target, start_ms, end_ms, timeline.len_ms);
+    let waterfalls = report::waterfall::build(&lg, &exchanges, &timeline);
+    let mut explained = Report::new(meta, timeline)
+        .with_waterfalls(waterfalls)
+        .with_missing_evidence(session.missing.clone());
+    for p in &lg.phases {
+        let q = |k: &str| {
+            p.latency_ms
+                .get(k)
+                .filter(|s| s.count > 0)
+                .map(|s| Quantiles {
+                    p50: s.p50,
+                    p95: s.p95,
+                    p99: s.p99,
+                    max: s.max,
+                })
+        };
+        explained.set_phase_latency(
+            &p.name,
+            PhaseLatency {
+                exact: true,
+                ttft_ms: q("ttft"),
+                itl_ms: q("itl"),
+                e2e_ms: q("e2e"),
+            },
+        );
+    }
+    std::fs::create_dir_all(&args.report_dir)
+        .with_context(|| format!("creating --report-dir {}", args.report_dir.display()))?;
+    let (json, html) = explained.write_files(&args.report_dir)?;
+    print!("{}", explained.terminal());
+    eprintln!(
+        "explained report written to {} and {}",
+        json.display(),
+        html.display()
+    );
+    Ok((lg, explained))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::target_port;
+
+    #[test]
+    fn ports_of_targets() {
+        assert_eq!(target_port("http://127.0.0.1:8000"), Some(8000));
+        assert_eq!(target_port("http://localhost:9/v1"), Some(9));
+        assert_eq!(target_port("http://vllm/"), Some(80));
+        assert_eq!(target_port("ftp://x"), None);
+    }
+}

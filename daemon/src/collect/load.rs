@@ -1,0 +1,126 @@
+//! The load generator's per-request records folded into time-line windows (by intended start),
+//! and each window's phase.
+
+use std::collections::BTreeMap;
+
+use super::{
+    stats::quantiles,
+    timeline::{LoadSignals, Timeline},
+};
+use crate::loadgen::{Report, RequestRecord};
+
+/// Unix ms of a record time (µs since the run's start).
+fn unix_ms(report: &Report, us: u64) -> u64 {
+    report.started_unix_ns / 1_000_000 + us / 1000
+}
+
+#[derive(Default)]
+struct Acc {
+    requests: u64,
+    errors: u64,
+    ttft: Vec<f64>,
+    itl: Vec<f64>,
+    e2e: Vec<f64>,
+    lag: Vec<f64>,
+    tokens: u64,
+    phases: BTreeMap<u32, u64>,
+}
+
+/// Fills `load` of the windows the run's requests started in, and every window's `phase`;
+/// windows before the first request are dropped (the collectors started a little earlier).
+pub fn fold_records(timeline: &mut Timeline, report: &Report) {
+    if let Some(first) = report
+        .records
+        .iter()
+        .map(|r| unix_ms(report, r.intended_us))
+        .min()
+    {
+        let keep = timeline.windows.len().saturating_sub(timeline.index(first));
+        timeline.retain_last(keep);
+    }
+    let mut accs: BTreeMap<usize, Acc> = BTreeMap::new();
+    for r in &report.records {
+        let at = unix_ms(report, r.intended_us);
+        let i = timeline.index(at);
+        timeline.at(at);
+        let a = accs.entry(i).or_default();
+        add(a, r);
+    }
+    // In-flight: +1 at the actual start, -1 at the end, swept in time order.
+    let mut edges: Vec<(u64, i64)> = report
+        .records
+        .iter()
+        .flat_map(|r| {
+            [
+                (unix_ms(report, r.actual_us), 1),
+                (unix_ms(report, r.end_us), -1),
+            ]
+        })
+        .collect();
+    edges.sort_unstable();
+    let mut in_flight: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut now = 0i64;
+    for (t, d) in edges {
+        now += d;
+        let m = in_flight.entry(timeline.index(t)).or_default();
+        *m = (*m).max(now.max(0) as u64);
+    }
+    let len_s = timeline.len_ms as f64 / 1000.0;
+    // Each window belongs to the phase of the latest request that started before it ended, so
+    // the tail of a phase (requests still running) stays with it.
+    let mut starts: Vec<(u64, u32)> = report
+        .records
+        .iter()
+        .map(|r| (unix_ms(report, r.intended_us), r.phase))
+        .collect();
+    starts.sort_unstable();
+    for w in &mut timeline.windows {
+        let end = w.start_unix_ms + w.len_ms;
+        let i = starts.partition_point(|(t, _)| *t < end);
+        if w.phase.is_none() && i > 0 {
+            w.phase = report
+                .phases
+                .get(starts[i - 1].1 as usize)
+                .map(|p| p.name.clone());
+        }
+    }
+    for (i, mut a) in accs {
+        let Some(w) = timeline.windows.get_mut(i) else {
+            continue;
+        };
+        let phase = a
+            .phases
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(p, _)| *p as usize);
+        let phase_report = phase.and_then(|p| report.phases.get(p));
+        w.load = Some(LoadSignals {
+            requests: a.requests,
+            errors: a.errors,
+            target_rps: phase_report.and_then(|p| p.target_rate),
+            achieved_rps: a.requests as f64 / len_s,
+            in_flight_max: in_flight.get(&i).copied().unwrap_or(0),
+            ttft_ms: quantiles(&mut a.ttft),
+            itl_ms: quantiles(&mut a.itl),
+            e2e_ms: quantiles(&mut a.e2e),
+            send_lag_ms: quantiles(&mut a.lag),
+            output_tokens_per_s: a.tokens as f64 / len_s,
+        });
+    }
+}
+
+fn add(a: &mut Acc, r: &RequestRecord) {
+    a.requests += 1;
+    if r.error.is_some() {
+        a.errors += 1;
+    }
+    *a.phases.entry(r.phase).or_default() += 1;
+    let ms = |us: u64| us as f64 / 1000.0;
+    if let Some(t) = r.ttft_us() {
+        a.ttft.push(ms(t));
+    }
+    a.itl.extend(r.itl_us().map(ms));
+    a.e2e.push(ms(r.e2e_us()));
+    a.lag.push(ms(r.send_lag_us()));
+    a.tokens += u64::from(r.output_tokens.unwrap_or(0));
+}

@@ -1,0 +1,133 @@
+//! An explained stress run's collectors: kernel probes on the target's processes (and the load
+//! generator's own), the target's `/metrics`, and NVML, closed into windows while the load runs.
+//! Whatever cannot start is recorded as missing evidence and the run goes on.
+
+use std::time::Duration;
+
+use super::{
+    kernel::{Exchange, KernelCollector, KernelOptions},
+    server::{NvmlCollector, ServerCollector},
+    timeline::{Timeline, now_unix_ms},
+};
+
+/// What to watch during the run.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// The inference server's processes (empty: kernel evidence of the server is missing).
+    pub servers: Vec<u32>,
+    /// The server's Prometheus endpoint.
+    pub metrics_url: Option<String>,
+    /// Window length.
+    pub window: Duration,
+}
+
+/// The live collectors and the time line they fill.
+pub struct Session {
+    kernel: Option<KernelCollector>,
+    scraper: Option<ServerCollector>,
+    nvml: NvmlCollector,
+    /// The time line, one window per tick.
+    pub timeline: Timeline,
+    /// Evidence that is missing and why, for the report.
+    pub missing: Vec<String>,
+}
+
+impl Session {
+    /// Starts every collector it can. Needs a tokio runtime.
+    #[must_use]
+    pub fn start(opts: &SessionOptions) -> Self {
+        let mut missing = Vec::new();
+        let kernel = if opts.servers.is_empty() {
+            missing.push(
+                "kernel probes of the server: no server process found on this host (give --pid)"
+                    .to_string(),
+            );
+            None
+        } else {
+            let ko = KernelOptions {
+                servers: opts.servers.clone(),
+                loadgen: Some(std::process::id()),
+                cuda_targets: Vec::new(),
+                discover_libcuda: true,
+            };
+            match KernelCollector::start(ko) {
+                Ok(k) => {
+                    for h in k.hooks().iter().filter(|h| !h.attached) {
+                        missing.push(format!(
+                            "{}: {}",
+                            h.probe,
+                            h.reason.as_deref().unwrap_or("not attached")
+                        ));
+                    }
+                    Some(k)
+                }
+                Err(e) => {
+                    missing.push(format!("kernel probes off: {e}"));
+                    None
+                }
+            }
+        };
+        let scraper = match &opts.metrics_url {
+            Some(url) => {
+                match ServerCollector::start(url, opts.window.min(Duration::from_secs(1)) / 2) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        missing.push(format!("server metrics off: {e}"));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let nvml = NvmlCollector::start(opts.window);
+        Self {
+            kernel,
+            scraper,
+            nvml,
+            timeline: Timeline::new(now_unix_ms(), opts.window.as_millis() as u64),
+            missing,
+        }
+    }
+
+    /// Whether the kernel probes are running.
+    #[must_use]
+    pub fn has_kernel(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// Closes the window that just ended.
+    pub fn tick(&mut self) {
+        let w = self.timeline.at(now_unix_ms().saturating_sub(1));
+        if let Some(k) = self.kernel.as_mut()
+            && let Err(e) = k.close_window(w)
+        {
+            self.missing.push(format!("kernel probes stopped: {e}"));
+            self.kernel = None;
+        }
+        if let Some(s) = self.scraper.as_mut() {
+            s.close_window(w);
+        }
+        self.nvml.close_window(w);
+    }
+
+    /// Stops collecting; returns the server-side exchanges for the waterfalls.
+    #[must_use]
+    pub fn finish(&mut self) -> Vec<Exchange> {
+        if let Some(s) = &self.scraper
+            && let Some(e) = &s.last_error
+        {
+            self.missing
+                .push(format!("server metrics: last scrape failed: {e}"));
+        }
+        if let Some(k) = self.kernel.as_ref()
+            && let Ok(l) = k.losses()
+            && l.runq + l.sockets + l.cuda + l.channels > 0
+        {
+            self.missing.push(format!("kernel events lost: {l:?}"));
+        }
+        self.kernel
+            .take()
+            .map(|k| k.exchanges().to_vec())
+            .unwrap_or_default()
+    }
+}
