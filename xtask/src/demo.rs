@@ -1,61 +1,71 @@
-//! `cargo xtask demo`: for now, `inferscope runqlat` while CPU-contention threads compete.
+//! `cargo xtask demo`: the main job on the embedded default. Starts `inferscope sim` with a
+//! profile whose KV cache is sized for the baseline but not for the peak, runs the seed's test
+//! matrix (`examples/seed-matrix.yaml`: baseline -> peak -> chaos, LLM then vector search) with
+//! `--explain`, prints the report and writes `target/demo/report.{json,html}`.
 use std::{
-    process::Command,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    net::TcpStream,
+    process::{Child, Command},
     time::Duration,
 };
 
+use anyhow::{Context as _, bail};
+
 use crate::run;
 
+/// The sim's listen address: the scenario's target.
+const SIM_ADDR: &str = "127.0.0.1:8000";
+/// Sim flags: vLLM-like engine with a KV cache that holds the baseline's working set but
+/// fills up at the peak, so the peak phase has a bottleneck to explain.
+const SIM_ARGS: [&str; 4] = ["--profile", "kv-pressure", "--num-gpu-blocks", "600"];
+
+struct Sim(Child);
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn run() -> anyhow::Result<()> {
-    run::status(&mut run::cargo(&[
-        "build",
-        "--release",
-        "--package",
-        "inferscope",
-    ]))?;
+    run::status(&mut run::cargo(&["build", "--release", "--package", "inferscope"]))?;
     let bin = run::root().join("target/release/inferscope");
+    if TcpStream::connect(SIM_ADDR).is_ok() {
+        bail!("{SIM_ADDR} is already in use: stop whatever listens there (the demo's sim needs it)");
+    }
     if !run::is_root() {
-        println!(
-            "demo: the run-queue probe needs root (or CAP_BPF+CAP_PERFMON): run `sudo cargo xtask demo`"
-        );
+        println!("demo: not root: the load runs and is explained from the server's metrics only; run `sudo cargo xtask demo` for the kernel evidence");
     }
-    // Two busy threads per CPU plus a sleeper give the scheduler something to delay.
-    let stop = Arc::new(AtomicBool::new(false));
-    let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-    let hogs: Vec<_> = (0..cpus * 2)
-        .map(|_| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
-    let sleeper_stop = Arc::clone(&stop);
-    let sleeper = std::thread::spawn(move || {
-        while !sleeper_stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(1));
+    println!("demo: starting inferscope sim {} on {SIM_ADDR}", SIM_ARGS.join(" "));
+    let _sim = Sim(
+        Command::new(&bin)
+            .args(["sim", "--listen", SIM_ADDR])
+            .args(SIM_ARGS)
+            .spawn()
+            .context("starting inferscope sim")?,
+    );
+    for _ in 0..100 {
+        if TcpStream::connect(SIM_ADDR).is_ok() {
+            break;
         }
-    });
-    println!(
-        "demo: {} busy threads on {cpus} CPUs; pid {} is this demo",
-        cpus * 2,
-        std::process::id()
-    );
-    let result = run::status(
-        Command::new(bin)
-            .args(["runqlat", "--interval", "1s", "--count", "5", "--pid"])
-            .arg(std::process::id().to_string()),
-    );
-    stop.store(true, Ordering::Relaxed);
-    for h in hogs {
-        let _ = h.join();
+        std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = sleeper.join();
-    result
+    let out = run::root().join("target/demo");
+    let scenario = run::root().join("examples/seed-matrix.yaml");
+    println!("demo: running {} with --explain (about 2 minutes)", scenario.display());
+    let status = Command::new(&bin)
+        .arg("stress")
+        .arg(&scenario)
+        .args(["--explain", "--quiet", "--report-dir"])
+        .arg(&out)
+        .status()
+        .context("running inferscope stress")?;
+    // Exit code 2 means an SLO failed: expected at the peak, that is what the demo explains.
+    match status.code() {
+        Some(0 | 2) => {
+            println!("demo: open {}/report.html in a browser", out.display());
+            Ok(())
+        }
+        _ => bail!("inferscope stress failed ({status})"),
+    }
 }
