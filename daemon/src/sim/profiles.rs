@@ -1,4 +1,4 @@
-//! Named profiles: each produces one bottleneck on purpose (see the README's "Simulator" section).
+//! Named profiles: each produces one bottleneck on purpose (see docs/sim.md).
 //!
 //! | profile       | what it does                                                                 |
 //! |---------------|------------------------------------------------------------------------------|
