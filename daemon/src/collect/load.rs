@@ -35,7 +35,8 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report) {
         .map(|r| unix_ms(report, r.intended_us))
         .min()
     {
-        let keep = timeline.windows.len().saturating_sub(timeline.index(first));
+        timeline.at(first);
+        let keep = timeline.windows.len() - timeline.index(first);
         timeline.retain_last(keep);
     }
     let mut accs: BTreeMap<usize, Acc> = BTreeMap::new();
@@ -123,4 +124,58 @@ fn add(a: &mut Acc, r: &RequestRecord) {
     a.e2e.push(ms(r.e2e_us()));
     a.lag.push(ms(r.send_lag_us()));
     a.tokens += u64::from(r.output_tokens.unwrap_or(0));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loadgen::{Endpoint, PhaseReport};
+
+    fn phase(name: &str, rate: f64) -> PhaseReport {
+        let summary = serde_json::json!({"count": 0, "mean": 0.0, "p50": 0.0, "p90": 0.0, "p95": 0.0, "p99": 0.0, "p999": 0.0, "max": 0.0});
+        serde_json::from_value(serde_json::json!({
+            "name": name, "label": name, "endpoint": "chat", "load_level": format!("{rate} req/s"),
+            "target_rate": rate, "duration_s": 2.0, "elapsed_s": 2.0, "counts": {"scheduled": 0, "dropped": 0, "finished": 0, "ok": 0, "good": 0, "errors": {}},
+            "error_rate": 0.0, "requests_per_s": 0.0, "goodput_per_s": 0.0, "output_tokens": 0,
+            "output_tokens_per_s": 0.0, "input_tokens": 0, "latency_ms": {}, "stream_tokens_per_s": summary,
+            "recall": summary, "histograms": {}, "slo": []
+        }))
+        .unwrap()
+    }
+
+    fn record(id: u64, phase: u32, intended_ms: u64, ttft_ms: u64, tokens: u32) -> RequestRecord {
+        let mut r = RequestRecord::new(id, phase, Endpoint::Chat, intended_ms * 1000);
+        r.actual_us = r.intended_us + 500;
+        r.token_us = (0..u64::from(tokens)).map(|i| r.intended_us + (ttft_ms + i * 10) * 1000).collect();
+        r.end_us = *r.token_us.last().unwrap();
+        r.output_tokens = Some(tokens);
+        r
+    }
+
+    #[test]
+    fn records_land_in_the_windows_they_started_in_with_their_phase() {
+        let mut report: Report = serde_json::from_value(serde_json::json!({
+            "schema": "inferscope.stress.report", "version": 1, "scenario": "t", "target": "http://x",
+            "started_unix_ns": 10_000_000_000u64, "started_monotonic_ns": 1, "elapsed_s": 3.0,
+            "stopped": null, "slo_pass": true, "phases": [], "events": [], "records": []
+        }))
+        .unwrap();
+        report.phases = vec![phase("baseline", 2.0), phase("peak", 4.0)];
+        report.records = vec![record(0, 0, 100, 50, 3), record(1, 0, 600, 70, 3), record(2, 1, 1200, 300, 2), record(3, 1, 1400, 500, 2)];
+        // The collectors started 2 s before the first request: those windows are dropped.
+        let mut t = Timeline::new(8_000, 1000);
+        t.at(8_500);
+        fold_records(&mut t, &report);
+        let starts: Vec<u64> = t.windows.iter().map(|w| w.start_unix_ms).collect();
+        assert_eq!(starts[0], 10_000, "{starts:?} origin {}", t.origin_unix_ms);
+        let (w0, w1) = (&t.windows[0], &t.windows[1]);
+        assert_eq!((w0.phase.as_deref(), w1.phase.as_deref()), (Some("baseline"), Some("peak")));
+        let l0 = w0.load.as_ref().unwrap();
+        assert_eq!((l0.requests, l0.target_rps), (2, Some(2.0)));
+        assert!((l0.ttft_ms.unwrap().p50 - 60.0).abs() < 1e-9);
+        assert!((l0.itl_ms.unwrap().max - 10.0).abs() < 1e-9);
+        let l1 = w1.load.as_ref().unwrap();
+        assert_eq!((l1.requests, l1.in_flight_max), (2, 2));
+        assert!((l1.output_tokens_per_s - 4.0).abs() < 1e-9);
+    }
 }
