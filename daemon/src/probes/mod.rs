@@ -9,6 +9,7 @@ use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray},
 };
 
+pub mod btf;
 pub mod clock;
 pub mod cuda;
 pub mod privileges;
@@ -133,6 +134,9 @@ pub struct Probes {
     ebpf: Ebpf,
     loaded: HashSet<String>,
     hooks: Vec<HookStatus>,
+    /// Why the raw-tracepoint run-queue variant cannot be used (no BTF offsets); `None` when
+    /// it can be tried.
+    runq_raw_unavailable: Option<String>,
 }
 
 impl Probes {
@@ -144,6 +148,13 @@ impl Probes {
         let mut globals: Vec<Global> = Vec::new();
         let mut hooks = Vec::new();
         globals.extend(runqlat::globals(&tracefs)?);
+        let runq_raw_unavailable = match runqlat::raw_globals() {
+            Ok(g) => {
+                globals.extend(g);
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        };
         match sockets::globals(&tracefs) {
             Ok(g) => globals.extend(g),
             Err(e) => hooks.push(HookStatus {
@@ -171,6 +182,7 @@ impl Probes {
             ebpf,
             loaded: HashSet::new(),
             hooks,
+            runq_raw_unavailable,
         })
     }
 
@@ -184,7 +196,7 @@ impl Probes {
     /// report failures in [`Probes::hooks`] rather than failing.
     pub fn attach(&mut self, family: Family) -> Result<(), ProbeError> {
         match family {
-            Family::Runqlat => runqlat::attach(self),
+            Family::Runqlat => runqlat::attach(self, runqlat::Variant::Auto),
             Family::Sockets => {
                 sockets::attach(self);
                 Ok(())
@@ -285,6 +297,40 @@ impl Probes {
         result.map(|_| ())
     }
 
+    /// Attaches raw-tracepoint program `prog` to tracepoint `name`; recorded as `raw:<name>`.
+    pub(crate) fn attach_raw_tracepoint(&mut self, prog: &str, name: &str) -> Result<(), ProbeError> {
+        let probe = format!("raw:{name}");
+        let result = self
+            .program::<aya::programs::RawTracePoint>(prog)
+            .and_then(|p| {
+                p.attach(name).map_err(|e| {
+                    ProbeError::ebpf(format!("attaching to raw tracepoint {name}"), e)
+                })
+            });
+        self.record(probe, result.as_ref().err());
+        result.map(|_| ())
+    }
+
+    /// Unloads program `prog`, detaching all its links; a no-op when it is not loaded.
+    pub(crate) fn unload(&mut self, prog: &str) {
+        if self.loaded.remove(prog)
+            && let Some(p) = self.ebpf.program_mut(prog)
+        {
+            // Failure leaves it attached, which only costs time; nothing to report beyond that.
+            let _ = match p {
+                aya::programs::Program::RawTracePoint(p) => p.unload(),
+                aya::programs::Program::TracePoint(p) => p.unload(),
+                aya::programs::Program::UProbe(p) => p.unload(),
+                _ => Ok(()),
+            };
+        }
+    }
+
+    /// Drops the [`Probes::hooks`] entry of `probe` (after its program was unloaded).
+    pub(crate) fn forget_hook(&mut self, probe: &str) {
+        self.hooks.retain(|h| h.probe != probe);
+    }
+
     /// Notes a hook's outcome for [`Probes::hooks`].
     pub(crate) fn record(&mut self, probe: String, err: Option<&ProbeError>) {
         self.hooks.push(HookStatus {
@@ -301,6 +347,12 @@ pub(crate) trait LoadProgram {
 }
 
 impl LoadProgram for aya::programs::TracePoint {
+    fn load_program(&mut self) -> Result<(), aya::programs::ProgramError> {
+        self.load()
+    }
+}
+
+impl LoadProgram for aya::programs::RawTracePoint {
     fn load_program(&mut self) -> Result<(), aya::programs::ProgramError> {
         self.load()
     }
