@@ -2,7 +2,7 @@
 //! threads compete for every CPU. Asserts on the numbers the daemon's own API returns.
 use std::{
     sync::{
-        Arc,
+        Arc, Mutex, MutexGuard,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -45,6 +45,14 @@ fn measure(probe: &Probes, dur: Duration) -> RunqHist {
     after.since(&before)
 }
 
+/// The tests start CPU hogs; run in parallel, one test's hogs would spoil another's "idle"
+/// baseline, so each test holds this lock.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn attach(watch: &[u32]) -> Probes {
     let mut p = Probes::load().unwrap();
     p.set_watch(watch).unwrap();
@@ -64,6 +72,7 @@ fn sleeper_delay_grows_under_cpu_contention() {
     if !root_or_skip("sleeper_delay_grows_under_cpu_contention") {
         return;
     }
+    let _serial = serial();
     let probe = attach(&[std::process::id()]);
     let idle = measure(&probe, Duration::from_secs(2));
     let busy = {
@@ -115,6 +124,7 @@ fn watch_list_excludes_other_processes() {
     if !root_or_skip("watch_list_excludes_other_processes") {
         return;
     }
+    let _serial = serial();
     let me = std::process::id();
     let probe = attach(&[me]);
     let _hogs = Hogs::start(2, 0);
@@ -134,6 +144,7 @@ fn raw_tracepoints_are_chosen_on_this_kernel() {
     if !root_or_skip("raw_tracepoints_are_chosen_on_this_kernel") {
         return;
     }
+    let _serial = serial();
     let probe = attach(&[std::process::id()]);
     let names: Vec<(&str, bool)> = probe
         .hooks()
@@ -160,6 +171,7 @@ fn classic_fallback_still_records() {
     if !root_or_skip("classic_fallback_still_records") {
         return;
     }
+    let _serial = serial();
     let probe = attach_variant(&[std::process::id()], Variant::Classic);
     assert!(
         probe
@@ -181,6 +193,7 @@ fn raw_variant_filters_by_tgid() {
     if !root_or_skip("raw_variant_filters_by_tgid") {
         return;
     }
+    let _serial = serial();
     let me = std::process::id();
     let mut probe = attach_variant(&[me], Variant::Raw);
     let _hogs = Hogs::start(2, 0);
