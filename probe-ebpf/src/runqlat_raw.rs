@@ -28,9 +28,8 @@ static TASK_TGID_OFF: u32 = 0;
 fn task_ids(task: u64) -> Result<(u32, u32), i32> {
     let base = task as *const u8;
     // SAFETY: bpf_probe_read_kernel checks the address; offsets come from this kernel's BTF.
-    let tid: u32 = unsafe {
-        bpf_probe_read_kernel(base.wrapping_add(global(&TASK_PID_OFF) as usize).cast())?
-    };
+    let tid: u32 =
+        unsafe { bpf_probe_read_kernel(base.wrapping_add(global(&TASK_PID_OFF) as usize).cast())? };
     let tgid: u32 = unsafe {
         bpf_probe_read_kernel(base.wrapping_add(global(&TASK_TGID_OFF) as usize).cast())?
     };
@@ -88,9 +87,8 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
     // Read next's tid first: the common case (not stamped) then costs one map lookup.
     let base = next as *const u8;
     // SAFETY: as in `task_ids`.
-    let tid: u32 = unsafe {
-        bpf_probe_read_kernel(base.wrapping_add(global(&TASK_PID_OFF) as usize).cast())?
-    };
+    let tid: u32 =
+        unsafe { bpf_probe_read_kernel(base.wrapping_add(global(&TASK_PID_OFF) as usize).cast())? };
     if tid == 0 {
         return Ok(());
     }

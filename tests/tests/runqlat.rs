@@ -50,7 +50,9 @@ fn measure(probe: &Probes, dur: Duration) -> RunqHist {
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn attach(watch: &[u32]) -> Probes {

@@ -87,7 +87,7 @@ struct Type {
     name_off: u32,
     kind: u32,
     /// `size` for INT/STRUCT/UNION/ENUM/FLOAT/DATASEC, else the referenced type id.
-    size_or_type: u32,
+    size_or_ref: u32,
     /// STRUCT/UNION only.
     members: Vec<Member>,
 }
@@ -137,7 +137,10 @@ impl Btf {
         let magic = bytes
             .get(..2)
             .ok_or_else(|| BtfError::Malformed("shorter than its magic".into()))?;
-        let big = match (u16::from_le_bytes([magic[0], magic[1]]), u16::from_be_bytes([magic[0], magic[1]])) {
+        let big = match (
+            u16::from_le_bytes([magic[0], magic[1]]),
+            u16::from_be_bytes([magic[0], magic[1]]),
+        ) {
             (MAGIC, _) => false,
             (_, MAGIC) => true,
             _ => return Err(BtfError::Malformed(format!("bad magic {magic:02x?}"))),
@@ -147,7 +150,9 @@ impl Btf {
         // str_len. Newer kernels may append fields; hdr_len says where the sections start.
         let version = bytes.get(2).copied().unwrap_or(0);
         if version != 1 {
-            return Err(BtfError::Malformed(format!("version {version}, expected 1")));
+            return Err(BtfError::Malformed(format!(
+                "version {version}, expected 1"
+            )));
         }
         let hdr_len = r.u32(4)? as usize;
         if hdr_len < 24 {
@@ -203,7 +208,7 @@ impl Btf {
             let t = self.get(id)?;
             match t.kind {
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
-                    id = t.size_or_type;
+                    id = t.size_or_ref;
                 }
                 _ => return Some(t),
             }
@@ -218,7 +223,9 @@ impl Btf {
         let st = self
             .types
             .iter()
-            .find(|t| t.kind == KIND_STRUCT && !t.members.is_empty() && self.name(t.name_off) == strukt)
+            .find(|t| {
+                t.kind == KIND_STRUCT && !t.members.is_empty() && self.name(t.name_off) == strukt
+            })
             .ok_or_else(|| BtfError::NoStruct(strukt.into()))?;
         let (m, bits) = self
             .find_member(st, member, 0, 0)
@@ -233,8 +240,13 @@ impl Btf {
             });
         }
         let size = match self.resolve(m.type_id) {
-            Some(t) if matches!(t.kind, KIND_INT | KIND_ENUM | KIND_ENUM64 | KIND_STRUCT | KIND_UNION | KIND_FLOAT) => {
-                t.size_or_type
+            Some(t)
+                if matches!(
+                    t.kind,
+                    KIND_INT | KIND_ENUM | KIND_ENUM64 | KIND_STRUCT | KIND_UNION | KIND_FLOAT
+                ) =>
+            {
+                t.size_or_ref
             }
             Some(t) if t.kind == KIND_PTR => 8,
             _ => 0,
@@ -268,14 +280,14 @@ fn parse_types(r: Reader<'_>) -> Result<Vec<Type>, BtfError> {
     let mut types = vec![Type {
         name_off: 0,
         kind: 0,
-        size_or_type: 0,
+        size_or_ref: 0,
         members: Vec::new(),
     }];
     let mut at = 0;
     while at < r.bytes.len() {
         let name_off = r.u32(at)?;
         let info = r.u32(at + 4)?;
-        let size_or_type = r.u32(at + 8)?;
+        let size_or_ref = r.u32(at + 8)?;
         at += 12;
         let vlen = (info & 0xffff) as usize;
         let kind = (info >> 24) & 0x1f;
@@ -328,7 +340,7 @@ fn parse_types(r: Reader<'_>) -> Result<Vec<Type>, BtfError> {
         types.push(Type {
             name_off,
             kind,
-            size_or_type,
+            size_or_ref,
             members,
         });
     }

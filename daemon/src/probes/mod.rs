@@ -298,14 +298,17 @@ impl Probes {
     }
 
     /// Attaches raw-tracepoint program `prog` to tracepoint `name`; recorded as `raw:<name>`.
-    pub(crate) fn attach_raw_tracepoint(&mut self, prog: &str, name: &str) -> Result<(), ProbeError> {
+    pub(crate) fn attach_raw_tracepoint(
+        &mut self,
+        prog: &str,
+        name: &str,
+    ) -> Result<(), ProbeError> {
         let probe = format!("raw:{name}");
         let result = self
             .program::<aya::programs::RawTracePoint>(prog)
             .and_then(|p| {
-                p.attach(name).map_err(|e| {
-                    ProbeError::ebpf(format!("attaching to raw tracepoint {name}"), e)
-                })
+                p.attach(name)
+                    .map_err(|e| ProbeError::ebpf(format!("attaching to raw tracepoint {name}"), e))
             });
         self.record(probe, result.as_ref().err());
         result.map(|_| ())

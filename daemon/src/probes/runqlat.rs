@@ -214,6 +214,9 @@ mod tests {
         let g = raw_globals_from(&btf).unwrap();
         assert_eq!(g.len(), 2);
         assert_eq!((g[0].0, g[1].0), (globals::TASK_PID, globals::TASK_TGID));
-        assert!(g.iter().all(|&(_, off, size)| off > 0 && size == 4), "{g:?}");
+        assert!(
+            g.iter().all(|&(_, off, size)| off > 0 && size == 4),
+            "{g:?}"
+        );
     }
 }

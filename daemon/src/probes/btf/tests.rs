@@ -37,12 +37,12 @@ impl Builder {
         off
     }
 
-    /// A type record: name, kind, kind_flag, vlen, size/type; the caller appends extra data.
-    fn ty(&mut self, name: &str, kind: u32, kflag: bool, vlen: u32, size_or_type: u32) {
+    /// A type record: name, kind, `kind_flag`, vlen, size/type; the caller appends extra data.
+    fn ty(&mut self, name: &str, kind: u32, kflag: bool, vlen: u32, size_or_ref: u32) {
         let n = self.str(name);
         self.put(n);
         self.put((u32::from(kflag) << 31) | (kind << 24) | vlen);
-        self.put(size_or_type);
+        self.put(size_or_ref);
     }
 
     fn member(&mut self, name: &str, type_id: u32, offset: u32) {
@@ -199,7 +199,12 @@ fn malformed_input_is_an_error_not_a_panic() {
     // An unknown kind (31) in the first record.
     let mut bad = good;
     bad[32 + 7] = 31;
-    assert!(Btf::parse(&bad).unwrap_err().to_string().contains("unknown kind"));
+    assert!(
+        Btf::parse(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown kind")
+    );
 }
 
 /// The running kernel's BTF: the walk must cover the whole section and find the fields the
@@ -213,6 +218,7 @@ fn reads_this_kernels_task_struct() {
     assert!(btf.len() > 10_000, "only {} types", btf.len());
     let (pid, psize) = btf.member_offset("task_struct", "pid").unwrap();
     let (tgid, tsize) = btf.member_offset("task_struct", "tgid").unwrap();
+    println!("task_struct: pid at {pid}, tgid at {tgid}");
     assert_eq!((psize, tsize), (4, 4));
     assert!(pid > 0 && tgid > 0 && pid != tgid, "pid {pid} tgid {tgid}");
     let (_, state_size) = btf.member_offset("task_struct", "__state").unwrap();
