@@ -210,7 +210,7 @@ impl Probes {
 
     /// Replaces the watch-list shared by all families; empty watches every process.
     pub fn set_watch(&mut self, tgids: &[u32]) -> Result<(), ProbeError> {
-        use probe_common::{MAP_WATCH, MAP_WATCH_MODE};
+        use probe_common::{MAP_WATCH, MAP_WATCH_BITS, MAP_WATCH_MODE, WATCH_BITS_WORDS};
         let err = |e| ProbeError::ebpf("updating the watch-list", e);
         // Off while the list changes, so no process is wrongly skipped or recorded.
         let mut mode: Array<&mut MapData, u32> =
@@ -219,11 +219,22 @@ impl Probes {
         let mut watch: HashMap<&mut MapData, u32, u8> =
             HashMap::try_from(self.map_mut(MAP_WATCH)).map_err(err)?;
         let old: Vec<u32> = watch.keys().filter_map(Result::ok).collect();
-        for k in old {
+        for &k in &old {
             watch.remove(&k).map_err(err)?;
         }
         for &t in tgids {
             watch.insert(t, 1, 0).map_err(err)?;
+        }
+        // The bitmap copy: clear the words the old list used, then write the new words.
+        let mut words: std::collections::BTreeMap<u32, u64> =
+            old.iter().map(|&t| (t >> 6, 0)).collect();
+        for &t in tgids.iter().filter(|&&t| t >> 6 < WATCH_BITS_WORDS) {
+            *words.entry(t >> 6).or_default() |= 1 << (t & 63);
+        }
+        let mut bits: Array<&mut MapData, u64> =
+            Array::try_from(self.map_mut(MAP_WATCH_BITS)).map_err(err)?;
+        for (w, v) in words.into_iter().filter(|&(w, _)| w < WATCH_BITS_WORDS) {
+            bits.set(w, v, 0).map_err(err)?;
         }
         let mut mode: Array<&mut MapData, u32> =
             Array::try_from(self.map_mut(MAP_WATCH_MODE)).map_err(err)?;
