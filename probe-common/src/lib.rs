@@ -12,6 +12,11 @@ pub mod sockets;
 pub const MAP_WATCH: &str = "WATCH";
 /// `Array<u32>[1]`: 0 = every process is watched, 1 = only those in [`MAP_WATCH`].
 pub const MAP_WATCH_MODE: &str = "WATCH_MODE";
+/// `Array<u64>`: [`MAP_WATCH`] again as a bitmap (bit `tgid % 64` of word `tgid / 64`), for
+/// hot paths: an array lookup is inlined by the verifier, a hash lookup is a helper call.
+pub const MAP_WATCH_BITS: &str = "WATCH_BITS";
+/// Words in [`MAP_WATCH_BITS`]: covers every tgid below `PID_MAX_LIMIT` (2^22 on 64-bit).
+pub const WATCH_BITS_WORDS: u32 = 1 << 16;
 
 /// Asserts at compile time that a shared type has the size both sides expect.
 macro_rules! assert_size {

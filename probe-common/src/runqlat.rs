@@ -1,5 +1,6 @@
 //! Run-queue latency (bcc `runqlat` semantics) from `sched:sched_wakeup`, `sched_wakeup_new`
-//! and `sched_switch`.
+//! and `sched_switch`: classic tracepoints, or raw tracepoints when the kernel's BTF gives the
+//! `task_struct` offsets. Both variants share these maps.
 
 use crate::assert_size;
 
@@ -38,6 +39,10 @@ pub mod globals {
     pub const SWITCH_NEXT_PID: &str = "SWITCH_NEXT_PID_OFF";
     /// Bits of `prev_state` that mean "not runnable" (from the format's `__print_flags`).
     pub const STATE_MASK: &str = "SWITCH_STATE_MASK";
+    /// Byte offset of `pid` in `struct task_struct` (raw-tracepoint variant, from BTF).
+    pub const TASK_PID: &str = "TASK_PID_OFF";
+    /// Byte offset of `tgid` in `struct task_struct` (raw-tracepoint variant, from BTF).
+    pub const TASK_TGID: &str = "TASK_TGID_OFF";
 }
 
 /// A log2 histogram of run-queue delay in microseconds.
@@ -64,7 +69,8 @@ impl Hist {
 
 /// The per-CPU record of the task that was just switched in: its tid and how long it waited.
 /// Its tgid is only known when it is switched out again (then it is `current`), so the sample
-/// is recorded then. This avoids reading `task_struct`, which Rust eBPF cannot do portably.
+/// is recorded then. This avoids reading `task_struct`; only the classic variant uses it (the
+/// raw one reads `tgid` at a BTF offset).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Pending {

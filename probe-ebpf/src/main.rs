@@ -8,6 +8,7 @@
 
 mod cuda;
 mod runqlat;
+mod runqlat_raw;
 mod sockets;
 mod watch;
 

@@ -34,7 +34,7 @@ static SWITCH_NEXT_PID_OFF: u32 = 0;
 static SWITCH_STATE_MASK: u64 = 0xff;
 
 #[map]
-static RUNQ_START: HashMap<u32, u64> = HashMap::with_max_entries(START_ENTRIES, 0);
+pub(crate) static RUNQ_START: HashMap<u32, u64> = HashMap::with_max_entries(START_ENTRIES, 0);
 #[map]
 static RUNQ_HISTS: HashMap<u32, Hist> = HashMap::with_max_entries(HIST_ENTRIES, 0);
 #[map]
@@ -44,8 +44,9 @@ static RUNQ_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_KINDS, 
 
 const BPF_NOEXIST: u64 = 1;
 
+/// Stamps `tid` as runnable now.
 #[inline(always)]
-fn stamp(tid: u32) {
+pub(crate) fn stamp(tid: u32) {
     if tid == 0 {
         return;
     }
@@ -123,8 +124,9 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
+/// Adds one sample to `tgid`'s histogram, if that process is watched.
 #[inline(always)]
-fn record(tgid: u32, delay_us: u64) {
+pub(crate) fn record(tgid: u32, delay_us: u64) {
     if tgid == 0 || !watched(tgid) {
         return;
     }

@@ -9,12 +9,26 @@ use aya_ebpf::{
 static WATCH: HashMap<u32, u8> = HashMap::with_max_entries(1024, 0);
 #[map]
 static WATCH_MODE: Array<u32> = Array::with_max_entries(1, 0);
+#[map]
+static WATCH_BITS: Array<u64> = Array::with_max_entries(probe_common::WATCH_BITS_WORDS, 0);
 
 /// Whether `tgid` is watched: always when the list is off, else when it is on the list.
 #[inline(always)]
 pub fn watched(tgid: u32) -> bool {
     match WATCH_MODE.get(0) {
         Some(&1) => unsafe { WATCH.get(&tgid) }.is_some(),
+        _ => true,
+    }
+}
+
+/// [`watched`] for hot paths (every scheduler event): the same answer from the bitmap copy of
+/// the list, with array lookups only.
+#[inline(always)]
+pub fn watched_fast(tgid: u32) -> bool {
+    match WATCH_MODE.get(0) {
+        Some(&1) => WATCH_BITS
+            .get(tgid >> 6)
+            .is_some_and(|w| w & (1u64 << (tgid & 63)) != 0),
         _ => true,
     }
 }

@@ -2,7 +2,7 @@
 //! threads compete for every CPU. Asserts on the numbers the daemon's own API returns.
 use std::{
     sync::{
-        Arc,
+        Arc, Mutex, MutexGuard,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -10,7 +10,7 @@ use std::{
 
 use inferscope::{
     collect::runq::RunqHist,
-    probes::{Family, Probes},
+    probes::{Family, Probes, runqlat::Variant},
 };
 use inferscope_tests::{Hogs, cpus, root_or_skip};
 
@@ -45,10 +45,27 @@ fn measure(probe: &Probes, dur: Duration) -> RunqHist {
     after.since(&before)
 }
 
+/// The tests start CPU hogs; run in parallel, one test's hogs would spoil another's "idle"
+/// baseline, so each test holds this lock.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn attach(watch: &[u32]) -> Probes {
     let mut p = Probes::load().unwrap();
     p.set_watch(watch).unwrap();
     p.attach(Family::Runqlat).unwrap();
+    p
+}
+
+fn attach_variant(watch: &[u32], variant: Variant) -> Probes {
+    let mut p = Probes::load().unwrap();
+    p.set_watch(watch).unwrap();
+    p.attach_runqlat(variant).unwrap();
     p
 }
 
@@ -57,6 +74,7 @@ fn sleeper_delay_grows_under_cpu_contention() {
     if !root_or_skip("sleeper_delay_grows_under_cpu_contention") {
         return;
     }
+    let _serial = serial();
     let probe = attach(&[std::process::id()]);
     let idle = measure(&probe, Duration::from_secs(2));
     let busy = {
@@ -108,6 +126,7 @@ fn watch_list_excludes_other_processes() {
     if !root_or_skip("watch_list_excludes_other_processes") {
         return;
     }
+    let _serial = serial();
     let me = std::process::id();
     let probe = attach(&[me]);
     let _hogs = Hogs::start(2, 0);
@@ -116,6 +135,86 @@ fn watch_list_excludes_other_processes() {
     assert!(
         snap.keys().all(|&t| t == me),
         "recorded other tgids: {:?}",
+        snap.keys().collect::<Vec<_>>()
+    );
+}
+
+/// On a kernel with BTF and raw tracepoints (this project's machines) the raw variant is the
+/// one attached, and only it: the classic programs would double-count.
+#[test]
+fn raw_tracepoints_are_chosen_on_this_kernel() {
+    if !root_or_skip("raw_tracepoints_are_chosen_on_this_kernel") {
+        return;
+    }
+    let _serial = serial();
+    let probe = attach(&[std::process::id()]);
+    let names: Vec<(&str, bool)> = probe
+        .hooks()
+        .iter()
+        .map(|h| (h.probe.as_str(), h.attached))
+        .collect();
+    for tp in ["sched_wakeup", "sched_wakeup_new", "sched_switch"] {
+        let raw = format!("raw:{tp}");
+        assert!(names.contains(&(raw.as_str(), true)), "{names:?}");
+        let classic = format!("sched:{tp}");
+        assert!(
+            !names.iter().any(|(n, _)| *n == classic),
+            "classic {classic} attached too: {names:?}"
+        );
+    }
+    // And it records: this process's sleeper lands in its histogram.
+    let h = measure(&probe, Duration::from_millis(500));
+    assert!(h.count() > 50, "too few samples: {}", h.count());
+}
+
+/// The classic variant, kept as the fallback, still attaches and records.
+#[test]
+fn classic_fallback_still_records() {
+    if !root_or_skip("classic_fallback_still_records") {
+        return;
+    }
+    let _serial = serial();
+    let probe = attach_variant(&[std::process::id()], Variant::Classic);
+    assert!(
+        probe
+            .hooks()
+            .iter()
+            .any(|h| h.probe == "sched:sched_switch" && h.attached),
+        "{:?}",
+        probe.hooks()
+    );
+    assert!(!probe.hooks().iter().any(|h| h.probe.starts_with("raw:")));
+    let h = measure(&probe, Duration::from_millis(500));
+    assert!(h.count() > 50, "too few samples: {}", h.count());
+}
+
+/// The raw variant filters at wakeup: with the list on, nothing else is recorded, and with it
+/// off, other processes appear (the tgid read from `task_struct` is right).
+#[test]
+fn raw_variant_filters_by_tgid() {
+    if !root_or_skip("raw_variant_filters_by_tgid") {
+        return;
+    }
+    let _serial = serial();
+    let me = std::process::id();
+    let mut probe = attach_variant(&[me], Variant::Raw);
+    let _hogs = Hogs::start(2, 0);
+    let h = measure(&probe, Duration::from_millis(500));
+    assert!(h.count() > 50, "too few samples: {}", h.count());
+    let snap = probe.runq_snapshot().unwrap();
+    assert!(
+        snap.keys().all(|&t| t == me),
+        "recorded other tgids: {:?}",
+        snap.keys().collect::<Vec<_>>()
+    );
+    probe.set_watch(&[]).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let snap = probe.runq_snapshot().unwrap();
+    assert!(snap.len() > 1, "only {:?}", snap.keys().collect::<Vec<_>>());
+    // Every recorded key is a live or recent process id, i.e. a real tgid, not garbage.
+    assert!(
+        snap.keys().all(|&t| t > 0 && t < 1 << 22),
+        "implausible tgids: {:?}",
         snap.keys().collect::<Vec<_>>()
     );
 }

@@ -9,6 +9,7 @@ use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray},
 };
 
+pub mod btf;
 pub mod clock;
 pub mod cuda;
 pub mod privileges;
@@ -133,6 +134,9 @@ pub struct Probes {
     ebpf: Ebpf,
     loaded: HashSet<String>,
     hooks: Vec<HookStatus>,
+    /// Why the raw-tracepoint run-queue variant cannot be used (no BTF offsets); `None` when
+    /// it can be tried.
+    runq_raw_unavailable: Option<String>,
 }
 
 impl Probes {
@@ -144,6 +148,13 @@ impl Probes {
         let mut globals: Vec<Global> = Vec::new();
         let mut hooks = Vec::new();
         globals.extend(runqlat::globals(&tracefs)?);
+        let runq_raw_unavailable = match runqlat::raw_globals() {
+            Ok(g) => {
+                globals.extend(g);
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        };
         match sockets::globals(&tracefs) {
             Ok(g) => globals.extend(g),
             Err(e) => hooks.push(HookStatus {
@@ -171,6 +182,7 @@ impl Probes {
             ebpf,
             loaded: HashSet::new(),
             hooks,
+            runq_raw_unavailable,
         })
     }
 
@@ -184,7 +196,7 @@ impl Probes {
     /// report failures in [`Probes::hooks`] rather than failing.
     pub fn attach(&mut self, family: Family) -> Result<(), ProbeError> {
         match family {
-            Family::Runqlat => runqlat::attach(self),
+            Family::Runqlat => runqlat::attach(self, runqlat::Variant::Auto),
             Family::Sockets => {
                 sockets::attach(self);
                 Ok(())
@@ -198,7 +210,7 @@ impl Probes {
 
     /// Replaces the watch-list shared by all families; empty watches every process.
     pub fn set_watch(&mut self, tgids: &[u32]) -> Result<(), ProbeError> {
-        use probe_common::{MAP_WATCH, MAP_WATCH_MODE};
+        use probe_common::{MAP_WATCH, MAP_WATCH_BITS, MAP_WATCH_MODE, WATCH_BITS_WORDS};
         let err = |e| ProbeError::ebpf("updating the watch-list", e);
         // Off while the list changes, so no process is wrongly skipped or recorded.
         let mut mode: Array<&mut MapData, u32> =
@@ -207,11 +219,22 @@ impl Probes {
         let mut watch: HashMap<&mut MapData, u32, u8> =
             HashMap::try_from(self.map_mut(MAP_WATCH)).map_err(err)?;
         let old: Vec<u32> = watch.keys().filter_map(Result::ok).collect();
-        for k in old {
+        for &k in &old {
             watch.remove(&k).map_err(err)?;
         }
         for &t in tgids {
             watch.insert(t, 1, 0).map_err(err)?;
+        }
+        // The bitmap copy: clear the words the old list used, then write the new words.
+        let mut words: std::collections::BTreeMap<u32, u64> =
+            old.iter().map(|&t| (t >> 6, 0)).collect();
+        for &t in tgids.iter().filter(|&&t| t >> 6 < WATCH_BITS_WORDS) {
+            *words.entry(t >> 6).or_default() |= 1 << (t & 63);
+        }
+        let mut bits: Array<&mut MapData, u64> =
+            Array::try_from(self.map_mut(MAP_WATCH_BITS)).map_err(err)?;
+        for (w, v) in words.into_iter().filter(|&(w, _)| w < WATCH_BITS_WORDS) {
+            bits.set(w, v, 0).map_err(err)?;
         }
         let mut mode: Array<&mut MapData, u32> =
             Array::try_from(self.map_mut(MAP_WATCH_MODE)).map_err(err)?;
@@ -285,6 +308,43 @@ impl Probes {
         result.map(|_| ())
     }
 
+    /// Attaches raw-tracepoint program `prog` to tracepoint `name`; recorded as `raw:<name>`.
+    pub(crate) fn attach_raw_tracepoint(
+        &mut self,
+        prog: &str,
+        name: &str,
+    ) -> Result<(), ProbeError> {
+        let probe = format!("raw:{name}");
+        let result = self
+            .program::<aya::programs::RawTracePoint>(prog)
+            .and_then(|p| {
+                p.attach(name)
+                    .map_err(|e| ProbeError::ebpf(format!("attaching to raw tracepoint {name}"), e))
+            });
+        self.record(probe, result.as_ref().err());
+        result.map(|_| ())
+    }
+
+    /// Unloads program `prog`, detaching all its links; a no-op when it is not loaded.
+    pub(crate) fn unload(&mut self, prog: &str) {
+        if self.loaded.remove(prog)
+            && let Some(p) = self.ebpf.program_mut(prog)
+        {
+            // Failure leaves it attached, which only costs time; nothing to report beyond that.
+            let _ = match p {
+                aya::programs::Program::RawTracePoint(p) => p.unload(),
+                aya::programs::Program::TracePoint(p) => p.unload(),
+                aya::programs::Program::UProbe(p) => p.unload(),
+                _ => Ok(()),
+            };
+        }
+    }
+
+    /// Drops the [`Probes::hooks`] entry of `probe` (after its program was unloaded).
+    pub(crate) fn forget_hook(&mut self, probe: &str) {
+        self.hooks.retain(|h| h.probe != probe);
+    }
+
     /// Notes a hook's outcome for [`Probes::hooks`].
     pub(crate) fn record(&mut self, probe: String, err: Option<&ProbeError>) {
         self.hooks.push(HookStatus {
@@ -301,6 +361,12 @@ pub(crate) trait LoadProgram {
 }
 
 impl LoadProgram for aya::programs::TracePoint {
+    fn load_program(&mut self) -> Result<(), aya::programs::ProgramError> {
+        self.load()
+    }
+}
+
+impl LoadProgram for aya::programs::RawTracePoint {
     fn load_program(&mut self) -> Result<(), aya::programs::ProgramError> {
         self.load()
     }

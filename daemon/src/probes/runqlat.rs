@@ -1,12 +1,36 @@
 //! Run-queue latency probe (bcc runqlat semantics) on `sched:sched_wakeup`,
 //! `sched:sched_wakeup_new` and `sched:sched_switch`.
+//!
+//! Two kernel variants share the maps: raw tracepoints (reading `task_struct` at offsets from
+//! this kernel's BTF), preferred because a classic tracepoint makes the kernel fill a perf
+//! record on every scheduler event; and classic tracepoints (fields at tracefs format offsets)
+//! when BTF lacks the offsets or a raw attach fails. [`Probes::hooks`] names the one in use:
+//! `raw:sched_switch` or `sched:sched_switch`.
 
 use std::{collections::BTreeMap, path::Path};
 
 use aya::maps::{HashMap, MapData};
 use probe_common::runqlat::{self as rq, Hist, globals};
 
-use super::{Global, ProbeError, Probes, tracefs::Format};
+use super::{
+    Global, ProbeError, Probes,
+    btf::{Btf, BtfError, VMLINUX},
+    tracefs::Format,
+};
+
+/// Raw-tracepoint programs and the tracepoint each attaches to.
+const RAW: [(&str, &str); 3] = [
+    ("runq_raw_wakeup", "sched_wakeup"),
+    ("runq_raw_wakeup_new", "sched_wakeup_new"),
+    ("runq_raw_switch", "sched_switch"),
+];
+
+/// Classic tracepoint programs and the `sched:` event each attaches to.
+const CLASSIC: [(&str, &str); 3] = [
+    ("runq_wakeup", "sched_wakeup"),
+    ("runq_wakeup_new", "sched_wakeup_new"),
+    ("runq_switch", "sched_switch"),
+];
 
 /// Counters of samples the kernel side could not record; they only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -55,18 +79,95 @@ pub(crate) fn globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
     ])
 }
 
-pub(crate) fn attach(probes: &mut Probes) -> Result<(), ProbeError> {
-    for (prog, event) in [
-        ("runq_wakeup", "sched_wakeup"),
-        ("runq_wakeup_new", "sched_wakeup_new"),
-        ("runq_switch", "sched_switch"),
-    ] {
+/// The raw variant's globals: byte offsets of `task_struct.pid` and `.tgid` in this kernel's
+/// BTF. An error means the raw variant cannot be used.
+pub(crate) fn raw_globals() -> Result<Vec<Global>, BtfError> {
+    raw_globals_from(&Btf::from_file(VMLINUX)?)
+}
+
+fn raw_globals_from(btf: &Btf) -> Result<Vec<Global>, BtfError> {
+    let mut out = Vec::new();
+    for (global, member) in [(globals::TASK_PID, "pid"), (globals::TASK_TGID, "tgid")] {
+        let (offset, size) = btf.member_offset("task_struct", member)?;
+        // The programs read a u32 (pid_t).
+        if size != 4 {
+            return Err(BtfError::Malformed(format!(
+                "task_struct.{member} is {size} bytes, expected 4"
+            )));
+        }
+        out.push((global, u64::from(offset), 4));
+    }
+    Ok(out)
+}
+
+/// Which kernel programs the run-queue family uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Variant {
+    /// Raw tracepoints when possible, else classic ones. `INFERSCOPE_RUNQ_VARIANT=classic` or
+    /// `=raw` in the environment overrides this (for benchmarks comparing the two).
+    #[default]
+    Auto,
+    /// Raw tracepoints only; an error when they cannot be used.
+    Raw,
+    /// Classic tracepoints only.
+    Classic,
+}
+
+/// Environment variable that overrides [`Variant::Auto`].
+pub const VARIANT_ENV: &str = "INFERSCOPE_RUNQ_VARIANT";
+
+/// Attaches the raw variant when BTF gave its offsets and every raw attach works, else the
+/// classic one. Both variants are never attached together: they would double-count.
+pub(crate) fn attach(probes: &mut Probes, variant: Variant) -> Result<(), ProbeError> {
+    let variant = match (variant, std::env::var(VARIANT_ENV).as_deref()) {
+        (Variant::Auto, Ok("classic")) => Variant::Classic,
+        (Variant::Auto, Ok("raw")) => Variant::Raw,
+        (v, _) => v,
+    };
+    if variant != Variant::Classic {
+        let result = match probes.runq_raw_unavailable.clone() {
+            None => attach_raw(probes),
+            Some(why) => Err(ProbeError::Format {
+                event: "raw:sched_switch".into(),
+                reason: format!("no task_struct offsets in BTF: {why}"),
+            }),
+        };
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if variant == Variant::Raw => return Err(e),
+            Err(e) => tracing::info!("run-queue: {e}; using classic tracepoints"),
+        }
+    }
+    for (prog, event) in CLASSIC {
         probes.attach_tracepoint(prog, "sched", event)?;
     }
     Ok(())
 }
 
+/// Attaches all raw programs, or none: on a failure the ones attached are unloaded again and
+/// only the failed hook stays in [`Probes::hooks`], with its reason.
+fn attach_raw(probes: &mut Probes) -> Result<(), ProbeError> {
+    for (i, (prog, tp)) in RAW.iter().enumerate() {
+        if let Err(e) = probes.attach_raw_tracepoint(prog, tp) {
+            for (prog, tp) in &RAW[..=i] {
+                probes.unload(prog);
+                if *prog != RAW[i].0 {
+                    probes.forget_hook(&format!("raw:{tp}"));
+                }
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 impl Probes {
+    /// Attaches the run-queue family with a chosen [`Variant`];
+    /// `attach(Family::Runqlat)` is `attach_runqlat(Variant::Auto)`.
+    pub fn attach_runqlat(&mut self, variant: Variant) -> Result<(), ProbeError> {
+        attach(self, variant)
+    }
+
     /// Cumulative run-queue histograms per tgid since attach.
     pub fn runq_snapshot(&self) -> Result<BTreeMap<u32, Hist>, ProbeError> {
         let err = |e| ProbeError::ebpf("reading run-queue histograms", e);
@@ -97,5 +198,25 @@ impl Probes {
             start_full: self.per_cpu_sum(rq::MAP_DROPS, rq::DROP_START_FULL)?,
             hist_full: self.per_cpu_sum(rq::MAP_DROPS, rq::DROP_HIST_FULL)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_globals_from_this_kernels_btf() {
+        let Ok(btf) = Btf::from_file(VMLINUX) else {
+            println!("skipped: {VMLINUX} not readable");
+            return;
+        };
+        let g = raw_globals_from(&btf).unwrap();
+        assert_eq!(g.len(), 2);
+        assert_eq!((g[0].0, g[1].0), (globals::TASK_PID, globals::TASK_TGID));
+        assert!(
+            g.iter().all(|&(_, off, size)| off > 0 && size == 4),
+            "{g:?}"
+        );
     }
 }
