@@ -7,7 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Du
 use anyhow::Context as _;
 use inferscope::{
     api::{
-        Token,
+        Api, ApiConfig, Bind, LoadgenLauncher, Marks, Token,
         node::{self, NodeSnapshot},
         require_token,
     },
@@ -25,6 +25,7 @@ use inferscope::{
     probes::privileges,
 };
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::otlp::OtlpArgs;
 
@@ -66,6 +67,16 @@ pub struct Args {
     /// Exit after this long (default: until SIGTERM / Ctrl-C).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
+    /// Serve the control API (`/api/v1/runs`, `/api/v1/marks`) here: HOST:PORT or unix:PATH.
+    #[arg(long, default_value = "127.0.0.1:7070", value_name = "ADDR")]
+    api_listen: Bind,
+    /// Require this bearer token (file) on the control API; needed for any address other
+    /// than loopback or a unix socket.
+    #[arg(long, value_name = "PATH")]
+    api_token_file: Option<PathBuf>,
+    /// Let runs started over the control API load targets outside loopback.
+    #[arg(long)]
+    allow_remote: bool,
     #[command(flatten)]
     otlp: OtlpArgs,
 }
@@ -194,6 +205,26 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
     );
     let http = tokio::spawn(async move { axum::serve(listener, app).await });
 
+    let marks = Marks::default();
+    let api_config = ApiConfig {
+        bind: args.api_listen.clone(),
+        token_file: args.api_token_file.clone(),
+        ..ApiConfig::default()
+    };
+    // Relative dataset and trace paths in posted scenarios resolve against the daemon's
+    // working directory, as they would for `inferscope stress` started there.
+    let launcher = Arc::new(LoadgenLauncher::new(
+        args.allow_remote,
+        std::env::current_dir().context("reading the working directory")?,
+    ));
+    let api = Api::bind(&api_config, launcher, marks.clone()).await?;
+    match api.local_addr() {
+        Some(a) => println!("control API on http://{a}/api/v1/ (runs, marks)"),
+        None => println!("control API on {:?}", args.api_listen),
+    }
+    let api_stop = CancellationToken::new();
+    let api_task = tokio::spawn(api.serve(api_stop.clone().cancelled_owned()));
+
     let len = args.interval;
     let mut timeline = Timeline::new(now_unix_ms(), len.as_millis() as u64);
     let mut totals = Totals::default();
@@ -221,6 +252,10 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
             s.close_window(w);
         }
         nvml.close_window(w);
+        if w.phase.is_none() {
+            // Phases marked by an external load generator (k6, guidellm) over the API.
+            w.phase = marks.phase_at(w.start_unix_ms);
+        }
         totals.add(w);
         if let Some(x) = &otlp {
             x.record_window(w, &labels);
@@ -274,6 +309,12 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     http.abort();
+    api_stop.cancel();
+    match tokio::time::timeout(Duration::from_secs(5), api_task).await {
+        Ok(Ok(Err(e))) => eprintln!("inferscope: {e}"),
+        Ok(_) => {}
+        Err(_) => eprintln!("inferscope: control API did not stop within 5s; leaving it"),
+    }
     if let Some(x) = otlp {
         let stats = tokio::task::spawn_blocking(move || x.shutdown()).await??;
         println!("OTLP: {stats:?}");

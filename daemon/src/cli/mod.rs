@@ -1,6 +1,7 @@
 //! One module per subcommand: argument struct (`Args`) and `run(&Args) -> anyhow::Result<ExitCode>`.
 pub mod daemon;
 pub mod otlp;
+pub mod report;
 pub mod runqlat;
 pub mod sim;
 pub mod stress;
