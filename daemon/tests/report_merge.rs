@@ -109,6 +109,53 @@ async fn three_shards_merge_to_exactly_the_whole() {
     assert!(merged.phases[0].slo[0].pass);
     assert_eq!(merged.records.len(), whole.records.len());
     assert_eq!(merged.shard, None);
+
+    // The same through the binary: files in, merged file out.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_inferscope"));
+    cmd.args(["report", "merge"]);
+    for (name, r) in &parts {
+        let path = dir.path().join(name);
+        r.write(&path).unwrap();
+        cmd.arg(path);
+    }
+    let out_path = dir.path().join("merged.json");
+    let out = cmd.arg("--out").arg(&out_path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_cli = merge::read(&out_path).unwrap();
+    for (m, w) in from_cli.phases.iter().zip(&whole.phases) {
+        assert_eq!(m.latency_ms, w.latency_ms, "phase {}", w.name);
+        assert_eq!(
+            decode_hist(&m.histograms["itl"]).unwrap(),
+            decode_hist(&w.histograms["itl"]).unwrap()
+        );
+        assert_eq!(m.counts, w.counts);
+    }
+}
+
+#[test]
+fn a_bad_shard_is_refused_in_one_line() {
+    for (arg, why) in [
+        ("3/3", "i must be smaller than N"),
+        ("0/0", "N must be at least 1"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_inferscope"))
+            .args(["stress", "--target", "http://127.0.0.1:9", "--rate", "1"])
+            .args(["--duration", "1s", "--shard", arg])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = err
+            .lines()
+            .find(|l| l.contains(why))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(line.contains("write i/N"), "{line}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,10 +77,9 @@ impl Shard {
         let n = f64::from(self.count);
         match a {
             // Deterministic schedules: interleave the whole one, so the union is exact.
-            Arrival::Constant(_) | Arrival::Ramp { .. } => {
+            Arrival::Constant(_) | Arrival::Ramp { .. } | Arrival::Trace(_) => {
                 self.every_nth(&arrival::schedule(a, duration, rng))
             }
-            Arrival::Trace(offsets) => self.every_nth(offsets),
             Arrival::Gamma { rate, burstiness } => arrival::schedule(
                 &Arrival::Gamma {
                     rate: rate / n,
