@@ -142,11 +142,39 @@ fn report_capabilities() {
     }
 }
 
+/// Binds the control API with the embedded load generator behind it and serves it until
+/// `stop` is cancelled.
+async fn start_api(
+    args: &Args,
+    marks: Marks,
+    stop: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), inferscope::api::ApiError>>> {
+    let config = ApiConfig {
+        bind: args.api_listen.clone(),
+        token_file: args.api_token_file.clone(),
+        ..ApiConfig::default()
+    };
+    // Relative dataset and trace paths in posted scenarios resolve against the daemon's
+    // working directory, as they would for `inferscope stress` started there.
+    let launcher = Arc::new(LoadgenLauncher::new(
+        args.allow_remote,
+        std::env::current_dir().context("reading the working directory")?,
+    ));
+    let api = Api::bind(&config, launcher, marks).await?;
+    match api.local_addr() {
+        Some(a) => println!("control API on http://{a}/api/v1/ (runs, marks)"),
+        None => println!("control API on {:?}", args.api_listen),
+    }
+    Ok(tokio::spawn(api.serve(stop.cancelled_owned())))
+}
+
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(serve(args))
 }
 
+// One sequential story: set up every collector, then the window loop, then shut down.
+#[allow(clippy::too_many_lines)]
 async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
     report_capabilities();
     if !args.metrics_listen.ip().is_loopback() && args.metrics_token_file.is_none() {
@@ -171,18 +199,15 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
             .first()
             .map(|p| format!("http://127.0.0.1:{p}/metrics"))
     });
-    let mut scraper = match &metrics_url {
-        Some(url) => {
-            println!("scraping {url}");
-            Some(ServerCollector::start(
-                url,
-                args.interval.min(Duration::from_secs(1)),
-            )?)
-        }
-        None => {
-            println!("server metrics: off (give --metrics-url or --port)");
-            None
-        }
+    let mut scraper = if let Some(url) = &metrics_url {
+        println!("scraping {url}");
+        Some(ServerCollector::start(
+            url,
+            args.interval.min(Duration::from_secs(1)),
+        )?)
+    } else {
+        println!("server metrics: off (give --metrics-url or --port)");
+        None
     };
     let mut nvml = NvmlCollector::start(args.interval);
     println!("GPU (NVML): {}", nvml.status());
@@ -206,24 +231,8 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
     let http = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let marks = Marks::default();
-    let api_config = ApiConfig {
-        bind: args.api_listen.clone(),
-        token_file: args.api_token_file.clone(),
-        ..ApiConfig::default()
-    };
-    // Relative dataset and trace paths in posted scenarios resolve against the daemon's
-    // working directory, as they would for `inferscope stress` started there.
-    let launcher = Arc::new(LoadgenLauncher::new(
-        args.allow_remote,
-        std::env::current_dir().context("reading the working directory")?,
-    ));
-    let api = Api::bind(&api_config, launcher, marks.clone()).await?;
-    match api.local_addr() {
-        Some(a) => println!("control API on http://{a}/api/v1/ (runs, marks)"),
-        None => println!("control API on {:?}", args.api_listen),
-    }
     let api_stop = CancellationToken::new();
-    let api_task = tokio::spawn(api.serve(api_stop.clone().cancelled_owned()));
+    let api_task = start_api(args, marks.clone(), api_stop.clone()).await?;
 
     let len = args.interval;
     let mut timeline = Timeline::new(now_unix_ms(), len.as_millis() as u64);

@@ -33,18 +33,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .map(|p| merge::read(p).map(|r| (p.display().to_string(), r)))
         .collect::<Result<Vec<_>, _>>()?;
     let merged = merge::merge(&loaded)?;
-    match out {
-        Some(path) => {
-            merged
-                .write(path)
-                .with_context(|| format!("writing the merged report to {}", path.display()))?;
-            print!("{}", merged.table());
-            eprintln!("merged {} reports into {}", loaded.len(), path.display());
-        }
-        None => {
-            eprint!("{}", merged.table());
-            println!("{}", serde_json::to_string(&merged)?);
-        }
+    if let Some(path) = out {
+        merged
+            .write(path)
+            .with_context(|| format!("writing the merged report to {}", path.display()))?;
+        print!("{}", merged.table());
+        eprintln!("merged {} reports into {}", loaded.len(), path.display());
+    } else {
+        eprint!("{}", merged.table());
+        println!("{}", serde_json::to_string(&merged)?);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -113,8 +113,8 @@ pub async fn run(
         .enumerate()
         .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
-    let shard = opts.shard;
-    let seed = shard.seed(scenario.seed.unwrap_or_else(|| {
+    let share = opts.shard;
+    let seed = share.seed(scenario.seed.unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
@@ -129,7 +129,7 @@ pub async fn run(
                 (
                     p.name.clone(),
                     p.duration.as_secs_f64(),
-                    p.load.target_rate(p.duration).map(|r| shard.rate(r)),
+                    p.load.target_rate(p.duration).map(|r| share.rate(r)),
                 )
             })
             .collect(),
@@ -174,7 +174,7 @@ pub async fn run(
             ));
         }
         let scheduled = if let Some(a) = phase.load.arrival() {
-            let offsets = shard.schedule(&a, phase.duration, &mut rng);
+            let offsets = share.schedule(&a, phase.duration, &mut rng);
             open_loop(
                 &shared,
                 ctx,
@@ -188,7 +188,7 @@ pub async fn run(
             .await
         } else {
             let users = if let super::scenario::Load::Concurrency { users } = phase.load {
-                shard.users(users)
+                share.users(users)
             } else {
                 0
             };
@@ -224,7 +224,7 @@ pub async fn run(
         .zip(&collected.metrics)
         .zip(&elapsed)
         .zip(&ctxs)
-        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, shard), m))
+        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, share), m))
         .collect();
     let stopped = collected.abort.or_else(|| {
         cancel
@@ -236,7 +236,7 @@ pub async fn run(
         version: VERSION,
         scenario: scenario.name.clone(),
         target: scenario.target.clone(),
-        shard: (shard != Shard::WHOLE).then_some(shard),
+        shard: (share != Shard::WHOLE).then_some(share),
         started_unix_ns,
         started_monotonic_ns,
         elapsed_s: run_elapsed,
