@@ -183,6 +183,11 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
             args.metrics_listen
         );
     }
+    // Bound first: a refused bind (no token) fails before any probe is attached.
+    let marks = Marks::default();
+    let api_stop = CancellationToken::new();
+    let api_task = start_api(args, marks.clone(), api_stop.clone()).await?;
+
     let mut servers = args.targets();
     if servers.is_empty() {
         println!("no inference server found yet; looking again every {REDISCOVER_EVERY} windows");
@@ -230,10 +235,6 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
     );
     let http = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let marks = Marks::default();
-    let api_stop = CancellationToken::new();
-    let api_task = start_api(args, marks.clone(), api_stop.clone()).await?;
-
     let len = args.interval;
     let mut timeline = Timeline::new(now_unix_ms(), len.as_millis() as u64);
     let mut totals = Totals::default();
@@ -241,6 +242,8 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + len, len);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+    // Windows up to this start already carry their phase from the marks.
+    let mut phased_until = 0;
     for n in 1u64.. {
         tokio::select! {
             _ = tick.tick() => {}
@@ -255,16 +258,25 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
                 servers = now;
             }
         }
-        let w = timeline.at(now_unix_ms().saturating_sub(1));
+        let closing = now_unix_ms().saturating_sub(1);
+        timeline.at(closing);
+        // Phases marked by an external load generator (k6, guidellm) over the API, for this
+        // window and any a late tick skipped over (`at` created those empty).
+        for w in timeline.windows.iter_mut().rev() {
+            if w.start_unix_ms <= phased_until {
+                break;
+            }
+            if w.phase.is_none() {
+                w.phase = marks.phase_at(w.start_unix_ms);
+            }
+        }
+        let w = timeline.at(closing);
+        phased_until = w.start_unix_ms;
         kernel.close_window(w)?;
         if let Some(s) = scraper.as_mut() {
             s.close_window(w);
         }
         nvml.close_window(w);
-        if w.phase.is_none() {
-            // Phases marked by an external load generator (k6, guidellm) over the API.
-            w.phase = marks.phase_at(w.start_unix_ms);
-        }
         totals.add(w);
         if let Some(x) = &otlp {
             x.record_window(w, &labels);
