@@ -23,6 +23,8 @@ enum Command {
     Sim(cli::sim::Args),
     /// Load an inference service: open-loop, coordinated-omission correct, LLM-aware.
     Stress(Box<cli::stress::Args>),
+    /// Work with stress reports: `report merge a.json b.json ... --out merged.json`.
+    Report(cli::report::Args),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
         Command::Daemon(args) => cli::daemon::run(&args),
         Command::Sim(args) => cli::sim::run(&args),
         Command::Stress(args) => cli::stress::run(&args),
+        Command::Report(args) => cli::report::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -187,7 +187,7 @@ async fn a_run_is_started_marked_stopped_and_reported() {
     let (s, _) = call(&base, Method::POST, "/api/v1/runs/run-99/stop", "", None).await;
     assert_eq!(s, 404);
     let (s, e) = call(&base, Method::POST, "/api/v1/runs", "rate: 20\n", None).await;
-    assert_eq!(s, 422);
+    assert_eq!(s, 400);
     assert!(e["error"].as_str().unwrap().contains("duration"));
     let (s, _) = call(&base, Method::POST, "/api/v1/runs", "  ", None).await;
     assert_eq!(s, 400);

@@ -58,6 +58,7 @@ fn window(i: u64) -> Window {
             queue_time_p95_ms: Some(50.0),
             ttft_p95_ms: Some(180.0),
             prompt_tokens_per_s: Some(900.0),
+            ..ServerSignals::default()
         }),
         runq: Some(RunqSignals {
             samples: 100,

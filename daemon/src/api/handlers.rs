@@ -45,7 +45,7 @@ fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
 
 fn launch_error(e: &LaunchError) -> Response {
     let status = match e {
-        LaunchError::InvalidScenario(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        LaunchError::InvalidScenario(_) => StatusCode::BAD_REQUEST,
         LaunchError::Busy(_) => StatusCode::CONFLICT,
         LaunchError::NotFound(_) => StatusCode::NOT_FOUND,
         LaunchError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -3,7 +3,7 @@
 //!
 //! | route | body | answer |
 //! |---|---|---|
-//! | `POST /api/v1/runs` | scenario file (YAML text) | 201 `{"id", "status"}` |
+//! | `POST /api/v1/runs` | scenario file (YAML text) | 201 `{"id", "status"}`; 400 `file:line:col: what` |
 //! | `GET /api/v1/runs/{id}` | | `{"status", "report"}` |
 //! | `POST /api/v1/runs/{id}/stop` | | `{"status"}` |
 //! | `POST /api/v1/marks` | `{"phase", "at"?: unix ms, "source"?}` | 201 the mark |
@@ -23,6 +23,7 @@
 
 mod auth;
 mod handlers;
+pub mod launcher;
 pub mod marks;
 pub mod node;
 pub mod runs;
@@ -37,6 +38,7 @@ use axum::Router;
 use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{MIN_TOKEN_LEN, Token, require_token};
+pub use launcher::LoadgenLauncher;
 pub use marks::{Mark, MarkError, Marks};
 pub use runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 

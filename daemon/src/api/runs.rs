@@ -19,8 +19,10 @@ pub enum RunState {
     Running,
     /// Stop requested; draining in-flight requests.
     Stopping,
-    /// Done (ran to the end or was stopped); the report is final.
+    /// Ran to the end; the report is final.
     Finished,
+    /// Stopped on request; the report (of what ran) is final.
+    Stopped,
     /// Ended with an error.
     Failed,
 }

@@ -7,7 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Du
 use anyhow::Context as _;
 use inferscope::{
     api::{
-        Token,
+        Api, ApiConfig, Bind, LoadgenLauncher, Marks, Token,
         node::{self, NodeSnapshot},
         require_token,
     },
@@ -25,6 +25,7 @@ use inferscope::{
     probes::privileges,
 };
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::otlp::OtlpArgs;
 
@@ -66,6 +67,16 @@ pub struct Args {
     /// Exit after this long (default: until SIGTERM / Ctrl-C).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
+    /// Serve the control API (`/api/v1/runs`, `/api/v1/marks`) here: HOST:PORT or unix:PATH.
+    #[arg(long, default_value = "127.0.0.1:7070", value_name = "ADDR")]
+    api_listen: Bind,
+    /// Require this bearer token (file) on the control API; needed for any address other
+    /// than loopback or a unix socket.
+    #[arg(long, value_name = "PATH")]
+    api_token_file: Option<PathBuf>,
+    /// Let runs started over the control API load targets outside loopback.
+    #[arg(long)]
+    allow_remote: bool,
     #[command(flatten)]
     otlp: OtlpArgs,
 }
@@ -131,11 +142,39 @@ fn report_capabilities() {
     }
 }
 
+/// Binds the control API with the embedded load generator behind it and serves it until
+/// `stop` is cancelled.
+async fn start_api(
+    args: &Args,
+    marks: Marks,
+    stop: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), inferscope::api::ApiError>>> {
+    let config = ApiConfig {
+        bind: args.api_listen.clone(),
+        token_file: args.api_token_file.clone(),
+        ..ApiConfig::default()
+    };
+    // Relative dataset and trace paths in posted scenarios resolve against the daemon's
+    // working directory, as they would for `inferscope stress` started there.
+    let launcher = Arc::new(LoadgenLauncher::new(
+        args.allow_remote,
+        std::env::current_dir().context("reading the working directory")?,
+    ));
+    let api = Api::bind(&config, launcher, marks).await?;
+    match api.local_addr() {
+        Some(a) => println!("control API on http://{a}/api/v1/ (runs, marks)"),
+        None => println!("control API on {:?}", args.api_listen),
+    }
+    Ok(tokio::spawn(api.serve(stop.cancelled_owned())))
+}
+
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(serve(args))
 }
 
+// One sequential story: set up every collector, then the window loop, then shut down.
+#[allow(clippy::too_many_lines)]
 async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
     report_capabilities();
     if !args.metrics_listen.ip().is_loopback() && args.metrics_token_file.is_none() {
@@ -144,6 +183,11 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
             args.metrics_listen
         );
     }
+    // Bound first: a refused bind (no token) fails before any probe is attached.
+    let marks = Marks::default();
+    let api_stop = CancellationToken::new();
+    let api_task = start_api(args, marks.clone(), api_stop.clone()).await?;
+
     let mut servers = args.targets();
     if servers.is_empty() {
         println!("no inference server found yet; looking again every {REDISCOVER_EVERY} windows");
@@ -160,18 +204,15 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
             .first()
             .map(|p| format!("http://127.0.0.1:{p}/metrics"))
     });
-    let mut scraper = match &metrics_url {
-        Some(url) => {
-            println!("scraping {url}");
-            Some(ServerCollector::start(
-                url,
-                args.interval.min(Duration::from_secs(1)),
-            )?)
-        }
-        None => {
-            println!("server metrics: off (give --metrics-url or --port)");
-            None
-        }
+    let mut scraper = if let Some(url) = &metrics_url {
+        println!("scraping {url}");
+        Some(ServerCollector::start(
+            url,
+            args.interval.min(Duration::from_secs(1)),
+        )?)
+    } else {
+        println!("server metrics: off (give --metrics-url or --port)");
+        None
     };
     let mut nvml = NvmlCollector::start(args.interval);
     println!("GPU (NVML): {}", nvml.status());
@@ -201,6 +242,8 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + len, len);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+    // Windows up to this start already carry their phase from the marks.
+    let mut phased_until = 0;
     for n in 1u64.. {
         tokio::select! {
             _ = tick.tick() => {}
@@ -215,7 +258,20 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
                 servers = now;
             }
         }
-        let w = timeline.at(now_unix_ms().saturating_sub(1));
+        let closing = now_unix_ms().saturating_sub(1);
+        timeline.at(closing);
+        // Phases marked by an external load generator (k6, guidellm) over the API, for this
+        // window and any a late tick skipped over (`at` created those empty).
+        for w in timeline.windows.iter_mut().rev() {
+            if w.start_unix_ms <= phased_until {
+                break;
+            }
+            if w.phase.is_none() {
+                w.phase = marks.phase_at(w.start_unix_ms);
+            }
+        }
+        let w = timeline.at(closing);
+        phased_until = w.start_unix_ms;
         kernel.close_window(w)?;
         if let Some(s) = scraper.as_mut() {
             s.close_window(w);
@@ -274,6 +330,12 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     http.abort();
+    api_stop.cancel();
+    match tokio::time::timeout(Duration::from_secs(5), api_task).await {
+        Ok(Ok(Err(e))) => eprintln!("inferscope: {e}"),
+        Ok(_) => {}
+        Err(_) => eprintln!("inferscope: control API did not stop within 5s; leaving it"),
+    }
     if let Some(x) = otlp {
         let stats = tokio::task::spawn_blocking(move || x.shutdown()).await??;
         println!("OTLP: {stats:?}");

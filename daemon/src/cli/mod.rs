@@ -2,6 +2,7 @@
 pub mod daemon;
 pub mod explain;
 pub mod otlp;
+pub mod report;
 pub mod runqlat;
 pub mod sim;
 pub mod stress;

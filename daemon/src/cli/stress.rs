@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use inferscope::loadgen::{
-    self, Endpoint, Options, Scenario,
+    self, Endpoint, Options, Scenario, Shard,
     client::Target,
     scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
     slo::Slo,
@@ -88,6 +88,11 @@ pub struct Args {
     /// Random seed (schedules, templates, chaos).
     #[arg(long)]
     seed: Option<u64>,
+    /// Produce shard i of N of the load (0-based), e.g. `--shard $(JOB_COMPLETION_INDEX)/4`:
+    /// N such processes together produce the scenario's load; merge their reports with
+    /// `inferscope report merge`.
+    #[arg(long, value_name = "i/N")]
+    shard: Option<Shard>,
     #[command(flatten)]
     explain: super::explain::ExplainArgs,
 }
@@ -137,6 +142,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         keep_records: !args.no_records,
         observer: None,
         progress: !args.quiet && std::io::stderr().is_terminal(),
+        shard: args.shard.unwrap_or(Shard::WHOLE),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -23,7 +23,6 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::{
-    arrival,
     caps::{Acquired, Permits, TokenBucket, acquire},
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     collect::{self, Msg},
@@ -31,6 +30,7 @@ use super::{
     report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
     request::{PhaseCtx, Prepared},
     scenario::{CapPolicy, Phase, Scenario, is_loopback},
+    shard::Shard,
 };
 
 /// How to run a scenario. `Options::default()` keeps records, allows only loopback
@@ -46,6 +46,8 @@ pub struct Options {
     pub observer: Option<mpsc::Sender<RequestRecord>>,
     /// Draw the live progress line on stderr.
     pub progress: bool,
+    /// This process's share of the load (`--shard i/N`); [`Shard::WHOLE`] for all of it.
+    pub shard: Shard,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
             keep_records: true,
             observer: None,
             progress: false,
+            shard: Shard::WHOLE,
         }
     }
 }
@@ -110,11 +113,12 @@ pub async fn run(
         .enumerate()
         .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
-    let seed = scenario.seed.unwrap_or_else(|| {
+    let share = opts.shard;
+    let seed = share.seed(scenario.seed.unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
-    });
+    }));
     let mut rng = SmallRng::seed_from_u64(seed);
     let (tx, rx) = mpsc::unbounded_channel();
     let cfg = collect::Config {
@@ -125,7 +129,7 @@ pub async fn run(
                 (
                     p.name.clone(),
                     p.duration.as_secs_f64(),
-                    p.load.target_rate(p.duration),
+                    p.load.target_rate(p.duration).map(|r| share.rate(r)),
                 )
             })
             .collect(),
@@ -170,7 +174,7 @@ pub async fn run(
             ));
         }
         let scheduled = if let Some(a) = phase.load.arrival() {
-            let offsets = arrival::schedule(&a, phase.duration, &mut rng);
+            let offsets = share.schedule(&a, phase.duration, &mut rng);
             open_loop(
                 &shared,
                 ctx,
@@ -184,7 +188,7 @@ pub async fn run(
             .await
         } else {
             let users = if let super::scenario::Load::Concurrency { users } = phase.load {
-                users
+                share.users(users)
             } else {
                 0
             };
@@ -220,7 +224,7 @@ pub async fn run(
         .zip(&collected.metrics)
         .zip(&elapsed)
         .zip(&ctxs)
-        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el), m))
+        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, share), m))
         .collect();
     let stopped = collected.abort.or_else(|| {
         cancel
@@ -232,6 +236,7 @@ pub async fn run(
         version: VERSION,
         scenario: scenario.name.clone(),
         target: scenario.target.clone(),
+        shard: (share != Shard::WHOLE).then_some(share),
         started_unix_ns,
         started_monotonic_ns,
         elapsed_s: run_elapsed,
@@ -243,13 +248,15 @@ pub async fn run(
     })
 }
 
-fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64) -> PhaseInfo {
+fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseInfo {
     PhaseInfo {
         name: p.name.clone(),
         label: p.label.clone().unwrap_or_else(|| p.name.clone()),
         endpoint: ctx.endpoint.label().into(),
+        // The label names the scenario's load level, the same on every shard, so that
+        // shards' series line up; the target rate is this shard's share.
         load_level: p.load.level(),
-        target_rate: p.load.target_rate(p.duration),
+        target_rate: p.load.target_rate(p.duration).map(|r| shard.rate(r)),
         duration_s: p.duration.as_secs_f64(),
         elapsed_s,
         slos: p.slo.clone(),

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     metrics::{HISTS, PhaseMetrics, Summary, encode_hist},
     record::{ErrorClass, RequestRecord},
+    shard::Shard,
     slo::SloResult,
 };
 
@@ -104,6 +105,9 @@ pub struct Report {
     pub scenario: String,
     /// Target base URL.
     pub target: String,
+    /// The share of the load this run produced (`--shard i/N`); absent for the whole load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
     /// Run start, Unix time in ns (record times are offsets from it).
     pub started_unix_ns: u64,
     /// Run start on `CLOCK_MONOTONIC` in ns (the clock of eBPF's `bpf_ktime_get_ns`).

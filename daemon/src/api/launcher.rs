@@ -1,0 +1,198 @@
+//! The real [`RunLauncher`]: runs the embedded load generator in-process, one run at a time,
+//! as a tokio task with a cancellation token.
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use tokio_util::sync::CancellationToken;
+
+use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
+use crate::{
+    collect::timeline::now_unix_ms,
+    loadgen::{self, Options, Scenario, scenario::is_loopback},
+};
+
+/// Finished runs kept for `GET /api/v1/runs/{id}`; older ones are forgotten.
+const KEEP_RUNS: usize = 32;
+
+struct Run {
+    status: RunStatus,
+    cancel: CancellationToken,
+    /// Phase names with their planned end, from the run's start.
+    phases: Vec<(String, Duration)>,
+    started: std::time::Instant,
+    report: Option<serde_json::Value>,
+}
+
+impl Run {
+    /// The status, with the current phase worked out from the clock while running.
+    fn current(&self) -> RunStatus {
+        let mut s = self.status.clone();
+        if matches!(s.state, RunState::Running | RunState::Stopping) {
+            let t = self.started.elapsed();
+            s.phase = self
+                .phases
+                .iter()
+                .find(|(_, end)| t < *end)
+                .or(self.phases.last())
+                .map(|(n, _)| n.clone());
+        }
+        s
+    }
+}
+
+#[derive(Default)]
+struct State {
+    runs: BTreeMap<u64, Run>,
+    next: u64,
+}
+
+/// Runs scenarios posted to the control API with the embedded load generator.
+///
+/// Targets outside loopback are refused unless the launcher was built with `allow_remote`
+/// (the daemon's `--allow-remote`). Relative dataset and trace paths in a posted scenario
+/// resolve against `base_dir`. Reports leave per-request records out, so a long run costs
+/// bounded memory.
+pub struct LoadgenLauncher {
+    allow_remote: bool,
+    base_dir: PathBuf,
+    state: Arc<Mutex<State>>,
+}
+
+impl LoadgenLauncher {
+    /// A launcher; `allow_remote` permits targets outside loopback.
+    #[must_use]
+    pub fn new(allow_remote: bool, base_dir: PathBuf) -> Self {
+        Self {
+            allow_remote,
+            base_dir,
+            state: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn key(id: &str) -> Option<u64> {
+    id.strip_prefix("run-")?.parse().ok()
+}
+
+impl RunLauncher for LoadgenLauncher {
+    fn start(&self, text: &str) -> Result<RunHandle, LaunchError> {
+        let scenario = Scenario::from_yaml(text, "scenario", &self.base_dir)
+            .map_err(|e| LaunchError::InvalidScenario(e.to_string()))?;
+        let host = scenario.target_host().unwrap_or_default();
+        if !self.allow_remote && !is_loopback(&host) {
+            return Err(LaunchError::InvalidScenario(format!(
+                "target {} is not a loopback address: start the daemon with --allow-remote to load a remote service",
+                scenario.target
+            )));
+        }
+        let mut st = self.lock();
+        if let Some((n, _)) = st
+            .runs
+            .iter()
+            .find(|(_, r)| matches!(r.status.state, RunState::Running | RunState::Stopping))
+        {
+            return Err(LaunchError::Busy(format!(
+                "run-{n} is still running: stop it first (POST /api/v1/runs/run-{n}/stop)"
+            )));
+        }
+        st.next += 1;
+        let n = st.next;
+        let id = format!("run-{n}");
+        let mut end = Duration::ZERO;
+        let phases = scenario
+            .phases
+            .iter()
+            .map(|p| {
+                end += p.duration;
+                (p.name.clone(), end)
+            })
+            .collect();
+        let cancel = CancellationToken::new();
+        st.runs.insert(
+            n,
+            Run {
+                status: RunStatus {
+                    id: id.clone(),
+                    state: RunState::Running,
+                    phase: None,
+                    started_unix_ms: now_unix_ms(),
+                    finished_unix_ms: None,
+                    error: None,
+                },
+                cancel: cancel.clone(),
+                phases,
+                started: std::time::Instant::now(),
+                report: None,
+            },
+        );
+        while st.runs.len() > KEEP_RUNS {
+            st.runs.pop_first();
+        }
+        drop(st);
+        let opts = Options {
+            allow_remote: self.allow_remote,
+            keep_records: false,
+            ..Options::new()
+        };
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            let result = loadgen::run(&scenario, opts, cancel.clone()).await;
+            let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(run) = st.runs.get_mut(&n) else {
+                return;
+            };
+            run.status.finished_unix_ms = Some(now_unix_ms());
+            run.status.phase = None;
+            match result.map(|r| serde_json::to_value(&r)) {
+                Ok(Ok(report)) => {
+                    run.status.state = if run.status.state == RunState::Stopping {
+                        RunState::Stopped
+                    } else {
+                        RunState::Finished
+                    };
+                    run.report = Some(report);
+                }
+                Ok(Err(e)) => {
+                    run.status.state = RunState::Failed;
+                    run.status.error = Some(format!("encoding the report: {e}"));
+                }
+                Err(e) => {
+                    run.status.state = RunState::Failed;
+                    run.status.error = Some(e.to_string());
+                }
+            }
+        });
+        Ok(RunHandle { id })
+    }
+
+    fn status(&self, id: &str) -> Option<RunStatus> {
+        let st = self.lock();
+        st.runs.get(&key(id)?).map(Run::current)
+    }
+
+    fn stop(&self, id: &str) -> Result<RunStatus, LaunchError> {
+        let mut st = self.lock();
+        let run = key(id)
+            .and_then(|n| st.runs.get_mut(&n))
+            .ok_or_else(|| LaunchError::NotFound(id.to_owned()))?;
+        if run.status.state == RunState::Running {
+            run.status.state = RunState::Stopping;
+            run.cancel.cancel();
+        }
+        Ok(run.current())
+    }
+
+    fn report(&self, id: &str) -> Option<serde_json::Value> {
+        let st = self.lock();
+        st.runs.get(&key(id)?)?.report.clone()
+    }
+}

@@ -1,0 +1,307 @@
+//! `inferscope report merge`: one report from the reports of several shards (`--shard i/N`)
+//! or hosts, exactly. Histograms are decoded and added, then every percentile, rate and SLO
+//! is recomputed through the same code the runner uses ([`PhaseReport::build`]); percentiles
+//! are never averaged. Counts add up, rates are taken over the union of the shards' time spans,
+//! and records are concatenated with their times moved onto the earliest shard's clock.
+
+use std::path::Path;
+
+use super::{
+    metrics::{HISTS, PhaseMetrics, decode_hist},
+    record::ErrorClass,
+    report::{PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
+    slo::Slo,
+};
+
+/// Why reports cannot be merged.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// No input.
+    #[error("nothing to merge: give two or more report files")]
+    Empty,
+    /// Unreadable or not JSON.
+    #[error("{file}: {why}")]
+    Read {
+        /// The file.
+        file: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// Another kind of JSON document.
+    #[error(
+        "{file}: schema {found:?} is not {SCHEMA:?}: give reports written by `inferscope stress --out`"
+    )]
+    Schema {
+        /// The file.
+        file: String,
+        /// Its schema field.
+        found: String,
+    },
+    /// A report of another version.
+    #[error(
+        "{file}: report version {found}, this inferscope reads version {VERSION}: merge with the inferscope that wrote it"
+    )]
+    Version {
+        /// The file.
+        file: String,
+        /// Its version.
+        found: u64,
+    },
+    /// The reports do not describe one scenario.
+    #[error("{file}: {why} (first report: {first}): merge reports of one scenario only")]
+    Mismatch {
+        /// The report that differs.
+        file: String,
+        /// The first report.
+        first: String,
+        /// What differs.
+        why: String,
+    },
+    /// A histogram or SLO inside a report is damaged.
+    #[error("{file}: phase {phase}: {why}")]
+    Damaged {
+        /// The file.
+        file: String,
+        /// The phase.
+        phase: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// Reads a report file, checking its schema and version before anything else so that a
+/// report of another version is named as such rather than failing on a missing field.
+pub fn read(path: &Path) -> Result<Report, MergeError> {
+    let file = path.display().to_string();
+    let read_err = |why: String| MergeError::Read {
+        file: file.clone(),
+        why,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| read_err(format!("cannot read: {e}")))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| read_err(format!("not JSON: {e}")))?;
+    let schema = v.get("schema").and_then(|s| s.as_str()).unwrap_or_default();
+    if schema != SCHEMA {
+        return Err(MergeError::Schema {
+            file,
+            found: schema.to_owned(),
+        });
+    }
+    let version = v.get("version").and_then(serde_json::Value::as_u64);
+    if version != Some(u64::from(VERSION)) {
+        return Err(MergeError::Version {
+            file,
+            found: version.unwrap_or(0),
+        });
+    }
+    serde_json::from_value(v).map_err(|e| read_err(format!("damaged report: {e}")))
+}
+
+/// The static facts of a reported phase, as [`PhaseReport::build`] needs them (SLOs re-parsed
+/// from their text).
+pub fn phase_info(p: &PhaseReport, elapsed_s: f64) -> Result<PhaseInfo, String> {
+    let slos = p
+        .slo
+        .iter()
+        .map(|r| Slo::parse(&r.slo).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(PhaseInfo {
+        name: p.name.clone(),
+        label: p.label.clone(),
+        endpoint: p.endpoint.clone(),
+        load_level: p.load_level.clone(),
+        target_rate: p.target_rate,
+        duration_s: p.duration_s,
+        elapsed_s,
+        slos,
+    })
+}
+
+/// Adds a reported phase's histograms and counters into `m`.
+pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
+    for name in HISTS {
+        let enc = p
+            .histograms
+            .get(name)
+            .ok_or_else(|| format!("histogram `{name}` is missing"))?;
+        let h = decode_hist(enc).map_err(|e| format!("histogram `{name}`: {e}"))?;
+        m.hists
+            .get_mut(name)
+            .expect("PhaseMetrics has every histogram")
+            .add(&h)
+            .map_err(|e| format!("histogram `{name}`: {e:?}"))?;
+    }
+    let c = &p.counts;
+    m.scheduled += c.scheduled;
+    m.dropped += c.dropped;
+    m.finished += c.finished;
+    m.ok += c.ok;
+    m.good += c.good;
+    for (name, n) in &c.errors {
+        let class = ErrorClass::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| format!("unknown error class `{name}`"))?;
+        *m.errors.entry(class).or_default() += n;
+    }
+    // The report keeps the error rate, not the counted errors (chaos aborts are excluded):
+    // rate x finished gives the count back exactly for any realistic count.
+    m.counted_errors += (p.error_rate * c.finished as f64).round() as u64;
+    m.output_tokens += p.output_tokens;
+    m.input_tokens += p.input_tokens;
+    Ok(())
+}
+
+fn check_same(first: &(String, Report), other: &(String, Report)) -> Result<(), MergeError> {
+    let (f, a) = first;
+    let (file, b) = other;
+    let mismatch = |why: String| MergeError::Mismatch {
+        file: file.clone(),
+        first: f.clone(),
+        why,
+    };
+    if a.scenario != b.scenario {
+        return Err(mismatch(format!(
+            "scenario {:?} is not {:?}",
+            b.scenario, a.scenario
+        )));
+    }
+    let names = |r: &Report| r.phases.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    if names(a) != names(b) {
+        return Err(mismatch(format!(
+            "phases {:?} are not {:?}",
+            names(b),
+            names(a)
+        )));
+    }
+    for (pa, pb) in a.phases.iter().zip(&b.phases) {
+        if (&pa.label, &pa.endpoint, &pa.load_level) != (&pb.label, &pb.endpoint, &pb.load_level)
+            || pa.duration_s.to_bits() != pb.duration_s.to_bits()
+        {
+            return Err(mismatch(format!(
+                "phase {} is {} {} for {}s, not {} {} for {}s",
+                pb.name,
+                pb.endpoint,
+                pb.load_level,
+                pb.duration_s,
+                pa.endpoint,
+                pa.load_level,
+                pa.duration_s
+            )));
+        }
+        let slos = |p: &PhaseReport| p.slo.iter().map(|r| r.slo.clone()).collect::<Vec<_>>();
+        if slos(pa) != slos(pb) {
+            return Err(mismatch(format!("phase {} has other SLOs", pb.name)));
+        }
+    }
+    Ok(())
+}
+
+/// Merges reports (`(file name, report)`, the name used in errors) into one.
+#[allow(clippy::too_many_lines)] // checks, then one pass per phase: one story
+pub fn merge(reports: &[(String, Report)]) -> Result<Report, MergeError> {
+    let first = reports.first().ok_or(MergeError::Empty)?;
+    let mut seen = Vec::new();
+    for r in reports {
+        check_same(first, r)?;
+        if let Some(s) = r.1.shard {
+            if let Some((f, _)) = seen.iter().find(|(_, t)| *t == s) {
+                return Err(MergeError::Mismatch {
+                    file: r.0.clone(),
+                    first: first.0.clone(),
+                    why: format!("shard {s} is also in {f}; give each shard's report once"),
+                });
+            }
+            seen.push((r.0.clone(), s));
+        }
+    }
+    let start = reports
+        .iter()
+        .map(|(_, r)| r.started_unix_ns)
+        .min()
+        .expect("not empty");
+    let earliest = reports
+        .iter()
+        .find(|(_, r)| r.started_unix_ns == start)
+        .map(|(_, r)| r)
+        .expect("not empty");
+    // Seconds from the earliest start to a report's start.
+    let lead = |r: &Report| (r.started_unix_ns - start) as f64 / 1e9;
+    let mut phases = Vec::with_capacity(first.1.phases.len());
+    for (i, p0) in first.1.phases.iter().enumerate() {
+        let mut m = PhaseMetrics::default();
+        // Every shard starts a phase at the same planned offset from its own start, so the
+        // union of the phase's spans runs from the earliest lead to the latest lead + elapsed.
+        let (mut from, mut to) = (f64::INFINITY, f64::NEG_INFINITY);
+        for (file, r) in reports {
+            let p = &r.phases[i];
+            add_phase(&mut m, p).map_err(|why| MergeError::Damaged {
+                file: file.clone(),
+                phase: p.name.clone(),
+                why,
+            })?;
+            from = from.min(lead(r));
+            to = to.max(lead(r) + p.elapsed_s);
+        }
+        let mut info = phase_info(p0, (to - from).max(0.0)).map_err(|why| MergeError::Damaged {
+            file: first.0.clone(),
+            phase: p0.name.clone(),
+            why,
+        })?;
+        // Each shard's target is its share: the whole target is their sum.
+        info.target_rate = reports
+            .iter()
+            .map(|(_, r)| r.phases[i].target_rate)
+            .sum::<Option<f64>>();
+        phases.push(PhaseReport::build(&info, &m));
+    }
+    let mut records = Vec::new();
+    let mut events = Vec::new();
+    for (_, r) in reports {
+        let shift = (r.started_unix_ns - start) / 1000;
+        records.extend(r.records.iter().cloned().map(|mut rec| {
+            rec.intended_us += shift;
+            rec.actual_us += shift;
+            rec.end_us += shift;
+            if let Some(t) = &mut rec.first_byte_us {
+                *t += shift;
+            }
+            for t in &mut rec.token_us {
+                *t += shift;
+            }
+            rec
+        }));
+        events.extend(r.events.iter().cloned().map(|mut e| {
+            e.at_us += shift;
+            e.end_us += shift;
+            e
+        }));
+    }
+    records.sort_by_key(|r| r.intended_us);
+    events.sort_by_key(|e| e.at_us);
+    let stopped: Vec<String> = reports
+        .iter()
+        .filter_map(|(f, r)| r.stopped.as_ref().map(|why| format!("{f}: {why}")))
+        .collect();
+    let mut targets: Vec<&str> = reports.iter().map(|(_, r)| r.target.as_str()).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    Ok(Report {
+        schema: SCHEMA.into(),
+        version: VERSION,
+        scenario: first.1.scenario.clone(),
+        target: targets.join(", "),
+        shard: None,
+        started_unix_ns: start,
+        started_monotonic_ns: earliest.started_monotonic_ns,
+        elapsed_s: reports
+            .iter()
+            .map(|(_, r)| lead(r) + r.elapsed_s)
+            .fold(0.0, f64::max),
+        stopped: (!stopped.is_empty()).then(|| stopped.join("; ")),
+        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
+        phases,
+        events,
+        records,
+    })
+}

@@ -1,0 +1,211 @@
+//! `report merge` is exact: one real run's per-request records, split into 3 shards, each
+//! shard's report built through the runner's own code path (`PhaseMetrics::record`, then
+//! `PhaseReport::build`), merged, give exactly the percentiles, counts and SLO outcomes of the
+//! whole run's report. Also: the merge refuses reports of other scenarios or versions.
+
+use std::path::Path;
+
+use inferscope::loadgen::{
+    self, Options, Report, Scenario, Shard,
+    merge::{self, MergeError},
+    metrics::{PhaseMetrics, decode_hist},
+    report::PhaseReport,
+};
+use tokio_util::sync::CancellationToken;
+
+async fn whole_run() -> Report {
+    let mut cfg = inferscope::sim::profile("healthy").unwrap();
+    cfg.vector.corpus_size = 500;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim = inferscope::sim::start(cfg, l).await.unwrap();
+    let yaml = format!(
+        "name: merge\ntarget: http://{}\nseed: 11\nphases:\n\
+         \x20 - name: base\n    duration: 1s\n    load: {{shape: poisson, rate: 30}}\n\
+         \x20   request: {{endpoint: chat, model: inferscope-sim, max_tokens: 12}}\n\
+         \x20   slo: ['ttft_p95 < 30s', 'itl_p99 < 1ms']\n\
+         \x20 - name: peak\n    duration: 1s\n    load: {{shape: constant, rate: 45}}\n\
+         \x20   request: {{endpoint: chat, model: inferscope-sim, max_tokens: 6}}\n\
+         \x20   chaos: {{max_tokens_one: 0.2}}\n",
+        sim.addr()
+    );
+    let scenario = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
+    let report = loadgen::run(&scenario, Options::new(), CancellationToken::new())
+        .await
+        .unwrap();
+    sim.shutdown().await.unwrap();
+    report
+}
+
+/// Shard `i` of 3 of `whole`: every third record, built as the runner builds a report.
+fn shard(whole: &Report, i: u32) -> Report {
+    let records: Vec<_> = whole
+        .records
+        .iter()
+        .filter(|r| r.id % 3 == u64::from(i))
+        .cloned()
+        .collect();
+    let phases = whole
+        .phases
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            let mut m = PhaseMetrics::default();
+            for r in records.iter().filter(|r| r.phase as usize == k) {
+                m.record(r);
+                m.scheduled += 1;
+            }
+            let mut info = merge::phase_info(p, p.elapsed_s).unwrap();
+            info.target_rate = p.target_rate.map(|r| r / 3.0);
+            PhaseReport::build(&info, &m)
+        })
+        .collect::<Vec<_>>();
+    Report {
+        shard: Some(Shard::new(i, 3).unwrap()),
+        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
+        phases,
+        records,
+        ..whole.clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_shards_merge_to_exactly_the_whole() {
+    let whole = whole_run().await;
+    let finished: u64 = whole.phases.iter().map(|p| p.counts.finished).sum();
+    assert_eq!(finished, whole.records.len() as u64);
+    assert!(finished >= 60, "{finished} requests");
+    let parts: Vec<(String, Report)> = (0..3)
+        .map(|i| (format!("shard-{i}.json"), shard(&whole, i)))
+        .collect();
+    // The shards really differ from the whole: otherwise the test proves nothing.
+    assert_ne!(parts[0].1.phases[0].latency_ms, whole.phases[0].latency_ms);
+    let merged = merge::merge(&parts).unwrap();
+    assert_eq!(merged.phases.len(), whole.phases.len());
+    for (m, w) in merged.phases.iter().zip(&whole.phases) {
+        assert_eq!(m.latency_ms, w.latency_ms, "phase {}", w.name);
+        assert_eq!(m.stream_tokens_per_s, w.stream_tokens_per_s);
+        assert_eq!(m.counts.finished, w.counts.finished);
+        assert_eq!(m.counts.ok, w.counts.ok);
+        assert_eq!(m.counts.good, w.counts.good);
+        assert_eq!(m.counts.errors, w.counts.errors);
+        assert_eq!(m.error_rate.to_bits(), w.error_rate.to_bits());
+        assert_eq!(m.output_tokens, w.output_tokens);
+        assert_eq!(m.input_tokens, w.input_tokens);
+        assert_eq!(m.requests_per_s.to_bits(), w.requests_per_s.to_bits());
+        assert_eq!(m.slo, w.slo, "phase {}", w.name);
+        let tr = (m.target_rate.unwrap() - w.target_rate.unwrap()).abs();
+        assert!(tr < 1e-9, "{:?} vs {:?}", m.target_rate, w.target_rate);
+        for (name, enc) in &w.histograms {
+            assert_eq!(
+                decode_hist(&m.histograms[name]).unwrap(),
+                decode_hist(enc).unwrap(),
+                "histogram {name}"
+            );
+        }
+    }
+    // One SLO of `base` is set to fail (itl_p99 < 1ms): the merged report fails it too.
+    assert!(!whole.slo_pass);
+    assert_eq!(merged.slo_pass, whole.slo_pass);
+    assert!(merged.phases[0].slo[0].pass);
+    assert_eq!(merged.records.len(), whole.records.len());
+    assert_eq!(merged.shard, None);
+
+    // The same through the binary: files in, merged file out.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_inferscope"));
+    cmd.args(["report", "merge"]);
+    for (name, r) in &parts {
+        let path = dir.path().join(name);
+        r.write(&path).unwrap();
+        cmd.arg(path);
+    }
+    let out_path = dir.path().join("merged.json");
+    let out = cmd.arg("--out").arg(&out_path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_cli = merge::read(&out_path).unwrap();
+    // JSON floats may come back one ULP off (serde_json's fast float parser), so compare
+    // what the file carries exactly: the histograms and the counts.
+    for (m, w) in from_cli.phases.iter().zip(&whole.phases) {
+        for (name, enc) in &w.histograms {
+            assert_eq!(
+                decode_hist(&m.histograms[name]).unwrap(),
+                decode_hist(enc).unwrap(),
+                "phase {} histogram {name}",
+                w.name
+            );
+        }
+        assert_eq!(m.counts, w.counts);
+    }
+}
+
+#[test]
+fn a_bad_shard_is_refused_in_one_line() {
+    for (arg, why) in [
+        ("3/3", "i must be smaller than N"),
+        ("0/0", "N must be at least 1"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_inferscope"))
+            .args(["stress", "--target", "http://127.0.0.1:9", "--rate", "1"])
+            .args(["--duration", "1s", "--shard", arg])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = err
+            .lines()
+            .find(|l| l.contains(why))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(line.contains("write i/N"), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_refuses_mixed_scenarios_versions_and_repeated_shards() {
+    let whole = whole_run().await;
+    let a = shard(&whole, 0);
+    let mut other = shard(&whole, 1);
+    other.scenario = "another".into();
+    let e = merge::merge(&[("a.json".into(), a.clone()), ("b.json".into(), other)]).unwrap_err();
+    assert!(matches!(e, MergeError::Mismatch { .. }), "{e}");
+    assert!(e.to_string().contains("b.json"), "{e}");
+    assert!(e.to_string().contains("one scenario"), "{e}");
+
+    let e =
+        merge::merge(&[("a.json".into(), a.clone()), ("c.json".into(), a.clone())]).unwrap_err();
+    assert!(e.to_string().contains("shard 0/3 is also in a.json"), "{e}");
+    assert!(matches!(merge::merge(&[]), Err(MergeError::Empty)));
+
+    // Shifted start: rates are over the union of the spans, records on one clock.
+    let mut late = shard(&whole, 1);
+    late.started_unix_ns += 500_000_000;
+    let merged = merge::merge(&[("a.json".into(), a.clone()), ("l.json".into(), late)]).unwrap();
+    let span = merged.phases[0].elapsed_s;
+    assert!(
+        (span - (whole.phases[0].elapsed_s + 0.5)).abs() < 1e-6,
+        "{span}"
+    );
+    assert!((merged.elapsed_s - (whole.elapsed_s + 0.5)).abs() < 1e-6);
+
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.json");
+    a.write(&good).unwrap();
+    let back = merge::read(&good).unwrap();
+    assert_eq!((back.shard, back.records.len()), (a.shard, a.records.len()));
+    let mut v = serde_json::to_value(&a).unwrap();
+    v["version"] = 2.into();
+    let newer = dir.path().join("newer.json");
+    std::fs::write(&newer, v.to_string()).unwrap();
+    let e = merge::read(&newer).unwrap_err().to_string();
+    assert!(
+        e.contains("report version 2, this inferscope reads version 1"),
+        "{e}"
+    );
+    v["schema"] = "something.else".into();
+    std::fs::write(&newer, v.to_string()).unwrap();
+    let e = merge::read(&newer).unwrap_err().to_string();
+    assert!(e.contains("is not \"inferscope.stress.report\""), "{e}");
+}
