@@ -157,28 +157,28 @@ fn guidellm(sim: &Server, cpu: usize) -> anyhow::Result<Measured> {
     let dir = procs::out_dir()?.join("guidellm");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let mut cmd = procs::pinned(cpu, bin);
-    cmd.args([
-        "benchmark",
-        "run",
-        "--target",
-        &format!("http://{}", sim.addr),
-    ])
-    .args(["--model", "inferscope-sim", "--processor"])
-    .arg(&tokenizer)
-    .args(["--profile", "concurrent", "--rate", &STREAMS.to_string()])
-    .args(["--max-seconds", &SECS.to_string()])
-    .args([
-        "--data",
-        &format!("prompt_tokens=16,output_tokens={TOKENS}"),
-    ])
-    .args(["--output-dir"])
-    .arg(&dir)
-    .args(["--outputs", "json"])
-    .env("HF_HUB_OFFLINE", "1")
-    .env("GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL", "ERROR");
-    let o = run::output(&mut cmd)?;
     let report = dir.join("benchmarks.json");
+    let mut cmd = procs::pinned(cpu, bin);
+    cmd.current_dir(&dir)
+        .arg("run")
+        .arg(format!(
+            "--backend=kind=openai_http,target=http://{},model=inferscope-sim,\
+             request_format=/v1/chat/completions,max_tokens={TOKENS}",
+            sim.addr
+        ))
+        .arg(format!("--profile=kind=concurrent,streams={STREAMS}"))
+        .arg(format!("--constraint=kind=max_duration,seconds={SECS}"))
+        .arg(format!(
+            "--tokenizer=kind=huggingface_auto,model={}",
+            tokenizer.display()
+        ))
+        .arg(format!(
+            "--data=kind=synthetic_text,prompt_tokens=16,output_tokens={TOKENS}"
+        ))
+        .arg(format!("--output=kind=json,path={}", report.display()))
+        .arg("--disable-console-interactive")
+        .env("HF_HUB_OFFLINE", "1");
+    let o = run::output(&mut cmd)?;
     if !report.exists() {
         let err = String::from_utf8_lossy(&o.stderr);
         let tail: Vec<&str> = err.lines().rev().take(5).collect();

@@ -46,17 +46,16 @@ pub fn venv() -> PathBuf {
 /// The guidellm release the comparison was measured with.
 const GUIDELLM: &str = "guidellm==0.8.1";
 
-/// `guidellm`, installed from `PyPI` into `target/venv-bench` on first use. Its declared
-/// dependency on `torch` (gigabytes of CUDA wheels) is left out: the text benchmark never
-/// imports it. So: guidellm without dependencies, then its other requirements.
+/// `guidellm`, installed from `PyPI` into `target/venv-bench` on first use. It needs `torch`
+/// (its data loader imports it), and `PyPI`'s Linux `torch` brings CUDA wheels: gigabytes.
 pub fn guidellm() -> anyhow::Result<PathBuf> {
     let venv = venv();
     let bin = venv.join("bin/guidellm");
-    if works(&bin, "--version") {
+    if works(&bin, "--version") && imports(&venv, "torch") {
         return Ok(bin);
     }
     println!(
-        "bench: installing {GUIDELLM} from PyPI into {} (a minute or more)",
+        "bench: installing {GUIDELLM} from PyPI into {} (pulls torch: gigabytes, minutes)",
         venv.display()
     );
     if !venv.join("bin/python").exists() {
@@ -64,16 +63,8 @@ pub fn guidellm() -> anyhow::Result<PathBuf> {
             "by hand: python3 -m venv target/venv-bench (Debian: apt-get install python3-venv)",
         )?;
     }
-    let pip = venv.join("bin/pip");
-    run::status(Command::new(&pip).args(["install", "-q", "--no-deps", GUIDELLM]))
+    run::status(Command::new(venv.join("bin/pip")).args(["install", "-q", GUIDELLM]))
         .with_context(|| format!("by hand: target/venv-bench/bin/pip install {GUIDELLM}"))?;
-    let reqs = run::stdout(Command::new(venv.join("bin/python")).args(["-c", REQUIREMENTS]))?;
-    run::status(
-        Command::new(&pip)
-            .args(["install", "-q"])
-            .args(reqs.lines()),
-    )
-    .with_context(|| format!("by hand: target/venv-bench/bin/pip install {reqs}"))?;
     anyhow::ensure!(
         works(&bin, "--version"),
         "{} does not run after pip install",
@@ -82,13 +73,10 @@ pub fn guidellm() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-/// guidellm's requirements without extras and without `torch`, one per line.
-const REQUIREMENTS: &str = r"
-import importlib.metadata as m, re
-for r in m.requires('guidellm'):
-    if 'extra ==' not in r and not re.match(r'torch\b', r):
-        print(r)
-";
+fn imports(venv: &Path, module: &str) -> bool {
+    run::output(Command::new(venv.join("bin/python")).args(["-c", &format!("import {module}")]))
+        .is_ok_and(|o| o.status.success())
+}
 
 /// guidellm counts tokens with a Hugging Face tokenizer, and nothing can be downloaded from a
 /// model hub here: this writes a tiny whitespace word-level tokenizer (every word one token)
