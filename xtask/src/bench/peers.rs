@@ -17,6 +17,15 @@ fn cargo_home() -> PathBuf {
     )
 }
 
+/// `XTASK_BENCH_NO_INSTALL=1`: compare only with the peers already installed.
+fn no_install(what: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        std::env::var_os("XTASK_BENCH_NO_INSTALL").is_none_or(|v| v != "1"),
+        "{what} is not installed and XTASK_BENCH_NO_INSTALL=1"
+    );
+    Ok(())
+}
+
 fn works(bin: &Path, arg: &str) -> bool {
     run::output(Command::new(bin).arg(arg)).is_ok_and(|o| o.status.success())
 }
@@ -27,6 +36,7 @@ pub fn oha() -> anyhow::Result<PathBuf> {
     if works(&bin, "--version") {
         return Ok(bin);
     }
+    no_install("oha")?;
     println!("bench: installing oha from crates.io (cargo install oha --locked; takes minutes)");
     run::status(&mut run::cargo(&["install", "oha", "--locked"]))
         .context("by hand: cargo install oha --locked")?;
@@ -54,6 +64,7 @@ pub fn guidellm() -> anyhow::Result<PathBuf> {
     if works(&bin, "--version") && imports(&venv, "torch") {
         return Ok(bin);
     }
+    no_install("guidellm")?;
     println!(
         "bench: installing {GUIDELLM} from PyPI into {} (pulls torch: gigabytes, minutes)",
         venv.display()

@@ -13,7 +13,16 @@ use crate::run;
 
 /// Builds the `inferscope` binary and the `hello_http` example in release, in one cargo call
 /// (building them apart would flip dependency features and rebuild the daemon each time).
+/// `XTASK_BENCH_NO_BUILD=1` uses the release binaries already there (a busy machine).
 pub fn build_release() -> anyhow::Result<()> {
+    if std::env::var_os("XTASK_BENCH_NO_BUILD").is_some_and(|v| v == "1") {
+        anyhow::ensure!(
+            inferscope_bin().exists() && hello_http_bin().exists(),
+            "XTASK_BENCH_NO_BUILD=1 but target/release has no inferscope or examples/hello_http"
+        );
+        println!("bench: XTASK_BENCH_NO_BUILD=1: using the release binaries in target/release");
+        return Ok(());
+    }
     println!("bench: building inferscope and examples/hello_http in release (minutes when cold)");
     run::status(&mut run::cargo(&[
         "build",
