@@ -199,7 +199,7 @@ fn parse_guidellm(path: &Path) -> anyhow::Result<Measured> {
         .with_context(|| format!("{} has no benchmark", path.display()))?;
     let m = b.get("metrics").context("guidellm report: no metrics")?;
     let count = |key: &str| -> f64 {
-        b.pointer(&format!("/request_totals/{key}"))
+        m.pointer(&format!("/request_totals/{key}"))
             .and_then(serde_json::Value::as_f64)
             .unwrap_or(f64::NAN)
     };
