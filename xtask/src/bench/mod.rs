@@ -1,14 +1,47 @@
-//! `cargo xtask bench [probes|...]`: benchmarks that print comparisons measured side by side
-//! in one run on this machine (ratios, never absolute thresholds: the machines are noisy).
+//! `cargo xtask bench [probes|sim|loadgen]`: benchmarks that print comparisons measured side by
+//! side in one run on this machine (ratios, never absolute thresholds: the machines are noisy).
+//! Never part of `cargo xtask test`.
+mod accuracy;
+mod loadgen;
+mod peers;
 pub mod probes;
+mod procs;
+mod sim;
 pub mod workload;
 
-/// Runs the named benchmark, or all of them.
+type Bench = fn() -> anyhow::Result<()>;
+
+const ALL: [(&str, Bench); 3] = [
+    ("probes", probes::run),
+    ("sim", sim::run),
+    ("loadgen", loadgen::run),
+];
+
+/// Runs the named benchmark, or all of them (each one even when an earlier one failed).
 pub fn run(which: Option<&str>) -> anyhow::Result<()> {
-    match which {
-        None | Some("probes") => probes::run(),
-        Some(other) => anyhow::bail!("unknown benchmark `{other}`: probes"),
-    }
+    let names = || ALL.map(|(n, _)| n).join("|");
+    let Some(which) = which else {
+        let failed: Vec<&str> = ALL
+            .iter()
+            .filter_map(|(name, bench)| {
+                bench()
+                    .map_err(|e| eprintln!("xtask: bench {name}: {e:#}"))
+                    .err()
+                    .map(|()| *name)
+            })
+            .collect();
+        anyhow::ensure!(
+            failed.is_empty(),
+            "benchmarks failed: {}",
+            failed.join(", ")
+        );
+        return Ok(());
+    };
+    let (_, bench) = ALL
+        .iter()
+        .find(|(n, _)| *n == which)
+        .ok_or_else(|| anyhow::anyhow!("unknown benchmark `{which}`: {}", names()))?;
+    bench()
 }
 
 /// Prints a table: a header and rows of cells, left-aligned in columns.

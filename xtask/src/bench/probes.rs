@@ -37,12 +37,7 @@ pub fn run() -> anyhow::Result<()> {
             "the probe benchmark attaches eBPF programs: run it as root (sudo cargo xtask bench probes)"
         );
     }
-    run::status(&mut run::cargo(&[
-        "build",
-        "--release",
-        "--package",
-        "inferscope",
-    ]))?;
+    super::procs::build_release()?;
     overhead()?;
     idle_cost()?;
     cross_check()?;
