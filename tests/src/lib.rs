@@ -130,7 +130,16 @@ impl Sim {
         let listen = addr.to_string();
         let mut argv: Vec<&std::ffi::OsStr> = prefix.iter().map(std::ffi::OsStr::new).collect();
         argv.push(bin.as_os_str());
-        for a in ["sim", "--profile", profile, "--listen", &listen] {
+        // A small vector corpus: the index is built at start, which takes a minute unoptimised.
+        for a in [
+            "sim",
+            "--profile",
+            profile,
+            "--listen",
+            &listen,
+            "--corpus-size",
+            "200",
+        ] {
             argv.push(std::ffi::OsStr::new(a));
         }
         argv.extend(extra.iter().map(std::ffi::OsStr::new));
