@@ -62,8 +62,8 @@ struct Stress {
 }
 
 impl Stress {
-    /// Writes the scenario and starts the run, on `cpu` when given.
-    fn start(name: &str, yaml: &str, cpu: Option<usize>, extra: &[&str]) -> Self {
+    /// Writes the scenario and starts the run at niceness `nice`, on `cpu` when given.
+    fn start(name: &str, yaml: &str, cpu: Option<usize>, nice: i32, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("inferscope-e2e-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -72,7 +72,7 @@ impl Stress {
         std::fs::write(&file, yaml).unwrap();
         let cpus = cpu.map_or_else(|| "0-1023".to_owned(), |c| c.to_string());
         let child = Command::new("taskset")
-            .args(["-c", &cpus])
+            .args(["-c", &cpus, "nice", "-n", &nice.to_string()])
             .arg(inferscope_bin())
             .arg("stress")
             .arg(&file)
@@ -197,11 +197,21 @@ fn loopback() -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
+/// Niceness of the load generator and the sim when they must not be the ones starved: the
+/// machine may be busy with other work (a shared 2-CPU builder), and a generator or engine that
+/// waits for a CPU is (rightly) called `loadgen` or `cpu_runqueue`.
+const FIRST: i32 = -10;
+
 /// Starts the sim, runs the scenario, returns report.json. Neither is pinned: on a busy
 /// machine a generator confined to one CPU lags, and the verdict is (rightly) `loadgen`.
 fn run(name: &str, profile: &str, sim_flags: &[&str], load: &Load) -> Value {
-    let sim = Sim::start(&[], profile, loopback(), sim_flags);
-    Stress::start(name, &scenario(name, &sim.url(), load), None, &[]).finish()
+    let sim = Sim::start(
+        &["nice", "-n", &FIRST.to_string()],
+        profile,
+        loopback(),
+        sim_flags,
+    );
+    Stress::start(name, &scenario(name, &sim.url(), load), None, FIRST, &[]).finish()
 }
 
 #[test]
@@ -289,10 +299,13 @@ fn run_with_peak_hogs(name: &str, load: &Load, hogs: usize, hog_cpu: usize) -> V
         loopback(),
         &[],
     );
+    // The generator runs ahead of other work unless it is the one to be starved.
+    let nice = if hog_cpu == LOADGEN_CPU { 0 } else { FIRST };
     let stress = Stress::start(
         name,
         &scenario(name, &sim.url(), load),
         Some(LOADGEN_CPU),
+        nice,
         &[],
     );
     sim.wait_for_load(Duration::from_secs(60));
@@ -421,6 +434,7 @@ fn congested_link_is_network() {
         "net",
         &scenario("net", &sim.url(), &load),
         None,
+        FIRST,
         &["--allow-remote", "--pid", &pid],
     );
     sim.wait_for_load(Duration::from_secs(60));
