@@ -149,7 +149,7 @@ impl Sim {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
         let mut sim = Self { child, addr };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
         loop {
             if http_get(addr, "/metrics").is_some_and(|b| b.contains("vllm:")) {
                 return sim;
@@ -180,14 +180,12 @@ impl Sim {
     /// Requests the sim has started so far (`vllm:prompt_tokens_total` > 0 means at least one).
     #[must_use]
     pub fn prompt_tokens(&self) -> f64 {
-        http_get(self.addr, "/metrics")
-            .map(|b| {
-                b.lines()
-                    .filter(|l| l.starts_with("vllm:prompt_tokens_total"))
-                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                    .sum()
-            })
-            .unwrap_or(0.0)
+        http_get(self.addr, "/metrics").map_or(0.0, |b| {
+            b.lines()
+                .filter(|l| l.starts_with("vllm:prompt_tokens_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        })
     }
 
     /// Blocks until the sim has seen its first request (the load generator started).

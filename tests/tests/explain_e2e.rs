@@ -309,7 +309,7 @@ fn run_with_peak_hogs(name: &str, load: &Load, hogs: usize, hog_cpu: usize) -> V
         nice,
         &[],
     );
-    sim.wait_for_load(Duration::from_secs(60));
+    sim.wait_for_load(Duration::from_mins(1));
     std::thread::sleep(BASELINE);
     {
         let _hogs = Hogs::start_on(hogs, -10, hog_cpu);
@@ -441,7 +441,7 @@ fn congested_link_is_network() {
         FIRST,
         &["--allow-remote", "--pid", &pid],
     );
-    sim.wait_for_load(Duration::from_secs(60));
+    sim.wait_for_load(Duration::from_mins(1));
     std::thread::sleep(BASELINE);
     // The peak: 2 Mbit/s each way, and a bulk flow from the namespace (the direction the
     // answers travel) that keeps the bottleneck queue full.
