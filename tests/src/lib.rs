@@ -19,13 +19,30 @@ impl Hogs {
     /// default task, so a waking task cannot simply preempt them).
     #[must_use]
     pub fn start(n: usize, nice: i32) -> Self {
+        Self::spawn(n, nice, None)
+    }
+
+    /// Like [`Hogs::start`], each hog pinned to `cpu` (`taskset -c`).
+    #[must_use]
+    pub fn start_on(n: usize, nice: i32, cpu: usize) -> Self {
+        Self::spawn(n, nice, Some(cpu))
+    }
+
+    fn spawn(n: usize, nice: i32, cpu: Option<usize>) -> Self {
+        let nice = nice.to_string();
+        let cpu = cpu.map(|c| c.to_string());
         Self(
             (0..n)
                 .map(|_| {
-                    std::process::Command::new("nice")
-                        .args(["-n", &nice.to_string(), "sh", "-c", "while :; do :; done"])
+                    let mut argv: Vec<&str> = Vec::new();
+                    if let Some(c) = &cpu {
+                        argv.extend(["taskset", "-c", c]);
+                    }
+                    argv.extend(["nice", "-n", &nice, "sh", "-c", "while :; do :; done"]);
+                    std::process::Command::new(argv[0])
+                        .args(&argv[1..])
                         .spawn()
-                        .expect("spawn sh")
+                        .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
                 })
                 .collect(),
         )
@@ -45,4 +62,266 @@ impl Drop for Hogs {
 #[must_use]
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+/// The `inferscope` binary next to the calling test executable (`target/<profile>/inferscope`).
+#[must_use]
+pub fn inferscope_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>-<hash> -> target/<profile>/inferscope
+    let bin = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("test executable lives in target/<profile>/deps")
+        .join("inferscope");
+    assert!(
+        bin.is_file(),
+        "{} is missing; build it: cargo build -p inferscope",
+        bin.display()
+    );
+    bin
+}
+
+/// A loopback port that was free a moment ago (bound on :0, then closed).
+#[must_use]
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// One plain HTTP/1.1 GET of `path` on `addr`; the response body, or `None` when the server
+/// cannot be reached.
+#[must_use]
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
+}
+
+/// `inferscope sim` in its own process, killed when dropped.
+pub struct Sim {
+    child: std::process::Child,
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+}
+
+impl Sim {
+    /// Starts `inferscope sim --profile PROFILE --listen ADDR EXTRA...` under `prefix` (e.g.
+    /// `["taskset", "-c", "1"]`, or `["ip", "netns", "exec", "ns"]`; empty for none) and waits
+    /// until it answers `/metrics`.
+    #[must_use]
+    pub fn start(
+        prefix: &[&str],
+        profile: &str,
+        addr: std::net::SocketAddr,
+        extra: &[&str],
+    ) -> Self {
+        let bin = inferscope_bin();
+        let listen = addr.to_string();
+        let mut argv: Vec<&std::ffi::OsStr> = prefix.iter().map(std::ffi::OsStr::new).collect();
+        argv.push(bin.as_os_str());
+        // A small vector corpus: the index is built at start, which takes a minute unoptimised.
+        for a in [
+            "sim",
+            "--profile",
+            profile,
+            "--listen",
+            &listen,
+            "--corpus-size",
+            "200",
+        ] {
+            argv.push(std::ffi::OsStr::new(a));
+        }
+        argv.extend(extra.iter().map(std::ffi::OsStr::new));
+        let child = std::process::Command::new(argv[0])
+            .args(&argv[1..])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
+        let mut sim = Self { child, addr };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
+        loop {
+            if http_get(addr, "/metrics").is_some_and(|b| b.contains("vllm:")) {
+                return sim;
+            }
+            if let Some(st) = sim.child.try_wait().expect("try_wait") {
+                panic!("the sim {argv:?} exited at start: {st}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sim {argv:?} did not answer /metrics on {addr} within 60 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Its process id (the prefix commands exec, so this is the sim's own).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Base URL.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Requests the sim has started so far (`vllm:prompt_tokens_total` > 0 means at least one).
+    #[must_use]
+    pub fn prompt_tokens(&self) -> f64 {
+        http_get(self.addr, "/metrics").map_or(0.0, |b| {
+            b.lines()
+                .filter(|l| l.starts_with("vllm:prompt_tokens_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        })
+    }
+
+    /// Blocks until the sim has seen its first request (the load generator started).
+    pub fn wait_for_load(&self, within: std::time::Duration) {
+        let deadline = std::time::Instant::now() + within;
+        while self.prompt_tokens() <= 0.0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no request reached the sim on {} within {within:?}",
+                self.addr
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a command, panicking with its output when it fails.
+pub fn sh(argv: &[&str]) {
+    let out = std::process::Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{argv:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A network namespace joined to this one by a veth pair, deleted (with the pair) when
+/// dropped. The host end is `HOST_ADDR`, the namespace end `NS_ADDR`.
+pub struct NetNs {
+    /// Namespace name (`ip netns exec NAME ...`).
+    pub name: String,
+    /// Host-side veth device.
+    pub host_dev: String,
+    /// Namespace-side veth device.
+    pub ns_dev: String,
+}
+
+impl NetNs {
+    /// Address of the host end.
+    pub const HOST_ADDR: [u8; 4] = [10, 213, 7, 1];
+    /// Address of the namespace end.
+    pub const NS_ADDR: [u8; 4] = [10, 213, 7, 2];
+
+    /// Creates the namespace and the pair, both ends up with their addresses.
+    #[must_use]
+    pub fn create(tag: &str) -> Self {
+        let name = format!("isc-{tag}-{}", std::process::id());
+        let host_dev = format!("ish{}", std::process::id() % 100_000);
+        let ns_dev = format!("isn{}", std::process::id() % 100_000);
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &name])
+            .output();
+        sh(&["ip", "netns", "add", &name]);
+        let me = Self {
+            name,
+            host_dev,
+            ns_dev,
+        };
+        let (n, h, d) = (&me.name, &me.host_dev, &me.ns_dev);
+        sh(&["ip", "link", "add", h, "type", "veth", "peer", "name", d]);
+        sh(&["ip", "link", "set", d, "netns", n]);
+        sh(&["ip", "addr", "add", "10.213.7.1/24", "dev", h]);
+        sh(&["ip", "link", "set", h, "up"]);
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            n,
+            "ip",
+            "addr",
+            "add",
+            "10.213.7.2/24",
+            "dev",
+            d,
+        ]);
+        sh(&["ip", "netns", "exec", n, "ip", "link", "set", d, "up"]);
+        sh(&["ip", "netns", "exec", n, "ip", "link", "set", "lo", "up"]);
+        me
+    }
+
+    /// Limits both directions of the pair with `tc qdisc tbf` (`rate` such as `2mbit`).
+    pub fn shape(&self, rate: &str) {
+        let tbf = [
+            "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms",
+        ];
+        let mut host = vec!["tc", "qdisc", "add", "dev", &self.host_dev];
+        host.extend(tbf);
+        sh(&host);
+        let mut ns = vec![
+            "ip",
+            "netns",
+            "exec",
+            &self.name,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            &self.ns_dev,
+        ];
+        ns.extend(tbf);
+        sh(&ns);
+    }
+
+    /// Runs `f` on a new thread that has joined the namespace (threads have their own network
+    /// namespace; the rest of the process stays where it is).
+    pub fn spawn_inside<F: FnOnce() + Send + 'static>(&self, f: F) -> std::thread::JoinHandle<()> {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            use std::os::fd::AsRawFd as _;
+            let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            // SAFETY: setns on a valid namespace fd; affects only this thread.
+            let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f();
+        })
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.host_dev])
+            .output();
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
 }
