@@ -11,7 +11,7 @@ use std::{
 };
 
 use aya::{
-    maps::{HashMap, MapData, RingBuf},
+    maps::{HashMap, MapData},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
@@ -21,7 +21,7 @@ use probe_common::cuda::{self as cu, CudaEvent, Launches, api};
 
 use super::{
     Global, ProbeError, Probes,
-    reader::{self, Reader},
+    reader::Reader,
     tracefs::Format,
 };
 
@@ -184,14 +184,7 @@ impl Probes {
         &mut self,
         capacity: usize,
     ) -> Result<Option<Reader<CudaEvent>>, ProbeError> {
-        let Some(map) = self.take_map(cu::MAP_EVENTS) else {
-            return Ok(None);
-        };
-        let ring =
-            RingBuf::try_from(map).map_err(|e| ProbeError::ebpf("opening CUDA events", e))?;
-        let reader = reader::spawn(ring, capacity)
-            .map_err(|e| ProbeError::ebpf("polling CUDA events", e))?;
-        Ok(Some(reader))
+        self.events(cu::MAP_EVENTS, capacity)
     }
 
     /// Cumulative launch counts per tgid.

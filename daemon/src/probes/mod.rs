@@ -257,6 +257,22 @@ impl Probes {
         self.ebpf.take_map(name)
     }
 
+    /// Starts the reader task of ring buffer `name` (once; `None` afterwards).
+    pub(crate) fn events<T: Copy + Send + 'static>(
+        &mut self,
+        name: &str,
+        capacity: usize,
+    ) -> Result<Option<reader::Reader<T>>, ProbeError> {
+        let Some(map) = self.take_map(name) else {
+            return Ok(None);
+        };
+        let ring = aya::maps::RingBuf::try_from(map)
+            .map_err(|e| ProbeError::ebpf(format!("opening {name}"), e))?;
+        let reader = reader::spawn(ring, capacity)
+            .map_err(|e| ProbeError::ebpf(format!("polling {name}"), e))?;
+        Ok(Some(reader))
+    }
+
     /// Sums per-CPU counter `index` of map `name`.
     pub(crate) fn per_cpu_sum(&self, name: &str, index: u32) -> Result<u64, ProbeError> {
         let err = |e| ProbeError::ebpf(format!("reading {name}"), e);

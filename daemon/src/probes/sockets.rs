@@ -7,12 +7,12 @@ use std::{
     path::Path,
 };
 
-use aya::maps::{HashMap, MapData, RingBuf};
+use aya::maps::{HashMap, MapData};
 use probe_common::sockets::{self as so, Conn, SockEvent, Tuple, globals};
 
 use super::{
     Global, ProbeError, Probes,
-    reader::{self, Reader},
+    reader::Reader,
     tracefs::Format,
 };
 
@@ -117,14 +117,7 @@ impl Probes {
         &mut self,
         capacity: usize,
     ) -> Result<Option<Reader<SockEvent>>, ProbeError> {
-        let Some(map) = self.take_map(so::MAP_EVENTS) else {
-            return Ok(None);
-        };
-        let ring =
-            RingBuf::try_from(map).map_err(|e| ProbeError::ebpf("opening socket events", e))?;
-        let reader = reader::spawn(ring, capacity)
-            .map_err(|e| ProbeError::ebpf("polling socket events", e))?;
-        Ok(Some(reader))
+        self.events(so::MAP_EVENTS, capacity)
     }
 
     /// Live tracked connections: kernel socket address -> state.
