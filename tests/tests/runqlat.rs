@@ -99,13 +99,14 @@ fn sleeper_delay_grows_under_cpu_contention() {
     );
     assert!(idle.count() > 200, "too few idle samples: {}", idle.count());
     assert!(busy.count() > 50, "too few busy samples: {}", busy.count());
-    // On 6.x (EEVDF) a waking sleeper usually preempts a busy task at once, so the median
-    // barely moves; the contention shows in the mean and the tail, which grow by orders of
-    // magnitude. The hogs run at nice -10 so that they, not whatever else the machine runs,
-    // dominate the CPUs.
-    let (idle90, busy90) = (
-        idle.quantile_us(0.9).unwrap(),
-        busy.quantile_us(0.9).unwrap(),
+    // On 6.x (EEVDF) a waking sleeper usually preempts a busy task at once, so the median and
+    // even the p90 barely move (seen: p90 30 us idle vs 15 us busy); the contention shows in the
+    // mean and the tail, which grow by one to two orders of magnitude (mean 23 -> 401 us, p99
+    // 62 us -> 10 ms). The hogs run at nice -10 so that they, not whatever else the machine
+    // runs, dominate the CPUs.
+    let (idle99, busy99) = (
+        idle.quantile_us(0.99).unwrap(),
+        busy.quantile_us(0.99).unwrap(),
     );
     assert!(
         busy.mean_us() >= 5.0 * idle.mean_us(),
@@ -114,8 +115,8 @@ fn sleeper_delay_grows_under_cpu_contention() {
         busy.mean_us()
     );
     assert!(
-        busy90 >= 5.0 * idle90,
-        "p90: idle {idle90:.1}us vs busy {busy90:.1}us"
+        busy99 >= 5.0 * idle99,
+        "p99: idle {idle99:.1}us vs busy {busy99:.1}us"
     );
     let drops = probe.runq_drops().unwrap();
     assert_eq!(drops.start_full + drops.hist_full, 0, "{drops:?}");
