@@ -62,7 +62,8 @@ fn main() -> ExitCode {
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {
-    let mut cmd = run::cargo(&["test", "--workspace", "--exclude", "probe-ebpf"]);
+    // --no-fail-fast: one CI run reports every failing test binary, not just the first.
+    let mut cmd = run::cargo(&["test", "--workspace", "--exclude", "probe-ebpf", "--no-fail-fast"]);
     if !args.is_empty() {
         cmd.arg("--").args(args);
     }
