@@ -60,21 +60,31 @@ fn pid_tgid() -> u64 {
 /// `(out_ptr, size, ...)`: cuMemAlloc_v2, cuMemAllocAsync(_ptsz), cuMemCreate.
 #[uprobe]
 pub fn cuda_alloc(ctx: ProbeContext) -> u32 {
-    let (tgid, _) = current();
-    if !watched(tgid) {
-        return 0;
+    let (out_ptr, size) = (
+        ctx.arg::<u64>(0).unwrap_or(0),
+        ctx.arg::<u64>(1).unwrap_or(0),
+    );
+    park(cookie(&ctx), out_ptr, size);
+    0
+}
+
+/// Remembers a watched thread's call until its return probe: pending calls are keyed by
+/// thread, since a process has many threads inside the driver at once.
+#[inline(always)]
+fn park(api: u32, out_ptr: u64, size: u64) {
+    if !watched(current().0) {
+        return;
     }
     let pending = Pending {
         ts_ns: unsafe { bpf_ktime_get_ns() },
-        out_ptr: ctx.arg::<u64>(0).unwrap_or(0),
-        size: ctx.arg::<u64>(1).unwrap_or(0),
-        api: cookie(&ctx),
+        out_ptr,
+        size,
+        api,
         pad: 0,
     };
     if CUDA_PENDING.insert(&pid_tgid(), &pending, 0).is_err() {
         count_drop(&CUDA_DROPS, DROP_PENDING_FULL);
     }
-    0
 }
 
 #[uretprobe]
@@ -163,20 +173,7 @@ pub fn cuda_launch(ctx: ProbeContext) -> u32 {
 /// cuStreamSynchronize(_ptsz), cuCtxSynchronize: entry.
 #[uprobe]
 pub fn cuda_sync(ctx: ProbeContext) -> u32 {
-    let (tgid, _) = current();
-    if !watched(tgid) {
-        return 0;
-    }
-    let pending = Pending {
-        ts_ns: unsafe { bpf_ktime_get_ns() },
-        out_ptr: 0,
-        size: 0,
-        api: cookie(&ctx),
-        pad: 0,
-    };
-    if CUDA_PENDING.insert(&pid_tgid(), &pending, 0).is_err() {
-        count_drop(&CUDA_DROPS, DROP_PENDING_FULL);
-    }
+    park(cookie(&ctx), 0, 0);
     0
 }
 
