@@ -44,7 +44,7 @@ pub struct ExplainArgs {
 
 impl ExplainArgs {
     /// The server's processes: given pids, the cgroup's, and the listeners on the target port.
-    fn servers(&self, target: &str) -> anyhow::Result<Vec<u32>> {
+    fn servers(&self, scenario: &Scenario) -> anyhow::Result<Vec<u32>> {
         let mut pids = self.pids.clone();
         if let Some(cg) = &self.cgroup {
             let dir = if cg.is_absolute() {
@@ -61,23 +61,13 @@ impl ExplainArgs {
             pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
         }
         if pids.is_empty()
-            && let Some(port) = target_port(target)
+            && let Some(port) = scenario.target_port()
         {
             pids = discover::pids_listening_on(port);
         }
         pids.sort_unstable();
         pids.dedup();
         Ok(pids)
-    }
-}
-
-/// Port of a `http://host:port/...` URL (80 when absent).
-fn target_port(target: &str) -> Option<u16> {
-    let rest = target.strip_prefix("http://")?;
-    let authority = rest.split('/').next()?;
-    match authority.rsplit_once(':') {
-        Some((_, p)) => p.parse().ok(),
-        None => Some(80),
     }
 }
 
@@ -89,7 +79,7 @@ pub async fn run(
     cancel: CancellationToken,
     args: &ExplainArgs,
 ) -> anyhow::Result<(loadgen::Report, Report)> {
-    let servers = args.servers(&scenario.target)?;
+    let servers = args.servers(&scenario)?;
     let metrics_url = args
         .metrics_url
         .clone()
@@ -163,17 +153,4 @@ pub async fn run(
         html.display()
     );
     Ok((lg, explained))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::target_port;
-
-    #[test]
-    fn ports_of_targets() {
-        assert_eq!(target_port("http://127.0.0.1:8000"), Some(8000));
-        assert_eq!(target_port("http://localhost:9/v1"), Some(9));
-        assert_eq!(target_port("http://vllm/"), Some(80));
-        assert_eq!(target_port("ftp://x"), None);
-    }
 }

@@ -97,6 +97,17 @@ impl Scenario {
         uri.host()
             .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
     }
+
+    /// Port of the target (80 when an `http://` URL names none); `None` for other schemes or
+    /// an unparseable URL.
+    #[must_use]
+    pub fn target_port(&self) -> Option<u16> {
+        let uri: hyper::Uri = self.target.parse().ok()?;
+        match (uri.scheme_str(), uri.port_u16()) {
+            (Some("http"), port) => Some(port.unwrap_or(80)),
+            _ => None,
+        }
+    }
 }
 
 /// Checks one phase and reads its trace file.
@@ -326,4 +337,27 @@ pub(crate) fn de_slos<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Slo>, D::Er
         .iter()
         .map(|s| Slo::parse(s).map_err(D::Error::custom))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_target(target: &str) -> Scenario {
+        let src = format!(
+            "target: {target}\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 1}}\n"
+        );
+        Scenario::from_yaml(&src, "t.yaml", Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn target_port_of_urls() {
+        assert_eq!(
+            with_target("http://127.0.0.1:8000").target_port(),
+            Some(8000)
+        );
+        assert_eq!(with_target("http://localhost:9/v1").target_port(), Some(9));
+        assert_eq!(with_target("http://vllm/").target_port(), Some(80));
+        assert_eq!(with_target("https://vllm:8443").target_port(), None);
+    }
 }
