@@ -144,7 +144,7 @@ pub async fn run(
     let started_unix_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let started_monotonic_ns = monotonic_ns();
+    let started_monotonic_ns = crate::probes::clock::monotonic_ns();
     let shared = Arc::new(Shared {
         client: build_client(scenario.timeout),
         target,
@@ -427,14 +427,4 @@ async fn event(
         end_us: us_since(shared.t0),
         outcome,
     }));
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
