@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::table;
+use super::{procs, table};
 use crate::run;
 
 const DAEMON_ADDR: &str = "127.0.0.1:19465";
@@ -140,25 +140,14 @@ fn overhead() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    // After the comm: state is field 3; utime and stime are fields 14 and 15.
-    Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
-}
-
 fn idle_cost() -> anyhow::Result<()> {
     println!("\n== daemon cost at idle and losses under load");
     let d = start_daemon()?;
     std::thread::sleep(Duration::from_secs(1));
-    let t0 = proc_cpu_ticks(d.id())?;
+    let t0 = procs::cpu_seconds(d.id())?;
     std::thread::sleep(Duration::from_secs(10));
-    let cpu = (proc_cpu_ticks(d.id())? - t0) as f64 / 100.0 / 10.0 * 100.0;
+    // Share of one core over the 10 s, in percent.
+    let cpu = (procs::cpu_seconds(d.id())? - t0) / 10.0 * 100.0;
     let status = std::fs::read_to_string(format!("/proc/{}/status", d.id()))?;
     let rss_kib: u64 = status
         .lines()
