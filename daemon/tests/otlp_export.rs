@@ -78,6 +78,7 @@ fn window(i: u64) -> Window {
             exchanges: 12,
             server_ttfb_p50_ms: Some(5.0),
             server_first_token_p50_ms: Some(90.0),
+            transit_p50_ms: Some(0.2),
         }),
         gpu: Some(GpuSignals {
             allocs: 4,

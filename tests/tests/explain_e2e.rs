@@ -33,25 +33,33 @@ struct Load {
     peak_rps: f64,
     input_tokens: u32,
     output_tokens: u32,
+    /// Prompt size of the peak phase, when it differs from `input_tokens`.
+    peak_input_tokens: Option<u32>,
 }
 
 fn scenario(name: &str, target: &str, l: &Load) -> String {
-    let phase = |phase: &str, secs: u64, rate: f64| {
+    let phase = |phase: &str, secs: u64, rate: f64, dataset: &str| {
         format!(
-            "  - name: {phase}\n    duration: {secs}s\n    load: {{shape: constant, rate: {rate}}}\n    request: {{endpoint: chat, model: inferscope-sim, dataset: chat, stream: true}}\n"
+            "  - name: {phase}\n    duration: {secs}s\n    load: {{shape: constant, rate: {rate}}}\n    request: {{endpoint: chat, model: inferscope-sim, dataset: {dataset}, stream: true}}\n"
+        )
+    };
+    let dataset = |dataset: &str, input: u32| {
+        format!(
+            "  {dataset}:\n    synthetic:\n      input_tokens: {{mean: {input}, stddev: {}}}\n      output_tokens: {{mean: {}, stddev: {}}}\n      count: 500\n",
+            input / 8,
+            l.output_tokens,
+            l.output_tokens / 8,
         )
     };
     format!(
-        "name: e2e-{name}\ntarget: {target}\ntimeout: 30s\ngrace: 2s\nseed: 7\ndatasets:\n  chat:\n    synthetic:\n      input_tokens: {{mean: {}, stddev: {}}}\n      output_tokens: {{mean: {}, stddev: {}}}\n      count: 500\nphases:\n{}{}{}",
-        l.input_tokens,
-        l.input_tokens / 8,
-        l.output_tokens,
-        l.output_tokens / 8,
-        phase("baseline", BASELINE.as_secs(), l.baseline_rps),
-        phase("peak", PEAK.as_secs(), l.peak_rps),
+        "name: e2e-{name}\ntarget: {target}\ntimeout: 30s\ngrace: 2s\nseed: 7\ndatasets:\n{}{}phases:\n{}{}{}",
+        dataset("chat", l.input_tokens),
+        dataset("peak", l.peak_input_tokens.unwrap_or(l.input_tokens)),
+        phase("baseline", BASELINE.as_secs(), l.baseline_rps, "chat"),
+        phase("peak", PEAK.as_secs(), l.peak_rps, "peak"),
         // Requests queued at the peak drain here, with the generator still sending (windows
         // where it sends nothing have no send lag to judge it by).
-        phase("cooldown", COOLDOWN.as_secs(), l.baseline_rps),
+        phase("cooldown", COOLDOWN.as_secs(), l.baseline_rps, "chat"),
     )
 }
 
@@ -215,7 +223,6 @@ fn run(name: &str, profile: &str, sim_flags: &[&str], load: &Load) -> Value {
 }
 
 #[test]
-#[ignore = "not green yet: on the busy 2-CPU builder the peak came out cpu_runqueue 60% / queue 30% / kv_cache 10% (2 runs); rules need calibration against the sim"]
 fn kv_pressure_is_kv_cache() {
     if !root_or_skip("kv_pressure_is_kv_cache") {
         return;
@@ -223,8 +230,9 @@ fn kv_pressure_is_kv_cache() {
     let _one = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // 64 blocks of 16 tokens: a request of 384 + 128 tokens takes 32 of them, so at low load
-    // the cache has room and at the peak it fills and running sequences are preempted.
+    // 64 blocks of 16 tokens: a request of 128 + 384 tokens grows from 8 blocks at admission
+    // (vLLM admits on the prompt's blocks) to 32, so at low load the cache has room and at
+    // the peak it admits more than fit once they decode: running sequences get preempted.
     let report = run(
         "kv",
         "kv-pressure",
@@ -232,8 +240,9 @@ fn kv_pressure_is_kv_cache() {
         &Load {
             baseline_rps: 1.0,
             peak_rps: 8.0,
-            input_tokens: 384,
-            output_tokens: 128,
+            input_tokens: 128,
+            output_tokens: 384,
+            peak_input_tokens: None,
         },
     );
     assert_peak(&report, "kv_cache", &[], &["kv_usage", "preemptions_per_s"]);
@@ -257,6 +266,7 @@ fn queue_bound_is_queue() {
             peak_rps: 12.0,
             input_tokens: 128,
             output_tokens: 256,
+            peak_input_tokens: None,
         },
     );
     assert_peak(
@@ -284,6 +294,7 @@ fn healthy_at_low_load_is_none() {
             peak_rps: 4.0,
             input_tokens: 128,
             output_tokens: 32,
+            peak_input_tokens: None,
         },
     );
     let p = assert_peak(&report, "none", &[], &[]);
@@ -319,7 +330,6 @@ fn run_with_peak_hogs(name: &str, load: &Load, hogs: usize, hog_cpu: usize) -> V
 }
 
 #[test]
-#[ignore = "not green yet: cpu_runqueue got 60% of peak windows, but loadgen (30%) leads the phase because the generator lagged on the busy builder (2 runs)"]
 fn cpu_hogs_on_the_engine_cpu_are_cpu_runqueue() {
     if !root_or_skip("cpu_hogs_on_the_engine_cpu_are_cpu_runqueue") {
         return;
@@ -334,6 +344,7 @@ fn cpu_hogs_on_the_engine_cpu_are_cpu_runqueue() {
             peak_rps: 8.0,
             input_tokens: 128,
             output_tokens: 32,
+            peak_input_tokens: None,
         },
         2,
         SIM_CPU,
@@ -361,6 +372,7 @@ fn starved_load_generator_is_loadgen_and_untrustworthy() {
             peak_rps: 20.0,
             input_tokens: 128,
             output_tokens: 32,
+            peak_input_tokens: None,
         },
         2,
         LOADGEN_CPU,
@@ -380,7 +392,6 @@ fn starved_load_generator_is_loadgen_and_untrustworthy() {
 }
 
 #[test]
-#[ignore = "not green yet: gpu_memory never won a peak window (runner-up 0.875 behind cpu_runqueue/loadgen on the busy builder; 2 runs)"]
 fn gpu_memory_profile_is_gpu_memory() {
     if !root_or_skip("gpu_memory_profile_is_gpu_memory") {
         return;
@@ -388,8 +399,9 @@ fn gpu_memory_profile_is_gpu_memory() {
     let _one = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // Device memory leaves workspace for a 512-token step: one 256-token prefill at a time
-    // fits, a batch of them hits out-of-memory.
+    // Device memory leaves workspace for a 512-token step: the baseline's 128-token prompts
+    // fit, the peak's ~640-token prefills do not (out-of-memory, as a long prompt's
+    // activations can be on a real GPU sized for its KV cache).
     let report = run(
         "gpu",
         "gpu-memory",
@@ -397,8 +409,9 @@ fn gpu_memory_profile_is_gpu_memory() {
         &Load {
             baseline_rps: 1.0,
             peak_rps: 30.0,
-            input_tokens: 256,
+            input_tokens: 128,
             output_tokens: 32,
+            peak_input_tokens: Some(640),
         },
     );
     assert_peak(
@@ -410,7 +423,6 @@ fn gpu_memory_profile_is_gpu_memory() {
 }
 
 #[test]
-#[ignore = "not run yet (written, never executed): netns + veth + tbf 2mbit + bulk flow"]
 fn congested_link_is_network() {
     if !root_or_skip("congested_link_is_network") {
         return;
@@ -431,6 +443,7 @@ fn congested_link_is_network() {
         peak_rps: 4.0,
         input_tokens: 128,
         output_tokens: 32,
+        peak_input_tokens: None,
     };
     let pid = sim.pid().to_string();
     // The sim is in another network namespace: name its pid (the port is not ours to see).

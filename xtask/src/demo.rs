@@ -28,22 +28,32 @@ impl Drop for Sim {
 }
 
 pub fn run() -> anyhow::Result<()> {
-    run::status(&mut run::cargo(&["build", "--release", "--package", "inferscope"]))?;
+    run::status(&mut run::cargo(&[
+        "build",
+        "--release",
+        "--package",
+        "inferscope",
+    ]))?;
     let bin = run::root().join("target/release/inferscope");
     if TcpStream::connect(SIM_ADDR).is_ok() {
-        bail!("{SIM_ADDR} is already in use: stop whatever listens there (the demo's sim needs it)");
+        bail!(
+            "{SIM_ADDR} is already in use: stop whatever listens there (the demo's sim needs it)"
+        );
     }
     if !run::is_root() {
-        println!("demo: not root: the load runs and is explained from the server's metrics only; run `sudo cargo xtask demo` for the kernel evidence");
+        println!(
+            "demo: not root: the load runs and is explained from the server's metrics only; run `sudo cargo xtask demo` for the kernel evidence"
+        );
     }
-    println!("demo: starting inferscope sim {} on {SIM_ADDR}", SIM_ARGS.join(" "));
-    let _sim = Sim(
-        Command::new(&bin)
-            .args(["sim", "--listen", SIM_ADDR])
-            .args(SIM_ARGS)
-            .spawn()
-            .context("starting inferscope sim")?,
+    println!(
+        "demo: starting inferscope sim {} on {SIM_ADDR}",
+        SIM_ARGS.join(" ")
     );
+    let _sim = Sim(Command::new(&bin)
+        .args(["sim", "--listen", SIM_ADDR])
+        .args(SIM_ARGS)
+        .spawn()
+        .context("starting inferscope sim")?);
     for _ in 0..100 {
         if TcpStream::connect(SIM_ADDR).is_ok() {
             break;
@@ -52,7 +62,10 @@ pub fn run() -> anyhow::Result<()> {
     }
     let out = run::root().join("target/demo");
     let scenario = run::root().join("examples/seed-matrix.yaml");
-    println!("demo: running {} with --explain (about 2 minutes)", scenario.display());
+    println!(
+        "demo: running {} with --explain (about 2 minutes)",
+        scenario.display()
+    );
     let status = Command::new(&bin)
         .arg("stress")
         .arg(&scenario)

@@ -63,7 +63,13 @@ fn main() -> ExitCode {
 
 fn test(args: &[String]) -> anyhow::Result<()> {
     // --no-fail-fast: one CI run reports every failing test binary, not just the first.
-    let mut cmd = run::cargo(&["test", "--workspace", "--exclude", "probe-ebpf", "--no-fail-fast"]);
+    let mut cmd = run::cargo(&[
+        "test",
+        "--workspace",
+        "--exclude",
+        "probe-ebpf",
+        "--no-fail-fast",
+    ]);
     if !args.is_empty() {
         cmd.arg("--").args(args);
     }

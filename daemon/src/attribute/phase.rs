@@ -217,7 +217,10 @@ fn summarise_one(
     let runners_up = representative
         .map(|v| v.verdict.runners_up.clone())
         .unwrap_or_default();
-    let missing = group_missing(idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()));
+    let missing = group_missing(
+        idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()),
+        n,
+    );
     let is_baseline = idx.iter().all(|i| base.windows.contains(i));
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
     let phase_windows: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
@@ -246,20 +249,37 @@ fn summarise_one(
     }
 }
 
-/// Groups `signal: reason` lines by reason: `reason: signal, signal`.
-fn group_missing<'a>(lines: impl Iterator<Item = &'a String>) -> Vec<String> {
-    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+/// Groups the `signal: reason` lines of a phase's `windows` windows by reason and by how many
+/// windows lacked the signal: `reason: signal, signal`, with `(in k of n windows)` when not all.
+fn group_missing<'a>(lines: impl Iterator<Item = &'a String>, windows: usize) -> Vec<String> {
+    let mut counts: Vec<(&str, &str, usize)> = Vec::new();
     for line in lines {
         let (signal, reason) = line.split_once(": ").unwrap_or(("", line.as_str()));
-        match groups.iter_mut().find(|(r, _)| *r == reason) {
-            Some((_, signals)) if !signals.contains(&signal) => signals.push(signal),
-            Some(_) => {}
-            None => groups.push((reason, vec![signal])),
+        match counts
+            .iter_mut()
+            .find(|(r, s, _)| *r == reason && *s == signal)
+        {
+            Some((_, _, k)) => *k += 1,
+            None => counts.push((reason, signal, 1)),
+        }
+    }
+    let mut groups: Vec<(&str, usize, Vec<&str>)> = Vec::new();
+    for (reason, signal, k) in counts {
+        match groups.iter_mut().find(|(r, c, _)| *r == reason && *c == k) {
+            Some((_, _, signals)) => signals.push(signal),
+            None => groups.push((reason, k, vec![signal])),
         }
     }
     groups
         .into_iter()
-        .map(|(reason, signals)| format!("{reason}: {}", signals.join(", ")))
+        .map(|(reason, k, signals)| {
+            let some = if k < windows {
+                format!(" (in {k} of {windows} windows)")
+            } else {
+                String::new()
+            };
+            format!("{reason}: {}{some}", signals.join(", "))
+        })
         .collect()
 }
 
@@ -386,4 +406,29 @@ fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<TtftD
         unexplained_ms: increase_ms - explained,
         missing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_missing;
+
+    #[test]
+    fn missing_signals_are_grouped_by_reason_and_window_count() {
+        let lines: Vec<String> = [
+            "kv_usage: no server metrics",
+            "waiting: no server metrics",
+            "runq_p99_us: no run-queue data",
+            "kv_usage: no server metrics",
+            "waiting: no server metrics",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        assert_eq!(
+            group_missing(lines.iter(), 2),
+            [
+                "no server metrics: kv_usage, waiting",
+                "no run-queue data: runq_p99_us (in 1 of 2 windows)",
+            ]
+        );
+    }
 }

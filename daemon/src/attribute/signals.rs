@@ -67,7 +67,8 @@ pub enum Signal {
     Retransmits,
     /// Server-side first token (kernel: request in -> second write) p50, ms.
     KernelFirstTokenP50Ms,
-    /// Client TTFT p50 - send lag p50 - server-side first token p50 (kernel), ms.
+    /// Client-seen TTFT minus the server's own first-token time, per request joined with the
+    /// kernel's exchange by connection (request transit + first token transit), p50, ms.
     ClientServerGapMs,
     /// Server-side first token (kernel) - the engine's own TTFT (server metric), p50, ms: time
     /// in the API server's frontend (HTTP, tokenisation, detokenisation), CPU-bound.
@@ -224,11 +225,7 @@ impl Signal {
             S::SrttMeanUs => net?.srtt_mean_us,
             S::Retransmits => net.map(|n| n.retrans as f64),
             S::KernelFirstTokenP50Ms => net?.server_first_token_p50_ms,
-            S::ClientServerGapMs => {
-                let ttft = S::TtftP50Ms.raw(w, index)?;
-                let lag = S::SendLagP50Ms.raw(w, index).unwrap_or(0.0);
-                Some(ttft - lag - net?.server_first_token_p50_ms?)
-            }
+            S::ClientServerGapMs => net?.transit_p50_ms,
             S::FrontendMs => Some(net?.server_first_token_p50_ms? - server?.ttft_p50_ms?),
             S::GpuOom => gpu.map(|g| g.oom as f64),
             S::GpuAllocsAfterWarmup => gpu.map(|g| {

@@ -113,7 +113,7 @@ pub async fn run(
     let lg = result.context("the load generator task failed")??;
 
     let mut timeline = session.timeline.clone();
-    load::fold_records(&mut timeline, &lg);
+    load::fold_records(&mut timeline, &lg, &exchanges);
     let start_ms = lg.started_unix_ns / 1_000_000;
     let end_ms = start_ms + (lg.elapsed_s * 1000.0) as u64;
     let meta = RunMeta::new(&lg.scenario, &lg.target, start_ms, end_ms, timeline.len_ms);

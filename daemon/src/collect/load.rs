@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use super::{
-    stats::quantiles,
+    join::Exchanges,
+    kernel::Exchange,
+    stats::{quantile, quantiles},
     timeline::{LoadSignals, Timeline},
 };
 use crate::loadgen::{Report, RequestRecord};
@@ -23,12 +25,15 @@ struct Acc {
     e2e: Vec<f64>,
     lag: Vec<f64>,
     tokens: u64,
+    transit: Vec<f64>,
     phases: BTreeMap<u32, u64>,
 }
 
 /// Fills `load` of the windows the run's requests started in, and every window's `phase`;
 /// windows before the first request are dropped (the collectors started a little earlier).
-pub fn fold_records(timeline: &mut Timeline, report: &Report) {
+/// Requests joined with the server's `exchanges` give their windows' network transit.
+pub fn fold_records(timeline: &mut Timeline, report: &Report, exchanges: &[Exchange]) {
+    let joins = Exchanges::new(exchanges, report);
     if let Some(first) = report
         .records
         .iter()
@@ -46,6 +51,9 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report) {
         timeline.at(at);
         let a = accs.entry(i).or_default();
         add(a, r);
+        if let Some(t) = joins.find(r).and_then(|j| j.transit_ms()) {
+            a.transit.push(t);
+        }
     }
     // In-flight: +1 at the actual start, -1 at the end, swept in time order.
     let mut edges: Vec<(u64, i64)> = report
@@ -107,6 +115,10 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report) {
             send_lag_ms: quantiles(&mut a.lag),
             output_tokens_per_s: a.tokens as f64 / len_s,
         });
+        if let Some(net) = w.net.as_mut() {
+            a.transit.sort_by(f64::total_cmp);
+            net.transit_p50_ms = quantile(&a.transit, 0.5);
+        }
     }
 }
 
@@ -146,7 +158,9 @@ mod tests {
     fn record(id: u64, phase: u32, intended_ms: u64, ttft_ms: u64, tokens: u32) -> RequestRecord {
         let mut r = RequestRecord::new(id, phase, Endpoint::Chat, intended_ms * 1000);
         r.actual_us = r.intended_us + 500;
-        r.token_us = (0..u64::from(tokens)).map(|i| r.intended_us + (ttft_ms + i * 10) * 1000).collect();
+        r.token_us = (0..u64::from(tokens))
+            .map(|i| r.intended_us + (ttft_ms + i * 10) * 1000)
+            .collect();
         r.end_us = *r.token_us.last().unwrap();
         r.output_tokens = Some(tokens);
         r
@@ -161,15 +175,23 @@ mod tests {
         }))
         .unwrap();
         report.phases = vec![phase("baseline", 2.0), phase("peak", 4.0)];
-        report.records = vec![record(0, 0, 100, 50, 3), record(1, 0, 600, 70, 3), record(2, 1, 1200, 300, 2), record(3, 1, 1400, 500, 2)];
+        report.records = vec![
+            record(0, 0, 100, 50, 3),
+            record(1, 0, 600, 70, 3),
+            record(2, 1, 1200, 300, 2),
+            record(3, 1, 1400, 500, 2),
+        ];
         // The collectors started 2 s before the first request: those windows are dropped.
         let mut t = Timeline::new(8_000, 1000);
         t.at(8_500);
-        fold_records(&mut t, &report);
+        fold_records(&mut t, &report, &[]);
         let starts: Vec<u64> = t.windows.iter().map(|w| w.start_unix_ms).collect();
         assert_eq!(starts[0], 10_000, "{starts:?} origin {}", t.origin_unix_ms);
         let (w0, w1) = (&t.windows[0], &t.windows[1]);
-        assert_eq!((w0.phase.as_deref(), w1.phase.as_deref()), (Some("baseline"), Some("peak")));
+        assert_eq!(
+            (w0.phase.as_deref(), w1.phase.as_deref()),
+            (Some("baseline"), Some("peak"))
+        );
         let l0 = w0.load.as_ref().unwrap();
         assert_eq!((l0.requests, l0.target_rps), (2, Some(2.0)));
         assert!((l0.ttft_ms.unwrap().p50 - 60.0).abs() < 1e-9);

@@ -2,6 +2,7 @@
 
 pub mod cuda;
 pub mod discover;
+pub mod join;
 pub mod kernel;
 pub mod load;
 pub mod procfs;

@@ -108,6 +108,10 @@ pub struct NetSignals {
     pub server_ttfb_p50_ms: Option<f64>,
     /// Server-side first token (request in -> second write) p50, ms.
     pub server_first_token_p50_ms: Option<f64>,
+    /// Network transit before the first token of the window's requests (joined with the
+    /// exchanges by connection: sent -> server read plus server wrote -> client read) p50, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transit_p50_ms: Option<f64>,
 }
 
 /// GPU signals: driver API calls (uprobes) and NVML.

@@ -19,11 +19,7 @@ use aya::{
 };
 use probe_common::cuda::{self as cu, CudaEvent, Launches, api};
 
-use super::{
-    Global, ProbeError, Probes,
-    reader::Reader,
-    tracefs::Format,
-};
+use super::{Global, ProbeError, Probes, reader::Reader, tracefs::Format};
 
 /// `(symbol, program, api id)`: every driver entry point inferscope hooks.
 pub const SYMBOLS: [(&str, &str, u32); 21] = [

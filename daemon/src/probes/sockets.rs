@@ -10,11 +10,7 @@ use std::{
 use aya::maps::{HashMap, MapData};
 use probe_common::sockets::{self as so, Conn, SockEvent, Tuple, globals};
 
-use super::{
-    Global, ProbeError, Probes,
-    reader::Reader,
-    tracefs::Format,
-};
+use super::{Global, ProbeError, Probes, reader::Reader, tracefs::Format};
 
 /// Counters of what the socket programs could not record; they only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

@@ -1,12 +1,10 @@
 //! Per-request waterfalls: where one sampled request's time went, from the client's intended
 //! start to its last token, joined with kernel timings of the server side.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    collect::{kernel::Exchange, timeline::Timeline},
+    collect::{join::Exchanges, kernel::Exchange, timeline::Timeline},
     loadgen::Report,
 };
 
@@ -90,10 +88,6 @@ impl Waterfall {
     }
 }
 
-// Joining a load-generator record with the server-side exchange the kernel saw on the same
-// connection (client address = the exchange's remote end, request in within the client's
-// send..end).
-
 /// Most waterfalls kept in a report (evenly sampled over the run).
 pub const SAMPLES: usize = 200;
 
@@ -102,14 +96,8 @@ pub const SAMPLES: usize = 200;
 /// per window), so they are estimates; the kernel timestamps of the exchange are exact.
 #[must_use]
 pub fn build(report: &Report, exchanges: &[Exchange], timeline: &Timeline) -> Vec<Waterfall> {
-    let start_ns = report.started_monotonic_ns;
     let start_unix_ms = report.started_unix_ns as f64 / 1e6;
-    let mut by_client: HashMap<std::net::SocketAddr, Vec<&Exchange>> = HashMap::new();
-    for ex in exchanges {
-        if let Some(c) = ex.client {
-            by_client.entry(c).or_default().push(ex);
-        }
-    }
+    let joins = Exchanges::new(exchanges, report);
     let step = (report.records.len() / SAMPLES).max(1);
     report
         .records
@@ -117,13 +105,9 @@ pub fn build(report: &Report, exchanges: &[Exchange], timeline: &Timeline) -> Ve
         .step_by(step)
         .take(SAMPLES)
         .map(|r| {
-            let intended_ns = start_ns + r.intended_us * 1000;
-            let (sent_ns, end_ns) = (start_ns + r.actual_us * 1000, start_ns + r.end_us * 1000);
-            // The client's port may be reused by later connections: match on time too.
-            let ex = r.local_addr.and_then(|a| by_client.get(&a)).and_then(|v| {
-                v.iter()
-                    .find(|e| e.req_in_ns + 1_000_000 >= sent_ns && e.req_in_ns <= end_ns)
-            });
+            let intended_ns = joins.ns(r.intended_us);
+            let joined = joins.find(r);
+            let ex = joined.map(|j| j.exchange);
             let rel = |ns: u64| (ns as f64 - intended_ns as f64) / 1e6;
             let rel_us = |us: u64| (us as f64 - r.intended_us as f64) / 1000.0;
             let intended_unix = start_unix_ms + r.intended_us as f64 / 1000.0;
@@ -139,8 +123,7 @@ pub fn build(report: &Report, exchanges: &[Exchange], timeline: &Timeline) -> Ve
                 sent_ms: rel_us(r.actual_us),
                 server_received_ms: ex.map(|e| rel(e.req_in_ns)),
                 server_first_byte_ms: ex.map(|e| rel(e.first_out_ns)),
-                server_first_token_ms: ex
-                    .and_then(|e| (e.second_out_ns != 0).then(|| rel(e.second_out_ns))),
+                server_first_token_ms: joined.map(|j| rel(j.server_first_token_ns())),
                 client_first_token_ms: r.token_us.first().map(|&t| rel_us(t)),
                 token_ms: r.token_us.iter().skip(1).map(|&t| rel_us(t)).collect(),
                 end_ms: rel_us(r.end_us),

@@ -1,0 +1,168 @@
+//! Joins the load generator's per-request records with the server-side exchanges the kernel saw
+//! on the same connection: the client's local address is the exchange's remote end, and the
+//! server read the request between the client's send and end (a client port may be reused by a
+//! later connection, so the time decides).
+//!
+//! Both sides use `CLOCK_MONOTONIC` (`probes::clock`), so a joined pair gives exact one-way
+//! times: the request's transit (client sent -> server read) and the first token's
+//! (server wrote -> client read).
+
+use std::{collections::HashMap, net::SocketAddr};
+
+use super::kernel::Exchange;
+use crate::loadgen::{Report, RequestRecord};
+
+/// Exchanges indexed by client address.
+pub struct Exchanges<'a> {
+    by_client: HashMap<SocketAddr, Vec<&'a Exchange>>,
+    /// The run's start on the monotonic clock: record times are µs after it.
+    start_ns: u64,
+}
+
+/// A record joined with its exchange, in kernel monotonic ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Joined<'a> {
+    /// The server side.
+    pub exchange: &'a Exchange,
+    /// Client sent the request.
+    pub sent_ns: u64,
+    /// Client read the first token, when one came.
+    pub client_first_token_ns: Option<u64>,
+}
+
+impl<'a> Exchanges<'a> {
+    /// Indexes `exchanges` for joins with `report`'s records.
+    #[must_use]
+    pub fn new(exchanges: &'a [Exchange], report: &Report) -> Self {
+        let mut by_client: HashMap<SocketAddr, Vec<&Exchange>> = HashMap::new();
+        for ex in exchanges {
+            if let Some(c) = ex.client {
+                by_client.entry(c).or_default().push(ex);
+            }
+        }
+        Self {
+            by_client,
+            start_ns: report.started_monotonic_ns,
+        }
+    }
+
+    /// Monotonic ns of a record time (µs after the run's start).
+    #[must_use]
+    pub fn ns(&self, us: u64) -> u64 {
+        self.start_ns + us * 1000
+    }
+
+    /// The exchange that served `r`, if the kernel saw it.
+    #[must_use]
+    pub fn find(&self, r: &RequestRecord) -> Option<Joined<'a>> {
+        let (sent_ns, end_ns) = (self.ns(r.actual_us), self.ns(r.end_us));
+        // 1 ms of slack: the client stamps "sent" just before its write.
+        let exchange = self
+            .by_client
+            .get(&r.local_addr?)?
+            .iter()
+            .find(|e| e.req_in_ns + 1_000_000 >= sent_ns && e.req_in_ns <= end_ns)?;
+        Some(Joined {
+            exchange,
+            sent_ns,
+            client_first_token_ns: r.token_us.first().map(|&t| self.ns(t)),
+        })
+    }
+}
+
+impl Joined<'_> {
+    /// When the server wrote the first token: its second write when that came before the
+    /// client read the token (headers first, as streamed responses do), else its first.
+    #[must_use]
+    pub fn server_first_token_ns(&self) -> u64 {
+        let e = self.exchange;
+        match self.client_first_token_ns {
+            Some(c) if e.second_out_ns != 0 && e.second_out_ns <= c => e.second_out_ns,
+            _ => e.first_out_ns,
+        }
+    }
+
+    /// Time on the wire and in socket queues before the first token, ms: the request's
+    /// transit (sent -> server read) plus the first token's (server wrote -> client read).
+    #[must_use]
+    pub fn transit_ms(&self) -> Option<f64> {
+        let client = self.client_first_token_ns?;
+        let up = self.exchange.req_in_ns.saturating_sub(self.sent_ns);
+        let down = client.saturating_sub(self.server_first_token_ns());
+        Some((up + down) as f64 / 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loadgen::Endpoint;
+
+    fn report(start_ns: u64) -> Report {
+        let mut r: Report = serde_json::from_value(serde_json::json!({
+            "schema": "inferscope.stress.report", "version": 1, "scenario": "t", "target": "http://x",
+            "started_unix_ns": 1u64, "started_monotonic_ns": 0, "elapsed_s": 1.0,
+            "stopped": null, "slo_pass": true, "phases": [], "events": [], "records": []
+        }))
+        .unwrap();
+        r.started_monotonic_ns = start_ns;
+        r
+    }
+
+    fn exchange(client: &str, req_in_ms: u64, first_ms: u64, second_ms: u64) -> Exchange {
+        Exchange {
+            tgid: 1,
+            client: Some(client.parse().unwrap()),
+            req_in_ns: req_in_ms * 1_000_000,
+            first_out_ns: first_ms * 1_000_000,
+            second_out_ns: second_ms * 1_000_000,
+            last_out_ns: second_ms * 1_000_000,
+        }
+    }
+
+    fn record(local: &str, sent_ms: u64, first_token_ms: u64, end_ms: u64) -> RequestRecord {
+        let mut r = RequestRecord::new(0, 0, Endpoint::Chat, sent_ms * 1000);
+        r.actual_us = sent_ms * 1000;
+        r.token_us = vec![first_token_ms * 1000];
+        r.end_us = end_ms * 1000;
+        r.local_addr = Some(local.parse().unwrap());
+        r
+    }
+
+    #[test]
+    fn joins_by_client_address_and_time_and_measures_transit() {
+        // The same client port served two requests; the second one is ours.
+        let ex = [
+            exchange("127.0.0.1:5000", 100, 101, 150),
+            exchange("127.0.0.1:5000", 1002, 1003, 1200),
+            exchange("127.0.0.1:6000", 1001, 1002, 1100),
+        ];
+        let rep = report(0);
+        let idx = Exchanges::new(&ex, &rep);
+        let j = idx
+            .find(&record("127.0.0.1:5000", 1000, 1210, 1300))
+            .unwrap();
+        assert_eq!(j.exchange, &ex[1]);
+        // 2 ms up (1000 -> 1002), 10 ms down (1200 -> 1210).
+        assert!((j.transit_ms().unwrap() - 12.0).abs() < 1e-9);
+        assert!(
+            idx.find(&record("127.0.0.1:7000", 1000, 1210, 1300))
+                .is_none()
+        );
+        assert!(
+            idx.find(&record("127.0.0.1:5000", 2000, 2010, 2100))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_first_token_in_the_first_write_is_timed_from_it() {
+        let ex = [exchange("127.0.0.1:5000", 1001, 1100, 1300)];
+        let rep = report(0);
+        let j = Exchanges::new(&ex, &rep)
+            .find(&record("127.0.0.1:5000", 1000, 1105, 1400))
+            .unwrap();
+        assert_eq!(j.server_first_token_ns(), 1_100_000_000);
+        assert!((j.transit_ms().unwrap() - 6.0).abs() < 1e-9);
+    }
+}
