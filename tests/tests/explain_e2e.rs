@@ -230,16 +230,18 @@ fn kv_pressure_is_kv_cache() {
     let _one = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // 64 blocks of 16 tokens: a request of 128 + 384 tokens grows from 8 blocks at admission
+    // 256 blocks of 16 tokens: a request of 128 + 384 tokens grows from 8 blocks at admission
     // (vLLM admits on the prompt's blocks) to 32, so at low load the cache has room and at
-    // the peak it admits more than fit once they decode: running sequences get preempted.
+    // the peak it admits more than fit once they decode: running sequences get preempted and
+    // the rest wait with the cache full (more blocks than the profile's 64, so that one
+    // finishing request does not empty half the cache between two scrapes).
     let report = run(
         "kv",
         "kv-pressure",
-        &[],
+        &["--num-gpu-blocks", "256"],
         &Load {
-            baseline_rps: 1.0,
-            peak_rps: 8.0,
+            baseline_rps: 2.0,
+            peak_rps: 16.0,
             input_tokens: 128,
             output_tokens: 384,
             peak_input_tokens: None,

@@ -21,7 +21,7 @@ pub struct Baseline {
 }
 
 /// Signals a baseline is kept for (the ones rules compare against).
-const BASELINE_SIGNALS: [Signal; 18] = [
+const BASELINE_SIGNALS: [Signal; 20] = [
     Signal::TtftP50Ms,
     Signal::TtftP95Ms,
     Signal::TtftP99Ms,
@@ -30,7 +30,9 @@ const BASELINE_SIGNALS: [Signal; 18] = [
     Signal::Waiting,
     Signal::QueueTimeP50Ms,
     Signal::QueueTimeP95Ms,
+    Signal::QueueTimeMeanMs,
     Signal::ServerTtftP50Ms,
+    Signal::ServerTtftMeanMs,
     Signal::RunqP99Us,
     Signal::RunqMeanUs,
     Signal::SrttMeanUs,

@@ -76,23 +76,33 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
     }
 }
 
-/// The verdict for one window under `rules`.
-///
-/// The best confidence at or above [`MIN_CONFIDENCE`] wins, except that a convincing `loadgen`
-/// always wins: when the generator lags, every other signal's latency is measured wrong.
+/// Whether cause `a`, when convincing, is the verdict over a convincing `b` whatever their
+/// confidences: `a` explains `b`'s symptoms. When the generator lags, every other latency is
+/// measured wrong; a full KV cache is why requests queue (the engine admits only what fits).
+#[must_use]
+pub fn outranks(a: Cause, b: Cause) -> bool {
+    match a {
+        Cause::Loadgen => b != Cause::Loadgen,
+        Cause::KvCache => b == Cause::Queue,
+        _ => false,
+    }
+}
+
+/// The verdict for one window under `rules`: the best confidence at or above
+/// [`MIN_CONFIDENCE`], unless another convincing cause [`outranks`] it.
 #[must_use]
 pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
     let mut results: Vec<RuleResult> = rules.iter().map(|r| score(r, ctx)).collect();
     results.sort_by(|a, b| b.confidence().total_cmp(&a.confidence()));
-    let winner = results
-        .iter()
-        .position(|r| r.cause == Cause::Loadgen && r.confidence() >= MIN_CONFIDENCE)
-        .or_else(|| {
-            results
-                .first()
-                .filter(|r| r.confidence() >= MIN_CONFIDENCE)
-                .map(|_| 0)
-        });
+    let convincing = |r: &&RuleResult| r.confidence() >= MIN_CONFIDENCE;
+    let winner = results.first().filter(convincing).map(|best| {
+        // Sorted by confidence: the convincing results are a prefix.
+        results
+            .iter()
+            .take_while(convincing)
+            .position(|r| outranks(r.cause, best.cause))
+            .unwrap_or(0)
+    });
     let runners_up = |skip: Option<usize>| -> Vec<CauseScore> {
         results
             .iter()
@@ -276,6 +286,40 @@ mod tests {
                 .any(|m| m.starts_with("loadgen_runq_p99_us"))
         );
         assert_eq!(v[6].cause, Cause::KvCache);
+    }
+
+    #[test]
+    fn a_full_preempting_cache_outranks_the_queue_it_causes() {
+        let base = ServerSignals {
+            queue_time_mean_ms: Some(3.0),
+            ttft_mean_ms: Some(60.0),
+            prefix_hit_rate: Some(0.4),
+            ..healthy_server()
+        };
+        let mut ws = vec![window(80.0, 0.5, Some(base.clone())); 5];
+        // Requests queue with the cache full: the queue rule's triggers all hold, its
+        // "cache has room" conditions do not.
+        let queued = |kv: f64, preempt: f64| ServerSignals {
+            kv_usage: Some(kv),
+            preemptions_per_s: Some(preempt),
+            waiting: Some(60.0),
+            queue_time_p95_ms: Some(900.0),
+            queue_time_mean_ms: Some(700.0),
+            ttft_mean_ms: Some(800.0),
+            ..base.clone()
+        };
+        ws.push(window(900.0, 0.5, Some(queued(1.0, 20.0))));
+        ws.push(window(900.0, 0.5, Some(queued(0.3, 0.0))));
+        let v = run(ws);
+        let full = &v[5];
+        assert_eq!(full.cause, Cause::KvCache, "{full:#?}");
+        let queue = full
+            .runners_up
+            .iter()
+            .find(|r| r.cause == Cause::Queue)
+            .unwrap();
+        assert!(queue.confidence >= full.confidence, "{full:#?}");
+        assert_eq!(v[6].cause, Cause::Queue, "{:#?}", v[6]);
     }
 
     #[test]

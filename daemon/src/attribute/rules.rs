@@ -112,15 +112,14 @@ pub const RULES: &[Rule] = &[
             trig(S::Waiting, Rises { ratio: 2.0, min_delta: 2.0 }, 2.0),
             trig(S::QueueTimeP95Ms, Rises { ratio: 2.0, min_delta: 20.0 }, 2.0),
             // Absolute: most of TTFT is spent queued, even when the baseline already queued.
-            // Capped at 1.5: queue time is part of TTFT, so a share far above 1 only comes from
-            // a queue p95 interpolated inside vLLM's first queue-time bucket (0-300 ms) against
-            // a TTFT of a few ms (seen end to end with the sim at 1-2 req/s: shares of 30-40).
-            trig(S::QueueShareOfTtft, Between(0.5, 1.5), 2.0),
+            trig(S::QueueShareOfTtft, AtLeast(0.5), 2.0),
             // TTFT grows by about the queue delta.
             supp(S::TtftRiseFromQueue, Between(0.5, 1.5), 2.0),
             supp(S::ItlP99Ms, Flat { ratio: 1.3, slack: 5.0 }, 2.0),
-            supp(S::KvUsage, Below(0.9), 1.0),
-            supp(S::PreemptionsPerS, Below(0.01), 1.0),
+            // A cache with room and no preemptions is what separates admission queueing from
+            // KV pressure, which makes requests wait too.
+            supp(S::KvUsage, Below(0.9), 2.0),
+            supp(S::PreemptionsPerS, Below(0.01), 2.0),
         ],
     },
     Rule {
@@ -138,7 +137,9 @@ pub const RULES: &[Rule] = &[
     Rule {
         cause: Cause::CpuRunqueue,
         conditions: &[
-            trig(S::RunqP99Us, Rises { ratio: 2.0, min_delta: 1000.0 }, 3.0),
+            // 5 ms: less is noise next to a TTFT of hundreds of ms (seen: a busy engine's own
+            // threads at 1-2 ms p99 while its KV cache was the bottleneck).
+            trig(S::RunqP99Us, Rises { ratio: 2.0, min_delta: 5000.0 }, 3.0),
             trig(S::RunqMeanUs, Rises { ratio: 2.0, min_delta: 200.0 }, 1.0),
             supp(S::TtftP99Ms, Rises { ratio: 1.3, min_delta: 10.0 }, 3.0),
             // Threads together waited at least a fifth of the window for a CPU.

@@ -45,15 +45,22 @@ pub enum Signal {
     QueueTimeP50Ms,
     /// Server queue time p95, ms.
     QueueTimeP95Ms,
+    /// Server mean queue time, ms (exact, unlike quantiles from vLLM's coarse buckets).
+    QueueTimeMeanMs,
     /// Server TTFT p50 (server metric), ms.
     ServerTtftP50Ms,
+    /// Server mean TTFT (server metric), ms.
+    ServerTtftMeanMs,
     /// Prompt tokens per started request: rises under recompute after preemption.
     PromptTokensPerRequest,
     /// Prefix-cache hit rate, 0..1: falls when the cache evicts under pressure.
     PrefixHitRate,
-    /// Server queue time p95 / client TTFT p95: queueing dominates TTFT.
+    /// Server mean queue time / server mean TTFT: queueing dominates TTFT. Means, because
+    /// queue time is part of TTFT request by request, so the share stays within 0..1 (vLLM's
+    /// first queue-time bucket is 0-300 ms: a quantile inside it is no estimate of a few ms).
     QueueShareOfTtft,
-    /// (queue p95 rise) / (client TTFT p95 rise) over the baseline; 0 when TTFT did not rise.
+    /// (mean queue time rise) / (server mean TTFT rise) over the baseline; 0 when TTFT did not
+    /// rise.
     TtftRiseFromQueue,
     /// Server threads' run-queue delay p99, µs.
     RunqP99Us,
@@ -154,6 +161,8 @@ impl Signal {
             | S::PreemptionsPerS
             | S::QueueTimeP50Ms
             | S::QueueTimeP95Ms
+            | S::QueueTimeMeanMs
+            | S::ServerTtftMeanMs
             | S::ServerTtftP50Ms
             | S::PromptTokensPerRequest
             | S::PrefixHitRate
@@ -214,9 +223,11 @@ impl Signal {
                 Some(server?.prompt_tokens_per_s? / rps)
             }
             S::PrefixHitRate => server?.prefix_hit_rate,
+            S::QueueTimeMeanMs => server?.queue_time_mean_ms,
+            S::ServerTtftMeanMs => server?.ttft_mean_ms,
             S::QueueShareOfTtft => {
-                let ttft = S::TtftP95Ms.raw(w, index).filter(|t| *t > 0.0)?;
-                Some(server?.queue_time_p95_ms? / ttft)
+                let s = server?;
+                Some(s.queue_time_mean_ms? / s.ttft_mean_ms.filter(|t| *t > 0.0)?)
             }
             S::TtftRiseFromQueue => None,
             S::RunqP99Us => runq.map(|r| r.p99_us),
@@ -246,9 +257,9 @@ impl Signal {
         match self {
             Signal::TtftRiseFromQueue => {
                 let (w, b) = (ctx.window, ctx.baseline);
-                let ttft_rise = Signal::TtftP95Ms.raw(w, ctx.index)? - b.get(Signal::TtftP95Ms)?;
-                let queue_rise =
-                    Signal::QueueTimeP95Ms.raw(w, ctx.index)? - b.get(Signal::QueueTimeP95Ms)?;
+                let rise = |s: Signal| Some(s.raw(w, ctx.index)? - b.get(s)?);
+                let ttft_rise = rise(Signal::ServerTtftMeanMs)?;
+                let queue_rise = rise(Signal::QueueTimeMeanMs)?;
                 // A TTFT that did not rise is not "explained" by anything.
                 Some(if ttft_rise <= 1.0 {
                     0.0

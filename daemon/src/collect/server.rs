@@ -66,8 +66,10 @@ pub fn server_signals(w: &WindowSignals) -> ServerSignals {
         prefix_hit_rate: w.prefix_cache_hit_rate,
         queue_time_p50_ms: w.queue_time.map(|l| l.p50 * 1000.0),
         queue_time_p95_ms: w.queue_time.map(|l| l.p95 * 1000.0),
+        queue_time_mean_ms: w.queue_time.map(|l| l.mean * 1000.0),
         ttft_p50_ms: w.ttft.map(|l| l.p50 * 1000.0),
         ttft_p95_ms: w.ttft.map(|l| l.p95 * 1000.0),
+        ttft_mean_ms: w.ttft.map(|l| l.mean * 1000.0),
         prompt_tokens_per_s: w.prompt_tokens_per_s,
     }
 }

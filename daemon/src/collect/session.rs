@@ -28,6 +28,8 @@ pub struct Session {
     nvml: NvmlCollector,
     /// The time line, one window per tick.
     pub timeline: Timeline,
+    /// Windows closed so far.
+    closed: u64,
     /// Evidence that is missing and why, for the report.
     pub missing: Vec<String>,
 }
@@ -85,6 +87,7 @@ impl Session {
             scraper,
             nvml,
             timeline: Timeline::new(now_unix_ms(), opts.window.as_millis() as u64),
+            closed: 0,
             missing,
         }
     }
@@ -95,9 +98,13 @@ impl Session {
         self.kernel.is_some()
     }
 
-    /// Closes the window that just ended.
+    /// Closes the next window: call once per window length. Counted, not read from the clock:
+    /// a tick a millisecond early or late must neither close one window twice nor skip one
+    /// (an empty window reads as missing evidence).
     pub fn tick(&mut self) {
-        let w = self.timeline.at(now_unix_ms().saturating_sub(1));
+        let t = &mut self.timeline;
+        let w = t.at(t.origin_unix_ms + self.closed * t.len_ms + t.len_ms / 2);
+        self.closed += 1;
         if let Some(k) = self.kernel.as_mut()
             && let Err(e) = k.close_window(w)
         {

@@ -62,10 +62,16 @@ pub struct ServerSignals {
     pub queue_time_p50_ms: Option<f64>,
     /// Queue time p95 in the window, ms.
     pub queue_time_p95_ms: Option<f64>,
+    /// Mean queue time in the window, ms (exact: histogram sum / count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_time_mean_ms: Option<f64>,
     /// Server-reported TTFT p50 in the window, ms (server-side first token without probes).
     pub ttft_p50_ms: Option<f64>,
     /// Server-reported TTFT p95 in the window, ms.
     pub ttft_p95_ms: Option<f64>,
+    /// Server-reported mean TTFT in the window, ms (exact: histogram sum / count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_mean_ms: Option<f64>,
     /// Prompt tokens per second (rises faster than requests under recompute).
     pub prompt_tokens_per_s: Option<f64>,
 }
