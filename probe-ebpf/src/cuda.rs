@@ -18,7 +18,7 @@ use probe_common::cuda::{
 
 use crate::{
     atomic_add,
-    watch::{count_drop, current, global, watched},
+    watch::{count_drop, current, global, submit_flags, watched},
 };
 
 #[unsafe(no_mangle)]
@@ -40,7 +40,7 @@ fn emit(ev: CudaEvent) {
     match CUDA_EVENTS.reserve::<CudaEvent>(0) {
         Some(mut slot) => {
             slot.write(ev);
-            slot.submit(0);
+            slot.submit(submit_flags(&CUDA_EVENTS, EVENTS_BYTES));
         }
         None => count_drop(&CUDA_DROPS, DROP_RINGBUF),
     }

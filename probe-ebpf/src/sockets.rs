@@ -21,7 +21,7 @@ use probe_common::sockets::{
 
 use crate::{
     atomic_add,
-    watch::{count_drop, current, global, list_on, watched},
+    watch::{count_drop, current, global, list_on, submit_flags, watched},
 };
 
 macro_rules! offsets {
@@ -98,7 +98,7 @@ fn emit(kind: u32, ts_ns: u64, skaddr: u64, duration_ns: u64, conn: *const Conn)
                 (*ev).duration_ns = duration_ns;
                 core::ptr::copy_nonoverlapping(conn, &raw mut (*ev).conn, 1);
             }
-            slot.submit(0);
+            slot.submit(submit_flags(&SOCK_EVENTS, EVENTS_BYTES));
         }
         None => count_drop(&SOCK_DROPS, DROP_RINGBUF),
     }

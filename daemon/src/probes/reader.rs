@@ -44,6 +44,30 @@ pub struct Reader<T> {
     _t: PhantomData<T>,
 }
 
+/// How often a reader looks at its ring without being woken.
+pub const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Decodes every record in `ring` and passes it on; `false` once the receiver is gone.
+fn forward<T: Copy>(
+    ring: &mut RingBuf<MapData>,
+    tx: &mpsc::Sender<T>,
+    drops: &ChannelDrops,
+) -> bool {
+    while let Some(item) = ring.next() {
+        let Some(rec) = decode::<T>(&item) else {
+            continue;
+        };
+        match tx.try_send(rec) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                drops.0.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+        }
+    }
+    true
+}
+
 /// Spawns the reader task of `ring` on the current tokio runtime.
 pub fn spawn<T: Copy + Send + 'static>(
     ring: RingBuf<MapData>,
@@ -56,24 +80,23 @@ pub fn spawn<T: Copy + Send + 'static>(
     let mut fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(std::io::Error::from)?;
     tokio::spawn(async move {
+        // The kernel wakes this task only when the ring fills up (`submit_flags` in
+        // probe-ebpf): poll it on a short timer too.
+        let mut tick = tokio::time::interval(POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
-            let Ok(mut guard) = fd.readable_mut().await else {
-                return;
-            };
-            let ring = guard.get_inner_mut();
-            while let Some(item) = ring.next() {
-                let Some(rec) = decode::<T>(&item) else {
-                    continue;
-                };
-                match tx.try_send(rec) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        counter.0.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => return,
+            let open = tokio::select! {
+                r = fd.readable_mut() => {
+                    let Ok(mut guard) = r else { return };
+                    let open = forward(guard.get_inner_mut(), &tx, &counter);
+                    guard.clear_ready();
+                    open
                 }
+                _ = tick.tick() => forward(fd.get_mut(), &tx, &counter),
+            };
+            if !open {
+                return;
             }
-            guard.clear_ready();
         }
     });
     Ok(Reader {

@@ -48,15 +48,23 @@ fn inferscope() -> Command {
     Command::new(run::root().join("target/release/inferscope"))
 }
 
-fn workload(kind: &str, secs: f64) -> anyhow::Result<f64> {
-    let out = run::stdout(Command::new(std::env::current_exe()?).args([
-        "workload",
-        kind,
-        &secs.to_string(),
-    ]))?;
+/// Runs workload `kind` for `secs`; on one CPU when `cpu` is given (both ends of the ping-pong
+/// then take turns on it: every round trip is two context switches, and the run-to-run spread
+/// of an unpinned run, which depends on where the scheduler places the two ends, is gone).
+fn workload_on(cpu: Option<usize>, kind: &str, secs: f64) -> anyhow::Result<f64> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = match cpu {
+        Some(c) => procs::pinned(c, exe),
+        None => Command::new(exe),
+    };
+    let out = run::stdout(cmd.args(["workload", kind, &secs.to_string()]))?;
     out.strip_prefix("ops ")
         .and_then(|v| v.trim().parse().ok())
         .with_context(|| format!("workload printed `{out}`"))
+}
+
+fn workload(kind: &str, secs: f64) -> anyhow::Result<f64> {
+    workload_on(None, kind, secs)
 }
 
 /// Starts the daemon watching pid 1 (every hook attached, programs run on every event).
@@ -102,29 +110,47 @@ fn unsafe_kill(pid: u32, sig: i32) {
         .status();
 }
 
+const ROUNDS: usize = 5;
+const ROUND_SECS: f64 = 2.0;
+
 fn overhead() -> anyhow::Result<()> {
+    let cpu = procs::cpus().1;
     println!(
-        "\n== probe overhead: throughput of scheduler-heavy workloads ({SECS} s per run, 2 rounds interleaved)"
+        "\n== probe overhead: throughput of scheduler-heavy workloads pinned to CPU {cpu} \
+         ({ROUND_SECS} s per run, {ROUNDS} rounds interleaved; load average {})",
+        procs::load_average()
     );
     let mut rows = Vec::new();
+    let mut costs = Vec::new();
     for kind in ["pipe", "tcp"] {
         let (mut base, mut daemon, mut bpft) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..2 {
-            base.push(workload(kind, SECS)?);
+        for round in 0..ROUNDS {
+            base.push(workload_on(Some(cpu), kind, ROUND_SECS)?);
             let d = start_daemon()?;
-            daemon.push(workload(kind, SECS)?);
+            let stats = BpfStats::on(round == 0);
+            daemon.push(workload_on(Some(cpu), kind, ROUND_SECS)?);
+            if let Some(s) = stats {
+                costs.extend(s.costs(d.id(), kind));
+            }
             stop(d)?;
             let b = start_bpftrace(BPFTRACE_RUNQLAT)?;
-            bpft.push(workload(kind, SECS)?);
+            bpft.push(workload_on(Some(cpu), kind, ROUND_SECS)?);
             stop(b)?;
         }
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        let (b, d, t) = (mean(&base), mean(&daemon), mean(&bpft));
+        let share = |v: &[f64]| {
+            let r: Vec<f64> = v.iter().zip(&base).map(|(a, b)| 100.0 * a / b).collect();
+            format!(
+                "{:.0} ({:.1}%, rounds {}%)",
+                procs::mean(v),
+                100.0 * procs::mean(v) / procs::mean(&base),
+                procs::spread(&r, 0)
+            )
+        };
         rows.push(vec![
             kind.to_string(),
-            format!("{b:.0}"),
-            format!("{d:.0} ({:.1}%)", 100.0 * d / b),
-            format!("{t:.0} ({:.1}%)", 100.0 * t / b),
+            format!("{:.0}", procs::mean(&base)),
+            share(&daemon),
+            share(&bpft),
         ]);
     }
     table(
@@ -137,7 +163,73 @@ fn overhead() -> anyhow::Result<()> {
         &rows,
     );
     println!("  target: inferscope daemon >= 97% of bare");
+    if !costs.is_empty() {
+        table(
+            &["workload", "daemon program", "runs", "ns per run"],
+            &costs,
+        );
+        println!(
+            "  (kernel.bpf_stats_enabled during the first daemon round; the stats add ~10-20 ns per run)"
+        );
+    }
     Ok(())
+}
+
+/// `kernel.bpf_stats_enabled` on for one measurement, restored afterwards.
+struct BpfStats(String);
+
+impl BpfStats {
+    const KNOB: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+    fn on(wanted: bool) -> Option<Self> {
+        let before = std::fs::read_to_string(Self::KNOB).ok()?;
+        (wanted && std::fs::write(Self::KNOB, "1").is_ok()).then(|| Self(before))
+    }
+
+    /// Runs and mean run time of every eBPF program `pid` holds that ran (`fdinfo` of its fds).
+    fn costs(&self, pid: u32, kind: &str) -> Vec<Vec<String>> {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+            return Vec::new();
+        };
+        let mut rows = Vec::new();
+        for fd in fds.flatten() {
+            let Ok(info) = std::fs::read_to_string(fd.path()) else {
+                continue;
+            };
+            let field = |k: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(k)?.trim().parse::<f64>().ok())
+            };
+            let (Some(ty), Some(ns), Some(n)) = (
+                field("prog_type:"),
+                field("run_time_ns:"),
+                field("run_cnt:"),
+            ) else {
+                continue;
+            };
+            if n > 0.0 {
+                let what = match ty as u32 {
+                    17 => "raw tracepoint",
+                    5 => "tracepoint",
+                    _ => "other",
+                };
+                let id = field("prog_id:").unwrap_or(0.0);
+                rows.push(vec![
+                    kind.to_string(),
+                    format!("{what} (prog id {id:.0})"),
+                    format!("{n:.0}"),
+                    format!("{:.0}", ns / n),
+                ]);
+            }
+        }
+        rows
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::KNOB, self.0.trim());
+    }
 }
 
 fn idle_cost() -> anyhow::Result<()> {
