@@ -21,11 +21,13 @@ use crate::run;
 const DAEMON_ADDR: &str = "127.0.0.1:19465";
 const SECS: f64 = 4.0;
 
-/// bpftrace's runqlat on the same tracepoints and with the same re-queue rule.
+/// bpftrace's runqlat on the same tracepoints and with the same re-queue rule. Like bcc's
+/// runqlat (and inferscope), the idle task is not a task waiting for a CPU: pid 0 is skipped,
+/// else its "wait" (the time its CPU was busy) fills the 0.5-1 ms buckets.
 const BPFTRACE_RUNQLAT: &str = r"
 tracepoint:sched:sched_wakeup, tracepoint:sched:sched_wakeup_new { @q[args->pid] = nsecs; }
 tracepoint:sched:sched_switch {
-  if ((args->prev_state & 0xff) == 0) { @q[args->prev_pid] = nsecs; }
+  if ((args->prev_state & 0xff) == 0 && args->prev_pid != 0) { @q[args->prev_pid] = nsecs; }
   $ns = @q[args->next_pid];
   if ($ns) { @usecs = hist((nsecs - $ns) / 1000); delete(@q[args->next_pid]); }
 }
@@ -92,15 +94,29 @@ fn start_bpftrace(script: &str) -> anyhow::Result<Child> {
     Ok(child)
 }
 
+/// SIGINT (bpftrace prints its maps; the daemon exits cleanly), resent every second: bpftrace
+/// misses one that arrives while it is still attaching. SIGKILL after 20 s.
 fn stop(mut child: Child) -> anyhow::Result<String> {
-    // SIGINT: bpftrace prints its maps; the daemon exits cleanly.
-    unsafe_kill(child.id(), 2);
-    let mut out = String::new();
-    if let Some(mut s) = child.stdout.take() {
-        s.read_to_string(&mut out)?;
+    let out = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut s) = out {
+            let _ = s.read_to_string(&mut text);
+        }
+        text
+    });
+    for _ in 0..20 {
+        unsafe_kill(child.id(), 2);
+        for _ in 0..10 {
+            if child.try_wait()?.is_some() {
+                return Ok(reader.join().unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
+    child.kill()?;
     child.wait()?;
-    Ok(out)
+    Ok(reader.join().unwrap_or_default())
 }
 
 fn unsafe_kill(pid: u32, sig: i32) {
@@ -129,9 +145,10 @@ fn overhead() -> anyhow::Result<()> {
             let d = start_daemon()?;
             let stats = BpfStats::on(round == 0);
             daemon.push(workload_on(Some(cpu), kind, ROUND_SECS)?);
-            if let Some(s) = stats {
-                costs.extend(s.costs(d.id(), kind));
+            if stats.is_some() {
+                costs.extend(program_costs(d.id(), kind));
             }
+            drop(stats);
             stop(d)?;
             let b = start_bpftrace(BPFTRACE_RUNQLAT)?;
             bpft.push(workload_on(Some(cpu), kind, ROUND_SECS)?);
@@ -185,45 +202,45 @@ impl BpfStats {
         let before = std::fs::read_to_string(Self::KNOB).ok()?;
         (wanted && std::fs::write(Self::KNOB, "1").is_ok()).then(|| Self(before))
     }
+}
 
-    /// Runs and mean run time of every eBPF program `pid` holds that ran (`fdinfo` of its fds).
-    fn costs(&self, pid: u32, kind: &str) -> Vec<Vec<String>> {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-            return Vec::new();
+/// Runs and mean run time of every eBPF program `pid` holds that ran (`fdinfo` of its fds).
+fn program_costs(pid: u32, kind: &str) -> Vec<Vec<String>> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    for fd in fds.flatten() {
+        let Ok(info) = std::fs::read_to_string(fd.path()) else {
+            continue;
         };
-        let mut rows = Vec::new();
-        for fd in fds.flatten() {
-            let Ok(info) = std::fs::read_to_string(fd.path()) else {
-                continue;
+        let field = |k: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k)?.trim().parse::<f64>().ok())
+        };
+        let (Some(ty), Some(ns), Some(n)) = (
+            field("prog_type:"),
+            field("run_time_ns:"),
+            field("run_cnt:"),
+        ) else {
+            continue;
+        };
+        if n > 0.0 {
+            let what = match ty as u32 {
+                17 => "raw tracepoint",
+                5 => "tracepoint",
+                _ => "other",
             };
-            let field = |k: &str| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix(k)?.trim().parse::<f64>().ok())
-            };
-            let (Some(ty), Some(ns), Some(n)) = (
-                field("prog_type:"),
-                field("run_time_ns:"),
-                field("run_cnt:"),
-            ) else {
-                continue;
-            };
-            if n > 0.0 {
-                let what = match ty as u32 {
-                    17 => "raw tracepoint",
-                    5 => "tracepoint",
-                    _ => "other",
-                };
-                let id = field("prog_id:").unwrap_or(0.0);
-                rows.push(vec![
-                    kind.to_string(),
-                    format!("{what} (prog id {id:.0})"),
-                    format!("{n:.0}"),
-                    format!("{:.0}", ns / n),
-                ]);
-            }
+            let id = field("prog_id:").unwrap_or(0.0);
+            rows.push(vec![
+                kind.to_string(),
+                format!("{what} (prog id {id:.0})"),
+                format!("{n:.0}"),
+                format!("{:.0}", ns / n),
+            ]);
         }
-        rows
     }
+    rows
 }
 
 impl Drop for BpfStats {
