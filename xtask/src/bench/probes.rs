@@ -416,12 +416,11 @@ fn parse_bpftrace_hist(text: &str) -> Vec<(f64, f64, f64)> {
                 .split_once(']')
                 .or_else(|| l.strip_prefix('[')?.split_once(')'))?;
             let count: f64 = rest.split_whitespace().next()?.parse().ok()?;
-            match range.split_once(',') {
-                Some((lo, hi)) => Some((unit(lo)?, unit(hi)?, count)),
-                None => {
-                    let v = unit(range)?;
-                    Some((v, v + 1.0, count))
-                }
+            if let Some((lo, hi)) = range.split_once(',') {
+                Some((unit(lo)?, unit(hi)?, count))
+            } else {
+                let v = unit(range)?;
+                Some((v, v + 1.0, count))
             }
         })
         .collect()
