@@ -24,7 +24,7 @@ pub const EVENTS_BYTES: u32 = 1 << 20;
 
 /// An outgoing connection reached ESTABLISHED: `duration_ns` is the connect latency.
 pub const EV_CONNECT: u32 = 1;
-/// An incoming connection reached ESTABLISHED: `duration_ns` is SYN_RECV -> ESTABLISHED.
+/// An incoming connection reached ESTABLISHED: `duration_ns` is `SYN_RECV` -> ESTABLISHED.
 pub const EV_ACCEPT: u32 = 2;
 /// A connection closed: `duration_ns` is its lifetime; bytes and RTT cover all of it.
 pub const EV_CLOSE: u32 = 3;
@@ -41,7 +41,7 @@ pub const PHASE_RESPONDING: u32 = 2;
 /// Names of the globals userspace fills from the tracepoint format files.
 pub mod globals {
     /// `inet_sock_set_state` offsets: skaddr, oldstate, newstate, sport, dport, family,
-    /// protocol, saddr, daddr, saddr_v6, daddr_v6.
+    /// protocol, saddr, daddr, `saddr_v6`, `daddr_v6`.
     pub const STATE: [&str; 11] = [
         "SS_SKADDR",
         "SS_OLDSTATE",
@@ -57,14 +57,14 @@ pub mod globals {
     ];
     /// `IPPROTO_TCP`, from the format's `__print_symbolic` table.
     pub const IPPROTO_TCP: &str = "IPPROTO_TCP";
-    /// `tcp_probe` offsets: skaddr, srtt, snd_cwnd.
+    /// `tcp_probe` offsets: skaddr, srtt, `snd_cwnd`.
     pub const PROBE: [&str; 3] = ["TP_SKADDR", "TP_SRTT", "TP_CWND"];
     /// `tcp_retransmit_skb` offset of skaddr.
     pub const RETRANS_SKADDR: &str = "RT_SKADDR";
     /// `sock_{send,recv}_length` offsets: sk, family, protocol, ret, flags.
     pub const LENGTH: [&str; 5] = ["SL_SK", "SL_FAMILY", "SL_PROTOCOL", "SL_RET", "SL_FLAGS"];
     /// TCP state numbers, from the format's `__print_symbolic` table:
-    /// ESTABLISHED, SYN_SENT, SYN_RECV, CLOSE.
+    /// ESTABLISHED, `SYN_SENT`, `SYN_RECV`, CLOSE.
     pub const TCP_STATES: [&str; 4] = [
         "TCP_ESTABLISHED",
         "TCP_SYN_SENT",
@@ -129,7 +129,7 @@ pub struct Conn {
     pub tgid: u32,
     /// 1 when this side connected (client), 2 when it accepted (server), 0 unknown.
     pub role: u32,
-    /// SYN_SENT / SYN_RECV time, or when first seen (ktime ns).
+    /// `SYN_SENT` / `SYN_RECV` time, or when first seen (ktime ns).
     pub start_ns: u64,
     /// ESTABLISHED time; 0 before.
     pub established_ns: u64,
