@@ -64,7 +64,7 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
         let streams: Vec<_> = (0..24)
             .map(|_| tokio::spawn(stream_chat(server.addr())))
             .collect();
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let w = timeline.at(now_unix_ms().saturating_sub(1));
         kernel.close_window(w).unwrap();
         scraper.close_window(w);
@@ -112,5 +112,5 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
     );
     let live = kernel.gpu_account().get(me).map_or(0, |s| s.live_bytes);
     assert!(live > 0, "the KV pool is live device memory");
-    server.shutdown().await;
+    let _ = server.shutdown().await;
 }

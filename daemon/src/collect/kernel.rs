@@ -263,10 +263,10 @@ impl KernelCollector {
         let g = &mut self.pending.gpu;
         match ev.api {
             api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE if ev.ret == 0 => g.allocs += 1,
-            api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE => {
-                if ev.ret == probe_common::cuda::CUDA_ERROR_OUT_OF_MEMORY {
-                    g.oom += 1;
-                }
+            api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE
+                if ev.ret == probe_common::cuda::CUDA_ERROR_OUT_OF_MEMORY =>
+            {
+                g.oom += 1;
             }
             api::MEM_FREE | api::MEM_FREE_ASYNC | api::MEM_RELEASE => g.frees += 1,
             api::STREAM_SYNC | api::CTX_SYNC => g.sync_ms += ev.duration_ns as f64 / 1e6,

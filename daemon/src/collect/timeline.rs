@@ -42,7 +42,7 @@ pub struct LoadSignals {
     pub output_tokens_per_s: f64,
 }
 
-/// The inference server's own metrics, mapped from vLLM / SGLang / TGI names.
+/// The inference server's own metrics, mapped from vLLM / `SGLang` / TGI names.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServerSignals {
     /// Requests running (in the batch).
@@ -54,7 +54,7 @@ pub struct ServerSignals {
     pub max_running: Option<f64>,
     /// KV-cache usage, 0..1.
     pub kv_usage: Option<f64>,
-    /// Preemptions (SGLang: retractions) per second.
+    /// Preemptions (`SGLang`: retractions) per second.
     pub preemptions_per_s: Option<f64>,
     /// Prefix-cache hit rate, 0..1.
     pub prefix_hit_rate: Option<f64>,

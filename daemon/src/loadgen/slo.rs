@@ -260,7 +260,7 @@ mod tests {
             s.metric,
             Metric::Latency(Series::E2e, Stat::Quantile(0.999))
         );
-        assert_eq!(s.threshold, 1500.0);
+        assert!((s.threshold - 1500.0).abs() < 1e-9);
         let s = Slo::parse("stream_tokens_per_s_p10 >= 15").unwrap();
         assert_eq!((s.op, s.threshold), (Op::Ge, 15.0));
         assert_eq!(

@@ -219,7 +219,7 @@ fn defined_symbols<'a>(path: &Path, wanted: &[&'a str]) -> HashSet<&'a str> {
     };
     elf.dynamic_symbols()
         .chain(elf.symbols())
-        .filter(|s| s.is_definition())
+        .filter(object::ObjectSymbol::is_definition)
         .filter_map(|s| s.name().ok())
         .filter_map(|n| wanted.iter().find(|w| **w == n).copied())
         .collect()
