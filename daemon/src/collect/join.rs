@@ -98,15 +98,14 @@ mod tests {
     use super::*;
     use crate::loadgen::Endpoint;
 
-    fn report(start_ns: u64) -> Report {
-        let mut r: Report = serde_json::from_value(serde_json::json!({
+    /// A run that started at monotonic time 0, so record times are kernel times.
+    fn report() -> Report {
+        serde_json::from_value(serde_json::json!({
             "schema": "inferscope.stress.report", "version": 1, "scenario": "t", "target": "http://x",
             "started_unix_ns": 1u64, "started_monotonic_ns": 0, "elapsed_s": 1.0,
             "stopped": null, "slo_pass": true, "phases": [], "events": [], "records": []
         }))
-        .unwrap();
-        r.started_monotonic_ns = start_ns;
-        r
+        .unwrap()
     }
 
     fn exchange(client: &str, req_in_ms: u64, first_ms: u64, second_ms: u64) -> Exchange {
@@ -137,7 +136,7 @@ mod tests {
             exchange("127.0.0.1:5000", 1002, 1003, 1200),
             exchange("127.0.0.1:6000", 1001, 1002, 1100),
         ];
-        let rep = report(0);
+        let rep = report();
         let idx = Exchanges::new(&ex, &rep);
         let j = idx
             .find(&record("127.0.0.1:5000", 1000, 1210, 1300))
@@ -158,7 +157,7 @@ mod tests {
     #[test]
     fn a_first_token_in_the_first_write_is_timed_from_it() {
         let ex = [exchange("127.0.0.1:5000", 1001, 1100, 1300)];
-        let rep = report(0);
+        let rep = report();
         let j = Exchanges::new(&ex, &rep)
             .find(&record("127.0.0.1:5000", 1000, 1105, 1400))
             .unwrap();
