@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::collect::timeline::Timeline;
 
 pub use baseline::Baseline;
-pub use evaluate::{MIN_CONFIDENCE, RuleResult, score};
+pub use evaluate::{MIN_CONFIDENCE, RuleResult, outranks, score};
 pub use phase::{CauseShare, PhaseLatency, PhaseLoad, PhaseSummary, TtftDecomposition};
 pub use rules::{Condition, RULES, Rule, Test};
 pub use signals::Signal;

@@ -95,10 +95,17 @@ fn phase(out: &mut String, p: &PhaseSummary) {
             "  verdict: {} (confidence {:.2}{}): {evidence}",
             p.dominant,
             p.confidence,
-            p.runners_up.first().map_or(String::new(), |r| format!(
-                ", runner-up {} {:.2}",
-                r.cause, r.confidence
-            ))
+            p.runners_up.first().map_or(String::new(), |r| {
+                // A more confident runner-up lost to precedence: say so.
+                let why = if r.confidence > p.confidence
+                    && crate::attribute::outranks(p.dominant, r.cause)
+                {
+                    format!(", which {} outranks", p.dominant)
+                } else {
+                    String::new()
+                };
+                format!(", runner-up {} {:.2}{why}", r.cause, r.confidence)
+            })
         );
     }
     if let Some(d) = &p.ttft_decomposition {

@@ -100,6 +100,19 @@ fn fixture_waterfalls_are_ordered() {
 }
 
 #[test]
+fn terminal_says_when_a_more_confident_runner_up_was_outranked() {
+    let mut r = report("kv_cache");
+    let peak = r.phases.iter_mut().find(|p| p.name == "peak").unwrap();
+    peak.confidence = 0.6;
+    peak.runners_up[0].confidence = 0.7;
+    let text = r.terminal();
+    assert!(
+        text.contains("runner-up queue 0.70, which kv_cache outranks"),
+        "{text}"
+    );
+}
+
+#[test]
 fn terminal_summary_names_verdict_evidence_and_hint_per_phase() {
     let text = report("kv_cache").terminal();
     let peak = text
