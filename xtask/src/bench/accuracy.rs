@@ -125,22 +125,7 @@ fn measured(
 
 fn inferscope(sim: &Server, cpu: usize) -> anyhow::Result<Measured> {
     let out = procs::out_dir()?.join("loadgen-stream.json");
-    let p = procs::stress(
-        cpu,
-        &[
-            "--target",
-            &format!("http://{}", sim.addr),
-            "--model",
-            "inferscope-sim",
-            "--max-tokens",
-            &TOKENS.to_string(),
-            "--connections",
-            &STREAMS.to_string(),
-            "--duration",
-            &format!("{SECS}s"),
-        ],
-        &out,
-    )?;
+    let p = procs::stress_streams(cpu, sim, &[], (STREAMS, TOKENS, SECS), &out)?;
     Ok(Measured {
         ttft_p50: procs::num(&p, "/latency_ms/ttft/p50")?,
         itl_p99: procs::num(&p, "/latency_ms/itl/p99")?,

@@ -176,6 +176,34 @@ pub fn stress(cpu: usize, args: &[&str], out: &Path) -> anyhow::Result<serde_jso
         .with_context(|| format!("{} has no phase", out.display()))
 }
 
+/// `inferscope stress` with `streams` closed-loop streams of `tokens` output tokens each
+/// against the sim at `server` for `secs` (`extra`: e.g. `--endpoint completions`); the phase.
+pub fn stress_streams(
+    cpu: usize,
+    server: &Server,
+    extra: &[&str],
+    (streams, tokens, secs): (usize, u32, u32),
+    out: &Path,
+) -> anyhow::Result<serde_json::Value> {
+    let (target, tokens, streams, secs) = (
+        format!("http://{}", server.addr),
+        tokens.to_string(),
+        streams.to_string(),
+        format!("{secs}s"),
+    );
+    let mut args = vec!["--target", &target, "--model", "inferscope-sim"];
+    args.extend(extra);
+    args.extend([
+        "--max-tokens",
+        &tokens,
+        "--connections",
+        &streams,
+        "--duration",
+        &secs,
+    ]);
+    stress(cpu, &args, out)
+}
+
 pub fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

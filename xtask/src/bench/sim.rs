@@ -40,22 +40,11 @@ pub fn run() -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for round in 1..=ROUNDS {
         let cpu0 = procs::cpu_seconds(sim.pid())?;
-        let phase = procs::stress(
+        let phase = procs::stress_streams(
             client_cpu,
-            &[
-                "--target",
-                &format!("http://{}", sim.addr),
-                "--endpoint",
-                "completions",
-                "--model",
-                "inferscope-sim",
-                "--max-tokens",
-                &TOKENS.to_string(),
-                "--connections",
-                &STREAMS.to_string(),
-                "--duration",
-                &format!("{SECS}s"),
-            ],
+            &sim,
+            &["--endpoint", "completions"],
+            (STREAMS, TOKENS, SECS),
             &out,
         )
         .context("driving the sim with inferscope stress")?;
