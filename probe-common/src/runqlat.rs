@@ -1,6 +1,7 @@
-//! Run-queue latency (bcc `runqlat` semantics) from `sched:sched_wakeup`, `sched_wakeup_new`
-//! and `sched_switch`: classic tracepoints, or raw tracepoints when the kernel's BTF gives the
-//! `task_struct` offsets. Both variants share these maps.
+//! Run-queue latency (bcc `runqlat` semantics): classic tracepoints on `sched:sched_wakeup`,
+//! `sched_wakeup_new` and `sched_switch`, or one raw tracepoint on `sched_switch` reading the
+//! scheduler's own `task_struct.sched_info` when the kernel's BTF gives its offset. Both
+//! variants fill the same histograms.
 
 use crate::assert_size;
 
@@ -12,6 +13,8 @@ pub const SLOTS: usize = 32;
 pub const MAP_HISTS: &str = "RUNQ_HISTS";
 /// `tid -> u64` enqueue timestamp (ns) of runnable tasks not yet on a CPU.
 pub const MAP_START: &str = "RUNQ_START";
+/// `tid -> SchedInfo` as last seen at the task's switch-out (raw variant; an LRU map).
+pub const MAP_LAST: &str = "RUNQ_LAST";
 /// Per-CPU `u64` counters of what could not be recorded, indexed by `DROP_*`.
 pub const MAP_DROPS: &str = "RUNQ_DROPS";
 
@@ -24,6 +27,9 @@ pub const DROP_KINDS: u32 = 2;
 
 /// Capacity of [`MAP_START`]: runnable-but-waiting tasks at any instant.
 pub const START_ENTRIES: u32 = 65_536;
+/// Capacity of [`MAP_LAST`]: threads of watched processes; the least recently switched are
+/// evicted (their next sample is skipped).
+pub const LAST_ENTRIES: u32 = 65_536;
 /// Capacity of [`MAP_HISTS`]: distinct processes with a histogram.
 pub const HIST_ENTRIES: u32 = 16_384;
 
@@ -39,10 +45,9 @@ pub mod globals {
     pub const SWITCH_NEXT_PID: &str = "SWITCH_NEXT_PID_OFF";
     /// Bits of `prev_state` that mean "not runnable" (from the format's `__print_flags`).
     pub const STATE_MASK: &str = "SWITCH_STATE_MASK";
-    /// Byte offset of `pid` in `struct task_struct` (raw-tracepoint variant, from BTF).
-    pub const TASK_PID: &str = "TASK_PID_OFF";
-    /// Byte offset of `tgid` in `struct task_struct` (raw-tracepoint variant, from BTF).
-    pub const TASK_TGID: &str = "TASK_TGID_OFF";
+    /// Byte offset of `sched_info.pcount` in `struct task_struct`, with `run_delay` right
+    /// after it (raw-tracepoint variant, from BTF).
+    pub const TASK_SCHED_INFO: &str = "TASK_SCHED_INFO_OFF";
 }
 
 /// A log2 histogram of run-queue delay in microseconds.
@@ -69,8 +74,7 @@ impl Hist {
 
 /// The per-CPU record of the task that was just switched in: its tid and how long it waited.
 /// Its tgid is only known when it is switched out again (then it is `current`), so the sample
-/// is recorded then. This avoids reading `task_struct`; only the classic variant uses it (the
-/// raw one reads `tgid` at a BTF offset).
+/// is recorded then. This avoids reading `task_struct`; only the classic variant uses it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Pending {
@@ -82,6 +86,18 @@ pub struct Pending {
     pub delay_us: u64,
 }
 assert_size!(Pending, 16);
+
+/// The head of the kernel's `struct sched_info`: `pcount` (`unsigned long`) and `run_delay`
+/// (`unsigned long long`), adjacent in every kernel since 2.6 (checked against BTF at load).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedInfo {
+    /// Times the task was switched in.
+    pub pcount: u64,
+    /// Nanoseconds spent runnable on a run queue, summed.
+    pub run_delay_ns: u64,
+}
+assert_size!(SchedInfo, 16);
 
 /// Log2 bucket of a value (bcc's `log2l`): 0 and 1 -> 0, 2..3 -> 1, 4..7 -> 2, ...
 #[must_use]
@@ -99,4 +115,5 @@ mod pod {
     // SAFETY: both are repr(C), Copy, with explicit padding and no invalid bit patterns.
     unsafe impl aya::Pod for super::Hist {}
     unsafe impl aya::Pod for super::Pending {}
+    unsafe impl aya::Pod for super::SchedInfo {}
 }

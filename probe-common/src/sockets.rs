@@ -1,5 +1,6 @@
 //! TCP connections and server-side request timing, from `sock:inet_sock_set_state`,
-//! `tcp:tcp_probe`, `tcp:tcp_retransmit_skb`, `sock:sock_recv_length` and `sock:sock_send_length`.
+//! `tcp:tcp_retransmit_skb`, `sock:sock_recv_length` and `sock:sock_send_length`, plus
+//! `tcp_sock` fields read at BTF offsets.
 
 use crate::assert_size;
 
@@ -57,12 +58,21 @@ pub mod globals {
     ];
     /// `IPPROTO_TCP`, from the format's `__print_symbolic` table.
     pub const IPPROTO_TCP: &str = "IPPROTO_TCP";
-    /// `tcp_probe` offsets: skaddr, srtt, `snd_cwnd`.
-    pub const PROBE: [&str; 3] = ["TP_SKADDR", "TP_SRTT", "TP_CWND"];
     /// `tcp_retransmit_skb` offset of skaddr.
     pub const RETRANS_SKADDR: &str = "RT_SKADDR";
-    /// `sock_{send,recv}_length` offsets: sk, family, protocol, ret, flags.
-    pub const LENGTH: [&str; 5] = ["SL_SK", "SL_FAMILY", "SL_PROTOCOL", "SL_RET", "SL_FLAGS"];
+    /// `sock_{send,recv}_length` offsets: sk, ret, flags.
+    pub const LENGTH: [&str; 3] = ["SL_SK", "SL_RET", "SL_FLAGS"];
+    /// Byte offsets in `struct tcp_sock` (from BTF) of `srtt_us` and `snd_cwnd` (u32s),
+    /// `bytes_received` and `bytes_sent` (u64s).
+    pub const TCP_SOCK: [&str; 4] = [
+        "TCP_SRTT_US_OFF",
+        "TCP_SND_CWND_OFF",
+        "TCP_BYTES_RECEIVED_OFF",
+        "TCP_BYTES_SENT_OFF",
+    ];
+    /// 1 when the [`TCP_SOCK`] offsets are set; the programs read nothing from a `tcp_sock`
+    /// otherwise.
+    pub const TCP_SOCK_OK: &str = "TCP_SOCK_OK";
     /// TCP state numbers, from the format's `__print_symbolic` table:
     /// ESTABLISHED, `SYN_SENT`, `SYN_RECV`, CLOSE.
     pub const TCP_STATES: [&str; 4] = [
@@ -133,11 +143,12 @@ pub struct Conn {
     pub start_ns: u64,
     /// ESTABLISHED time; 0 before.
     pub established_ns: u64,
-    /// Bytes read and written by processes on this connection.
+    /// Data bytes received (`tcp_sock.bytes_received`, read at close, as bcc's tcplife; the
+    /// peer's FIN counts one); 0 while the connection lives.
     pub bytes_in: u64,
-    /// See `bytes_in`.
+    /// Data bytes sent (`tcp_sock.bytes_sent`, read at close; retransmitted bytes count again).
     pub bytes_out: u64,
-    /// `tcp_probe` samples.
+    /// Smoothed-RTT readings: one per send/recv of a watched process, one at close.
     pub rtt_samples: u64,
     /// Sum of smoothed RTTs over the samples, µs.
     pub srtt_sum_us: u64,

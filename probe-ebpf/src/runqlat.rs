@@ -34,7 +34,7 @@ static SWITCH_NEXT_PID_OFF: u32 = 0;
 static SWITCH_STATE_MASK: u64 = 0xff;
 
 #[map]
-pub(crate) static RUNQ_START: HashMap<u32, u64> = HashMap::with_max_entries(START_ENTRIES, 0);
+static RUNQ_START: HashMap<u32, u64> = HashMap::with_max_entries(START_ENTRIES, 0);
 #[map]
 static RUNQ_HISTS: HashMap<u32, Hist> = HashMap::with_max_entries(HIST_ENTRIES, 0);
 #[map]
@@ -46,7 +46,7 @@ const BPF_NOEXIST: u64 = 1;
 
 /// Stamps `tid` as runnable now.
 #[inline(always)]
-pub(crate) fn stamp(tid: u32) {
+fn stamp(tid: u32) {
     if tid == 0 {
         return;
     }

@@ -1,72 +1,38 @@
-//! Run-queue latency from raw tracepoints: the same maps and semantics as [`crate::runqlat`],
-//! without the perf record the kernel fills for every classic tracepoint hit (measured: ~20%
-//! of a pipe ping-pong's throughput for two empty classic programs).
+//! Run-queue latency from one raw tracepoint, `sched_switch`, with the scheduler's own
+//! accounting: the same histograms as [`crate::runqlat`] at a fraction of its cost.
 //!
-//! Raw tracepoints pass the `TP_PROTO` arguments, i.e. `task_struct` pointers. `pid` and `tgid`
-//! are read at byte offsets userspace found in this kernel's BTF. Knowing the tgid at wakeup
-//! lets unwatched tasks be skipped before anything is stamped, and knowing next's tgid at
-//! switch-in records the sample at once: no per-CPU pending slot.
+//! The kernel keeps `task_struct.sched_info` for every task (`CONFIG_SCHED_INFO`, the source of
+//! `/proc/<pid>/schedstat`): `pcount` counts the times it was switched in and `run_delay` sums
+//! the nanoseconds it waited runnable on a run queue, after a wakeup or a preemption alike
+//! (runqlat's semantics). Between two switch-outs of a task it was switched in exactly once,
+//! so the growth of `run_delay` between them is the wait before that run. At `sched_switch`,
+//! `prev` is `current`: its ids come from a helper and an unwatched task costs no memory read
+//! and no map lookup. No wakeup hooks, no timestamps: a pinned pipe ping-pong pays two cheap
+//! programs per round trip instead of four.
+//!
+//! A sample lands when the task is switched out after the run that ended its wait (a CPU-bound
+//! task: at its next preemption). The offset of `sched_info.pcount` (with `run_delay` right
+//! after it) comes from this kernel's BTF.
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
-    macros::raw_tracepoint,
+    helpers::bpf_probe_read_kernel,
+    macros::{map, raw_tracepoint},
+    maps::LruHashMap,
     programs::RawTracePointContext,
 };
+use probe_common::runqlat::{LAST_ENTRIES, SchedInfo};
 
 use crate::{
-    runqlat::{RUNQ_START, record, stamp},
+    runqlat::record,
     watch::{current, global, watched_fast},
 };
 
 #[unsafe(no_mangle)]
-static TASK_PID_OFF: u32 = 0;
-#[unsafe(no_mangle)]
-static TASK_TGID_OFF: u32 = 0;
+static TASK_SCHED_INFO_OFF: u32 = 0;
 
-/// `(tgid, tid)` of the task at `task` (a `struct task_struct *` from the kernel).
-#[inline(always)]
-fn task_ids(task: u64) -> Result<(u32, u32), i32> {
-    let base = task as *const u8;
-    let (pid_off, tgid_off) = (global(&TASK_PID_OFF), global(&TASK_TGID_OFF));
-    // `pid` and `tgid` are adjacent in every kernel's task_struct so far: one helper call
-    // instead of two. The globals are frozen .rodata, so the verifier drops the other branch.
-    if tgid_off == pid_off + 4 {
-        // SAFETY: bpf_probe_read_kernel checks the address; offsets come from this kernel's BTF.
-        let both: u64 =
-            unsafe { bpf_probe_read_kernel(base.wrapping_add(pid_off as usize).cast())? };
-        // Little-endian target: pid is the low half.
-        return Ok(((both >> 32) as u32, both as u32));
-    }
-    // SAFETY: as above.
-    let tid: u32 = unsafe { bpf_probe_read_kernel(base.wrapping_add(pid_off as usize).cast())? };
-    let tgid: u32 = unsafe { bpf_probe_read_kernel(base.wrapping_add(tgid_off as usize).cast())? };
-    Ok((tgid, tid))
-}
-
-/// `sched_wakeup(struct task_struct *p)`.
-#[raw_tracepoint(tracepoint = "sched_wakeup")]
-pub fn runq_raw_wakeup(ctx: RawTracePointContext) -> u32 {
-    match try_wakeup(&ctx) {
-        Ok(()) | Err(_) => 0,
-    }
-}
-
-/// `sched_wakeup_new(struct task_struct *p)`.
-#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
-pub fn runq_raw_wakeup_new(ctx: RawTracePointContext) -> u32 {
-    match try_wakeup(&ctx) {
-        Ok(()) | Err(_) => 0,
-    }
-}
-
-fn try_wakeup(ctx: &RawTracePointContext) -> Result<(), i32> {
-    let (tgid, tid) = task_ids(ctx.arg::<u64>(0))?;
-    // Filter here: an unwatched task is never stamped, so its switch-in finds nothing.
-    if tid != 0 && watched_fast(tgid) {
-        stamp(tid);
-    }
-    Ok(())
-}
+/// `tid -> sched_info` as last seen at the task's switch-out.
+#[map]
+static RUNQ_LAST: LruHashMap<u32, SchedInfo> = LruHashMap::with_max_entries(LAST_ENTRIES, 0);
 
 /// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 /// unsigned int prev_state)`.
@@ -78,30 +44,30 @@ pub fn runq_raw_switch(ctx: RawTracePointContext) -> u32 {
 }
 
 fn try_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
-    let preempt = ctx.arg::<u64>(0) & 0xff != 0;
-    let next = ctx.arg::<u64>(2);
-    let prev_state = ctx.arg::<u64>(3) as u32;
-
-    // Still runnable (preempted, or yielding in TASK_RUNNING): it goes back on the run queue.
-    // `prev` is `current` until the context switch, so its ids need no memory read.
-    if preempt || prev_state == 0 {
-        let (tgid, tid) = current();
-        if tid != 0 && watched_fast(tgid) {
-            stamp(tid);
-        }
-    }
-
-    let (tgid, tid) = task_ids(next)?;
-    // An unwatched task was never stamped: skip the hash lookup (the common case with a list).
+    let (tgid, tid) = current();
     if tid == 0 || !watched_fast(tgid) {
         return Ok(());
     }
-    // SAFETY: the value is a plain u64 copied out before the remove.
-    let Some(ts) = (unsafe { RUNQ_START.get(&tid) }).copied() else {
-        return Ok(());
+    let prev = ctx.arg::<u64>(1) as *const u8;
+    // SAFETY: bpf_probe_read_kernel checks the address; the offset comes from this kernel's BTF.
+    let now: SchedInfo = unsafe {
+        bpf_probe_read_kernel(
+            prev.wrapping_add(global(&TASK_SCHED_INFO_OFF) as usize)
+                .cast(),
+        )?
     };
-    let now = unsafe { bpf_ktime_get_ns() };
-    let _ = RUNQ_START.remove(&tid);
-    record(tgid, now.saturating_sub(ts) / 1000);
+    // SAFETY: the value is plain data, copied out before the map is written.
+    let last = unsafe { RUNQ_LAST.get(&tid) }.copied();
+    let _ = RUNQ_LAST.insert(&tid, &now, 0);
+    // One switch-in since the last switch-out (else the task is new to the map, or the tid
+    // was reused): the growth is exactly one wait.
+    if let Some(last) = last
+        && now.pcount == last.pcount + 1
+    {
+        record(
+            tgid,
+            now.run_delay_ns.saturating_sub(last.run_delay_ns) / 1000,
+        );
+    }
     Ok(())
 }

@@ -1,17 +1,26 @@
 //! TCP connections (connect/accept latency, lifetime, bytes, smoothed RTT, retransmits) and
-//! server-side request timing of watched processes, from classic tracepoints only.
+//! server-side request timing of watched processes.
+//!
+//! Every TCP connection on the node is tracked from its state changes alone (rare events):
+//! at close its bytes, smoothed RTT and cwnd are read from the `tcp_sock` (bcc tcplife's way).
+//! Per-call work is for watched processes only: `sock_{recv,send}_length` look at the calling
+//! process first, so the node's other traffic costs one early return, and a watched process's
+//! calls sample the smoothed RTT and cwnd of the socket (the values `tcp:tcp_probe` reports,
+//! without a program on every segment of every connection). The per-call hooks have raw
+//! tracepoint twins, preferred by userspace: a classic tracepoint makes the kernel fill a perf
+//! record on every hit, watched or not.
 //!
 //! A connection is keyed by its kernel socket address while it lives. `inet_sock_set_state`
-//! creates and closes entries; `tcp_probe` and `tcp_retransmit_skb` add RTT and retransmits;
-//! `sock_recv_length` / `sock_send_length` (process context) add bytes and, for watched
-//! processes, run a request -> response state machine: the first read after a response starts a
-//! new exchange, the first write after reads is the server's first byte.
+//! creates and closes entries; `tcp_retransmit_skb` counts retransmits; for watched processes,
+//! `sock_recv_length` / `sock_send_length` (process context) run a request -> response state
+//! machine: the first read after a response starts a new exchange, the first write after reads
+//! is the server's first byte.
 
 use aya_ebpf::{
-    helpers::bpf_ktime_get_ns,
-    macros::{map, tracepoint},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{map, raw_tracepoint, tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf},
-    programs::TracePointContext,
+    programs::{RawTracePointContext, TracePointContext},
 };
 use probe_common::sockets::{
     CONN_ENTRIES, Conn, DROP_CONNS_FULL, DROP_KINDS, DROP_RINGBUF, EV_ACCEPT, EV_CLOSE, EV_CONNECT,
@@ -19,10 +28,7 @@ use probe_common::sockets::{
     Tuple,
 };
 
-use crate::{
-    atomic_add,
-    watch::{count_drop, current, global, list_on, submit_flags, watched},
-};
+use crate::watch::{count_drop, current, global, list_on, submit_flags, watched_fast};
 
 macro_rules! offsets {
     ($($name:ident),*) => { $( #[unsafe(no_mangle)] static $name: u32 = 0; )* };
@@ -44,10 +50,13 @@ offsets!(
     TP_CWND,
     RT_SKADDR,
     SL_SK,
-    SL_FAMILY,
-    SL_PROTOCOL,
     SL_RET,
-    SL_FLAGS
+    SL_FLAGS,
+    TCP_SRTT_US_OFF,
+    TCP_SND_CWND_OFF,
+    TCP_BYTES_RECEIVED_OFF,
+    TCP_BYTES_SENT_OFF,
+    TCP_SOCK_OK
 );
 #[unsafe(no_mangle)]
 static TCP_ESTABLISHED: u32 = 1;
@@ -60,7 +69,6 @@ static TCP_CLOSE: u32 = 7;
 #[unsafe(no_mangle)]
 static IPPROTO_TCP: u32 = 6;
 
-const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
 const MSG_PEEK: i32 = 2;
 const ROLE_CLIENT: u32 = 1;
@@ -163,6 +171,28 @@ unsafe fn fill_tuple(ctx: &TracePointContext, t: *mut Tuple) -> Result<(), i32> 
     Ok(())
 }
 
+/// A closing connection's totals from its `tcp_sock`: data bytes received and sent (bcc
+/// tcplife reads the same counters) and a last RTT/cwnd reading.
+#[inline(always)]
+fn lifetime_totals(sk: u64, conn: *mut Conn) -> Result<(), i32> {
+    if global(&TCP_SOCK_OK) == 0 {
+        return Ok(());
+    }
+    let base = sk as *const u8;
+    // SAFETY: bpf_probe_read_kernel checks the address; offsets come from this kernel's BTF.
+    unsafe {
+        (*conn).bytes_in = bpf_probe_read_kernel(
+            base.wrapping_add(global(&TCP_BYTES_RECEIVED_OFF) as usize)
+                .cast(),
+        )?;
+        (*conn).bytes_out = bpf_probe_read_kernel(
+            base.wrapping_add(global(&TCP_BYTES_SENT_OFF) as usize)
+                .cast(),
+        )?;
+    }
+    sample_tcp(sk, conn)
+}
+
 fn try_state(ctx: &TracePointContext) -> Result<(), i32> {
     let protocol: u16 = at(ctx, &SS_PROTOCOL)?;
     if u32::from(protocol) != global(&IPPROTO_TCP) {
@@ -199,6 +229,7 @@ fn try_state(ctx: &TracePointContext) -> Result<(), i32> {
         }
     } else if new == global(&TCP_CLOSE) {
         if let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) {
+            let _ = lifetime_totals(sk, conn);
             // SAFETY: a live map value, removed only after both emits.
             unsafe {
                 if (*conn).exchange.phase == PHASE_RESPONDING {
@@ -212,31 +243,38 @@ fn try_state(ctx: &TracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
-#[tracepoint]
-pub fn tcp_probe(ctx: TracePointContext) -> u32 {
-    match try_tcp_probe(&ctx) {
-        Ok(()) | Err(_) => 0,
+/// Reads the socket's smoothed RTT (µs) and cwnd into `conn`, when BTF gave the offsets.
+#[inline(always)]
+fn sample_tcp(sk: u64, conn: *mut Conn) -> Result<(), i32> {
+    if global(&TCP_SOCK_OK) == 0 {
+        return Ok(());
     }
+    let base = sk as *const u8;
+    // SAFETY: bpf_probe_read_kernel checks the address; offsets come from this kernel's BTF.
+    let (srtt_x8, cwnd): (u32, u32) = unsafe {
+        (
+            bpf_probe_read_kernel(base.wrapping_add(global(&TCP_SRTT_US_OFF) as usize).cast())?,
+            bpf_probe_read_kernel(base.wrapping_add(global(&TCP_SND_CWND_OFF) as usize).cast())?,
+        )
+    };
+    // The kernel keeps `srtt_us` scaled by 8 (tcp_probe reports `srtt_us >> 3` too).
+    rtt_sample(conn, srtt_x8 >> 3, cwnd);
+    Ok(())
 }
 
-fn try_tcp_probe(ctx: &TracePointContext) -> Result<(), i32> {
-    let sk: u64 = at(ctx, &TP_SKADDR)?;
-    let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) else {
-        return Ok(());
-    };
-    let srtt: u32 = at(ctx, &TP_SRTT)?;
-    let cwnd: u32 = at(ctx, &TP_CWND)?;
-    // SAFETY: live map value; counters shared with other CPUs use atomic adds.
+/// Adds one smoothed-RTT (µs) and cwnd reading to a tracked connection.
+#[inline(always)]
+fn rtt_sample(conn: *mut Conn, srtt: u32, cwnd: u32) {
+    // SAFETY: `conn` points into a live map value; a socket's calls hold its lock.
     unsafe {
-        atomic_add(&raw mut (*conn).rtt_samples, 1);
-        atomic_add(&raw mut (*conn).srtt_sum_us, u64::from(srtt));
+        (*conn).rtt_samples += 1;
+        (*conn).srtt_sum_us += u64::from(srtt);
         (*conn).srtt_last_us = srtt;
         if srtt > (*conn).srtt_max_us {
             (*conn).srtt_max_us = srtt;
         }
         (*conn).cwnd_last = cwnd;
     }
-    Ok(())
 }
 
 #[tracepoint]
@@ -255,51 +293,67 @@ fn try_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
-/// The connection of a process-context send/recv on a TCP socket, if tracked.
+/// The connection of a watched process's send/recv of `ret` bytes on socket `sk`, if tracked
+/// (only TCP sockets are), with a fresh RTT/cwnd sample. Anything else returns before any
+/// lookup: this runs for every socket call on the node. Peeks and failures are skipped.
 #[inline(always)]
-fn length_event(ctx: &TracePointContext) -> Result<Option<(u64, *mut Conn, u64)>, i32> {
-    let family: u16 = at(ctx, &SL_FAMILY)?;
-    let protocol: u16 = at(ctx, &SL_PROTOCOL)?;
-    if (family != AF_INET && family != AF_INET6) || u32::from(protocol) != global(&IPPROTO_TCP) {
-        return Ok(None);
-    }
-    let ret: i32 = at(ctx, &SL_RET)?;
-    let flags: i32 = at(ctx, &SL_FLAGS)?;
-    if ret <= 0 || flags & MSG_PEEK != 0 {
-        return Ok(None);
-    }
-    let sk: u64 = at(ctx, &SL_SK)?;
-    let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) else {
-        return Ok(None);
-    };
+fn length_event(sk: u64, ret: i32, flags: i32) -> Option<*mut Conn> {
     let tgid = current().0;
-    // SAFETY: live map value.
+    if !watched_fast(tgid) || ret <= 0 || flags & MSG_PEEK != 0 {
+        return None;
+    }
+    let conn = SOCK_CONNS.get_ptr_mut(&sk)?;
+    // SAFETY: `conn` points into a live map value.
     unsafe {
         if (*conn).tgid == 0 {
             (*conn).tgid = tgid;
         }
     }
-    Ok(Some((sk, conn, ret as u64)))
+    let _ = sample_tcp(sk, conn);
+    Some(conn)
+}
+
+/// `(sk, ret, flags)` of a classic `sock_{recv,send}_length` record.
+#[inline(always)]
+fn length_fields(ctx: &TracePointContext) -> Result<(u64, i32, i32), i32> {
+    Ok((at(ctx, &SL_SK)?, at(ctx, &SL_RET)?, at(ctx, &SL_FLAGS)?))
+}
+
+/// `(sk, ret, flags)` of a raw `sock_{recv,send}_length(struct sock *sk, int ret, int flags)`.
+#[inline(always)]
+fn length_args(ctx: &RawTracePointContext) -> (u64, i32, i32) {
+    (
+        ctx.arg::<u64>(0),
+        ctx.arg::<u64>(1) as i32,
+        ctx.arg::<u64>(2) as i32,
+    )
 }
 
 #[tracepoint]
 pub fn sock_recv(ctx: TracePointContext) -> u32 {
-    match try_recv(&ctx) {
-        Ok(()) | Err(_) => 0,
+    match length_fields(&ctx) {
+        Ok((sk, ret, flags)) => on_recv(sk, ret, flags),
+        Err(_) => 0,
     }
 }
 
-fn try_recv(ctx: &TracePointContext) -> Result<(), i32> {
-    let Some((sk, conn, n)) = length_event(ctx)? else {
-        return Ok(());
+#[raw_tracepoint(tracepoint = "sock_recv_length")]
+pub fn sock_recv_raw(ctx: RawTracePointContext) -> u32 {
+    let (sk, ret, flags) = length_args(&ctx);
+    on_recv(sk, ret, flags)
+}
+
+#[inline(always)]
+fn on_recv(sk: u64, ret: i32, flags: i32) -> u32 {
+    let Some(conn) = length_event(sk, ret, flags) else {
+        return 0;
     };
+    let n = ret as u64;
     // SAFETY: live map value; the owning process's reads and writes are serialised by the
     // socket lock, so the exchange is updated by one CPU at a time.
     let conn = unsafe { &mut *conn };
-    unsafe { atomic_add(&raw mut conn.bytes_in, n) };
-    let tgid = current().0;
-    if !list_on() || !watched(tgid) {
-        return Ok(());
+    if !list_on() {
+        return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
     let ex = &mut conn.exchange;
@@ -315,26 +369,34 @@ fn try_recv(ctx: &TracePointContext) -> Result<(), i32> {
     }
     ex.req_last_ns = now;
     ex.bytes_in += n;
-    Ok(())
+    0
 }
 
 #[tracepoint]
 pub fn sock_send(ctx: TracePointContext) -> u32 {
-    match try_send(&ctx) {
-        Ok(()) | Err(_) => 0,
+    match length_fields(&ctx) {
+        Ok((sk, ret, flags)) => on_send(sk, ret, flags),
+        Err(_) => 0,
     }
 }
 
-fn try_send(ctx: &TracePointContext) -> Result<(), i32> {
-    let Some((_, conn, n)) = length_event(ctx)? else {
-        return Ok(());
+#[raw_tracepoint(tracepoint = "sock_send_length")]
+pub fn sock_send_raw(ctx: RawTracePointContext) -> u32 {
+    let (sk, ret, flags) = length_args(&ctx);
+    on_send(sk, ret, flags)
+}
+
+#[inline(always)]
+fn on_send(sk: u64, ret: i32, flags: i32) -> u32 {
+    let Some(conn) = length_event(sk, ret, flags) else {
+        return 0;
     };
-    // SAFETY: as in `try_recv`.
+    let n = ret as u64;
+    // SAFETY: as in `on_recv`.
     let conn = unsafe { &mut *conn };
-    unsafe { atomic_add(&raw mut conn.bytes_out, n) };
     let ex = &mut conn.exchange;
-    if ex.phase == PHASE_IDLE || !watched(current().0) {
-        return Ok(());
+    if ex.phase == PHASE_IDLE {
+        return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
     if ex.phase == PHASE_RECEIVING {
@@ -352,5 +414,5 @@ fn try_send(ctx: &TracePointContext) -> Result<(), i32> {
     ex.last_out_ns = now;
     ex.writes += 1;
     ex.bytes_out += n;
-    Ok(())
+    0
 }

@@ -154,15 +154,14 @@ fn raw_tracepoints_are_chosen_on_this_kernel() {
         .iter()
         .map(|h| (h.probe.as_str(), h.attached))
         .collect();
-    for tp in ["sched_wakeup", "sched_wakeup_new", "sched_switch"] {
-        let raw = format!("raw:{tp}");
-        assert!(names.contains(&(raw.as_str(), true)), "{names:?}");
-        let classic = format!("sched:{tp}");
-        assert!(
-            !names.iter().any(|(n, _)| *n == classic),
-            "classic {classic} attached too: {names:?}"
-        );
-    }
+    assert!(names.contains(&("raw:sched_switch", true)), "{names:?}");
+    // One hook: no wakeup stamping, raw or classic.
+    assert!(
+        !names
+            .iter()
+            .any(|(n, _)| n.starts_with("sched:") || n.contains("wakeup")),
+        "other run-queue hooks attached too: {names:?}"
+    );
     // And it records: this process's sleeper lands in its histogram.
     let h = measure(&probe, Duration::from_millis(500));
     assert!(h.count() > 50, "too few samples: {}", h.count());
@@ -189,8 +188,8 @@ fn classic_fallback_still_records() {
     assert!(h.count() > 50, "too few samples: {}", h.count());
 }
 
-/// The raw variant filters at wakeup: with the list on, nothing else is recorded, and with it
-/// off, other processes appear (the tgid read from `task_struct` is right).
+/// The raw variant filters by the switched-out task's tgid: with the list on, nothing else is
+/// recorded, and with it off, other processes appear.
 #[test]
 fn raw_variant_filters_by_tgid() {
     if !root_or_skip("raw_variant_filters_by_tgid") {
@@ -218,4 +217,50 @@ fn raw_variant_filters_by_tgid() {
         "implausible tgids: {:?}",
         snap.keys().collect::<Vec<_>>()
     );
+}
+
+/// Both variants attached at once see the same waits behind CPU hogs: the raw one's
+/// scheduler accounting and the classic one's wakeup stamps agree on the mean and the tail,
+/// which is what the `cpu_runqueue` rule reads. (They differ by design only on the few
+/// microseconds an idle CPU takes to answer a wakeup kick; see docs/explain.md.)
+#[test]
+fn raw_and_classic_agree_under_contention() {
+    if !root_or_skip("raw_and_classic_agree_under_contention") {
+        return;
+    }
+    let _serial = serial();
+    let me = std::process::id();
+    let raw = attach_variant(&[me], Variant::Raw);
+    let classic = attach_variant(&[me], Variant::Classic);
+    let before = |p: &Probes| p.runq_snapshot().unwrap().get(&me).copied().map(RunqHist);
+    let (raw0, classic0) = (before(&raw), before(&classic));
+    {
+        let _hogs = Hogs::start(2 * cpus(), -10);
+        std::thread::sleep(Duration::from_millis(200));
+        measure(&raw, Duration::from_secs(3));
+    }
+    let since = |p: &Probes, b: Option<RunqHist>| {
+        let now = before(p).unwrap();
+        b.map_or(now, |b| now.since(&b))
+    };
+    let (r, c) = (since(&raw, raw0), since(&classic, classic0));
+    println!(
+        "raw: n={} mean={:.1}us p99={:.1}us; classic: n={} mean={:.1}us p99={:.1}us",
+        r.count(),
+        r.mean_us(),
+        r.quantile_us(0.99).unwrap(),
+        c.count(),
+        c.mean_us(),
+        c.quantile_us(0.99).unwrap()
+    );
+    assert!(r.count() > 50 && c.count() > 50, "too few samples");
+    let close = |a: f64, b: f64| (a / b - 1.0).abs() <= 0.35;
+    assert!(
+        close(r.mean_us(), c.mean_us()),
+        "mean: raw {:.1}us vs classic {:.1}us",
+        r.mean_us(),
+        c.mean_us()
+    );
+    let (r99, c99) = (r.quantile_us(0.99).unwrap(), c.quantile_us(0.99).unwrap());
+    assert!(close(r99, c99), "p99: raw {r99:.1}us vs classic {c99:.1}us");
 }

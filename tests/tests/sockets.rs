@@ -118,20 +118,45 @@ async fn connect_rtt_and_server_first_byte() {
         assert_eq!(r.tgid, server.id());
     }
 
+    assert_close_totals(&events, local, server_side);
+    let d = probes.sock_drops().unwrap();
+    assert_eq!(d.ringbuf_full + d.conns_full + reader.drops.get(), 0);
+}
+
+/// The close events of both ends: the client's (not watched) carries the `tcp_sock` totals
+/// read at close, the server's (watched) an RTT reading per read and write.
+fn assert_close_totals(
+    events: &[SockEvent],
+    local: std::net::SocketAddr,
+    server_side: impl Fn(&&SockEvent) -> bool,
+) {
     let close = events
         .iter()
         .find(|e| e.kind == EV_CLOSE && endpoints(&e.conn.tuple).is_some_and(|(l, _)| l == local))
         .expect("a close event for the client's connection");
-    assert!(
-        close.conn.rtt_samples > 0,
-        "tcp_probe RTT samples on an active connection"
-    );
+    // The client is not watched: its connection gets the tcplife treatment, totals read
+    // from the `tcp_sock` at close, with one RTT reading.
+    assert!(close.conn.rtt_samples > 0, "an RTT reading at close");
     assert!(close.conn.srtt_last_us > 0);
-    assert_eq!((close.conn.bytes_out, close.conn.bytes_in), (54, 300));
+    // Data bytes; `bytes_received` counts the peer's FIN as one when it arrived first.
+    assert_eq!(close.conn.bytes_out, 54);
+    assert!(
+        (300..=301).contains(&close.conn.bytes_in),
+        "bytes in: {}",
+        close.conn.bytes_in
+    );
+    // The server is watched: its side samples the RTT at every read and write.
+    let server_close = events
+        .iter()
+        .find(|e| e.kind == EV_CLOSE && server_side(e))
+        .expect("a close event for the server's connection");
+    assert!(
+        server_close.conn.rtt_samples >= 6,
+        "RTT samples on the watched server's active connection: {}",
+        server_close.conn.rtt_samples
+    );
     assert!(
         close.duration_ns >= 300_000_000,
         "lifetime covers the three 100 ms exchanges"
     );
-    let d = probes.sock_drops().unwrap();
-    assert_eq!(d.ringbuf_full + d.conns_full + reader.drops.get(), 0);
 }

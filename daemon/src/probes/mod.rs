@@ -8,6 +8,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray},
 };
+use btf::{Btf, VMLINUX};
 
 pub mod btf;
 pub mod clock;
@@ -148,13 +149,17 @@ impl Probes {
         let mut globals: Vec<Global> = Vec::new();
         let mut hooks = Vec::new();
         globals.extend(runqlat::globals(&tracefs)?);
-        let runq_raw_unavailable = match runqlat::raw_globals() {
-            Ok(g) => {
-                globals.extend(g);
-                None
-            }
-            Err(e) => Some(e.to_string()),
+        // Raw-tracepoint variants read kernel structs at offsets from this kernel's BTF.
+        let btf = Btf::from_file(VMLINUX).map_err(|e| e.to_string());
+        let mut offsets = |f: fn(&Btf) -> Result<Vec<Global>, btf::BtfError>| {
+            let g = btf.as_ref().map_err(Clone::clone)?;
+            globals.extend(f(g).map_err(|e| e.to_string())?);
+            Ok::<(), String>(())
         };
+        let runq_raw_unavailable = offsets(runqlat::raw_globals).err();
+        if let Err(why) = offsets(sockets::tcp_sock_globals) {
+            tracing::info!("sockets: no RTT, cwnd or lifetime bytes: {why}");
+        }
         match sockets::globals(&tracefs) {
             Ok(g) => globals.extend(g),
             Err(e) => hooks.push(HookStatus {

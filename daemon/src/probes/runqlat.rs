@@ -1,11 +1,12 @@
-//! Run-queue latency probe (bcc runqlat semantics) on `sched:sched_wakeup`,
-//! `sched:sched_wakeup_new` and `sched:sched_switch`.
+//! Run-queue latency probe (bcc runqlat semantics).
 //!
-//! Two kernel variants share the maps: raw tracepoints (reading `task_struct` at offsets from
-//! this kernel's BTF), preferred because a classic tracepoint makes the kernel fill a perf
-//! record on every scheduler event; and classic tracepoints (fields at tracefs format offsets)
-//! when BTF lacks the offsets or a raw attach fails. [`Probes::hooks`] names the one in use:
-//! `raw:sched_switch` or `sched:sched_switch`.
+//! Two kernel variants fill the same histograms: one raw tracepoint on `sched_switch` that reads
+//! the scheduler's own wait accounting (`task_struct.sched_info`, offset from this kernel's BTF;
+//! see `probe-ebpf/src/runqlat_raw.rs`), preferred because it costs an unwatched task almost
+//! nothing; and classic tracepoints on `sched:sched_wakeup`, `sched:sched_wakeup_new` and
+//! `sched:sched_switch` that stamp wakeups (fields at tracefs format offsets) when BTF lacks the
+//! offset or the raw attach fails. [`Probes::hooks`] names the one in use: `raw:sched_switch`
+//! or `sched:sched_switch`.
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -14,16 +15,12 @@ use probe_common::runqlat::{self as rq, Hist, globals};
 
 use super::{
     Global, ProbeError, Probes,
-    btf::{Btf, BtfError, VMLINUX},
+    btf::{Btf, BtfError},
     tracefs::Format,
 };
 
 /// Raw-tracepoint programs and the tracepoint each attaches to.
-const RAW: [(&str, &str); 3] = [
-    ("runq_raw_wakeup", "sched_wakeup"),
-    ("runq_raw_wakeup_new", "sched_wakeup_new"),
-    ("runq_raw_switch", "sched_switch"),
-];
+const RAW: [(&str, &str); 1] = [("runq_raw_switch", "sched_switch")];
 
 /// Classic tracepoint programs and the `sched:` event each attaches to.
 const CLASSIC: [(&str, &str); 3] = [
@@ -79,25 +76,47 @@ pub(crate) fn globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
     ])
 }
 
-/// The raw variant's globals: byte offsets of `task_struct.pid` and `.tgid` in this kernel's
-/// BTF. An error means the raw variant cannot be used.
-pub(crate) fn raw_globals() -> Result<Vec<Global>, BtfError> {
-    raw_globals_from(&Btf::from_file(VMLINUX)?)
+/// The raw variant's global: the byte offset of `task_struct.sched_info.pcount` in this
+/// kernel's BTF, with `run_delay` the next 8 bytes. An error means the raw variant cannot be
+/// used.
+pub(crate) fn raw_globals(btf: &Btf) -> Result<Vec<Global>, BtfError> {
+    // Kernels that gate the accounting (older ones, without delay accounting) print zeros.
+    let schedstat = std::fs::read_to_string("/proc/self/schedstat").unwrap_or_default();
+    if !sched_info_counts(&schedstat) {
+        return Err(BtfError::Malformed(format!(
+            "the scheduler does not count switches (/proc/self/schedstat: {:?})",
+            schedstat.trim()
+        )));
+    }
+    raw_globals_from(btf)
+}
+
+/// Whether a `/proc/<pid>/schedstat` line (`runtime run_delay pcount`) of a running process
+/// shows the scheduler's accounting at work: a running process was switched in at least once.
+fn sched_info_counts(schedstat: &str) -> bool {
+    schedstat
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|pcount| pcount > 0)
 }
 
 fn raw_globals_from(btf: &Btf) -> Result<Vec<Global>, BtfError> {
-    let mut out = Vec::new();
-    for (global, member) in [(globals::TASK_PID, "pid"), (globals::TASK_TGID, "tgid")] {
-        let (offset, size) = btf.member_offset("task_struct", member)?;
-        // The programs read a u32 (pid_t).
-        if size != 4 {
-            return Err(BtfError::Malformed(format!(
-                "task_struct.{member} is {size} bytes, expected 4"
-            )));
-        }
-        out.push((global, u64::from(offset), 4));
+    let (info, _) = btf.member_offset("task_struct", "sched_info")?;
+    let (pcount, pcount_size) = btf.member_offset("sched_info", "pcount")?;
+    let (delay, delay_size) = btf.member_offset("sched_info", "run_delay")?;
+    // The program reads both as one `SchedInfo` (two u64s).
+    if (pcount_size, delay_size) != (8, 8) || delay != pcount + 8 {
+        return Err(BtfError::Malformed(format!(
+            "sched_info.pcount ({pcount_size} bytes at {pcount}) and .run_delay ({delay_size} \
+             bytes at {delay}) are not two adjacent u64s"
+        )));
     }
-    Ok(out)
+    Ok(vec![(
+        globals::TASK_SCHED_INFO,
+        u64::from(info + pcount),
+        4,
+    )])
 }
 
 /// Which kernel programs the run-queue family uses.
@@ -204,6 +223,7 @@ impl Probes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probes::btf::VMLINUX;
 
     #[test]
     fn raw_globals_from_this_kernels_btf() {
@@ -212,11 +232,16 @@ mod tests {
             return;
         };
         let g = raw_globals_from(&btf).unwrap();
-        assert_eq!(g.len(), 2);
-        assert_eq!((g[0].0, g[1].0), (globals::TASK_PID, globals::TASK_TGID));
-        assert!(
-            g.iter().all(|&(_, off, size)| off > 0 && size == 4),
-            "{g:?}"
-        );
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].0, globals::TASK_SCHED_INFO);
+        assert!(g[0].1 > 0 && g[0].2 == 4, "{g:?}");
+    }
+
+    #[test]
+    fn schedstat_lines() {
+        assert!(sched_info_counts("1234 56 7\n"));
+        assert!(!sched_info_counts("0 0 0\n"), "accounting off");
+        assert!(!sched_info_counts(""), "no file");
+        assert!(!sched_info_counts("garbage"));
     }
 }

@@ -1,6 +1,12 @@
 //! TCP probes: connect/accept latency, lifetime and bytes (`sock:inet_sock_set_state`),
-//! smoothed RTT and cwnd (`tcp:tcp_probe`), retransmits (`tcp:tcp_retransmit_skb`), and
-//! server-side request timing of watched processes (`sock:sock_recv_length`/`sock_send_length`).
+//! retransmits (`tcp:tcp_retransmit_skb`), and server-side request timing of watched processes
+//! (`sock:sock_recv_length`/`sock_send_length`); smoothed RTT and cwnd are read from the
+//! `tcp_sock` at BTF offsets (see `probe-ebpf/src/sockets.rs`).
+//!
+//! The two hooks that fire on every socket call are attached as raw tracepoints when they can
+//! be (`raw:sock_recv_length`, `raw:sock_send_length`): no perf record is filled for the node's
+//! unwatched traffic. Each falls back to its classic tracepoint on its own. Without the
+//! `tcp_sock` offsets the family still runs, without RTT, cwnd and lifetime bytes.
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
@@ -10,7 +16,12 @@ use std::{
 use aya::maps::{HashMap, MapData};
 use probe_common::sockets::{self as so, Conn, SockEvent, Tuple, globals};
 
-use super::{Global, ProbeError, Probes, reader::Reader, tracefs::Format};
+use super::{
+    Global, ProbeError, Probes,
+    btf::{Btf, BtfError},
+    reader::Reader,
+    tracefs::Format,
+};
 
 /// Counters of what the socket programs could not record; they only grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -46,30 +57,13 @@ pub(crate) fn globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
     g.push((globals::IPPROTO_TCP, st.print_symbol("IPPROTO_TCP")?, 4));
     // The remaining hooks are optional: a kernel without them keeps zero offsets and the
     // hook's attach is reported as failed.
-    if let Ok(tp) = Format::read(tracefs, "tcp", "tcp_probe") {
-        for (name, (field, size)) in
-            globals::PROBE
-                .iter()
-                .zip([("skaddr", 8), ("srtt", 4), ("snd_cwnd", 4)])
-        {
-            if let Ok(off) = tp.offset(field, size) {
-                g.push((*name, u64::from(off), 4));
-            }
-        }
-    }
     if let Ok(rt) = Format::read(tracefs, "tcp", "tcp_retransmit_skb")
         && let Ok(off) = rt.offset("skaddr", 8)
     {
         g.push((globals::RETRANS_SKADDR, u64::from(off), 4));
     }
     if let Ok(sl) = Format::read(tracefs, "sock", "sock_send_length") {
-        let fields = [
-            ("sk", 8),
-            ("family", 2),
-            ("protocol", 2),
-            ("ret", 4),
-            ("flags", 4),
-        ];
+        let fields = [("sk", 8), ("ret", 4), ("flags", 4)];
         for (name, (field, size)) in globals::LENGTH.iter().zip(fields) {
             if let Ok(off) = sl.offset(field, size) {
                 g.push((*name, u64::from(off), 4));
@@ -78,6 +72,35 @@ pub(crate) fn globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
     }
     Ok(g)
 }
+
+/// Byte offsets of the `tcp_sock` fields the programs read, from this kernel's BTF, and the
+/// flag that lets them read. An error leaves the flag off (no RTT, cwnd or lifetime bytes).
+pub(crate) fn tcp_sock_globals(btf: &Btf) -> Result<Vec<Global>, BtfError> {
+    let mut out = Vec::new();
+    let members = [
+        ("srtt_us", 4),
+        ("snd_cwnd", 4),
+        ("bytes_received", 8),
+        ("bytes_sent", 8),
+    ];
+    for (global, (member, want)) in globals::TCP_SOCK.iter().zip(members) {
+        let (offset, size) = btf.member_offset("tcp_sock", member)?;
+        if size != want {
+            return Err(BtfError::Malformed(format!(
+                "tcp_sock.{member} is {size} bytes, expected {want}"
+            )));
+        }
+        out.push((*global, u64::from(offset), 4));
+    }
+    out.push((globals::TCP_SOCK_OK, 1, 4));
+    Ok(out)
+}
+
+/// Raw-tracepoint twins: (classic program, raw program).
+const RAW_TWINS: [(&str, &str); 2] = [
+    ("sock_recv", "sock_recv_raw"),
+    ("sock_send", "sock_send_raw"),
+];
 
 /// Attaches each socket hook; failures are recorded per hook. `inet_sock_set_state` is the
 /// one the others build on.
@@ -90,11 +113,20 @@ pub(crate) fn attach(probes: &mut Probes) {
     };
     for (prog, cat, name, needs) in [
         ("sock_state", "sock", "inet_sock_set_state", "skaddr"),
-        ("tcp_probe", "tcp", "tcp_probe", "skaddr"),
         ("tcp_retransmit", "tcp", "tcp_retransmit_skb", "skaddr"),
         ("sock_recv", "sock", "sock_recv_length", "sk"),
         ("sock_send", "sock", "sock_send_length", "sk"),
     ] {
+        if let Some(&(_, raw)) = RAW_TWINS.iter().find(|(c, _)| *c == prog) {
+            match probes.attach_raw_tracepoint(raw, name) {
+                Ok(()) => continue,
+                Err(e) => {
+                    tracing::info!("{e}; using the classic tracepoint {cat}:{name}");
+                    probes.unload(raw);
+                    probes.forget_hook(&format!("raw:{name}"));
+                }
+            }
+        }
         if has(cat, name, needs) {
             let _ = probes.attach_tracepoint(prog, cat, name);
         } else {
@@ -152,6 +184,20 @@ pub fn endpoints(t: &Tuple) -> Option<(SocketAddr, SocketAddr)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_sock_offsets_from_this_kernels_btf() {
+        let Ok(btf) = Btf::from_file(super::super::btf::VMLINUX) else {
+            println!("skipped: BTF not readable");
+            return;
+        };
+        let g = tcp_sock_globals(&btf).unwrap();
+        let names: Vec<&str> = g.iter().map(|&(n, _, _)| n).collect();
+        assert_eq!(names[..4], globals::TCP_SOCK);
+        assert_eq!(g[4], (globals::TCP_SOCK_OK, 1, 4));
+        // All live past the embedded `struct sock` (hundreds of bytes in).
+        assert!(g[..4].iter().all(|&(_, off, _)| off > 256), "{g:?}");
+    }
 
     #[test]
     fn endpoints_decode_v4_and_v6() {
