@@ -144,10 +144,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         progress: !args.quiet && std::io::stderr().is_terminal(),
         shard: args.shard.unwrap_or(Shard::WHOLE),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    // One CPU to run on (a pinned run, a one-core container): the single-threaded scheduler
+    // wakes a task with a local queue push, where the multi-threaded one, even with one worker,
+    // pays for work stealing and cross-thread notification on every request.
+    let one_cpu = std::thread::available_parallelism().is_ok_and(|n| n.get() == 1);
+    let rt = if one_cpu {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build()
+    .context("starting the tokio runtime")?;
     let report = rt.block_on(async {
         let cancel = CancellationToken::new();
         let c = cancel.clone();

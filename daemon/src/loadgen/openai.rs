@@ -8,7 +8,7 @@
 //! A stream that ends without `[DONE]` is accepted when a `finish_reason` was seen (some
 //! servers omit `[DONE]`); without either it is a truncated stream (`malformed_stream`).
 
-use std::time::Instant;
+use std::{borrow::Cow, time::Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
@@ -41,6 +41,69 @@ pub struct StreamState {
 /// A stream that failed.
 pub type StreamError = (ErrorClass, String);
 
+/// What one chunk says: whether it carries text, and the finish reason and usage if any.
+#[derive(Clone, Copy)]
+struct Summary<'a> {
+    has_text: bool,
+    finish_reason: Option<&'a str>,
+    completion_tokens: Option<u64>,
+    prompt_tokens: Option<u64>,
+}
+
+/// The fields of a streamed chunk that matter, borrowed from its text where possible: every
+/// token arrives as one of these, so no `Value` tree is built for it.
+#[derive(serde::Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Vec<ChunkChoice<'a>>,
+    #[serde(default)]
+    usage: Option<ChunkUsage>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChunkChoice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<ChunkDelta<'a>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChunkDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChunkUsage {
+    completion_tokens: Option<u64>,
+    prompt_tokens: Option<u64>,
+}
+
+impl Chunk<'_> {
+    fn summary(&self) -> Summary<'_> {
+        let c = self.choices.first();
+        let d = c.and_then(|c| c.delta.as_ref());
+        // Same precedence as the `Value` path: delta content, text, reasoning content.
+        let text = d
+            .and_then(|d| d.content.as_deref())
+            .or_else(|| c.and_then(|c| c.text.as_deref()))
+            .or_else(|| d.and_then(|d| d.reasoning_content.as_deref()));
+        Summary {
+            has_text: text.is_some_and(|t| !t.is_empty()),
+            finish_reason: c.and_then(|c| c.finish_reason.as_deref()),
+            completion_tokens: self.usage.as_ref().and_then(|u| u.completion_tokens),
+            prompt_tokens: self.usage.as_ref().and_then(|u| u.prompt_tokens),
+        }
+    }
+}
+
 impl StreamState {
     /// Feeds a piece of the body received at `now_us`.
     pub fn feed(&mut self, piece: &[u8], now_us: u64) -> Result<(), StreamError> {
@@ -57,6 +120,14 @@ impl StreamState {
             let data = ev.data.trim();
             if data == "[DONE]" {
                 self.done = true;
+                continue;
+            }
+            // The common shape, parsed in place; anything unusual (an error object, a field of
+            // an unexpected type) goes through a `Value`.
+            if let Ok(c) = serde_json::from_str::<Chunk<'_>>(data)
+                && c.error.is_none()
+            {
+                self.apply(c.summary(), Some(now_us));
                 continue;
             }
             let v: Value = serde_json::from_str(data).map_err(|e| {
@@ -79,27 +150,42 @@ impl StreamState {
 
     /// Reads one chunk (or a whole non-streamed answer when `now_us` is `None`).
     fn absorb(&mut self, v: &Value, now_us: Option<u64>) {
-        if let Some(c) = v.get("choices").and_then(|c| c.get(0)) {
-            let text = c
-                .pointer("/delta/content")
-                .or_else(|| c.get("text"))
-                .or_else(|| c.pointer("/delta/reasoning_content"))
-                .or_else(|| c.pointer("/message/content"))
-                .and_then(Value::as_str);
-            if let (Some(t), Some(now)) = (text, now_us)
-                && !t.is_empty()
-            {
-                self.token_us.push(now);
-            }
-            if let Some(f) = c.get("finish_reason").and_then(Value::as_str) {
-                self.finish_reason = Some(f.to_string());
-            }
+        let c = v.get("choices").and_then(|c| c.get(0));
+        // The first of these that is a string (null counts as absent).
+        let text = c.and_then(|c| {
+            [
+                "/delta/content",
+                "/text",
+                "/delta/reasoning_content",
+                "/message/content",
+            ]
+            .iter()
+            .find_map(|p| c.pointer(p).and_then(Value::as_str))
+        });
+        let u = v.get("usage").filter(|u| u.is_object());
+        let get = |k: &str| u.and_then(|u| u.get(k)).and_then(Value::as_u64);
+        self.apply(
+            Summary {
+                has_text: text.is_some_and(|t| !t.is_empty()),
+                finish_reason: c
+                    .and_then(|c| c.get("finish_reason"))
+                    .and_then(Value::as_str),
+                completion_tokens: get("completion_tokens"),
+                prompt_tokens: get("prompt_tokens"),
+            },
+            now_us,
+        );
+    }
+
+    fn apply(&mut self, s: Summary<'_>, now_us: Option<u64>) {
+        if let (true, Some(now)) = (s.has_text, now_us) {
+            self.token_us.push(now);
         }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            let get = |k: &str| u.get(k).and_then(Value::as_u64).map(|n| n as u32);
-            self.usage_output = get("completion_tokens").or(self.usage_output);
-            self.usage_input = get("prompt_tokens").or(self.usage_input);
+        if let Some(f) = s.finish_reason {
+            self.finish_reason = Some(f.to_string());
         }
+        self.usage_output = s.completion_tokens.map(|n| n as u32).or(self.usage_output);
+        self.usage_input = s.prompt_tokens.map(|n| n as u32).or(self.usage_input);
     }
 
     /// Ends the stream: success, or why it failed.
@@ -301,5 +387,38 @@ data: [DONE]\n\n";
             assert_eq!(st.token_us.len(), 2, "split {i}");
             assert_eq!(st.usage_output, Some(3));
         }
+    }
+
+    /// Every chunk shape reads the same through the in-place parse and through a `Value`
+    /// (the path for unusual chunks): tokens, finish reason and usage.
+    #[test]
+    fn typed_and_value_paths_agree() {
+        let chunks = [
+            r#"{"choices":[{"delta":{"content":"a"}}]}"#,
+            r#"{"choices":[{"delta":{"content":null,"reasoning_content":"think"}}]}"#,
+            r#"{"choices":[{"delta":{"content":""},"finish_reason":null}]}"#,
+            r#"{"choices":[{"text":"b","finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"delta":{"content":"c\u00e9\"q"}}],"usage":null}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}"#,
+            r#"{"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{}}]}"#,
+        ];
+        for c in chunks {
+            let typed: Chunk<'_> = serde_json::from_str(c).expect(c);
+            let mut a = StreamState::default();
+            a.apply(typed.summary(), Some(1));
+            let mut b = StreamState::default();
+            b.absorb(&serde_json::from_str(c).unwrap(), Some(1));
+            assert_eq!(
+                (a.token_us, a.finish_reason, a.usage_output, a.usage_input),
+                (b.token_us, b.finish_reason, b.usage_output, b.usage_input),
+                "{c}"
+            );
+        }
+        // Unusual types fall back to the `Value` path instead of failing the stream.
+        let (st, r) = run(
+            b"data: {\"choices\":[{\"text\":5,\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+        );
+        assert_eq!(r, Ok(()));
+        assert_eq!(st.finish_reason.as_deref(), Some("stop"));
     }
 }

@@ -13,13 +13,13 @@ use axum::{
 
 use super::{
     config::SimConfig,
-    fixed::{self, FixedRequest},
+    fixed::{FixedRequest, Schedule},
     format::{Format, Kind},
     http::{AppState, St, now_unix},
     openai::{self, ApiError, ChatRequest, CompletionRequest, Prompt},
     sampler::Sampler,
     scheduler::{FinishReason, NewSeq, Scheduler},
-    stream::{AbortGuard, Collected, SseBody, collect, reason_str},
+    stream::{AbortGuard, Collected, Source, SseBody, collect, reason_str},
     tokenizer::{self, fnv1a},
 };
 
@@ -231,10 +231,12 @@ async fn generate(state: Arc<AppState>, mut gen_req: Gen) -> Response {
     if state.faults.inject_error() {
         return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "injected fault").into_response();
     }
-    let sampler = Sampler::new(seed, temperature);
+    let mut sampler = Sampler::new(seed, temperature);
+    if gen_req.fmt.logprobs.is_none() {
+        sampler = sampler.without_alternatives();
+    }
     let prompt_tokens = gen_req.prompt.len();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    match (&state.engine, &state.cfg.fixed) {
+    let src = match (&state.engine, &state.cfg.fixed) {
         (_, Some(timing)) => {
             let tokens = stop_after.map_or(max_tokens, |a| a.min(max_tokens));
             let req = FixedRequest {
@@ -248,12 +250,7 @@ async fn generate(state: Arc<AppState>, mut gen_req: Gen) -> Response {
                 },
                 sampler,
             };
-            tokio::spawn(fixed::generate(
-                timing.clone(),
-                req,
-                tx,
-                state.shared.clone(),
-            ));
+            Source::Fixed(Box::new(Schedule::new(timing, req, state.shared.clone())))
         }
         (Some(engine), None) => {
             if state.shared.queued.load(Ordering::SeqCst) >= state.cfg.engine.max_waiting {
@@ -265,6 +262,7 @@ async fn generate(state: Arc<AppState>, mut gen_req: Gen) -> Response {
             }
             let prompt = std::mem::take(&mut gen_req.prompt);
             let arrival = arrival.into_std();
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             engine.submit(
                 NewSeq {
                     id,
@@ -276,9 +274,10 @@ async fn generate(state: Arc<AppState>, mut gen_req: Gen) -> Response {
                 },
                 tx,
             );
+            Source::Engine(rx)
         }
         (None, None) => unreachable!("an engine runs unless the profile is fixed"),
-    }
+    };
     let prefix = if gen_req.fmt.kind == Kind::Chat {
         "chatcmpl"
     } else {
@@ -290,10 +289,10 @@ async fn generate(state: Arc<AppState>, mut gen_req: Gen) -> Response {
         return Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")
             .header(header::CACHE_CONTROL, "no-cache")
-            .body(Body::new(SseBody::new(rx, gen_req.fmt, guard)))
+            .body(Body::new(SseBody::new(src, gen_req.fmt, guard)))
             .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
-    match collect(rx, guard).await {
+    match collect(src, guard).await {
         Collected::Done {
             tokens,
             reason,

@@ -126,11 +126,11 @@ impl Format {
         })
     }
 
-    /// The SSE event of one token; `offset` is the text length sent so far.
-    #[must_use]
-    pub fn sse_token(&self, token: &Sampled, offset: usize) -> String {
+    /// Appends the SSE event of one token to `out`; `offset` is the text length sent so far.
+    pub fn sse_token(&self, out: &mut String, token: &Sampled, offset: usize) {
         if self.logprobs.is_none() {
-            return self.sse_token_fast(token);
+            self.sse_token_fast(out, token);
+            return;
         }
         let one = std::slice::from_ref(token);
         let choice = match self.kind {
@@ -141,36 +141,35 @@ impl Format {
                 json!({"index": 0, "text": token.text, "logprobs": self.completion_logprobs(one, offset), "finish_reason": null})
             }
         };
-        sse(&self.envelope(true, json!([choice])))
+        out.push_str(&sse(&self.envelope(true, json!([choice]))));
     }
 
-    // The hot path of streaming (no logprobs): the same JSON as `sse_token` builds, written
-    // directly instead of through a `serde_json::Value` tree.
-    fn sse_token_fast(&self, token: &Sampled) -> String {
-        let text = Value::String(token.text.clone());
-        let model = Value::String(self.model.clone());
-        let usage = if self.include_usage {
-            ",\"usage\":null"
-        } else {
-            ""
-        };
-        let (object, choice) = match self.kind {
-            Kind::Chat => (
-                "chat.completion.chunk",
-                format!(
-                    "{{\"index\":0,\"delta\":{{\"content\":{text}}},\"logprobs\":null,\"finish_reason\":null}}"
-                ),
-            ),
-            Kind::Completion => (
-                "text_completion",
-                format!("{{\"index\":0,\"text\":{text},\"logprobs\":null,\"finish_reason\":null}}"),
-            ),
-        };
-        format!(
-            "data: {{\"id\":{},\"object\":\"{object}\",\"created\":{},\"model\":{model},\"choices\":[{choice}]{usage}}}\n\n",
-            Value::String(self.id.clone()),
-            self.created,
-        )
+    // The hot path of streaming (no logprobs): the same JSON as `sse_token` builds, appended
+    // piece by piece to the frame buffer: no `serde_json::Value` tree, no temporary strings.
+    fn sse_token_fast(&self, out: &mut String, token: &Sampled) {
+        use std::fmt::Write as _;
+        out.push_str("data: {\"id\":");
+        json_str(out, &self.id);
+        let _ = write!(
+            out,
+            ",\"object\":\"{}\",\"created\":{},\"model\":",
+            self.object(true),
+            self.created
+        );
+        json_str(out, &self.model);
+        out.push_str(match self.kind {
+            Kind::Chat => ",\"choices\":[{\"index\":0,\"delta\":{\"content\":",
+            Kind::Completion => ",\"choices\":[{\"index\":0,\"text\":",
+        });
+        json_str(out, &token.text);
+        if self.kind == Kind::Chat {
+            out.push('}');
+        }
+        out.push_str(",\"logprobs\":null,\"finish_reason\":null}]");
+        if self.include_usage {
+            out.push_str(",\"usage\":null");
+        }
+        out.push_str("}\n\n");
     }
 
     /// The closing SSE events: finish reason, optional usage chunk, `[DONE]`.
@@ -203,6 +202,30 @@ impl Format {
 
 fn sse(v: &Value) -> String {
     format!("data: {v}\n\n")
+}
+
+/// Appends `s` as a JSON string literal (quotes, escapes) to `out`.
+fn json_str(out: &mut String, s: &str) {
+    use std::fmt::Write as _;
+    out.push('"');
+    let mut rest = s;
+    while let Some(i) = rest.find(|c: char| c == '"' || c == '\\' || c < ' ') {
+        out.push_str(&rest[..i]);
+        let c = rest[i..].chars().next().unwrap_or(' ');
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+        }
+        rest = &rest[i + c.len_utf8()..];
+    }
+    out.push_str(rest);
+    out.push('"');
 }
 
 /// Standard base64 (RFC 4648, with padding).
@@ -245,7 +268,7 @@ mod tests {
     #[test]
     fn fast_token_chunks_equal_the_generic_ones() {
         let tok = Sampled {
-            text: " a\"b".to_owned(),
+            text: " a\"b\\c\n\u{1}é".to_owned(),
             logprob: -0.5,
             top: vec![(" a\"b".to_owned(), -0.5)],
         };
@@ -259,7 +282,8 @@ mod tests {
                     logprobs: None,
                     include_usage,
                 };
-                let fast = f.sse_token_fast(&tok);
+                let mut fast = String::new();
+                f.sse_token_fast(&mut fast, &tok);
                 let one = std::slice::from_ref(&tok);
                 let choice = match kind {
                     Kind::Chat => {

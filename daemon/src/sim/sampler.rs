@@ -56,6 +56,7 @@ pub struct Sampled {
 pub struct Sampler {
     seed: u64,
     temperature: f64,
+    alternatives: bool,
 }
 
 impl Sampler {
@@ -65,7 +66,16 @@ impl Sampler {
         Self {
             seed,
             temperature: temperature.clamp(0.0, 2.0),
+            alternatives: true,
         }
+    }
+
+    /// Leaves [`Sampled::top`] empty: for requests without `logprobs`, which never show it
+    /// (the same tokens and log-probabilities, without ranking and formatting the rest).
+    #[must_use]
+    pub fn without_alternatives(mut self) -> Self {
+        self.alternatives = false;
+        self
     }
 
     /// The token at `position` (0-based) of the completion: a pure function of seed,
@@ -74,20 +84,22 @@ impl Sampler {
     pub fn token(&self, position: usize) -> Sampled {
         let mut rng = Rng::new(self.seed ^ fnv1a(&(position as u64).to_le_bytes()));
         // Logits: a Zipf-like fall-off over CANDIDATES distinct words.
-        let mut words: Vec<&str> = Vec::with_capacity(CANDIDATES);
-        while words.len() < CANDIDATES {
+        // Fixed-size arrays: this runs once per streamed token.
+        let mut words: [&str; CANDIDATES] = [""; CANDIDATES];
+        let mut n = 0;
+        while n < CANDIDATES {
             let w = WORDS[(rng.next_u64() % WORDS.len() as u64) as usize];
-            if !words.contains(&w) {
-                words.push(w);
+            if !words[..n].contains(&w) {
+                words[n] = w;
+                n += 1;
             }
         }
-        let logits: Vec<f64> = (0..CANDIDATES)
-            .map(|i| 4.0 - 1.2 * (i as f64 + 1.0).ln() * 2.0 + 0.3 * rng.normal())
-            .collect();
+        let logits: [f64; CANDIDATES] =
+            std::array::from_fn(|i| 4.0 - 1.2 * (i as f64 + 1.0).ln() * 2.0 + 0.3 * rng.normal());
         let t = self.temperature.max(1e-3);
         let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let z: f64 = logits.iter().map(|l| ((l - max) / t).exp()).sum();
-        let logp: Vec<f64> = logits.iter().map(|l| (l - max) / t - z.ln()).collect();
+        let logp: [f64; CANDIDATES] = logits.map(|l| (l - max) / t - z.ln());
         let chosen = if self.temperature < 1e-3 {
             argmax(&logp)
         } else {
@@ -103,15 +115,20 @@ impl Sampler {
             }
             pick
         };
-        let mut order: Vec<usize> = (0..CANDIDATES).collect();
-        order.sort_by(|a, b| logp[*b].total_cmp(&logp[*a]));
+        let top = if self.alternatives {
+            let mut order: [usize; CANDIDATES] = std::array::from_fn(|i| i);
+            order.sort_by(|a, b| logp[*b].total_cmp(&logp[*a]));
+            order
+                .into_iter()
+                .map(|i| (format!(" {}", words[i]), logp[i]))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Sampled {
             text: format!(" {}", words[chosen]),
             logprob: logp[chosen],
-            top: order
-                .into_iter()
-                .map(|i| (format!(" {}", words[i]), logp[i]))
-                .collect(),
+            top,
         }
     }
 }
@@ -156,5 +173,19 @@ mod tests {
             .map(|p| Sampler::new(2, 1.0).token(p).text)
             .collect();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn without_alternatives_draws_the_same_tokens() {
+        let (full, lean) = (
+            Sampler::new(5, 0.8),
+            Sampler::new(5, 0.8).without_alternatives(),
+        );
+        for p in 0..50 {
+            let (a, b) = (full.token(p), lean.token(p));
+            assert_eq!((a.text, a.logprob), (b.text, b.logprob));
+            assert_eq!(a.top.len(), CANDIDATES);
+            assert!(b.top.is_empty());
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! Response bodies fed by a request's event channel: SSE for `stream: true`, and the collector
-//! for plain responses. Dropping either (client gone) aborts the request in the engine, which
-//! frees its KV blocks.
+//! Response bodies fed by a request's events (the engine's channel, or the `fixed` profile's
+//! schedule): SSE for `stream: true`, and the collector for plain responses. Dropping either
+//! (client gone) aborts the request in the engine, which frees its KV blocks.
 
 use std::{
     convert::Infallible,
@@ -15,6 +15,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::{
     engine::{Engine, Event},
+    fixed::Schedule,
     format::Format,
     openai::ApiError,
     sampler::Sampled,
@@ -58,10 +59,29 @@ pub fn reason_str(r: FinishReason) -> &'static str {
     }
 }
 
+/// Where a request's events come from.
+#[derive(Debug)]
+pub enum Source {
+    /// The engine's channel for this request.
+    Engine(UnboundedReceiver<Event>),
+    /// The `fixed` profile's deadlines, polled in place.
+    Fixed(Box<Schedule>),
+}
+
+impl Source {
+    /// The next event when it is ready; `None` when the source is gone or done.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        match self {
+            Source::Engine(rx) => rx.poll_recv(cx),
+            Source::Fixed(s) => s.poll_next(cx),
+        }
+    }
+}
+
 /// An SSE body.
 #[derive(Debug)]
 pub struct SseBody {
-    rx: UnboundedReceiver<Event>,
+    src: Source,
     fmt: Format,
     start: Option<String>,
     offset: usize,
@@ -70,12 +90,12 @@ pub struct SseBody {
 }
 
 impl SseBody {
-    /// A stream of `rx`'s events formatted by `fmt`.
+    /// A stream of `src`'s events formatted by `fmt`.
     #[must_use]
-    pub fn new(rx: UnboundedReceiver<Event>, fmt: Format, guard: AbortGuard) -> Self {
+    pub fn new(src: Source, fmt: Format, guard: AbortGuard) -> Self {
         Self {
             start: fmt.sse_start(),
-            rx,
+            src,
             fmt,
             offset: 0,
             done: false,
@@ -98,10 +118,10 @@ impl Body for SseBody {
         }
         let mut out = this.start.take().unwrap_or_default();
         // Send everything that is ready in one frame: fewer writes at high token rates.
-        while let Poll::Ready(ev) = this.rx.poll_recv(cx) {
+        while let Poll::Ready(ev) = this.src.poll_next(cx) {
             match ev {
                 Some(Event::Token(t)) => {
-                    out.push_str(&this.fmt.sse_token(&t, this.offset));
+                    this.fmt.sse_token(&mut out, &t, this.offset);
                     this.offset += t.text.len();
                 }
                 Some(Event::Finished {
@@ -162,10 +182,10 @@ pub enum Collected {
 }
 
 /// Waits for the whole completion.
-pub async fn collect(mut rx: UnboundedReceiver<Event>, mut guard: AbortGuard) -> Collected {
+pub async fn collect(mut src: Source, mut guard: AbortGuard) -> Collected {
     let mut tokens = Vec::new();
     loop {
-        match rx.recv().await {
+        match std::future::poll_fn(|cx| src.poll_next(cx)).await {
             Some(Event::Token(t)) => tokens.push(t),
             Some(Event::Finished {
                 reason,
