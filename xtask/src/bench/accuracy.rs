@@ -34,6 +34,7 @@ struct Measured {
     failed: f64,
     server_ttft_mean: f64,
     server_itl_mean: f64,
+    server_itl_p99: f64,
 }
 
 pub fn run() -> anyhow::Result<()> {
@@ -82,13 +83,14 @@ pub fn run() -> anyhow::Result<()> {
             "TTFT p50 error",
             "ITL p99 ms",
             "ITL p99 error",
-            "sim's own TTFT / ITL mean ms",
+            "sim's own TTFT mean / ITL mean / ITL p99 ms",
         ],
         &rows,
     );
     println!(
         "  targets: TTFT p50 error <= {TTFT_TARGET_MS} ms, ITL p99 error <= {ITL_TARGET_MS} ms. \
          guidellm's ITL is per request ((E2E - TTFT) / (tokens - 1)), inferscope's is every gap. \
+         The sim's ITL p99 is read from its vLLM histogram buckets (coarse: 10, 25, 50, 75, 100 ms). \
          Load average now {}.",
         procs::load_average()
     );
@@ -105,7 +107,10 @@ fn row(tool: &str, m: &Measured) -> Vec<String> {
         format!("{te:+.1} ms{}", mark(te, TTFT_TARGET_MS)),
         format!("{:.1}", m.itl_p99),
         format!("{ie:+.1} ms{}", mark(ie, ITL_TARGET_MS)),
-        format!("{:.1} / {:.1}", m.server_ttft_mean, m.server_itl_mean),
+        format!(
+            "{:.1} / {:.1} / {:.0}",
+            m.server_ttft_mean, m.server_itl_mean, m.server_itl_p99
+        ),
     ]
 }
 
@@ -117,9 +122,23 @@ fn measured(
     let before = sim_histograms(&sim.addr)?;
     let mut m = client()?;
     let after = sim_histograms(&sim.addr)?;
-    let mean = |i: usize| 1e3 * (after[i].0 - before[i].0) / (after[i].1 - before[i].1).max(1.0);
+    let (a, b) = (&after.sums, &before.sums);
+    let mean = |i: usize| 1e3 * (a[i].0 - b[i].0) / (a[i].1 - b[i].1).max(1.0);
     m.server_ttft_mean = mean(0);
     m.server_itl_mean = mean(1);
+    let itl: Vec<(f64, f64)> = after
+        .itl_buckets
+        .iter()
+        .map(|&(le, n)| {
+            let was = before
+                .itl_buckets
+                .iter()
+                .find(|x| x.0.total_cmp(&le).is_eq())
+                .map_or(0.0, |x| x.1);
+            (le, n - was)
+        })
+        .collect();
+    m.server_itl_p99 = 1e3 * bucket_quantile(&itl, 0.99);
     Ok(m)
 }
 
@@ -133,6 +152,7 @@ fn inferscope(sim: &Server, cpu: usize) -> anyhow::Result<Measured> {
         failed: procs::num(&p, "/counts/finished")? - procs::num(&p, "/counts/ok")?,
         server_ttft_mean: f64::NAN,
         server_itl_mean: f64::NAN,
+        server_itl_p99: f64::NAN,
     })
 }
 
@@ -195,20 +215,70 @@ fn parse_guidellm(path: &Path) -> anyhow::Result<Measured> {
         failed: count("errored") + count("incomplete"),
         server_ttft_mean: f64::NAN,
         server_itl_mean: f64::NAN,
+        server_itl_p99: f64::NAN,
     })
 }
 
 /// `(sum, count)` of the sim's `vllm:time_to_first_token_seconds` and
 /// `vllm:inter_token_latency_seconds` histograms, over all label sets.
-fn sim_histograms(addr: &str) -> anyhow::Result<[(f64, f64); 2]> {
+/// The sim's own TTFT and ITL histograms: (sum, count) of each, and the ITL buckets.
+struct SimHistograms {
+    sums: [(f64, f64); 2],
+    itl_buckets: Vec<(f64, f64)>,
+}
+
+fn sim_histograms(addr: &str) -> anyhow::Result<SimHistograms> {
     let mut s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
-    Ok([
-        sum_count(&text, "vllm:time_to_first_token_seconds"),
-        sum_count(&text, "vllm:inter_token_latency_seconds"),
-    ])
+    Ok(SimHistograms {
+        sums: [
+            sum_count(&text, "vllm:time_to_first_token_seconds"),
+            sum_count(&text, "vllm:inter_token_latency_seconds"),
+        ],
+        itl_buckets: buckets(&text, "vllm:inter_token_latency_seconds"),
+    })
+}
+
+/// Cumulative `(le, count)` buckets of histogram `name`, summed over labels, in `le` order.
+fn buckets(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let mut by_le: Vec<(f64, f64)> = Vec::new();
+    let key = format!("{name}_bucket");
+    for l in text.lines().filter(|l| l.starts_with(&key)) {
+        let le = l
+            .split("le=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|v| v.parse::<f64>().ok());
+        let n = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+        if let (Some(le), Some(n)) = (le, n) {
+            match by_le.iter_mut().find(|(b, _)| b.total_cmp(&le).is_eq()) {
+                Some(b) => b.1 += n,
+                None => by_le.push((le, n)),
+            }
+        }
+    }
+    by_le.sort_by(|a, b| a.0.total_cmp(&b.0));
+    by_le
+}
+
+/// Quantile `q` of cumulative buckets, interpolated linearly inside the bucket it falls in
+/// (as Prometheus' `histogram_quantile` does); seconds.
+fn bucket_quantile(b: &[(f64, f64)], q: f64) -> f64 {
+    let total = b.last().map_or(0.0, |l| l.1);
+    let rank = q * total;
+    let mut prev = (0.0, 0.0);
+    for &(le, n) in b {
+        if n >= rank && n > prev.1 {
+            if le.is_infinite() {
+                return prev.0;
+            }
+            return prev.0 + (le - prev.0) * (rank - prev.1) / (n - prev.1);
+        }
+        prev = (le, n);
+    }
+    f64::NAN
 }
 
 fn sum_count(text: &str, name: &str) -> (f64, f64) {
@@ -244,5 +314,16 @@ mod tests {
             sum_count(text, "vllm:inter_token_latency_seconds"),
             (0.0, 0.0)
         );
+    }
+
+    #[test]
+    fn bucket_quantiles_interpolate() {
+        let text = "h_bucket{m=\"a\",le=\"0.01\"} 50\nh_bucket{m=\"b\",le=\"0.01\"} 40\n\
+            h_bucket{m=\"a\",le=\"0.05\"} 55\nh_bucket{m=\"b\",le=\"0.05\"} 45\n\
+            h_bucket{m=\"a\",le=\"+Inf\"} 55\nh_bucket{m=\"b\",le=\"+Inf\"} 45\n";
+        let b = buckets(text, "h");
+        assert_eq!(b, vec![(0.01, 90.0), (0.05, 100.0), (f64::INFINITY, 100.0)]);
+        assert!((bucket_quantile(&b, 0.5) - 0.01 * 50.0 / 90.0).abs() < 1e-12);
+        assert!((bucket_quantile(&b, 0.95) - 0.03).abs() < 1e-12);
     }
 }
