@@ -383,7 +383,7 @@ fn starved_load_generator_is_loadgen_and_untrustworthy() {
         &report,
         "loadgen",
         &[],
-        &["send_lag_p99_ms", "loadgen_runq_p99_us"],
+        &["send_lag_p95_ms", "loadgen_runq_p99_us"],
     );
     assert_eq!(
         p["untrustworthy"],

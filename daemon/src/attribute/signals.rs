@@ -29,8 +29,8 @@ pub enum Signal {
     AchievedShareOfTarget,
     /// Load generator send lag p50, ms.
     SendLagP50Ms,
-    /// Load generator send lag p99, ms.
-    SendLagP99Ms,
+    /// Load generator send lag p95, ms.
+    SendLagP95Ms,
     /// Load generator run-queue delay p99, µs.
     LoadgenRunqP99Us,
     /// Requests waiting in the server.
@@ -154,7 +154,7 @@ impl Signal {
             | S::ErrorRate
             | S::AchievedShareOfTarget
             | S::SendLagP50Ms
-            | S::SendLagP99Ms => Source::Load,
+            | S::SendLagP95Ms => Source::Load,
             S::Waiting
             | S::RunningShareOfCap
             | S::KvUsage
@@ -204,7 +204,7 @@ impl Signal {
                     .map(|t| l.achieved_rps / t)
             }
             S::SendLagP50Ms => load?.send_lag_ms.map(|q| q.p50),
-            S::SendLagP99Ms => load?.send_lag_ms.map(|q| q.p99),
+            S::SendLagP95Ms => load?.send_lag_ms.map(|q| q.p95),
             // The generator's run-queue is watched only when its own pid is; samples may be 0.
             S::LoadgenRunqP99Us => w.runq.as_ref()?.loadgen_p99_us,
             S::Waiting => server?.waiting,

@@ -182,7 +182,7 @@ fn lagging_generator_wins_over_cpu_runqueue() {
     let p = peak(&a);
     assert_eq!(p.dominant, Cause::Loadgen, "{:#?}", p.shares);
     assert!(p.untrustworthy);
-    assert!(evidence_names(p).contains(&"send_lag_p99_ms"));
+    assert!(evidence_names(p).contains(&"send_lag_p95_ms"));
     assert!(evidence_names(p).contains(&"loadgen_runq_p99_us"));
     // The host is busy, so the server's run-queue rule also fires; the suspect measurements win.
     for v in peak_verdicts(&a) {
