@@ -15,7 +15,7 @@ use aya_ebpf::{
 
 use crate::{
     atomic_add,
-    watch::{count_drop, current, global, watched},
+    watch::{count_drop, current, global, watched_fast},
 };
 use probe_common::runqlat::{
     DROP_HIST_FULL, DROP_KINDS, DROP_START_FULL, HIST_ENTRIES, Hist, Pending, START_ENTRIES,
@@ -92,8 +92,9 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     // `prev` is still current here: settle the sample parked when it was switched in.
     // SAFETY: per-CPU slot; tracepoints do not nest on one CPU.
     let parked = unsafe { *pending };
-    if parked.tid != 0 && parked.tid == prev as u32 {
-        record(current().0, parked.delay_us);
+    let tgid = current().0;
+    if parked.tid != 0 && parked.tid == prev as u32 && watched_fast(tgid) {
+        record(tgid, parked.delay_us);
     }
 
     // Preempted while runnable: it goes back on the run queue now.
@@ -124,10 +125,10 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
-/// Adds one sample to `tgid`'s histogram, if that process is watched.
+/// Adds one sample to `tgid`'s histogram; callers have checked that it is watched.
 #[inline(always)]
 pub(crate) fn record(tgid: u32, delay_us: u64) {
-    if tgid == 0 || !watched(tgid) {
+    if tgid == 0 {
         return;
     }
     let hist = match RUNQ_HISTS.get_ptr_mut(&tgid) {

@@ -254,6 +254,18 @@ impl Btf {
         Ok((bits / 8, size))
     }
 
+    /// The byte offset of `strukt.member`, which the programs read as `size` bytes: an error
+    /// when this kernel's member has another size.
+    pub fn sized_member(&self, strukt: &str, member: &str, size: u32) -> Result<u32, BtfError> {
+        let (offset, actual) = self.member_offset(strukt, member)?;
+        if actual != size {
+            return Err(BtfError::Malformed(format!(
+                "{strukt}.{member} is {actual} bytes, expected {size}"
+            )));
+        }
+        Ok(offset)
+    }
+
     fn find_member(&self, t: &Type, name: &str, base: u32, depth: u32) -> Option<(Member, u32)> {
         if depth > 8 {
             return None;

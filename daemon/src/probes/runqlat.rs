@@ -1,4 +1,4 @@
-//! Run-queue latency probe (bcc runqlat semantics).
+//! Run-queue latency probe: bcc runqlat's per-process log2 histograms.
 //!
 //! Two kernel variants fill the same histograms: one raw tracepoint on `sched_switch` that reads
 //! the scheduler's own wait accounting (`task_struct.sched_info`, offset from this kernel's BTF;
@@ -103,13 +103,12 @@ fn sched_info_counts(schedstat: &str) -> bool {
 
 fn raw_globals_from(btf: &Btf) -> Result<Vec<Global>, BtfError> {
     let (info, _) = btf.member_offset("task_struct", "sched_info")?;
-    let (pcount, pcount_size) = btf.member_offset("sched_info", "pcount")?;
-    let (delay, delay_size) = btf.member_offset("sched_info", "run_delay")?;
-    // The program reads both as one `SchedInfo` (two u64s).
-    if (pcount_size, delay_size) != (8, 8) || delay != pcount + 8 {
+    let pcount = btf.sized_member("sched_info", "pcount", 8)?;
+    let delay = btf.sized_member("sched_info", "run_delay", 8)?;
+    // The program reads both as one `SchedInfo` (two adjacent u64s).
+    if delay != pcount + 8 {
         return Err(BtfError::Malformed(format!(
-            "sched_info.pcount ({pcount_size} bytes at {pcount}) and .run_delay ({delay_size} \
-             bytes at {delay}) are not two adjacent u64s"
+            "sched_info.run_delay (at {delay}) does not follow .pcount (at {pcount})"
         )));
     }
     Ok(vec![(

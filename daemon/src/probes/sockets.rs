@@ -83,13 +83,8 @@ pub(crate) fn tcp_sock_globals(btf: &Btf) -> Result<Vec<Global>, BtfError> {
         ("bytes_received", 8),
         ("bytes_sent", 8),
     ];
-    for (global, (member, want)) in globals::TCP_SOCK.iter().zip(members) {
-        let (offset, size) = btf.member_offset("tcp_sock", member)?;
-        if size != want {
-            return Err(BtfError::Malformed(format!(
-                "tcp_sock.{member} is {size} bytes, expected {want}"
-            )));
-        }
+    for (global, (member, size)) in globals::TCP_SOCK.iter().zip(members) {
+        let offset = btf.sized_member("tcp_sock", member, size)?;
         out.push((*global, u64::from(offset), 4));
     }
     out.push((globals::TCP_SOCK_OK, 1, 4));
