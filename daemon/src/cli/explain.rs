@@ -108,11 +108,14 @@ pub async fn run(
             r = &mut run => break r,
         }
     };
-    session.tick();
+    session.close_tail();
     let exchanges = session.finish();
     let lg = result.context("the load generator task failed")??;
 
     let mut timeline = session.timeline.clone();
+    // The windows were closed in step with the load, which started a few ms after the
+    // collectors: label them so, and the load's last requests fall in the last window.
+    timeline.realign(lg.started_unix_ns / 1_000_000);
     load::fold_records(&mut timeline, &lg, &exchanges);
     let start_ms = lg.started_unix_ns / 1_000_000;
     let end_ms = start_ms + (lg.elapsed_s * 1000.0) as u64;

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use inferscope::{
     collect::{procfs, runq::RunqHist},
-    probes::{Family, Probes},
+    probes::{Probes, runqlat::Variant},
 };
 
 /// Arguments of `inferscope runqlat`.
@@ -23,12 +23,18 @@ pub struct Args {
     /// Print histograms of at most this many processes per interval (most samples first).
     #[arg(long, default_value_t = 5)]
     top: usize,
+    /// Kernel programs. `classic`: wakeup stamps on three tracepoints, bcc's numbers (and
+    /// about bcc's cost while it runs). `raw`: the scheduler's own accounting from one raw
+    /// tracepoint, the daemon's choice, a fraction of the cost; it does not count the
+    /// microseconds between a wakeup that preempts and the switch.
+    #[arg(long, value_enum, default_value_t = Variant::Classic)]
+    variant: Variant,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut probe = Probes::load()?;
     probe.set_watch(&args.pids)?;
-    probe.attach(Family::Runqlat)?;
+    probe.attach_runqlat(args.variant)?;
     println!("Tracing run queue latency... Hit Ctrl-C to end.");
     let mut last: BTreeMap<u32, RunqHist> = BTreeMap::new();
     let mut n = 0;

@@ -2,7 +2,7 @@
 //! generator's own), the target's `/metrics`, and NVML, closed into windows while the load runs.
 //! Whatever cannot start is recorded as missing evidence and the run goes on.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{
     kernel::{Exchange, KernelCollector, KernelOptions},
@@ -30,6 +30,10 @@ pub struct Session {
     pub timeline: Timeline,
     /// Windows closed so far.
     closed: u64,
+    /// When the last one was closed.
+    last_tick: Instant,
+    /// Window length.
+    window: Duration,
     /// Evidence that is missing and why, for the report.
     pub missing: Vec<String>,
 }
@@ -88,6 +92,8 @@ impl Session {
             nvml,
             timeline: Timeline::new(now_unix_ms(), opts.window.as_millis() as u64),
             closed: 0,
+            last_tick: Instant::now(),
+            window: opts.window,
             missing,
         }
     }
@@ -105,6 +111,7 @@ impl Session {
         let t = &mut self.timeline;
         let w = t.at(t.origin_unix_ms + self.closed * t.len_ms + t.len_ms / 2);
         self.closed += 1;
+        self.last_tick = Instant::now();
         if let Some(k) = self.kernel.as_mut()
             && let Err(e) = k.close_window(w)
         {
@@ -115,6 +122,15 @@ impl Session {
             s.close_window(w);
         }
         self.nvml.close_window(w);
+    }
+
+    /// Closes the window the load ended in when it ran for at least half of it. A shorter tail
+    /// (the run ending a few ms after a tick) makes no window: a few ms of evidence make no
+    /// verdict, and every source would read as missing.
+    pub fn close_tail(&mut self) {
+        if self.last_tick.elapsed() * 2 >= self.window {
+            self.tick();
+        }
     }
 
     /// Stops collecting; returns the server-side exchanges for the waterfalls.

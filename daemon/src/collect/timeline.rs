@@ -204,6 +204,19 @@ impl Timeline {
         &mut self.windows[i]
     }
 
+    /// Moves the origin forward to `origin_unix_ms` (by less than a window), and every window
+    /// with it: the collectors start a few ms before the load they window, and the windows are
+    /// closed in step with the load.
+    pub fn realign(&mut self, origin_unix_ms: u64) {
+        let d = origin_unix_ms.saturating_sub(self.origin_unix_ms);
+        if d < self.len_ms {
+            self.origin_unix_ms += d;
+            for w in &mut self.windows {
+                w.start_unix_ms += d;
+            }
+        }
+    }
+
     /// Drops windows older than the newest `keep`, so a long-running daemon stays bounded.
     pub fn retain_last(&mut self, keep: usize) {
         if self.windows.len() > keep {
@@ -240,5 +253,20 @@ mod tests {
         assert_eq!(t.origin_unix_ms, 12_000);
         assert_eq!(t.windows[0].runq.as_ref().unwrap().samples, 3);
         assert_eq!(t.at(12_999).start_unix_ms, 12_000);
+    }
+
+    #[test]
+    fn realign_moves_every_window_by_less_than_one() {
+        let mut t = Timeline::new(10_000, 1000);
+        t.at(11_500);
+        t.realign(10_003);
+        assert_eq!(t.origin_unix_ms, 10_003);
+        let starts: Vec<u64> = t.windows.iter().map(|w| w.start_unix_ms).collect();
+        assert_eq!(starts, [10_003, 11_003]);
+        // A request the load (started at 10_003) sent 1.999 s in belongs to its second
+        // window; before, it fell in the third.
+        assert_eq!(t.index(12_002), 1);
+        t.realign(20_000);
+        assert_eq!(t.origin_unix_ms, 10_003, "a whole window or more is not a realignment");
     }
 }

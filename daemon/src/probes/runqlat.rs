@@ -119,7 +119,7 @@ fn raw_globals_from(btf: &Btf) -> Result<Vec<Global>, BtfError> {
 }
 
 /// Which kernel programs the run-queue family uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Variant {
     /// Raw tracepoints when possible, else classic ones. `INFERSCOPE_RUNQ_VARIANT=classic` or
     /// `=raw` in the environment overrides this (for benchmarks comparing the two).

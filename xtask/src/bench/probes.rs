@@ -46,8 +46,9 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `inferscope` on [`tracer_cpu`].
 fn inferscope() -> Command {
-    Command::new(run::root().join("target/release/inferscope"))
+    procs::pinned(tracer_cpu(), procs::inferscope_bin())
 }
 
 /// Runs workload `kind` for `secs`; on one CPU when `cpu` is given (both ends of the ping-pong
@@ -69,6 +70,13 @@ fn workload(kind: &str, secs: f64) -> anyhow::Result<f64> {
     workload_on(None, kind, secs)
 }
 
+/// The CPU the tracers' own processes run on, away from the pinned workload: the overhead
+/// table measures what the kernel hooks cost the workload (the daemon's own CPU is measured
+/// apart, at idle).
+fn tracer_cpu() -> usize {
+    procs::cpus().0
+}
+
 /// Starts the daemon watching pid 1 (every hook attached, programs run on every event).
 fn start_daemon() -> anyhow::Result<Child> {
     let child = inferscope()
@@ -83,7 +91,7 @@ fn start_daemon() -> anyhow::Result<Child> {
 }
 
 fn start_bpftrace(script: &str) -> anyhow::Result<Child> {
-    let mut child = Command::new("bpftrace")
+    let mut child = procs::pinned(tracer_cpu(), "bpftrace")
         .args(["-e", script])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -128,15 +136,45 @@ fn unsafe_kill(pid: u32, sig: i32) {
         .status();
 }
 
-const ROUNDS: usize = 15;
+const ROUNDS: usize = 30;
 const ROUND_SECS: f64 = 1.0;
+/// bpftrace runs in every this many rounds (it is there for comparison only).
+const BPFTRACE_EVERY: usize = 3;
+
+/// `100 * runs[i] / bare around it`, sorted: each run against the mean of the bare runs right
+/// before and after it (`base` has one more entry than rounds), which cancels the machine's
+/// drift over the seconds between them.
+fn ratios(runs: &[(usize, f64)], base: &[f64]) -> Vec<f64> {
+    let mut r: Vec<f64> = runs
+        .iter()
+        .map(|&(i, v)| 200.0 * v / (base[i] + base[i + 1]))
+        .collect();
+    r.sort_by(f64::total_cmp);
+    r
+}
+
+/// `median% (95% CI lo-hi%)` of sorted ratios: the confidence interval of a median from the
+/// order statistics (binomial, normal approximation), no assumption about the noise's shape.
+fn median_ci(r: &[f64]) -> String {
+    let n = r.len() as f64;
+    let half = 1.96 * n.sqrt() / 2.0;
+    let lo = ((n / 2.0 - half).floor() as usize).min(r.len() - 1);
+    let hi = ((n / 2.0 + half).ceil() as usize).min(r.len() - 1);
+    format!(
+        "{:.1}% (95% CI {:.1}-{:.1}%)",
+        r[r.len() / 2],
+        r[lo],
+        r[hi]
+    )
+}
 
 fn overhead() -> anyhow::Result<()> {
     let cpu = procs::cpus().1;
     println!(
-        "\n== probe overhead: throughput of scheduler-heavy workloads pinned to CPU {cpu} \
-         ({ROUND_SECS} s per run, {ROUNDS} rounds interleaved, median of the per-round ratios; \
-         load average {})",
+        "\n== probe overhead: throughput of scheduler-heavy workloads pinned to CPU {cpu}, tracers \
+         on CPU {} ({ROUND_SECS} s per run, {ROUNDS} rounds interleaved, each run against the \
+         bare runs around it, median of those ratios; load average {})",
+        tracer_cpu(),
         procs::load_average()
     );
     let mut rows = Vec::new();
@@ -144,15 +182,18 @@ fn overhead() -> anyhow::Result<()> {
     let mut estimates = Vec::new();
     for kind in ["pipe", "tcp"] {
         let (mut base, mut daemon, mut bpft) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
+        for i in 0..ROUNDS {
             base.push(workload_on(Some(cpu), kind, ROUND_SECS)?);
             let d = start_daemon()?;
-            daemon.push(workload_on(Some(cpu), kind, ROUND_SECS)?);
+            daemon.push((i, workload_on(Some(cpu), kind, ROUND_SECS)?));
             stop(d)?;
-            let b = start_bpftrace(BPFTRACE_RUNQLAT)?;
-            bpft.push(workload_on(Some(cpu), kind, ROUND_SECS)?);
-            stop(b)?;
+            if i % BPFTRACE_EVERY == 0 {
+                let b = start_bpftrace(BPFTRACE_RUNQLAT)?;
+                bpft.push((i, workload_on(Some(cpu), kind, ROUND_SECS)?));
+                stop(b)?;
+            }
         }
+        base.push(workload_on(Some(cpu), kind, ROUND_SECS)?);
         // One more daemon run, not counted, with the kernel's per-program stats on (they add
         // a clock read or two to every run).
         let d = start_daemon()?;
@@ -176,14 +217,12 @@ fn overhead() -> anyhow::Result<()> {
                 format!("{:.0}", p.ns / p.runs),
             ]
         }));
-        // Ratios within a round (runs seconds apart) cancel most of the machine's drift.
-        let share = |v: &[f64]| {
-            let mut r: Vec<f64> = v.iter().zip(&base).map(|(a, b)| 100.0 * a / b).collect();
-            r.sort_by(f64::total_cmp);
+        let share = |v: &[(usize, f64)]| {
+            let r = ratios(v, &base);
             format!(
-                "{:.0} ({:.1}%, rounds {}%)",
-                procs::mean(v),
-                r[r.len() / 2],
+                "{:.0}: {}, runs {}%",
+                procs::mean(&v.iter().map(|x| x.1).collect::<Vec<_>>()),
+                median_ci(&r),
                 procs::spread(&r, 0)
             )
         };
@@ -198,8 +237,8 @@ fn overhead() -> anyhow::Result<()> {
         &[
             "workload",
             "bare ops/s",
-            "inferscope daemon (% of bare)",
-            "bpftrace runqlat (% of bare)",
+            "inferscope daemon: ops/s: % of bare",
+            "bpftrace runqlat: ops/s: % of bare",
         ],
         &rows,
     );
@@ -343,6 +382,8 @@ fn event_rate_under(load: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result
     let rq = inferscope()
         .args([
             "runqlat",
+            "--variant",
+            "raw",
             "--interval",
             &format!("{SECS}s"),
             "--count",
@@ -395,8 +436,7 @@ fn cross_check() -> anyhow::Result<()> {
         let bt = start_bpftrace(&script)?;
         let runqlat = |variant: &str| {
             inferscope()
-                .env("INFERSCOPE_RUNQ_VARIANT", variant)
-                .args(["runqlat", "--interval"])
+                .args(["runqlat", "--variant", variant, "--interval"])
                 .arg(format!("{}s", SECS as u64 + 1))
                 .args(["--count", "1", "--top", "0"])
                 .stdout(Stdio::piped())
@@ -406,7 +446,9 @@ fn cross_check() -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(500));
         workload_on(pin, kind, SECS)?;
         let theirs = bt.wait_with_output()?;
-        let hist = parse_bpftrace_hist(&String::from_utf8_lossy(&theirs.stdout));
+        let hist = inferscope_buckets(parse_bpftrace_hist(&String::from_utf8_lossy(
+            &theirs.stdout,
+        )));
         let bpftrace = [log2_quantile(&hist, 0.5), log2_quantile(&hist, 0.99)];
         let mut row = vec![
             label.to_string(),
@@ -430,16 +472,17 @@ fn cross_check() -> anyhow::Result<()> {
         &[
             "workload",
             "bpftrace p50 / p99 us",
-            "inferscope raw (default)",
-            "inferscope classic",
+            "inferscope raw (the daemon's)",
+            "inferscope classic (runqlat's)",
         ],
         &rows,
     );
     println!(
-        "  target: within 20% on the overhead workloads (pinned). The raw variant reads the\n  \
-         scheduler's own run_delay accounting, which starts the wait at the enqueue and does not\n  \
-         re-read the clock when a wakeup kicks an idle CPU: unpinned, the few us of that kick are\n  \
-         not counted (bpftrace's and the classic variant's timestamps include them)."
+        "  target: within 20% on the overhead workloads (pinned). Quantiles of both tools are read\n  \
+         from the same log2 buckets. `inferscope runqlat` stamps wakeups as bcc does (classic);\n  \
+         the daemon's raw variant reads the scheduler's own run_delay accounting, which does not\n  \
+         re-read the clock between a wakeup that preempts (or kicks an idle CPU) and the switch:\n  \
+         those microseconds are not counted."
     );
     Ok(())
 }
@@ -470,6 +513,17 @@ fn parse_bpftrace_hist(text: &str) -> Vec<(f64, f64, f64)> {
                 Some((v, v + 1.0, count))
             }
         })
+        .collect()
+}
+
+/// bpftrace's buckets in inferscope's layout: its `[0]` and `[1]` are inferscope's first bucket,
+/// `[0, 2)` us; the rest are the same log2 buckets. Quantiles of the two tools are then read
+/// from the same buckets the same way: at 1-2 us a bucket is 100% wide, and two layouts alone
+/// put p50s 70% apart.
+fn inferscope_buckets(h: Vec<(f64, f64, f64)>) -> Vec<(f64, f64, f64)> {
+    let low: f64 = h.iter().filter(|b| b.1 <= 2.0).map(|b| b.2).sum();
+    std::iter::once((0.0, 2.0, low))
+        .chain(h.into_iter().filter(|b| b.1 > 2.0))
         .collect()
 }
 
@@ -518,6 +572,10 @@ mod tests {
         assert_eq!(h[4], (1024.0, 2048.0, 1.0));
         let p50 = log2_quantile(&h, 0.5);
         assert!((2.0..4.0).contains(&p50), "{p50}");
+        let merged = inferscope_buckets(h);
+        assert_eq!(merged[0], (0.0, 2.0, 4.0));
+        assert_eq!(merged[1], (2.0, 4.0, 4.0));
+        assert_eq!(merged.len(), 4);
     }
 
     #[test]
