@@ -31,22 +31,33 @@ struct Acc {
 
 /// Fills `load` of the windows the run's requests started in, and every window's `phase`;
 /// windows before the first request are dropped (the collectors started a little earlier).
+/// When the collectors' windows reach into the run, a request started after the last of them
+/// (phases start one after another, so the run overshoots its planned end by a few ms) joins
+/// the last one instead of making a window no collector closed.
 /// Requests joined with the server's `exchanges` give their windows' network transit.
 pub fn fold_records(timeline: &mut Timeline, report: &Report, exchanges: &[Exchange]) {
     let joins = Exchanges::new(exchanges, report);
+    let mut last = None;
     if let Some(first) = report
         .records
         .iter()
         .map(|r| unix_ms(report, r.intended_us))
         .min()
     {
+        let closed = timeline.windows.len();
+        if closed > timeline.index(first) {
+            last = Some(closed - 1 - timeline.index(first));
+        }
         timeline.at(first);
         let keep = timeline.windows.len() - timeline.index(first);
         timeline.retain_last(keep);
     }
     let mut accs: BTreeMap<usize, Acc> = BTreeMap::new();
     for r in &report.records {
-        let at = unix_ms(report, r.intended_us);
+        let mut at = unix_ms(report, r.intended_us);
+        if let Some(l) = last {
+            at = at.min(timeline.origin_unix_ms + (l as u64 + 1) * timeline.len_ms - 1);
+        }
         let i = timeline.index(at);
         timeline.at(at);
         let a = accs.entry(i).or_default();
@@ -199,5 +210,22 @@ mod tests {
         let l1 = w1.load.as_ref().unwrap();
         assert_eq!((l1.requests, l1.in_flight_max), (2, 2));
         assert!((l1.output_tokens_per_s - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_request_after_the_collectors_last_window_joins_it() {
+        let mut report: Report = serde_json::from_value(serde_json::json!({
+            "schema": "inferscope.stress.report", "version": 1, "scenario": "t", "target": "http://x",
+            "started_unix_ns": 10_000_000_000u64, "started_monotonic_ns": 1, "elapsed_s": 2.003,
+            "stopped": null, "slo_pass": true, "phases": [], "events": [], "records": []
+        }))
+        .unwrap();
+        report.phases = vec![phase("baseline", 2.0)];
+        report.records = vec![record(0, 0, 100, 50, 3), record(1, 0, 2_003, 50, 3)];
+        let mut t = Timeline::new(10_000, 1000);
+        t.at(11_500);
+        fold_records(&mut t, &report, &[]);
+        assert_eq!(t.windows.len(), 2, "no window past the collectors' last");
+        assert_eq!(t.windows[1].load.as_ref().unwrap().requests, 1);
     }
 }
