@@ -166,6 +166,16 @@ mod tests {
         .unwrap()
     }
 
+    /// A run that started at unix 10 s.
+    fn report(elapsed_s: f64) -> Report {
+        serde_json::from_value(serde_json::json!({
+            "schema": "inferscope.stress.report", "version": 1, "scenario": "t", "target": "http://x",
+            "started_unix_ns": 10_000_000_000u64, "started_monotonic_ns": 1, "elapsed_s": elapsed_s,
+            "stopped": null, "slo_pass": true, "phases": [], "events": [], "records": []
+        }))
+        .unwrap()
+    }
+
     fn record(id: u64, phase: u32, intended_ms: u64, ttft_ms: u64, tokens: u32) -> RequestRecord {
         let mut r = RequestRecord::new(id, phase, Endpoint::Chat, intended_ms * 1000);
         r.actual_us = r.intended_us + 500;
@@ -179,12 +189,7 @@ mod tests {
 
     #[test]
     fn records_land_in_the_windows_they_started_in_with_their_phase() {
-        let mut report: Report = serde_json::from_value(serde_json::json!({
-            "schema": "inferscope.stress.report", "version": 1, "scenario": "t", "target": "http://x",
-            "started_unix_ns": 10_000_000_000u64, "started_monotonic_ns": 1, "elapsed_s": 3.0,
-            "stopped": null, "slo_pass": true, "phases": [], "events": [], "records": []
-        }))
-        .unwrap();
+        let mut report = report(3.0);
         report.phases = vec![phase("baseline", 2.0), phase("peak", 4.0)];
         report.records = vec![
             record(0, 0, 100, 50, 3),
@@ -214,12 +219,7 @@ mod tests {
 
     #[test]
     fn a_request_after_the_collectors_last_window_joins_it() {
-        let mut report: Report = serde_json::from_value(serde_json::json!({
-            "schema": "inferscope.stress.report", "version": 1, "scenario": "t", "target": "http://x",
-            "started_unix_ns": 10_000_000_000u64, "started_monotonic_ns": 1, "elapsed_s": 2.003,
-            "stopped": null, "slo_pass": true, "phases": [], "events": [], "records": []
-        }))
-        .unwrap();
+        let mut report = report(2.003);
         report.phases = vec![phase("baseline", 2.0)];
         report.records = vec![record(0, 0, 100, 50, 3), record(1, 0, 2_003, 50, 3)];
         let mut t = Timeline::new(10_000, 1000);
