@@ -113,11 +113,11 @@ pub async fn run(
     let lg = result.context("the load generator task failed")??;
 
     let mut timeline = session.timeline.clone();
+    let start_ms = lg.started_unix_ns / 1_000_000;
     // The windows were closed in step with the load, which started a few ms after the
     // collectors: label them so, and the load's last requests fall in the last window.
-    timeline.realign(lg.started_unix_ns / 1_000_000);
+    timeline.realign(start_ms);
     load::fold_records(&mut timeline, &lg, &exchanges);
-    let start_ms = lg.started_unix_ns / 1_000_000;
     let end_ms = start_ms + (lg.elapsed_s * 1000.0) as u64;
     let meta = RunMeta::new(&lg.scenario, &lg.target, start_ms, end_ms, timeline.len_ms);
     let waterfalls = report::waterfall::build(&lg, &exchanges, &timeline);

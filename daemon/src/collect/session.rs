@@ -32,8 +32,6 @@ pub struct Session {
     closed: u64,
     /// When the last one was closed.
     last_tick: Instant,
-    /// Window length.
-    window: Duration,
     /// Evidence that is missing and why, for the report.
     pub missing: Vec<String>,
 }
@@ -93,7 +91,6 @@ impl Session {
             timeline: Timeline::new(now_unix_ms(), opts.window.as_millis() as u64),
             closed: 0,
             last_tick: Instant::now(),
-            window: opts.window,
             missing,
         }
     }
@@ -128,7 +125,7 @@ impl Session {
     /// (the run ending a few ms after a tick) makes no window: a few ms of evidence make no
     /// verdict, and every source would read as missing.
     pub fn close_tail(&mut self) {
-        if self.last_tick.elapsed() * 2 >= self.window {
+        if self.last_tick.elapsed() * 2 >= Duration::from_millis(self.timeline.len_ms) {
             self.tick();
         }
     }
