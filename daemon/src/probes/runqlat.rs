@@ -122,7 +122,7 @@ fn raw_globals_from(btf: &Btf) -> Result<Vec<Global>, BtfError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Variant {
     /// Raw tracepoints when possible, else classic ones. `INFERSCOPE_RUNQ_VARIANT=classic` or
-    /// `=raw` in the environment overrides this (for benchmarks comparing the two).
+    /// `=raw` in the environment overrides this (the daemon's knob, docs/explain.md).
     #[default]
     Auto,
     /// Raw tracepoints only; an error when they cannot be used.
