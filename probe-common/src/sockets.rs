@@ -126,8 +126,13 @@ pub struct Exchange {
     pub writes: u32,
     /// `PHASE_*`.
     pub phase: u32,
+    /// The connection's retransmit count when the request began: retransmits during the
+    /// exchange are the event's `conn.retrans` minus this.
+    pub retrans_start: u32,
+    /// Explicit padding.
+    pub pad: u32,
 }
-assert_size!(Exchange, 72);
+assert_size!(Exchange, 80);
 
 /// A tracked TCP connection (value of [`MAP_CONNS`]).
 #[repr(C)]
@@ -163,7 +168,7 @@ pub struct Conn {
     /// The request in progress (watched processes only).
     pub exchange: Exchange,
 }
-assert_size!(Conn, 40 + 8 + 48 + 16 + 72);
+assert_size!(Conn, 40 + 8 + 48 + 16 + 80);
 
 /// What the kernel reports through [`MAP_EVENTS`].
 #[repr(C)]
@@ -182,7 +187,7 @@ pub struct SockEvent {
     /// The connection's state at the event.
     pub conn: Conn,
 }
-assert_size!(SockEvent, 32 + 184);
+assert_size!(SockEvent, 32 + 192);
 
 #[cfg(feature = "user")]
 mod pod {

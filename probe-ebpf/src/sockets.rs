@@ -366,6 +366,7 @@ fn on_recv(sk: u64, ret: i32, flags: i32) -> u32 {
     if ex.phase == PHASE_IDLE {
         ex.phase = PHASE_RECEIVING;
         ex.req_in_ns = now;
+        ex.retrans_start = conn.retrans;
     }
     ex.req_last_ns = now;
     ex.bytes_in += n;

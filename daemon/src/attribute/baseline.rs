@@ -1,86 +1,177 @@
-//! The run's baseline: each signal's median over the windows latency is compared against.
+//! The run's baselines: each signal's median and spread over the windows latency is compared
+//! against, one baseline per kind of workload (LLM requests, vector searches, plain HTTP), so a
+//! vector phase is never judged against an LLM phase.
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::signals::Signal;
-use crate::collect::timeline::Timeline;
+use crate::collect::timeline::{Timeline, Window};
+use crate::loadgen::Endpoint;
 
 /// Windows taken as the baseline when the time line has no phases.
 pub const DEFAULT_BASELINE_WINDOWS: usize = 5;
 
-/// The run's "before": each signal's median over the baseline windows.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// How many robust standard deviations over its baseline median a value must be to count as a
+/// rise (or fall): the noise band every relative test adds to its own ratio and least delta.
+pub const NOISE_SIGMAS: f64 = 3.0;
+
+/// What a window's requests were: baselines are kept per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// Chat or completions requests (or no load generator records: the server's side only).
+    Llm,
+    /// Vector searches.
+    Vector,
+    /// Plain HTTP requests.
+    Http,
+}
+
+impl Workload {
+    /// The workload of a window: the kind of most of its requests; LLM without records.
+    #[must_use]
+    pub fn of(w: &Window) -> Self {
+        match w.load.as_ref().and_then(|l| l.endpoint) {
+            Some(Endpoint::VectorSearch) => Workload::Vector,
+            Some(Endpoint::Http) => Workload::Http,
+            Some(Endpoint::Chat | Endpoint::Completions) | None => Workload::Llm,
+        }
+    }
+}
+
+/// One signal's baseline: median and robust spread (1.4826 x the median absolute deviation,
+/// the standard deviation of normal noise).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Level {
+    /// Median over the baseline windows.
+    pub median: f64,
+    /// Robust standard deviation over the baseline windows.
+    pub spread: f64,
+}
+
+/// The "before" of one workload: each signal's level over its baseline windows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Baseline {
+    /// The workload it serves.
+    pub workload: Workload,
     /// Phase the baseline was taken from, if the time line has phases.
     pub phase: Option<String>,
     /// Indices of the baseline windows in the time line.
     pub windows: Vec<usize>,
-    values: HashMap<Signal, f64>,
+    values: HashMap<Signal, Level>,
 }
 
-/// Signals a baseline is kept for (the ones rules compare against).
-const BASELINE_SIGNALS: [Signal; 20] = [
-    Signal::TtftP50Ms,
-    Signal::TtftP95Ms,
-    Signal::TtftP99Ms,
-    Signal::ItlP99Ms,
-    Signal::SendLagP50Ms,
-    Signal::Waiting,
-    Signal::QueueTimeP50Ms,
-    Signal::QueueTimeP95Ms,
-    Signal::QueueTimeMeanMs,
-    Signal::ServerTtftP50Ms,
-    Signal::ServerTtftMeanMs,
-    Signal::RunqP99Us,
-    Signal::RunqMeanUs,
-    Signal::SrttMeanUs,
-    Signal::KernelFirstTokenP50Ms,
-    Signal::ClientServerGapMs,
-    Signal::FrontendMs,
-    Signal::PromptTokensPerRequest,
-    Signal::PrefixHitRate,
-    Signal::RunqTotalShare,
-];
-
 impl Baseline {
-    /// The baseline of a time line: the phase named `baseline`, else the first phase, else the
-    /// first [`DEFAULT_BASELINE_WINDOWS`] windows.
+    /// The baseline of `workload`'s windows: a phase named `baseline` (or `*-baseline`,
+    /// `baseline-*`), else the first phase, else the first [`DEFAULT_BASELINE_WINDOWS`]
+    /// windows. `None` when the time line has no window of that workload.
     #[must_use]
-    pub fn of(timeline: &Timeline) -> Self {
+    pub fn of(timeline: &Timeline, workload: Workload) -> Option<Self> {
         let ws = &timeline.windows;
-        let phase = ws
-            .iter()
-            .filter_map(|w| w.phase.as_deref())
-            .find(|p| p.eq_ignore_ascii_case("baseline"))
-            .or_else(|| ws.iter().find_map(|w| w.phase.as_deref()))
+        let mine: Vec<usize> = (0..ws.len())
+            .filter(|&i| Workload::of(&ws[i]) == workload)
+            .collect();
+        if mine.is_empty() {
+            return None;
+        }
+        let phases = || mine.iter().filter_map(|&i| ws[i].phase.as_deref());
+        let phase = phases()
+            .find(|p| is_baseline_name(p))
+            .or_else(|| phases().next())
             .map(str::to_owned);
         let windows: Vec<usize> = match &phase {
-            Some(p) => (0..ws.len())
+            Some(p) => mine
+                .into_iter()
                 .filter(|&i| ws[i].phase.as_ref() == Some(p))
                 .collect(),
-            None => (0..ws.len().min(DEFAULT_BASELINE_WINDOWS)).collect(),
+            None => mine.into_iter().take(DEFAULT_BASELINE_WINDOWS).collect(),
         };
-        let values = BASELINE_SIGNALS
+        let values = Signal::ALL
             .iter()
             .filter_map(|&s| {
                 let vals: Vec<f64> = windows.iter().filter_map(|&i| s.raw(&ws[i], i)).collect();
-                median(&vals).map(|m| (s, m))
+                level(&vals).map(|l| (s, l))
             })
             .collect();
-        Self {
+        Some(Self {
+            workload,
             phase,
             windows,
             values,
+        })
+    }
+
+    /// A baseline without windows: every relative test reads "no baseline".
+    #[must_use]
+    pub fn empty(workload: Workload) -> Self {
+        Self {
+            workload,
+            phase: None,
+            windows: Vec::new(),
+            values: HashMap::new(),
         }
     }
 
-    /// The baseline of `signal`, when the baseline windows had it.
+    /// The baseline median of `signal`, when the baseline windows had it.
     #[must_use]
     pub fn get(&self, signal: Signal) -> Option<f64> {
+        self.values.get(&signal).map(|l| l.median)
+    }
+
+    /// The baseline level (median and spread) of `signal`.
+    #[must_use]
+    pub fn level(&self, signal: Signal) -> Option<Level> {
         self.values.get(&signal).copied()
     }
+}
+
+/// A baseline per workload the time line has, LLM first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Baselines(pub Vec<Baseline>);
+
+impl Baselines {
+    /// The baselines of every workload in `timeline`.
+    #[must_use]
+    pub fn of(timeline: &Timeline) -> Self {
+        Self(
+            [Workload::Llm, Workload::Vector, Workload::Http]
+                .into_iter()
+                .filter_map(|k| Baseline::of(timeline, k))
+                .collect(),
+        )
+    }
+
+    /// The baseline `w` is judged against: its workload's.
+    #[must_use]
+    pub fn for_window(&self, w: &Window) -> Option<&Baseline> {
+        let k = Workload::of(w);
+        self.0.iter().find(|b| b.workload == k)
+    }
+
+    /// Whether window `index` is one of a baseline's own windows.
+    #[must_use]
+    pub fn contains(&self, index: usize) -> bool {
+        self.0.iter().any(|b| b.windows.contains(&index))
+    }
+}
+
+/// `baseline`, `llm-baseline`, `baseline_2`: a phase meant as the reference.
+fn is_baseline_name(name: &str) -> bool {
+    name.split(['-', '_', ' ', '.'])
+        .any(|part| part.eq_ignore_ascii_case("baseline"))
+}
+
+/// Median and robust spread of the finite values; `None` when there are none.
+#[must_use]
+pub fn level(values: &[f64]) -> Option<Level> {
+    let median = median(values)?;
+    let deviations: Vec<f64> = values.iter().map(|v| (v - median).abs()).collect();
+    Some(Level {
+        median,
+        spread: 1.4826 * self::median(&deviations).unwrap_or(0.0),
+    })
 }
 
 /// Median of the values (mean of the middle two for an even count); `None` when empty.
@@ -103,14 +194,15 @@ pub fn median(values: &[f64]) -> Option<f64> {
 mod tests {
     use super::*;
     use crate::attribute::signals::Source;
-    use crate::collect::timeline::{LoadSignals, Quantiles, Window};
+    use crate::collect::timeline::{LoadSignals, Quantiles};
 
-    fn window(phase: &str, ttft_p50: f64) -> Window {
+    fn window(phase: &str, ttft_p50: f64, endpoint: Endpoint) -> Window {
         Window {
             phase: Some(phase.into()),
             len_ms: 1000,
             load: Some(LoadSignals {
                 requests: 10,
+                endpoint: Some(endpoint),
                 ttft_ms: Some(Quantiles {
                     p50: ttft_p50,
                     p95: ttft_p50,
@@ -124,19 +216,21 @@ mod tests {
     }
 
     #[test]
-    fn baseline_is_the_baseline_phase_median() {
+    fn baseline_is_the_baseline_phase_median_and_spread() {
         let mut t = Timeline::new(0, 1000);
         t.windows = vec![
-            window("warmup", 500.0),
-            window("baseline", 100.0),
-            window("baseline", 140.0),
-            window("baseline", 120.0),
-            window("peak", 900.0),
+            window("warmup", 500.0, Endpoint::Chat),
+            window("baseline", 100.0, Endpoint::Chat),
+            window("baseline", 140.0, Endpoint::Chat),
+            window("baseline", 120.0, Endpoint::Chat),
+            window("peak", 900.0, Endpoint::Chat),
         ];
-        let b = Baseline::of(&t);
+        let b = Baseline::of(&t, Workload::Llm).unwrap();
         assert_eq!(b.phase.as_deref(), Some("baseline"));
         assert_eq!(b.windows, [1, 2, 3]);
         assert_eq!(b.get(Signal::TtftP50Ms), Some(120.0));
+        let l = b.level(Signal::TtftP50Ms).unwrap();
+        assert!((l.spread - 1.4826 * 20.0).abs() < 1e-9, "{l:?}");
         assert_eq!(b.get(Signal::RunqP99Us), None);
         assert_eq!(
             Signal::RunqP99Us.absent_reason(&t.windows[0]),
@@ -145,15 +239,35 @@ mod tests {
     }
 
     #[test]
+    fn each_workload_has_its_own_baseline_phase() {
+        let mut t = Timeline::new(0, 1000);
+        t.windows = vec![
+            window("llm-baseline", 100.0, Endpoint::Chat),
+            window("llm-peak", 900.0, Endpoint::Chat),
+            window("vector-warm", 9.0, Endpoint::VectorSearch),
+            window("vector-baseline", 4.0, Endpoint::VectorSearch),
+            window("vector-chaos", 500.0, Endpoint::VectorSearch),
+        ];
+        let all = Baselines::of(&t);
+        assert_eq!(all.0.len(), 2);
+        let v = all.for_window(&t.windows[4]).unwrap();
+        assert_eq!(v.phase.as_deref(), Some("vector-baseline"));
+        assert_eq!(v.windows, [3]);
+        let l = all.for_window(&t.windows[1]).unwrap();
+        assert_eq!(l.phase.as_deref(), Some("llm-baseline"));
+        assert!(all.contains(3) && !all.contains(4));
+    }
+
+    #[test]
     fn without_phases_the_first_windows_are_the_baseline() {
         let mut t = Timeline::new(0, 1000);
         t.windows = (0..8)
             .map(|i| Window {
                 phase: None,
-                ..window("x", f64::from(i))
+                ..window("x", f64::from(i), Endpoint::Chat)
             })
             .collect();
-        let b = Baseline::of(&t);
+        let b = Baseline::of(&t, Workload::Llm).unwrap();
         assert_eq!(b.windows.len(), DEFAULT_BASELINE_WINDOWS);
         assert_eq!(b.get(Signal::TtftP50Ms), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));

@@ -1,7 +1,7 @@
 //! Scores every rule on a window and picks the verdict.
 
-use super::rules::{Outcome, Rule};
-use super::signals::Ctx;
+use super::rules::{Condition, Outcome, Role, Rule, Test};
+use super::signals::{Ctx, Signal};
 use super::verdict::{Cause, CauseScore, Evidence, Verdict};
 
 /// Least confidence for naming a cause; below it the verdict is `none`.
@@ -12,6 +12,8 @@ pub const MIN_CONFIDENCE: f64 = 0.5;
 pub struct RuleResult {
     /// The rule's cause.
     pub cause: Cause,
+    /// The rule's signature.
+    pub signature: &'static str,
     /// Weighted share of evaluated conditions that held (0 unless a trigger held).
     pub score: f64,
     /// Weighted share of the rule's conditions that could be evaluated.
@@ -38,28 +40,31 @@ impl RuleResult {
 #[must_use]
 pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
     let (mut total, mut evaluated, mut met) = (0.0, 0.0, 0.0);
-    let (mut evaluable, mut triggered) = (false, false);
+    let (mut evaluable, mut triggered, mut refuted) = (false, false, false);
     let mut evidence = Vec::new();
     let mut quiet_triggers = Vec::new();
     let mut missing = Vec::new();
     for c in rule.conditions {
         total += c.weight;
+        let trigger = c.role == Role::Trigger;
         match c.evaluate(ctx) {
             Outcome::Evaluated(e) => {
                 evaluated += c.weight;
-                evaluable |= c.trigger;
+                evaluable |= trigger;
                 if e.met {
                     met += c.weight;
-                    triggered |= c.trigger;
-                } else if c.trigger {
+                    triggered |= trigger;
+                } else if trigger {
                     quiet_triggers.push(e.clone());
+                } else if c.role == Role::Require {
+                    refuted = true;
                 }
                 evidence.push(e);
             }
             Outcome::Missing(m) => missing.push(m),
         }
     }
-    let score = if triggered && evaluated > 0.0 {
+    let score = if triggered && !refuted && evaluated > 0.0 {
         met / evaluated
     } else {
         0.0
@@ -67,6 +72,7 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
     let coverage = if total > 0.0 { evaluated / total } else { 0.0 };
     RuleResult {
         cause: rule.cause,
+        signature: rule.signature,
         score,
         coverage,
         evaluable,
@@ -78,13 +84,40 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
 
 /// Whether cause `a`, when convincing, is the verdict over a convincing `b` whatever their
 /// confidences: `a` explains `b`'s symptoms. When the generator lags, every other latency is
-/// measured wrong; a full KV cache is why requests queue (the engine admits only what fits).
+/// measured wrong; a full KV cache, a GPU out of memory, a server starved of CPU or an index
+/// rebuilding is why requests wait inside the server; and any named bottleneck explains the
+/// errors it causes.
 #[must_use]
 pub fn outranks(a: Cause, b: Cause) -> bool {
     match a {
         Cause::Loadgen => b != Cause::Loadgen,
-        Cause::KvCache => b == Cause::Queue,
+        Cause::KvCache | Cause::GpuMemory | Cause::CpuRunqueue | Cause::VectorIndex => {
+            matches!(b, Cause::Queue | Cause::Errors)
+        }
+        Cause::Queue | Cause::Network => b == Cause::Errors,
         _ => false,
+    }
+}
+
+/// Latency signals whose rise beyond the baseline's noise means the window is not at the
+/// baseline: a window where one of them rose is never `none`.
+const LATENCY_RISE: [Condition; 5] = [
+    risen(Signal::TtftP50Ms),
+    risen(Signal::TtftP99Ms),
+    risen(Signal::ItlP99Ms),
+    risen(Signal::E2eP50Ms),
+    risen(Signal::E2eP99Ms),
+];
+
+const fn risen(signal: Signal) -> Condition {
+    Condition {
+        signal,
+        test: Test::Rises {
+            ratio: 1.5,
+            min_delta: 10.0,
+        },
+        weight: 1.0,
+        role: Role::Trigger,
     }
 }
 
@@ -95,32 +128,46 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
     let mut results: Vec<RuleResult> = rules.iter().map(|r| score(r, ctx)).collect();
     results.sort_by(|a, b| b.confidence().total_cmp(&a.confidence()));
     let convincing = |r: &&RuleResult| r.confidence() >= MIN_CONFIDENCE;
-    let winner = results.first().filter(convincing).map(|best| {
-        // Sorted by confidence: the convincing results are a prefix.
-        results
-            .iter()
-            .take_while(convincing)
-            .position(|r| outranks(r.cause, best.cause))
-            .unwrap_or(0)
+    let winner = results.first().filter(convincing).map(|_| {
+        // Sorted by confidence: the convincing results are a prefix. Follow precedence until
+        // no convincing cause outranks the winner (each step moves to a cause that outranks the
+        // last, so it ends).
+        let n = results.iter().take_while(convincing).count();
+        let mut w = 0;
+        for _ in 0..n {
+            match (0..n).find(|&i| outranks(results[i].cause, results[w].cause)) {
+                Some(i) => w = i,
+                None => break,
+            }
+        }
+        w
     });
     let runners_up = |skip: Option<usize>| -> Vec<CauseScore> {
-        results
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| Some(*i) != skip && r.score > 0.0)
-            .map(|(_, r)| CauseScore {
-                cause: r.cause,
-                score: r.score,
-                confidence: r.confidence(),
-            })
-            .collect()
+        let skip_cause = skip.map(|i| results[i].cause);
+        let mut out: Vec<CauseScore> = Vec::new();
+        // Sorted by confidence: a cause's first result is its best signature.
+        for r in results.iter().filter(|r| r.score > 0.0) {
+            if Some(r.cause) != skip_cause && !out.iter().any(|c| c.cause == r.cause) {
+                out.push(CauseScore {
+                    cause: r.cause,
+                    score: r.score,
+                    confidence: r.confidence(),
+                });
+            }
+        }
+        out
     };
     match winner {
         Some(i) => {
             let w = &results[i];
-            let (evidence, contrary) = w.evidence.iter().cloned().partition(|e| e.met);
+            let (mut evidence, contrary): (Vec<Evidence>, Vec<Evidence>) =
+                w.evidence.iter().cloned().partition(|e| e.met);
+            if w.cause == Cause::Errors {
+                evidence.extend(error_classes(ctx));
+            }
             Verdict {
                 cause: w.cause,
+                signature: Some(w.signature.to_owned()),
                 confidence: w.confidence(),
                 evidence,
                 contrary,
@@ -128,7 +175,68 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
                 missing: w.missing.clone(),
             }
         }
-        None => none_verdict(&results, runners_up(None)),
+        None => {
+            let risen: Vec<Evidence> = LATENCY_RISE
+                .iter()
+                .filter_map(|c| match c.evaluate(ctx) {
+                    Outcome::Evaluated(e) if e.met => Some(e),
+                    _ => None,
+                })
+                .collect();
+            if risen.is_empty() {
+                none_verdict(&results, runners_up(None))
+            } else {
+                unexplained_verdict(&results, risen, runners_up(None))
+            }
+        }
+    }
+}
+
+/// The window's failures by class, largest share first: `error_class_timeout=0.9`.
+fn error_classes(ctx: &Ctx<'_>) -> Vec<Evidence> {
+    let Some(load) = ctx.window.load.as_ref() else {
+        return Vec::new();
+    };
+    let failed: u64 = load.error_classes.values().sum();
+    let mut classes: Vec<(&crate::loadgen::ErrorClass, &u64)> = load.error_classes.iter().collect();
+    classes.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
+    classes
+        .into_iter()
+        .map(|(class, n)| Evidence {
+            signal: format!("error_class_{}", class.name()),
+            value: *n as f64 / failed.max(1) as f64,
+            threshold: 0.0,
+            baseline: None,
+            met: true,
+            note: "share of failed requests".to_owned(),
+        })
+        .collect()
+}
+
+/// `unexplained`: latency rose beyond the baseline's noise and no rule is convincing. The
+/// evidence is the rise; `missing` lists every signal any rule wanted and the window lacked.
+fn unexplained_verdict(
+    results: &[RuleResult],
+    risen: Vec<Evidence>,
+    runners_up: Vec<CauseScore>,
+) -> Verdict {
+    let best = results.first().map_or(0.0, RuleResult::confidence);
+    let mut missing: Vec<String> = Vec::new();
+    for m in results.iter().flat_map(|r| r.missing.iter()) {
+        if !missing.contains(m) {
+            missing.push(m.clone());
+        }
+    }
+    // Sure that latency rose (the rise passed the noise band); as sure that nothing explains
+    // it as the best cause is unconvincing.
+    Verdict {
+        cause: Cause::Unexplained,
+        signature: None,
+        confidence: 1.0 - best,
+        evidence: risen,
+        contrary: Vec::new(),
+        runners_up,
+        missing,
     }
 }
 
@@ -160,6 +268,7 @@ fn none_verdict(results: &[RuleResult], runners_up: Vec<CauseScore>) -> Verdict 
     }
     Verdict {
         cause: Cause::None,
+        signature: None,
         confidence: (1.0 - best) * (0.2 + 0.8 * share),
         evidence,
         contrary: Vec::new(),
@@ -223,8 +332,9 @@ mod tests {
             origin_unix_ms: 0,
             len_ms: 1000,
             windows,
+            marks: Vec::new(),
         };
-        let base = Baseline::of(&t);
+        let base = Baseline::of(&t, crate::attribute::Workload::Llm).unwrap();
         t.windows
             .iter()
             .enumerate()
@@ -326,7 +436,13 @@ mod tests {
     fn a_rule_without_any_trigger_signal_is_not_evaluated() {
         let mut ws = vec![window(80.0, 0.5, None); 5];
         ws.push(window(800.0, 0.5, None));
+        ws.push(window(81.0, 0.5, None));
         let v = run(ws);
+        // TTFT x10 and no rule could look: a rise nothing explains, never `none`.
+        let risen = &v[5];
+        assert_eq!(risen.cause, Cause::Unexplained, "{risen:#?}");
+        assert!(risen.evidence.iter().any(|e| e.signal == "ttft_p50_ms"));
+        // Back at the baseline: `none`, unsure because no rule could look.
         let last = v.last().unwrap();
         assert_eq!(last.cause, Cause::None);
         assert!(last.confidence < 0.5, "{}", last.confidence);
@@ -354,7 +470,7 @@ mod tests {
                 min_delta: 1000.0,
             },
             weight: 1.0,
-            trigger: true,
+            role: crate::attribute::Role::Trigger,
         };
         let runq = |p99| RunqSignals {
             samples: 100,
@@ -380,8 +496,9 @@ mod tests {
             origin_unix_ms: 0,
             len_ms: 1000,
             windows: ws,
+            marks: Vec::new(),
         };
-        let base = Baseline::of(&t);
+        let base = Baseline::of(&t, crate::attribute::Workload::Llm).unwrap();
         let met = |i: usize| match cond.evaluate(&Ctx {
             window: &t.windows[i],
             index: i,

@@ -1,9 +1,11 @@
 //! Signals per window -> verdicts with evidence (DESIGN.md, "Attribution").
 //!
-//! [`attribute`] takes a [`Timeline`], finds its baseline (the `baseline` phase, else the first
-//! phase, else the first windows), scores every rule of [`rules::RULES`] on every window, and
-//! summarises each phase: share of windows per verdict, the dominant verdict with its evidence
-//! and a hint, and where the TTFT increase over the baseline went.
+//! [`attribute`] takes a [`Timeline`], finds a baseline per workload (a phase named
+//! `baseline` or `*-baseline`, else the first phase, else the first windows), scores every rule
+//! of [`rules::RULES`] on every window, and summarises each phase: share of windows per
+//! verdict, the dominant verdict with its evidence and a hint, and where the latency increase
+//! over the baseline went. It is a library on a time line: whoever collected it (`stress
+//! --explain`, the node daemon) gets the same verdicts.
 //!
 //! ```
 //! use inferscope::attribute::{attribute, Cause};
@@ -28,10 +30,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::collect::timeline::Timeline;
 
-pub use baseline::Baseline;
+pub use baseline::{Baseline, Baselines, Level, Workload};
 pub use evaluate::{MIN_CONFIDENCE, RuleResult, outranks, score};
-pub use phase::{CauseShare, PhaseLatency, PhaseLoad, PhaseSummary, TtftDecomposition};
-pub use rules::{Condition, RULES, Rule, Test};
+pub use phase::{CauseShare, Decomposition, LatencyMetric, PhaseLatency, PhaseLoad, PhaseSummary};
+pub use rules::{Condition, RULES, Role, Rule, Test};
 pub use signals::Signal;
 pub use verdict::{Cause, CauseScore, Evidence, Verdict, fmt_num};
 
@@ -52,8 +54,8 @@ pub struct WindowVerdict {
 /// Attribution of a whole time line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attribution {
-    /// What windows were compared against.
-    pub baseline: Baseline,
+    /// What windows were compared against, one baseline per workload.
+    pub baselines: Baselines,
     /// One verdict per window, in time-line order.
     pub windows: Vec<WindowVerdict>,
     /// One summary per phase, in order of first appearance.
@@ -77,7 +79,8 @@ pub fn attribute(timeline: &Timeline) -> Attribution {
 /// Attributes every window of `timeline` with `rules`.
 #[must_use]
 pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
-    let baseline = Baseline::of(timeline);
+    let baselines = Baselines::of(timeline);
+    let none = Baseline::empty(Workload::Llm);
     let windows: Vec<WindowVerdict> = timeline
         .windows
         .iter()
@@ -86,7 +89,7 @@ pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
             let ctx = signals::Ctx {
                 window,
                 index,
-                baseline: &baseline,
+                baseline: baselines.for_window(window).unwrap_or(&none),
             };
             WindowVerdict {
                 index,
@@ -96,9 +99,9 @@ pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
             }
         })
         .collect();
-    let phases = phase::summarise(&timeline.windows, &windows, &baseline);
+    let phases = phase::summarise(timeline, &windows, &baselines);
     Attribution {
-        baseline,
+        baselines,
         windows,
         phases,
     }

@@ -3,11 +3,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use super::WindowVerdict;
-use super::baseline::{Baseline, median};
+use super::baseline::{Baseline, Baselines, median};
 use super::signals::Signal;
 use super::verdict::{Cause, CauseScore, Evidence};
-use crate::collect::timeline::{Quantiles, Window};
+use crate::collect::timeline::{Quantiles, Timeline, Window};
+use crate::loadgen::ErrorClass;
 
 /// Least share of a phase's windows for a cause to be its dominant verdict.
 pub const DOMINANT_MIN_SHARE: f64 = 0.25;
@@ -32,6 +35,9 @@ pub struct PhaseLoad {
     pub output_tokens_per_s: f64,
     /// Most requests in flight at once.
     pub in_flight_max: u64,
+    /// Failed requests by class.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_classes: BTreeMap<ErrorClass, u64>,
 }
 
 /// Phase latencies, ms. Attribution fills them from the windows (each quantile the
@@ -62,25 +68,51 @@ pub struct CauseShare {
     pub share: f64,
 }
 
-/// Where the TTFT p50 increase over the baseline phase went, ms. A part is `None` when its
-/// signals are missing; whatever the parts do not cover is `unexplained_ms`.
+/// The latency a decomposition splits: TTFT where the phase streams tokens, else E2E.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencyMetric {
+    /// Time to first token.
+    #[default]
+    Ttft,
+    /// End to end (vector searches, plain HTTP, requests without tokens).
+    E2e,
+}
+
+impl LatencyMetric {
+    /// `TTFT` or `E2E`.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            LatencyMetric::Ttft => "TTFT",
+            LatencyMetric::E2e => "E2E",
+        }
+    }
+}
+
+/// Where the p50 increase of [`LatencyMetric`] over the baseline went, ms (medians of window
+/// values). A part is `None` when its signals are missing; whatever the parts do not cover is
+/// `unexplained_ms`, so the parts and the remainder always add up to the increase.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct TtftDecomposition {
-    /// Baseline TTFT p50.
-    pub baseline_ttft_ms: f64,
-    /// This phase's TTFT p50.
-    pub ttft_ms: f64,
-    /// `ttft_ms - baseline_ttft_ms`.
+pub struct Decomposition {
+    /// The latency split.
+    pub metric: LatencyMetric,
+    /// Its baseline p50.
+    pub baseline_ms: f64,
+    /// This phase's p50.
+    pub value_ms: f64,
+    /// `value_ms - baseline_ms`.
     pub increase_ms: f64,
-    /// The load generator's own send lag (TTFT counts from the intended start).
+    /// The load generator's own send lag (latencies count from the intended start).
     pub loadgen_lag_ms: Option<f64>,
-    /// Server queue time.
+    /// Waiting inside the server: the server's queue-time metric, or without one the kernel's
+    /// server-side time that neither CPU work nor run-queue delay accounts for.
     pub queue_ms: Option<f64>,
-    /// Server-side first token minus queue minus CPU scheduling.
+    /// Server-side time minus queue minus CPU scheduling.
     pub server_compute_ms: Option<f64>,
-    /// Run-queue delay on the first-token path ([`FIRST_TOKEN_WAKEUPS`] x mean delay).
+    /// Run-queue delay on the request's path ([`FIRST_TOKEN_WAKEUPS`] x mean delay).
     pub cpu_scheduling_ms: Option<f64>,
-    /// Client TTFT minus send lag minus server-side first token (kernel timing).
+    /// Transit between client and server (kernel timing joined per request).
     pub network_ms: Option<f64>,
     /// The rest.
     pub unexplained_ms: f64,
@@ -119,8 +151,11 @@ pub struct PhaseSummary {
     pub hint: String,
     /// Some windows' latencies are suspect (the load generator lagged).
     pub untrustworthy: bool,
-    /// TTFT increase over the baseline phase (absent for the baseline itself).
-    pub ttft_decomposition: Option<TtftDecomposition>,
+    /// Latency increase over the baseline (absent for the baseline itself).
+    pub decomposition: Option<Decomposition>,
+    /// Scenario events sent during the phase (e.g. `POST /v1/vector/rebuild -> 200 at +5.0 s`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<String>,
     /// Evidence missing in this phase's windows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
@@ -129,10 +164,11 @@ pub struct PhaseSummary {
 /// Summarises each phase, in order of first appearance.
 #[must_use]
 pub fn summarise(
-    windows: &[Window],
+    timeline: &Timeline,
     verdicts: &[WindowVerdict],
-    base: &Baseline,
+    baselines: &Baselines,
 ) -> Vec<PhaseSummary> {
+    let windows = &timeline.windows;
     let mut names: Vec<String> = Vec::new();
     for w in windows {
         let n = phase_name(w);
@@ -146,7 +182,17 @@ pub fn summarise(
             let idx: Vec<usize> = (0..windows.len())
                 .filter(|&i| phase_name(&windows[i]) == name)
                 .collect();
-            summarise_one(name, &idx, windows, verdicts, base)
+            let mut p = summarise_one(name, &idx, windows, verdicts, baselines);
+            p.marks = timeline
+                .marks
+                .iter()
+                .filter(|m| m.phase.as_deref() == Some(p.name.as_str()))
+                .map(|m| {
+                    let at = m.unix_ms.saturating_sub(p.start_unix_ms) as f64 / 1000.0;
+                    format!("{} at +{at:.1} s", m.what)
+                })
+                .collect();
+            p
         })
         .collect()
 }
@@ -160,7 +206,7 @@ fn summarise_one(
     idx: &[usize],
     windows: &[Window],
     verdicts: &[WindowVerdict],
-    base: &Baseline,
+    baselines: &Baselines,
 ) -> PhaseSummary {
     let n = idx.len();
     let mut shares: Vec<CauseShare> = Cause::ALL
@@ -185,14 +231,20 @@ fn summarise_one(
             .find(|s| s.cause == c)
             .map_or(0.0, |s| s.share)
     };
-    // A lagging generator makes every other verdict of the phase suspect, so it leads.
+    // A lagging generator makes every other verdict of the phase suspect, so it leads; a named
+    // cause comes before `unexplained`, which comes before `none`.
     let dominant = if share_of(Cause::Loadgen) >= DOMINANT_MIN_SHARE {
         Cause::Loadgen
     } else {
+        let named = |c: Cause| !matches!(c, Cause::None | Cause::Unexplained);
         shares
             .iter()
-            .find(|s| s.cause != Cause::None && s.share >= DOMINANT_MIN_SHARE)
-            .map_or(Cause::None, |s| s.cause)
+            .find(|s| named(s.cause) && s.share >= DOMINANT_MIN_SHARE)
+            .map(|s| s.cause)
+            .or_else(|| {
+                (share_of(Cause::Unexplained) >= DOMINANT_MIN_SHARE).then_some(Cause::Unexplained)
+            })
+            .unwrap_or(Cause::None)
     };
     let of_dominant: Vec<&WindowVerdict> = idx
         .iter()
@@ -221,7 +273,7 @@ fn summarise_one(
         idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()),
         n,
     );
-    let is_baseline = idx.iter().all(|i| base.windows.contains(i));
+    let is_baseline = idx.iter().all(|&i| baselines.contains(i));
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
     let phase_windows: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
     PhaseSummary {
@@ -239,12 +291,15 @@ fn summarise_one(
         runners_up,
         hint: dominant.hint().to_owned(),
         untrustworthy,
-        ttft_decomposition: if is_baseline {
+        decomposition: if is_baseline {
             None
         } else {
-            decompose(idx, windows, base)
+            idx.first()
+                .and_then(|&i| baselines.for_window(&windows[i]))
+                .and_then(|base| decompose(idx, windows, base))
         },
         missing,
+        marks: Vec::new(),
         name,
     }
 }
@@ -304,6 +359,13 @@ fn load(ws: &[&Window]) -> PhaseLoad {
             loads.iter().map(|l| l.output_tokens_per_s).sum::<f64>() / loads.len() as f64
         },
         in_flight_max: loads.iter().map(|l| l.in_flight_max).max().unwrap_or(0),
+        error_classes: loads.iter().flat_map(|l| l.error_classes.iter()).fold(
+            BTreeMap::new(),
+            |mut m, (c, n)| {
+                *m.entry(*c).or_default() += n;
+                m
+            },
+        ),
     }
 }
 
@@ -334,18 +396,30 @@ fn latency(ws: &[&Window]) -> PhaseLatency {
     }
 }
 
-/// Splits the TTFT p50 increase over the baseline into its parts (medians of window values).
-fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<TtftDecomposition> {
-    let delta = |s: Signal| -> Option<f64> {
+/// Splits the p50 increase over the baseline (TTFT when the phase has it, else E2E) into its
+/// parts (medians of window values).
+fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<Decomposition> {
+    let phase_median = |s: Signal| -> Option<f64> {
         let vals: Vec<f64> = idx.iter().filter_map(|&i| s.raw(&windows[i], i)).collect();
-        Some(median(&vals)? - base.get(s)?)
+        median(&vals)
     };
-    let ttft_vals: Vec<f64> = idx
-        .iter()
-        .filter_map(|&i| Signal::TtftP50Ms.raw(&windows[i], i))
-        .collect();
-    let ttft = median(&ttft_vals)?;
-    let baseline_ttft = base.get(Signal::TtftP50Ms)?;
+    let delta = |s: Signal| Some(phase_median(s)? - base.get(s)?);
+    let (metric, latency, server_side) =
+        match (phase_median(Signal::TtftP50Ms), base.get(Signal::TtftP50Ms)) {
+            (Some(_), Some(_)) => (
+                LatencyMetric::Ttft,
+                Signal::TtftP50Ms,
+                // Kernel timing of the first token is preferred; the server's own TTFT stands in.
+                delta(Signal::KernelFirstTokenP50Ms).or_else(|| delta(Signal::ServerTtftP50Ms)),
+            ),
+            _ => (
+                LatencyMetric::E2e,
+                Signal::E2eP50Ms,
+                delta(Signal::KernelExchangeP50Ms),
+            ),
+        };
+    let value = phase_median(latency)?;
+    let baseline = base.get(latency)?;
     let mut missing = Vec::new();
     let mut need = |v: Option<f64>, what: &str, why: &str| {
         if v.is_none() {
@@ -358,32 +432,34 @@ fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<TtftD
         "loadgen_lag",
         "no send lag records",
     );
-    let queue_ms = need(
-        delta(Signal::QueueTimeP50Ms),
-        "queue",
-        "no server queue-time metric",
-    );
     let cpu_scheduling_ms = need(
         delta(Signal::RunqMeanUs).map(|us| us * FIRST_TOKEN_WAKEUPS / 1000.0),
         "cpu_scheduling",
         "no run-queue data (kernel probes off: needs root)",
     );
-    // Kernel timing of the first token is preferred; the server's own TTFT metric stands in.
-    let first_token =
-        delta(Signal::KernelFirstTokenP50Ms).or_else(|| delta(Signal::ServerTtftP50Ms));
+    // The server's queue-time metric when it exports one; else the kernel's server-side time
+    // that neither CPU work per request nor run-queue delay accounts for.
+    let queue_ms = need(
+        delta(Signal::QueueTimeP50Ms).or_else(|| {
+            let work = delta(Signal::ServerCpuPerRequestMs).unwrap_or(0.0).max(0.0);
+            server_side.map(|s| (s - work - cpu_scheduling_ms.unwrap_or(0.0).max(0.0)).max(0.0))
+        }),
+        "queue",
+        "no server queue-time metric and no kernel server-side timing",
+    );
     let server_compute_ms = need(
-        first_token
+        server_side
             .zip(queue_ms)
-            .map(|(ft, q)| ft - q - cpu_scheduling_ms.unwrap_or(0.0)),
+            .map(|(s, q)| s - q - cpu_scheduling_ms.unwrap_or(0.0)),
         "server_compute",
-        "needs server-side first token and queue time",
+        "needs the server-side time (socket probes or the server's TTFT metric)",
     );
     let network_ms = need(
         delta(Signal::ClientServerGapMs),
         "network",
-        "needs socket probes (root) for the server-side first token",
+        "needs socket probes (root) joined with the client's requests",
     );
-    let increase_ms = ttft - baseline_ttft;
+    let increase_ms = value - baseline;
     let explained: f64 = [
         loadgen_lag_ms,
         queue_ms,
@@ -394,9 +470,10 @@ fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<TtftD
     .iter()
     .flatten()
     .sum();
-    Some(TtftDecomposition {
-        baseline_ttft_ms: baseline_ttft,
-        ttft_ms: ttft,
+    Some(Decomposition {
+        metric,
+        baseline_ms: baseline,
+        value_ms: value,
         increase_ms,
         loadgen_lag_ms,
         queue_ms,

@@ -5,6 +5,7 @@
 //! at least one of its trigger conditions holds: conditions such as "no preemptions" or "ITL
 //! flat" also hold in a healthy window, so they may support a cause but never raise one alone.
 
+use super::baseline::{Level, NOISE_SIGMAS};
 use super::signals::{Ctx, Signal};
 use super::verdict::{Cause, Evidence, fmt_num};
 
@@ -20,7 +21,7 @@ pub enum Test {
     /// lo <= value <= hi.
     Between(f64, f64),
     /// value >= baseline * ratio and value - baseline >= `min_delta` (both, so that tiny
-    /// baselines do not turn noise into a rise).
+    /// baselines do not turn noise into a rise), and outside the baseline's noise band.
     Rises {
         /// Factor over the baseline.
         ratio: f64,
@@ -43,6 +44,18 @@ pub enum Test {
     },
 }
 
+/// What a condition does for its rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The rule scores 0 unless at least one of its triggers holds.
+    Trigger,
+    /// Counts toward the score; never raises the rule alone.
+    Support,
+    /// Must hold when it can be evaluated: a required condition that fails zeroes the rule
+    /// (when its signal is missing, it only lowers the coverage).
+    Require,
+}
+
 /// One weighted condition of a rule.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Condition {
@@ -52,15 +65,18 @@ pub struct Condition {
     pub test: Test,
     /// Its weight in the rule's score.
     pub weight: f64,
-    /// A trigger: the rule scores 0 unless one of its triggers holds.
-    pub trigger: bool,
+    /// What it does for the rule.
+    pub role: Role,
 }
 
-/// All conditions of one cause.
+/// All conditions of one signature of a cause (a cause may have several: network delay and
+/// network loss look nothing alike).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rule {
     /// The cause the rule names.
     pub cause: Cause,
+    /// Which signature of the cause, e.g. `loss` (shown with the verdict).
+    pub signature: &'static str,
     /// Its conditions.
     pub conditions: &'static [Condition],
 }
@@ -70,7 +86,7 @@ const fn trig(signal: Signal, test: Test, weight: f64) -> Condition {
         signal,
         test,
         weight,
-        trigger: true,
+        role: Role::Trigger,
     }
 }
 
@@ -79,19 +95,37 @@ const fn supp(signal: Signal, test: Test, weight: f64) -> Condition {
         signal,
         test,
         weight,
-        trigger: false,
+        role: Role::Support,
+    }
+}
+
+const fn need(signal: Signal, test: Test, weight: f64) -> Condition {
+    Condition {
+        signal,
+        test,
+        weight,
+        role: Role::Require,
     }
 }
 
 use Signal as S;
 use Test::{Above, AtLeast, Below, Between, Falls, Flat, Rises};
 
+/// "Rises" tests on latency: a factor, a least delta, and (always) the baseline's noise band.
+const LATENCY_UP: Test = Rises {
+    ratio: 1.5,
+    min_delta: 10.0,
+};
+
 /// The default rule table. Weights: 3-4 for a cause's defining signal, 2 for a signal that
-/// separates it from a look-alike (ITL for KV vs queue), 1 for corroboration.
+/// separates it from a look-alike (ITL for KV vs queue), 1 for corroboration. Every relative
+/// test also needs the value outside the baseline's noise band ([`super::baseline::NOISE_SIGMAS`]
+/// robust deviations), so thresholds follow the baseline, not constants fitted to one server.
 #[rustfmt::skip]
 pub const RULES: &[Rule] = &[
     Rule {
         cause: Cause::KvCache,
+        signature: "server metrics",
         conditions: &[
             trig(S::KvUsage, AtLeast(0.95), 3.0),
             trig(S::PreemptionsPerS, Above(0.0), 3.0),
@@ -108,6 +142,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         cause: Cause::Queue,
+        signature: "server metrics",
         conditions: &[
             trig(S::Waiting, Rises { ratio: 2.0, min_delta: 2.0 }, 2.0),
             trig(S::QueueTimeP95Ms, Rises { ratio: 2.0, min_delta: 20.0 }, 2.0),
@@ -123,7 +158,28 @@ pub const RULES: &[Rule] = &[
         ],
     },
     Rule {
+        cause: Cause::Queue,
+        signature: "kernel",
+        conditions: &[
+            // The kernel's own view of the server's sockets: request in -> first token out.
+            trig(S::KernelFirstTokenP50Ms, Rises { ratio: 2.0, min_delta: 5.0 }, 3.0),
+            // ... and most of that rise is neither CPU work nor waiting for a CPU: waiting.
+            need(S::ServerWaitShare, AtLeast(0.5), 3.0),
+            // Not the network: transit and smoothed RTT flat.
+            supp(S::ClientServerGapMs, Flat { ratio: 1.5, slack: 5.0 }, 2.0),
+            supp(S::SrttMeanUs, Flat { ratio: 2.0, slack: 1000.0 }, 1.0),
+            supp(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
+            // The server's own metrics corroborate when it has them, and separate admission
+            // queueing from a full KV cache, which makes requests wait too.
+            supp(S::Waiting, Rises { ratio: 2.0, min_delta: 2.0 }, 1.0),
+            supp(S::QueueTimeMeanMs, Rises { ratio: 2.0, min_delta: 5.0 }, 1.0),
+            supp(S::KvUsage, Below(0.9), 2.0),
+            supp(S::PreemptionsPerS, Below(0.01), 2.0),
+        ],
+    },
+    Rule {
         cause: Cause::GpuMemory,
+        signature: "allocations",
         conditions: &[
             // An allocation that returned out-of-memory is close to proof on its own.
             trig(S::GpuOom, Above(0.0), 4.0),
@@ -136,6 +192,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         cause: Cause::CpuRunqueue,
+        signature: "run queue",
         conditions: &[
             // 5 ms: less is noise next to a TTFT of hundreds of ms (seen: a busy engine's own
             // threads at 1-2 ms p99 while its KV cache was the bottleneck).
@@ -150,21 +207,59 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         cause: Cause::Network,
+        signature: "delay",
         conditions: &[
             trig(S::SrttMeanUs, Rises { ratio: 2.0, min_delta: 1000.0 }, 3.0),
-            trig(S::Retransmits, Above(0.0), 2.0),
             trig(S::ClientServerGapMs, Rises { ratio: 1.5, min_delta: 10.0 }, 3.0),
+            // A congested queue overflows: drops come with the delay.
+            supp(S::Retransmits, Above(0.0), 1.0),
             supp(S::TtftP99Ms, Rises { ratio: 1.3, min_delta: 10.0 }, 1.0),
+            supp(S::E2eP99Ms, Rises { ratio: 1.3, min_delta: 10.0 }, 1.0),
+        ],
+    },
+    Rule {
+        cause: Cause::Network,
+        signature: "loss",
+        conditions: &[
+            trig(S::Retransmits, Above(0.0), 2.0),
+            // Loss hurts the few requests it hits: theirs against the others' latency, not a
+            // window median.
+            need(S::LossSlowdown, AtLeast(1.5), 3.0),
+            supp(S::TtftP99Ms, LATENCY_UP, 1.0),
+            supp(S::ItlP99Ms, LATENCY_UP, 1.0),
+            supp(S::E2eP99Ms, LATENCY_UP, 1.0),
         ],
     },
     Rule {
         cause: Cause::Loadgen,
+        signature: "send lag",
         conditions: &[
             // p95, not p99: at tens of requests per window the p99 is the one slowest send, and
             // one send delayed by a hiccup is not a generator that cannot keep up.
             trig(S::SendLagP95Ms, Above(10.0), 4.0),
             trig(S::LoadgenRunqP99Us, Above(5000.0), 2.0),
             supp(S::AchievedShareOfTarget, Below(0.9), 1.0),
+        ],
+    },
+    Rule {
+        cause: Cause::VectorIndex,
+        signature: "tail",
+        conditions: &[
+            need(S::VectorShare, AtLeast(1.0), 1.0),
+            trig(S::E2eP99Ms, Rises { ratio: 3.0, min_delta: 20.0 }, 3.0),
+            trig(S::RecallMean, Falls { ratio: 0.97, min_delta: 0.02 }, 3.0),
+            // A rebuild (or any operator action) sent in this phase before the tail.
+            supp(S::PhaseEvents, Above(0.0), 2.0),
+            // Not the CPU, not the network.
+            supp(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
+            supp(S::SrttMeanUs, Flat { ratio: 2.0, slack: 1000.0 }, 1.0),
+        ],
+    },
+    Rule {
+        cause: Cause::Errors,
+        signature: "failures",
+        conditions: &[
+            trig(S::ErrorRate, AtLeast(0.2), 3.0),
         ],
     },
 ];
@@ -207,20 +302,21 @@ impl Condition {
                 ratio,
                 slack: min_delta,
             } => {
-                let Some(b) = ctx.baseline.get(self.signal) else {
+                let Some(Level { median: b, spread }) = ctx.baseline.level(self.signal) else {
                     return Outcome::Missing(format!("{name}: no baseline for this signal"));
                 };
+                let noise = NOISE_SIGMAS * spread;
                 match self.test {
                     Test::Rises { .. } => {
-                        let t = (b * ratio).max(b + min_delta);
+                        let t = (b * ratio).max(b + min_delta).max(b + noise);
                         (value >= t, t, Some(b), format!(">= {ratio}x baseline"))
                     }
                     Test::Falls { .. } => {
-                        let t = (b * ratio).min(b - min_delta);
+                        let t = (b * ratio).min(b - min_delta).min(b - noise);
                         (value <= t, t, Some(b), format!("<= {ratio}x baseline"))
                     }
                     _ => {
-                        let t = b * ratio + min_delta;
+                        let t = (b * ratio + min_delta).max(b + noise);
                         (
                             value <= t,
                             t,

@@ -23,6 +23,16 @@ pub enum Signal {
     TtftP99Ms,
     /// Client inter-token latency p99, ms.
     ItlP99Ms,
+    /// Client end-to-end latency p50, ms.
+    E2eP50Ms,
+    /// Client end-to-end latency p99, ms.
+    E2eP99Ms,
+    /// Mean recall@k of sampled vector searches.
+    RecallMean,
+    /// 1 when most of the window's requests are vector searches, else 0.
+    VectorShare,
+    /// Scenario events (e.g. an index rebuild) of the window's phase sent before its end.
+    PhaseEvents,
     /// Failed / started requests.
     ErrorRate,
     /// Achieved / intended request rate (open loop only).
@@ -72,8 +82,19 @@ pub enum Signal {
     SrttMeanUs,
     /// Retransmitted segments in the window.
     Retransmits,
-    /// Server-side first token (kernel: request in -> second write) p50, ms.
+    /// Server-side first token (kernel: request in -> the first token's write) p50, ms.
     KernelFirstTokenP50Ms,
+    /// Server-side whole exchange (kernel: request in -> last write) p50, ms.
+    KernelExchangeP50Ms,
+    /// The server processes' on-CPU time per exchange the kernel saw, ms.
+    ServerCpuPerRequestMs,
+    /// Share of the server-side first-token rise over the baseline that neither CPU work per
+    /// request nor run-queue delay accounts for: time requests waited inside the server
+    /// (admission limit, busy worker pool, lock). 0 when the first token did not rise.
+    ServerWaitShare,
+    /// E2E p50 of requests whose exchange retransmitted / E2E p50 of the other joined requests
+    /// (1 when none retransmitted).
+    LossSlowdown,
     /// Client-seen TTFT minus the server's own first-token time, per request joined with the
     /// kernel's exchange by connection (request transit + first token transit), p50, ms.
     ClientServerGapMs,
@@ -105,6 +126,55 @@ pub enum Source {
     Gpu,
     /// Derived from the baseline.
     Baseline,
+}
+
+impl Signal {
+    /// Every signal, in declaration order.
+    pub const ALL: &'static [Signal] = &[
+        Signal::TtftP50Ms,
+        Signal::TtftP95Ms,
+        Signal::TtftP99Ms,
+        Signal::ItlP99Ms,
+        Signal::E2eP50Ms,
+        Signal::E2eP99Ms,
+        Signal::RecallMean,
+        Signal::VectorShare,
+        Signal::PhaseEvents,
+        Signal::ErrorRate,
+        Signal::AchievedShareOfTarget,
+        Signal::SendLagP50Ms,
+        Signal::SendLagP95Ms,
+        Signal::LoadgenRunqP99Us,
+        Signal::Waiting,
+        Signal::RunningShareOfCap,
+        Signal::KvUsage,
+        Signal::PreemptionsPerS,
+        Signal::QueueTimeP50Ms,
+        Signal::QueueTimeP95Ms,
+        Signal::QueueTimeMeanMs,
+        Signal::ServerTtftP50Ms,
+        Signal::ServerTtftMeanMs,
+        Signal::PromptTokensPerRequest,
+        Signal::PrefixHitRate,
+        Signal::QueueShareOfTtft,
+        Signal::TtftRiseFromQueue,
+        Signal::RunqP99Us,
+        Signal::RunqMeanUs,
+        Signal::RunqTotalShare,
+        Signal::SrttMeanUs,
+        Signal::Retransmits,
+        Signal::KernelFirstTokenP50Ms,
+        Signal::KernelExchangeP50Ms,
+        Signal::ServerCpuPerRequestMs,
+        Signal::ServerWaitShare,
+        Signal::LossSlowdown,
+        Signal::ClientServerGapMs,
+        Signal::FrontendMs,
+        Signal::GpuOom,
+        Signal::GpuAllocsAfterWarmup,
+        Signal::GpuAllocChurn,
+        Signal::GpuMemUsedFrac,
+    ];
 }
 
 impl Source {
@@ -151,6 +221,11 @@ impl Signal {
             | S::TtftP95Ms
             | S::TtftP99Ms
             | S::ItlP99Ms
+            | S::E2eP50Ms
+            | S::E2eP99Ms
+            | S::RecallMean
+            | S::VectorShare
+            | S::PhaseEvents
             | S::ErrorRate
             | S::AchievedShareOfTarget
             | S::SendLagP50Ms
@@ -167,11 +242,17 @@ impl Signal {
             | S::PromptTokensPerRequest
             | S::PrefixHitRate
             | S::QueueShareOfTtft => Source::Server,
-            S::TtftRiseFromQueue => Source::Baseline,
-            S::LoadgenRunqP99Us | S::RunqP99Us | S::RunqMeanUs | S::RunqTotalShare => Source::Runq,
+            S::TtftRiseFromQueue | S::ServerWaitShare => Source::Baseline,
+            S::LoadgenRunqP99Us
+            | S::RunqP99Us
+            | S::RunqMeanUs
+            | S::RunqTotalShare
+            | S::ServerCpuPerRequestMs => Source::Runq,
             S::SrttMeanUs
             | S::Retransmits
             | S::KernelFirstTokenP50Ms
+            | S::KernelExchangeP50Ms
+            | S::LossSlowdown
             | S::ClientServerGapMs
             | S::FrontendMs => Source::Net,
             S::GpuOom | S::GpuAllocsAfterWarmup | S::GpuAllocChurn | S::GpuMemUsedFrac => {
@@ -194,6 +275,13 @@ impl Signal {
             S::TtftP95Ms => load?.ttft_ms.map(|q| q.p95),
             S::TtftP99Ms => load?.ttft_ms.map(|q| q.p99),
             S::ItlP99Ms => load?.itl_ms.map(|q| q.p99),
+            S::E2eP50Ms => load?.e2e_ms.map(|q| q.p50),
+            S::E2eP99Ms => load?.e2e_ms.map(|q| q.p99),
+            S::RecallMean => load?.recall_mean,
+            S::VectorShare => Some(f64::from(u8::from(
+                load?.endpoint? == crate::loadgen::Endpoint::VectorSearch,
+            ))),
+            S::PhaseEvents => Some(load?.phase_events_before as f64),
             S::ErrorRate => load
                 .filter(|l| l.requests > 0)
                 .map(|l| l.errors as f64 / l.requests as f64),
@@ -229,13 +317,29 @@ impl Signal {
                 let s = server?;
                 Some(s.queue_time_mean_ms? / s.ttft_mean_ms.filter(|t| *t > 0.0)?)
             }
-            S::TtftRiseFromQueue => None,
+            S::TtftRiseFromQueue | S::ServerWaitShare => None,
+            S::ServerCpuPerRequestMs => {
+                let n = net?.exchanges;
+                (n > 0).then_some(())?;
+                Some(w.runq.as_ref()?.oncpu_ms? / n as f64)
+            }
+            S::LossSlowdown => {
+                let n = net?;
+                if n.joined_requests == 0 {
+                    None
+                } else if n.loss_hit_requests == 0 {
+                    Some(1.0)
+                } else {
+                    Some(n.loss_hit_e2e_p50_ms? / n.loss_clean_e2e_p50_ms?.max(0.001))
+                }
+            }
             S::RunqP99Us => runq.map(|r| r.p99_us),
             S::RunqMeanUs => runq.map(|r| r.mean_us),
             S::RunqTotalShare => runq.map(|r| r.total_ms / w.len_ms.max(1) as f64),
             S::SrttMeanUs => net?.srtt_mean_us,
             S::Retransmits => net.map(|n| n.retrans as f64),
             S::KernelFirstTokenP50Ms => net?.server_first_token_p50_ms,
+            S::KernelExchangeP50Ms => net?.exchange_p50_ms,
             S::ClientServerGapMs => net?.transit_p50_ms,
             S::FrontendMs => Some(net?.server_first_token_p50_ms? - server?.ttft_p50_ms?),
             S::GpuOom => gpu.map(|g| g.oom as f64),
@@ -267,6 +371,21 @@ impl Signal {
                     queue_rise / ttft_rise
                 })
             }
+            Signal::ServerWaitShare => {
+                let (w, b) = (ctx.window, ctx.baseline);
+                let rise = |s: Signal| Some(s.raw(w, ctx.index)? - b.get(s)?);
+                let first = rise(Signal::KernelFirstTokenP50Ms)?;
+                if first <= 1.0 {
+                    return Some(0.0);
+                }
+                // Each wake-up on the first-token path waits the mean run-queue delay; CPU work
+                // per request that grew adds its growth (both only when they rose).
+                let sched = rise(Signal::RunqMeanUs).map_or(0.0, |us| {
+                    us.max(0.0) * super::phase::FIRST_TOKEN_WAKEUPS / 1000.0
+                });
+                let work = rise(Signal::ServerCpuPerRequestMs).unwrap_or(0.0).max(0.0);
+                Some(((first - sched - work) / first).clamp(0.0, 1.0))
+            }
             s => s.raw(ctx.window, ctx.index),
         }
     }
@@ -281,9 +400,16 @@ impl Signal {
             Source::Net => w.net.is_some(),
             Source::Gpu => w.gpu.is_some(),
             // A derived signal: name its missing inputs before blaming the baseline.
-            Source::Baseline if w.server.is_none() => return Source::Server.absent_reason(),
-            Source::Baseline if w.load.is_none() => return Source::Load.absent_reason(),
-            Source::Baseline => return Source::Baseline.absent_reason(),
+            Source::Baseline => {
+                let inputs: &[Signal] = match self {
+                    Signal::ServerWaitShare => &[Signal::KernelFirstTokenP50Ms],
+                    _ => &[Signal::ServerTtftMeanMs, Signal::QueueTimeMeanMs],
+                };
+                return inputs
+                    .iter()
+                    .find(|s| s.raw(w, 0).is_none())
+                    .map_or(Source::Baseline.absent_reason(), |s| s.absent_reason(w));
+            }
         };
         if present {
             "the source is on but does not report it"

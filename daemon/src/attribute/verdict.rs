@@ -18,19 +18,29 @@ pub enum Cause {
     Network,
     /// The load generator itself lags: the window's latencies are not trustworthy.
     Loadgen,
-    /// Nothing stands out, or the evidence is missing.
+    /// A vector index behind the latency tail: a rebuild, or recall falling.
+    VectorIndex,
+    /// Requests fail: the window's latencies describe what little succeeded.
+    Errors,
+    /// Latency rose beyond the baseline's noise and no cause is convincing: the verdict names
+    /// what evidence was missing.
+    Unexplained,
+    /// Latency is at the baseline.
     None,
 }
 
 impl Cause {
     /// Every cause, in the order reports list them.
-    pub const ALL: [Cause; 7] = [
+    pub const ALL: [Cause; 10] = [
         Cause::KvCache,
         Cause::GpuMemory,
         Cause::Queue,
         Cause::CpuRunqueue,
         Cause::Network,
         Cause::Loadgen,
+        Cause::VectorIndex,
+        Cause::Errors,
+        Cause::Unexplained,
         Cause::None,
     ];
 
@@ -44,6 +54,9 @@ impl Cause {
             Cause::CpuRunqueue => "cpu_runqueue",
             Cause::Network => "network",
             Cause::Loadgen => "loadgen",
+            Cause::VectorIndex => "vector_index",
+            Cause::Errors => "errors",
+            Cause::Unexplained => "unexplained",
             Cause::None => "none",
         }
     }
@@ -75,6 +88,20 @@ impl Cause {
             Cause::Loadgen => {
                 "the load generator cannot keep its schedule: give it more CPU or shard it \
                  (--shard i/N); latencies of these windows are untrustworthy"
+            }
+            Cause::VectorIndex => {
+                "the vector index slows searches or loses recall: schedule rebuilds off-peak or \
+                 on a replica, raise ef_search only where recall needs it, rebuild when recall \
+                 drifts below its target"
+            }
+            Cause::Errors => {
+                "requests fail: fix the errors first (see the error classes); latencies of \
+                 failing windows describe only what succeeded"
+            }
+            Cause::Unexplained => {
+                "latency rose but no cause is convincing: run with the missing evidence (root \
+                 for kernel probes, the server's /metrics) or look at the decomposition's \
+                 unexplained part"
             }
             Cause::None => "no bottleneck found",
         }
@@ -154,6 +181,9 @@ pub struct CauseScore {
 pub struct Verdict {
     /// The named cause (`none` when no rule is convincing).
     pub cause: Cause,
+    /// Which of the cause's signatures decided it (e.g. `loss` for `network`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
     /// 0..1.
     pub confidence: f64,
     /// The conditions of the winning rule that held: what decided it.
@@ -199,6 +229,9 @@ mod tests {
                 "\"cpu_runqueue\"",
                 "\"network\"",
                 "\"loadgen\"",
+                "\"vector_index\"",
+                "\"errors\"",
+                "\"unexplained\"",
                 "\"none\""
             ]
         );

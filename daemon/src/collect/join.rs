@@ -116,6 +116,7 @@ mod tests {
             first_out_ns: first_ms * 1_000_000,
             second_out_ns: second_ms * 1_000_000,
             last_out_ns: second_ms * 1_000_000,
+            retrans: 0,
         }
     }
 

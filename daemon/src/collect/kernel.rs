@@ -56,6 +56,22 @@ pub struct Exchange {
     pub second_out_ns: u64,
     /// Last response write.
     pub last_out_ns: u64,
+    /// Segments the server's side of the connection retransmitted during the exchange.
+    pub retrans: u32,
+}
+
+impl Exchange {
+    /// Request in -> first token, ns: the second write (the first after a streamed response's
+    /// headers), or the first when the response came in one write.
+    #[must_use]
+    pub fn first_token_ns(&self) -> u64 {
+        let out = if self.second_out_ns == 0 {
+            self.first_out_ns
+        } else {
+            self.second_out_ns
+        };
+        out.saturating_sub(self.req_in_ns)
+    }
 }
 
 /// Userspace loss counters, exported next to the kernel's.
@@ -78,6 +94,8 @@ struct Pending {
     connects: u64,
     ttfb_ms: Vec<f64>,
     first_token_ms: Vec<f64>,
+    exchange_ms: Vec<f64>,
+    retrans_exchanges: u64,
     gpu: GpuSignals,
 }
 
@@ -91,6 +109,8 @@ pub struct KernelCollector {
     cuda: Option<Reader<CudaEvent>>,
     last_runq: BTreeMap<u32, RunqHist>,
     last_conn: HashMap<u64, (u64, u64, u32)>,
+    /// On-CPU ms of each server process at the previous window's close.
+    last_cpu: HashMap<u32, f64>,
     last_launches: u64,
     account: GpuMemAccount,
     pending: Pending,
@@ -119,6 +139,7 @@ impl KernelCollector {
             cuda,
             last_runq: BTreeMap::new(),
             last_conn: HashMap::new(),
+            last_cpu: HashMap::new(),
             last_launches: 0,
             account: GpuMemAccount::default(),
             pending: Pending::default(),
@@ -228,25 +249,27 @@ impl KernelCollector {
             }
             EV_REQUEST if self.is_server(ev.tgid) => {
                 let ex = ev.conn.exchange;
-                self.pending
-                    .ttfb_ms
-                    .push(ex.first_out_ns.saturating_sub(ex.req_in_ns) as f64 / 1e6);
-                if ex.second_out_ns != 0 {
-                    self.pending
-                        .first_token_ms
-                        .push(ex.second_out_ns.saturating_sub(ex.req_in_ns) as f64 / 1e6);
-                }
-                if self.exchanges.len() >= MAX_EXCHANGES {
-                    self.exchanges.drain(..MAX_EXCHANGES / 10);
-                }
-                self.exchanges.push(Exchange {
+                let exchange = Exchange {
                     tgid: ev.tgid,
                     client: endpoints(&ev.conn.tuple).map(|(_, remote)| remote),
                     req_in_ns: ex.req_in_ns,
                     first_out_ns: ex.first_out_ns,
                     second_out_ns: ex.second_out_ns,
                     last_out_ns: ex.last_out_ns,
-                });
+                    retrans: ev.conn.retrans.saturating_sub(ex.retrans_start),
+                };
+                let p = &mut self.pending;
+                let ms = |ns: u64| ns as f64 / 1e6;
+                p.ttfb_ms
+                    .push(ms(ex.first_out_ns.saturating_sub(ex.req_in_ns)));
+                p.first_token_ms.push(ms(exchange.first_token_ns()));
+                p.exchange_ms
+                    .push(ms(ex.last_out_ns.saturating_sub(ex.req_in_ns)));
+                p.retrans_exchanges += u64::from(exchange.retrans > 0);
+                if self.exchanges.len() >= MAX_EXCHANGES {
+                    self.exchanges.drain(..MAX_EXCHANGES / 10);
+                }
+                self.exchanges.push(exchange);
             }
             EV_CLOSE => {
                 self.last_conn.remove(&ev.skaddr);
@@ -283,6 +306,8 @@ impl KernelCollector {
             connects,
             ttfb_ms,
             first_token_ms,
+            exchange_ms,
+            retrans_exchanges,
             mut gpu,
         } = std::mem::take(&mut self.pending);
         w.runq = Some(self.runq_window()?);
@@ -291,12 +316,21 @@ impl KernelCollector {
             v.sort_by(f64::total_cmp);
             v
         };
-        let (connect, ttfb, first) = (sorted(connect_ms), sorted(ttfb_ms), sorted(first_token_ms));
+        let (connect, ttfb, first, whole) = (
+            sorted(connect_ms),
+            sorted(ttfb_ms),
+            sorted(first_token_ms),
+            sorted(exchange_ms),
+        );
         net.connects = connects;
         net.connect_p99_ms = quantile(&connect, 0.99);
         net.exchanges = ttfb.len() as u64;
         net.server_ttfb_p50_ms = quantile(&ttfb, 0.5);
         net.server_first_token_p50_ms = quantile(&first, 0.5);
+        net.server_first_token_p95_ms = quantile(&first, 0.95);
+        net.exchange_p50_ms = quantile(&whole, 0.5);
+        net.exchange_p99_ms = quantile(&whole, 0.99);
+        net.retrans_exchanges = retrans_exchanges;
         w.net = Some(net);
         gpu.live_bytes = self
             .opts
@@ -335,6 +369,19 @@ impl KernelCollector {
             server.merge(&delta(t));
         }
         let lg = self.opts.loadgen.map(delta);
+        let cpu_now: HashMap<u32, f64> = self
+            .opts
+            .servers
+            .iter()
+            .filter_map(|&p| Some((p, super::procfs::cpu_ms(p)?)))
+            .collect();
+        // A process first seen in this window has no "before": it adds nothing yet.
+        let oncpu_ms: f64 = cpu_now
+            .iter()
+            .filter_map(|(p, now)| Some(now - self.last_cpu.get(p)?))
+            .sum();
+        let oncpu_known = cpu_now.keys().any(|p| self.last_cpu.contains_key(p));
+        self.last_cpu = cpu_now;
         let sig = RunqSignals {
             samples: server.count(),
             p50_us: server.quantile_us(0.5).unwrap_or(0.0),
@@ -343,20 +390,28 @@ impl KernelCollector {
             total_ms: server.0.sum_us as f64 / 1000.0,
             loadgen_p99_us: lg.and_then(|h| h.quantile_us(0.99)),
             loadgen_total_ms: lg.map(|h| h.0.sum_us as f64 / 1000.0),
+            oncpu_ms: oncpu_known.then_some(oncpu_ms.max(0.0)),
         };
         self.last_runq = now;
         Ok(sig)
     }
 
-    /// RTT and retransmits of the servers' live connections since the previous window.
+    /// RTT and retransmits of the servers' live connections since the previous window; the
+    /// load generator's connections add their retransmits (a lost request is retransmitted by
+    /// the client), not their RTT.
     fn rtt_window(&mut self) -> Result<NetSignals, ProbeError> {
         let (mut samples, mut sum, mut max, mut retrans) = (0u64, 0u64, 0u32, 0u64);
         let mut live = HashMap::new();
         for (sk, c) in self.probes.sock_conns()? {
+            let (ls, lsum, lre) = self.last_conn.get(&sk).copied().unwrap_or_default();
+            if Some(c.tgid) == self.opts.loadgen && c.tgid != 0 {
+                retrans += u64::from(c.retrans.saturating_sub(lre));
+                live.insert(sk, (0, 0, c.retrans));
+                continue;
+            }
             if !self.is_server(c.tgid) {
                 continue;
             }
-            let (ls, lsum, lre) = self.last_conn.get(&sk).copied().unwrap_or_default();
             samples += c.rtt_samples.saturating_sub(ls);
             sum += c.srtt_sum_us.saturating_sub(lsum);
             retrans += u64::from(c.retrans.saturating_sub(lre));

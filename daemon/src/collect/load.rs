@@ -7,9 +7,9 @@ use super::{
     join::Exchanges,
     kernel::Exchange,
     stats::{quantile, quantiles},
-    timeline::{LoadSignals, Timeline},
+    timeline::{LoadSignals, Mark, Timeline},
 };
-use crate::loadgen::{Report, RequestRecord};
+use crate::loadgen::{Endpoint, ErrorClass, Report, RequestRecord};
 
 /// Unix ms of a record time (µs since the run's start).
 fn unix_ms(report: &Report, us: u64) -> u64 {
@@ -27,6 +27,12 @@ struct Acc {
     tokens: u64,
     transit: Vec<f64>,
     phases: BTreeMap<u32, u64>,
+    endpoints: BTreeMap<Endpoint, u64>,
+    error_classes: BTreeMap<ErrorClass, u64>,
+    recall: Vec<f64>,
+    /// E2E of joined requests whose exchange retransmitted, and of the other joined ones.
+    loss_hit_e2e: Vec<f64>,
+    clean_e2e: Vec<f64>,
 }
 
 /// Fills `load` of the windows the run's requests started in, and every window's `phase`;
@@ -62,10 +68,17 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, exchanges: &[Excha
         timeline.at(at);
         let a = accs.entry(i).or_default();
         add(a, r);
-        if let Some(t) = joins.find(r).and_then(|j| j.transit_ms()) {
-            a.transit.push(t);
+        if let Some(j) = joins.find(r) {
+            a.transit.extend(j.transit_ms());
+            let e2e = r.e2e_us() as f64 / 1000.0;
+            if j.exchange.retrans > 0 {
+                a.loss_hit_e2e.push(e2e);
+            } else {
+                a.clean_e2e.push(e2e);
+            }
         }
     }
+    mark_events(timeline, report);
     // In-flight: +1 at the actual start, -1 at the end, swept in time order.
     let mut edges: Vec<(u64, i64)> = report
         .records
@@ -104,6 +117,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, exchanges: &[Excha
                 .map(|p| p.name.clone());
         }
     }
+    let marks = timeline.marks.clone();
     for (i, mut a) in accs {
         let Some(w) = timeline.windows.get_mut(i) else {
             continue;
@@ -114,6 +128,10 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, exchanges: &[Excha
             .max_by_key(|(_, n)| **n)
             .map(|(p, _)| *p as usize);
         let phase_report = phase.and_then(|p| report.phases.get(p));
+        let end = w.start_unix_ms + w.len_ms;
+        let phase_events_before = timeline_marks_before(&marks, w.phase.as_deref(), end);
+        let recall_mean =
+            (!a.recall.is_empty()).then(|| a.recall.iter().sum::<f64>() / a.recall.len() as f64);
         w.load = Some(LoadSignals {
             requests: a.requests,
             errors: a.errors,
@@ -125,19 +143,55 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, exchanges: &[Excha
             e2e_ms: quantiles(&mut a.e2e),
             send_lag_ms: quantiles(&mut a.lag),
             output_tokens_per_s: a.tokens as f64 / len_s,
+            endpoint: a.endpoints.iter().max_by_key(|(_, n)| **n).map(|(e, _)| *e),
+            error_classes: std::mem::take(&mut a.error_classes),
+            recall_mean,
+            phase_events_before,
         });
         if let Some(net) = w.net.as_mut() {
-            a.transit.sort_by(f64::total_cmp);
-            net.transit_p50_ms = quantile(&a.transit, 0.5);
+            let median = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                quantile(v, 0.5)
+            };
+            net.transit_p50_ms = median(&mut a.transit);
+            net.loss_hit_requests = a.loss_hit_e2e.len() as u64;
+            net.joined_requests = (a.loss_hit_e2e.len() + a.clean_e2e.len()) as u64;
+            net.loss_hit_e2e_p50_ms = median(&mut a.loss_hit_e2e);
+            net.loss_clean_e2e_p50_ms = median(&mut a.clean_e2e);
         }
     }
 }
 
+/// Marks the scenario's events on the time line.
+fn mark_events(timeline: &mut Timeline, report: &Report) {
+    timeline.marks = report
+        .events
+        .iter()
+        .map(|e| Mark {
+            unix_ms: unix_ms(report, e.at_us),
+            phase: report.phases.get(e.phase as usize).map(|p| p.name.clone()),
+            what: format!("{} -> {}", e.request, e.outcome),
+        })
+        .collect();
+    timeline.marks.sort_by_key(|m| m.unix_ms);
+}
+
+/// Marks of `phase` sent before `end_unix_ms`.
+fn timeline_marks_before(marks: &[Mark], phase: Option<&str>, end_unix_ms: u64) -> u64 {
+    marks
+        .iter()
+        .filter(|m| m.phase.as_deref() == phase && m.unix_ms < end_unix_ms)
+        .count() as u64
+}
+
 fn add(a: &mut Acc, r: &RequestRecord) {
     a.requests += 1;
-    if r.error.is_some() {
+    if let Some(class) = r.error.filter(|_| r.counts_as_error()) {
         a.errors += 1;
+        *a.error_classes.entry(class).or_default() += 1;
     }
+    *a.endpoints.entry(r.endpoint).or_default() += 1;
+    a.recall.extend(r.recall);
     *a.phases.entry(r.phase).or_default() += 1;
     let ms = |us: u64| us as f64 / 1000.0;
     if let Some(t) = r.ttft_us() {

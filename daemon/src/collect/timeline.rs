@@ -2,7 +2,11 @@
 //! (load generator, server metrics, run-queue, sockets, GPU) fills its own part of a window;
 //! `attribute` reads whole windows. Absent sources stay `None`: "no evidence", not zero.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
+
+use crate::loadgen::{Endpoint, ErrorClass};
 
 /// p50/p95/p99/max of one distribution in one window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -40,6 +44,19 @@ pub struct LoadSignals {
     pub send_lag_ms: Option<Quantiles>,
     /// Output tokens per second.
     pub output_tokens_per_s: f64,
+    /// The kind of most of the window's requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
+    /// Failed requests by class.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_classes: BTreeMap<ErrorClass, u64>,
+    /// Mean recall@k of the window's vector searches sampled for ground truth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recall_mean: Option<f64>,
+    /// Scenario events (`events:` requests, e.g. an index rebuild) of the window's phase sent
+    /// before the window ended.
+    #[serde(default)]
+    pub phase_events_before: u64,
 }
 
 /// The inference server's own metrics, mapped from vLLM / `SGLang` / TGI names.
@@ -93,6 +110,9 @@ pub struct RunqSignals {
     pub loadgen_p99_us: Option<f64>,
     /// Load generator total run-queue wait in the window, ms.
     pub loadgen_total_ms: Option<f64>,
+    /// The server processes' on-CPU time in the window, ms (all threads, procfs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oncpu_ms: Option<f64>,
 }
 
 /// TCP signals of the watched server's connections.
@@ -112,8 +132,33 @@ pub struct NetSignals {
     pub exchanges: u64,
     /// Server-side first byte (request in -> first write) p50, ms.
     pub server_ttfb_p50_ms: Option<f64>,
-    /// Server-side first token (request in -> second write) p50, ms.
+    /// Server-side first token p50, ms: request in -> second write (the first token after the
+    /// headers of a streamed response), or -> first write when the response came in one.
     pub server_first_token_p50_ms: Option<f64>,
+    /// Server-side first token p95, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_first_token_p95_ms: Option<f64>,
+    /// Whole exchange (request in -> last write) p50, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange_p50_ms: Option<f64>,
+    /// Whole exchange p99, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange_p99_ms: Option<f64>,
+    /// Exchanges during which the server's connection retransmitted.
+    #[serde(default)]
+    pub retrans_exchanges: u64,
+    /// The window's requests joined with an exchange that retransmitted.
+    #[serde(default)]
+    pub loss_hit_requests: u64,
+    /// The window's requests joined with an exchange (hit by a retransmission or not).
+    #[serde(default)]
+    pub joined_requests: u64,
+    /// E2E p50 of the requests whose exchange retransmitted, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_hit_e2e_p50_ms: Option<f64>,
+    /// E2E p50 of the other joined requests, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_clean_e2e_p50_ms: Option<f64>,
     /// Network transit before the first token of the window's requests (joined with the
     /// exchanges by connection: sent -> server read plus server wrote -> client read) p50, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -162,6 +207,18 @@ pub struct Window {
     pub gpu: Option<GpuSignals>,
 }
 
+/// Something done to the target during the run (a scenario's `events:` request, such as an
+/// index rebuild), marked on the time line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mark {
+    /// When it was sent, Unix ms.
+    pub unix_ms: u64,
+    /// Phase it belongs to.
+    pub phase: Option<String>,
+    /// What it was, e.g. `POST /v1/vector/rebuild -> 200`.
+    pub what: String,
+}
+
 /// Fixed-length windows from an origin, grown on demand.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Timeline {
@@ -171,6 +228,9 @@ pub struct Timeline {
     pub len_ms: u64,
     /// The windows, oldest first.
     pub windows: Vec<Window>,
+    /// Scenario events, in time order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<Mark>,
 }
 
 impl Timeline {
@@ -181,6 +241,7 @@ impl Timeline {
             origin_unix_ms,
             len_ms: len_ms.max(1),
             windows: Vec::new(),
+            marks: Vec::new(),
         }
     }
 
@@ -267,6 +328,9 @@ mod tests {
         // window; before, it fell in the third.
         assert_eq!(t.index(12_002), 1);
         t.realign(20_000);
-        assert_eq!(t.origin_unix_ms, 10_003, "a whole window or more is not a realignment");
+        assert_eq!(
+            t.origin_unix_ms, 10_003,
+            "a whole window or more is not a realignment"
+        );
     }
 }

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// What kind of request this was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Endpoint {
     /// `POST /v1/chat/completions`.

@@ -160,12 +160,7 @@ fn median_ci(r: &[f64]) -> String {
     let half = 1.96 * n.sqrt() / 2.0;
     let lo = ((n / 2.0 - half).floor() as usize).min(r.len() - 1);
     let hi = ((n / 2.0 + half).ceil() as usize).min(r.len() - 1);
-    format!(
-        "{:.1}% (95% CI {:.1}-{:.1}%)",
-        r[r.len() / 2],
-        r[lo],
-        r[hi]
-    )
+    format!("{:.1}% (95% CI {:.1}-{:.1}%)", r[r.len() / 2], r[lo], r[hi])
 }
 
 fn overhead() -> anyhow::Result<()> {

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::attribute::{self, Baseline, PhaseLatency, PhaseSummary, WindowVerdict};
+use crate::attribute::{self, Baselines, PhaseLatency, PhaseSummary, WindowVerdict};
 use crate::collect::timeline::Timeline;
 
 pub use html::{escape_script_json, render as render_html};
@@ -28,7 +28,7 @@ pub use terminal::render as render_terminal;
 pub use waterfall::Waterfall;
 
 /// Version of the `report.json` schema; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Errors writing or reading a report.
 #[derive(Debug, thiserror::Error)]
@@ -100,8 +100,8 @@ pub struct Report {
     pub run: RunMeta,
     /// The joined time line.
     pub timeline: Timeline,
-    /// What the windows were compared against.
-    pub baseline: Baseline,
+    /// What the windows were compared against, one baseline per workload.
+    pub baselines: Baselines,
     /// One verdict per window.
     pub verdicts: Vec<WindowVerdict>,
     /// One summary per phase.
@@ -123,7 +123,7 @@ impl Report {
             schema_version: SCHEMA_VERSION,
             run,
             timeline,
-            baseline: a.baseline,
+            baselines: a.baselines,
             verdicts: a.windows,
             phases: a.phases,
             waterfalls: Vec::new(),

@@ -5,7 +5,8 @@
   var SVGNS = 'http://www.w3.org/2000/svg';
   var CAUSE_COLORS = {
     kv_cache: '#d62728', gpu_memory: '#9467bd', queue: '#ff7f0e', cpu_runqueue: '#8c564b',
-    network: '#1f77b4', loadgen: '#555555', none: '#b8bfcc'
+    network: '#1f77b4', loadgen: '#555555', vector_index: '#2ca02c', errors: '#e377c2',
+    unexplained: '#bcbd22', none: '#b8bfcc'
   };
   var W = 920, H = 240, M = { l: 56, r: 16, t: 18, b: 28 };
 
@@ -70,7 +71,7 @@
   var ps = section('Phases');
   var table = el('table', { id: 'phase-table' });
   var hr = el('tr');
-  ['phase', 'load', 'TTFT p50 / p99', 'ITL p99', 'verdict', 'evidence and what to do', 'TTFT increase']
+  ['phase', 'load', 'TTFT p50 / p99', 'ITL p99', 'verdict', 'evidence and what to do', 'latency increase']
     .forEach(function (h) { hr.appendChild(el('th', {}, h)); });
   table.appendChild(hr);
   report.phases.forEach(function (p) {
@@ -103,7 +104,10 @@
       etd.appendChild(el('div', { 'class': 'evidence missing-line' }, 'missing: ' + m));
     });
     tr.appendChild(etd);
-    tr.appendChild(decompCell(p.ttft_decomposition));
+    (p.marks || []).forEach(function (m) {
+      etd.appendChild(el('div', { 'class': 'evidence' }, 'event: ' + m));
+    });
+    tr.appendChild(decompCell(p.decomposition));
     table.appendChild(tr);
   });
   ps.appendChild(table);
@@ -111,7 +115,7 @@
   function decompCell(d) {
     var td = el('td');
     if (!d) { td.textContent = 'baseline'; return td; }
-    td.appendChild(el('div', {}, (d.increase_ms >= 0 ? '+' : '') + num(d.increase_ms) + ' ms'));
+    td.appendChild(el('div', {}, (d.metric === 'e2e' ? 'E2E ' : 'TTFT ') + (d.increase_ms >= 0 ? '+' : '') + num(d.increase_ms) + ' ms'));
     var parts = [['loadgen lag', d.loadgen_lag_ms, CAUSE_COLORS.loadgen], ['queue', d.queue_ms, CAUSE_COLORS.queue],
       ['server compute', d.server_compute_ms, '#17becf'], ['cpu scheduling', d.cpu_scheduling_ms, CAUSE_COLORS.cpu_runqueue],
       ['network', d.network_ms, CAUSE_COLORS.network], ['unexplained', d.unexplained_ms, '#d5d9e0']];

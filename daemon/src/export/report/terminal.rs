@@ -1,11 +1,11 @@
 //! The terminal summary: per phase, load achieved, latencies, the verdict with its evidence,
-//! where the TTFT increase went, and what to do. Plain text, one fact per line.
+//! where the latency increase went, and what to do. Plain text, one fact per line.
 
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::Report;
-use crate::attribute::{Cause, PhaseSummary, TtftDecomposition, fmt_num};
+use crate::attribute::{Cause, Decomposition, PhaseSummary, fmt_num};
 use crate::collect::timeline::Quantiles;
 
 /// Renders the summary of `report`.
@@ -24,8 +24,14 @@ pub fn render(report: &Report) -> String {
         fmt_num(secs),
         run.window_ms
     );
-    if let Some(b) = &report.baseline.phase {
-        let _ = writeln!(out, "baseline: phase {b}");
+    for b in &report.baselines.0 {
+        if let Some(phase) = &b.phase {
+            let kind = serde_json::to_value(b.workload)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let _ = writeln!(out, "baseline ({kind}): phase {phase}");
+        }
     }
     for m in &report.missing_evidence {
         let _ = writeln!(out, "missing evidence: {m}");
@@ -88,7 +94,16 @@ fn phase(out: &mut String, p: &PhaseSummary) {
         .collect::<Vec<_>>()
         .join("; ");
     if p.dominant == Cause::None {
-        let _ = writeln!(out, "  verdict: none (no rule convincing)");
+        let _ = writeln!(out, "  verdict: none (latency at the baseline)");
+    } else if p.dominant == Cause::Unexplained {
+        let _ = writeln!(
+            out,
+            "  verdict: unexplained: latency rose ({evidence}) but no cause is convincing{}",
+            p.runners_up.first().map_or(String::new(), |r| format!(
+                " (closest: {} {:.2})",
+                r.cause, r.confidence
+            ))
+        );
     } else {
         let _ = writeln!(
             out,
@@ -108,7 +123,19 @@ fn phase(out: &mut String, p: &PhaseSummary) {
             })
         );
     }
-    if let Some(d) = &p.ttft_decomposition {
+    for m in &p.marks {
+        let _ = writeln!(out, "  event: {m}");
+    }
+    if !p.load.error_classes.is_empty() {
+        let classes: Vec<String> = p
+            .load
+            .error_classes
+            .iter()
+            .map(|(c, n)| format!("{} {n}", c.name()))
+            .collect();
+        let _ = writeln!(out, "  errors by class: {}", classes.join(", "));
+    }
+    if let Some(d) = &p.decomposition {
         let _ = writeln!(out, "  {}", decomposition(d));
     }
     for m in &p.missing {
@@ -135,7 +162,7 @@ fn ms(v: f64) -> String {
 }
 
 /// `TTFT p50 +612 ms over baseline (82 -> 694): queue 420, server compute 150, ...`
-fn decomposition(d: &TtftDecomposition) -> String {
+fn decomposition(d: &Decomposition) -> String {
     let parts: Vec<String> = [
         ("loadgen lag", d.loadgen_lag_ms),
         ("queue", d.queue_ms),
@@ -151,10 +178,11 @@ fn decomposition(d: &TtftDecomposition) -> String {
     )))
     .collect();
     format!(
-        "TTFT p50 {:+.0} ms over baseline ({} -> {} ms): {}",
+        "{} p50 {:+.0} ms over baseline ({} -> {} ms): {}",
+        d.metric.label(),
         d.increase_ms,
-        fmt_num(d.baseline_ttft_ms),
-        fmt_num(d.ttft_ms),
+        fmt_num(d.baseline_ms),
+        fmt_num(d.value_ms),
         parts.join(", ")
     )
 }

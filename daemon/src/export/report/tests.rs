@@ -69,7 +69,7 @@ fn json_is_versioned_and_round_trips() {
     let r = report("kv_cache").with_waterfalls(waterfalls());
     let json = r.to_json().unwrap();
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], SCHEMA_VERSION);
     assert_eq!(v["run"]["scenario"], "kv_cache");
     assert_eq!(
         v["verdicts"].as_array().unwrap().len(),
@@ -84,10 +84,14 @@ fn json_is_versioned_and_round_trips() {
     // serde_json parses some floats an ulp off: compare the whole report with a tolerance.
     let again: serde_json::Value = serde_json::from_str(&back.to_json().unwrap()).unwrap();
     assert_close(&again, &v, "");
-    let other = json.replacen("\"schema_version\": 1", "\"schema_version\": 2", 1);
+    let other = json.replacen(
+        &format!("\"schema_version\": {SCHEMA_VERSION}"),
+        "\"schema_version\": 1",
+        1,
+    );
     assert!(matches!(
         Report::from_json(&other),
-        Err(ReportError::Schema { found: 2 })
+        Err(ReportError::Schema { found: 1 })
     ));
 }
 
