@@ -48,6 +48,7 @@ fn window(i: u64) -> Window {
             e2e_ms: Some(q(900.0)),
             send_lag_ms: Some(q(0.5)),
             output_tokens_per_s: 300.0,
+            ..LoadSignals::default()
         }),
         server: Some(ServerSignals {
             running: Some(8.0),
@@ -68,6 +69,7 @@ fn window(i: u64) -> Window {
             total_ms: 250.0,
             loadgen_p99_us: Some(40.0),
             loadgen_total_ms: Some(2.0),
+            ..RunqSignals::default()
         }),
         net: Some(NetSignals {
             connects: 2,
@@ -79,6 +81,7 @@ fn window(i: u64) -> Window {
             server_ttfb_p50_ms: Some(5.0),
             server_first_token_p50_ms: Some(90.0),
             transit_p50_ms: Some(0.2),
+            ..NetSignals::default()
         }),
         gpu: Some(GpuSignals {
             allocs: 4,

@@ -1,5 +1,9 @@
 //! Helpers for inferscope's integration tests that need root and a real kernel.
 
+pub mod cases;
+pub mod explain;
+pub mod faults;
+
 /// True when running as root; otherwise prints why the calling test is skipped.
 #[must_use]
 pub fn root_or_skip(test: &str) -> bool {

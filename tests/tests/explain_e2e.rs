@@ -6,8 +6,6 @@
 //! Needs root (eBPF) and `cargo build -p inferscope`. The sim runs on CPU 1 and the load
 //! generator on CPU 0, so that CPU hogs can be aimed at one of them.
 use std::{
-    path::PathBuf,
-    process::{Child, Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -15,212 +13,18 @@ use std::{
     time::Duration,
 };
 
-use inferscope_tests::{Hogs, NetNs, Sim, free_port, inferscope_bin, root_or_skip};
+use inferscope_tests::{
+    Hogs, NetNs, Sim,
+    explain::{
+        BASELINE, FIRST, LOADGEN_CPU, Load, PEAK, SIM_CPU, Stress, assert_peak, describe,
+        loopback, run, scenario,
+    },
+    root_or_skip,
+};
 use serde_json::Value;
 
 /// The tests share the CPUs they pin work to: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-const SIM_CPU: usize = 1;
-const LOADGEN_CPU: usize = 0;
-const BASELINE: Duration = Duration::from_secs(8);
-const PEAK: Duration = Duration::from_secs(10);
-const COOLDOWN: Duration = Duration::from_secs(4);
-
-/// Load of one test: request rates of the two phases and the synthetic request sizes.
-struct Load {
-    baseline_rps: f64,
-    peak_rps: f64,
-    input_tokens: u32,
-    output_tokens: u32,
-    /// Prompt size of the peak phase, when it differs from `input_tokens`.
-    peak_input_tokens: Option<u32>,
-}
-
-fn scenario(name: &str, target: &str, l: &Load) -> String {
-    let phase = |phase: &str, secs: u64, rate: f64, dataset: &str| {
-        format!(
-            "  - name: {phase}\n    duration: {secs}s\n    load: {{shape: constant, rate: {rate}}}\n    request: {{endpoint: chat, model: inferscope-sim, dataset: {dataset}, stream: true}}\n"
-        )
-    };
-    let dataset = |dataset: &str, input: u32| {
-        format!(
-            "  {dataset}:\n    synthetic:\n      input_tokens: {{mean: {input}, stddev: {}}}\n      output_tokens: {{mean: {}, stddev: {}}}\n      count: 500\n",
-            input / 8,
-            l.output_tokens,
-            l.output_tokens / 8,
-        )
-    };
-    format!(
-        "name: e2e-{name}\ntarget: {target}\ntimeout: 30s\ngrace: 2s\nseed: 7\ndatasets:\n{}{}phases:\n{}{}{}",
-        dataset("chat", l.input_tokens),
-        dataset("peak", l.peak_input_tokens.unwrap_or(l.input_tokens)),
-        phase("baseline", BASELINE.as_secs(), l.baseline_rps, "chat"),
-        phase("peak", PEAK.as_secs(), l.peak_rps, "peak"),
-        // Requests queued at the peak drain here, with the generator still sending (windows
-        // where it sends nothing have no send lag to judge it by).
-        phase("cooldown", COOLDOWN.as_secs(), l.baseline_rps, "chat"),
-    )
-}
-
-/// A running `inferscope stress --explain`.
-struct Stress {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Stress {
-    /// Writes the scenario and starts the run at niceness `nice`, on `cpu` when given.
-    fn start(name: &str, yaml: &str, cpu: Option<usize>, nice: i32, extra: &[&str]) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("inferscope-e2e-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("scenario.yaml");
-        std::fs::write(&file, yaml).unwrap();
-        let cpus = cpu.map_or_else(|| "0-1023".to_owned(), |c| c.to_string());
-        let child = Command::new("taskset")
-            .args(["-c", &cpus, "nice", "-n", &nice.to_string()])
-            .arg(inferscope_bin())
-            .arg("stress")
-            .arg(&file)
-            .args(["--explain", "--quiet", "--report-dir"])
-            .arg(&dir)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        Self { child, dir }
-    }
-
-    /// Waits for the run; returns report.json.
-    fn finish(self) -> Value {
-        let out = self.child.wait_with_output().unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        println!("{stdout}");
-        assert!(
-            out.status.success(),
-            "inferscope stress --explain failed ({}):\n{stderr}",
-            out.status
-        );
-        let path = self.dir.join("report.json");
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}\nstderr:\n{stderr}", path.display()));
-        let report: Value = serde_json::from_str(&text).unwrap();
-        let _ = std::fs::remove_dir_all(&self.dir);
-        report
-    }
-}
-
-fn peak(report: &Value) -> &Value {
-    report["phases"]
-        .as_array()
-        .expect("report.phases")
-        .iter()
-        .find(|p| p["name"] == "peak")
-        .unwrap_or_else(|| panic!("no peak phase in {:#}", report["phases"]))
-}
-
-/// Summary of a phase for failure messages: verdict shares and the evidence lines.
-fn describe(p: &Value) -> String {
-    let ev: Vec<String> = p["evidence"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| {
-                    format!(
-                        "{}={} ({}, met {})",
-                        e["signal"].as_str().unwrap_or("?"),
-                        e["value"],
-                        e["note"].as_str().unwrap_or(""),
-                        e["met"]
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    format!(
-        "phase {}: dominant {} confidence {}; shares {}; evidence [{}]; runners-up {}; missing {}",
-        p["name"],
-        p["dominant"],
-        p["confidence"],
-        p["shares"],
-        ev.join(", "),
-        p["runners_up"],
-        p["missing"]
-    )
-}
-
-/// Signals whose test held in the phase's evidence.
-fn met_signals(p: &Value) -> Vec<String> {
-    p["evidence"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter(|e| e["met"] == true)
-                .filter_map(|e| e["signal"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Asserts the peak phase's verdict and that every signal of `all` (and at least one of `any`,
-/// when given) held in its evidence. Returns the peak phase.
-fn assert_peak<'a>(report: &'a Value, verdict: &str, all: &[&str], any: &[&str]) -> &'a Value {
-    let base = report["phases"]
-        .as_array()
-        .and_then(|a| a.iter().find(|p| p["name"] == "baseline"))
-        .map_or_else(|| "no baseline phase".to_owned(), describe);
-    let p = peak(report);
-    println!("{base}\n{}", describe(p));
-    assert_eq!(
-        p["dominant"],
-        verdict,
-        "dominant verdict of the peak phase\n{base}\n{}",
-        describe(p)
-    );
-    let met = met_signals(p);
-    for s in all {
-        assert!(
-            met.iter().any(|m| m == s),
-            "evidence of {verdict} lacks {s}: {}",
-            describe(p)
-        );
-    }
-    if !any.is_empty() {
-        assert!(
-            any.iter().any(|s| met.iter().any(|m| m == s)),
-            "evidence of {verdict} names none of {any:?}: {}",
-            describe(p)
-        );
-    }
-    p
-}
-
-fn loopback() -> std::net::SocketAddr {
-    std::net::SocketAddr::from(([127, 0, 0, 1], free_port()))
-}
-
-/// Niceness of the load generator and the sim when they must not be the ones starved: the
-/// machine may be busy with other work (a shared 2-CPU builder), and a generator or engine that
-/// waits for a CPU is (rightly) called `loadgen` or `cpu_runqueue`.
-const FIRST: i32 = -10;
-
-/// Starts the sim, runs the scenario, returns report.json. Neither is pinned: on a busy
-/// machine a generator confined to one CPU lags, and the verdict is (rightly) `loadgen`.
-fn run(name: &str, profile: &str, sim_flags: &[&str], load: &Load) -> Value {
-    let sim = Sim::start(
-        &["nice", "-n", &FIRST.to_string()],
-        profile,
-        loopback(),
-        sim_flags,
-    );
-    Stress::start(name, &scenario(name, &sim.url(), load), None, FIRST, &[]).finish()
-}
 
 #[test]
 fn kv_pressure_is_kv_cache() {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::WindowVerdict;
-use super::baseline::{Baseline, Baselines, median};
+use super::baseline::{Baseline, Baselines, NOISE_SIGMAS, median};
 use super::signals::Signal;
 use super::verdict::{Cause, CauseScore, Evidence};
 use crate::collect::timeline::{Quantiles, Timeline, Window};
@@ -231,15 +231,26 @@ fn summarise_one(
             .find(|s| s.cause == c)
             .map_or(0.0, |s| s.share)
     };
+    let phase_windows: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
+    let phase_latency = latency(&phase_windows);
+    let base = idx.first().and_then(|&i| baselines.for_window(&windows[i]));
     // A lagging generator makes every other verdict of the phase suspect, so it leads; a named
-    // cause comes before `unexplained`, which comes before `none`.
+    // cause comes before `unexplained`, which comes before `none`. A cause of fewer windows
+    // still explains the phase when the phase's tail rose: a spike of a few windows (a
+    // rebuild, a burst of loss) is what a phase's p99 shows and a window share hides.
+    let named = |c: Cause| !matches!(c, Cause::None | Cause::Unexplained);
     let dominant = if share_of(Cause::Loadgen) >= DOMINANT_MIN_SHARE {
         Cause::Loadgen
     } else {
-        let named = |c: Cause| !matches!(c, Cause::None | Cause::Unexplained);
         shares
             .iter()
             .find(|s| named(s.cause) && s.share >= DOMINANT_MIN_SHARE)
+            .or_else(|| {
+                shares
+                    .iter()
+                    .find(|s| named(s.cause))
+                    .filter(|_| base.is_some_and(|b| tail_rose(&phase_latency, b)))
+            })
             .map(|s| s.cause)
             .or_else(|| {
                 (share_of(Cause::Unexplained) >= DOMINANT_MIN_SHARE).then_some(Cause::Unexplained)
@@ -275,7 +286,6 @@ fn summarise_one(
     );
     let is_baseline = idx.iter().all(|&i| baselines.contains(i));
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
-    let phase_windows: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
     PhaseSummary {
         start_unix_ms: phase_windows.first().map_or(0, |w| w.start_unix_ms),
         end_unix_ms: phase_windows
@@ -283,7 +293,7 @@ fn summarise_one(
             .map_or(0, |w| w.start_unix_ms + w.len_ms),
         windows: n,
         load: load(&phase_windows),
-        latency: latency(&phase_windows),
+        latency: phase_latency,
         shares,
         dominant,
         confidence,
@@ -294,14 +304,24 @@ fn summarise_one(
         decomposition: if is_baseline {
             None
         } else {
-            idx.first()
-                .and_then(|&i| baselines.for_window(&windows[i]))
-                .and_then(|base| decompose(idx, windows, base))
+            base.and_then(|base| decompose(idx, windows, base))
         },
         missing,
         marks: Vec::new(),
         name,
     }
+}
+
+/// Whether the phase's p99 (TTFT, else E2E; request-weighted over its windows) is at least
+/// twice the baseline windows' median p99 and beyond their noise.
+fn tail_rose(latency: &PhaseLatency, base: &Baseline) -> bool {
+    let check = |q: Option<Quantiles>, s: Signal| {
+        let (q, level) = (q?, base.level(s)?);
+        Some(q.p99 >= (2.0 * level.median).max(level.median + NOISE_SIGMAS * level.spread))
+    };
+    check(latency.ttft_ms, Signal::TtftP99Ms)
+        .or_else(|| check(latency.e2e_ms, Signal::E2eP99Ms))
+        .unwrap_or(false)
 }
 
 /// Groups the `signal: reason` lines of a phase's `windows` windows by reason and by how many

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""A minimal OpenAI-compatible chat server that exports no /metrics, for tests that must not
+depend on the project's own simulator or on vLLM's metric names.
+
+It admits at most --slots requests at a time (a semaphore, the way a small worker pool or an
+admission limit does); the others wait inside the server, after their request was read, with
+no CPU spent. An admitted request "generates" its tokens with --token-ms of sleep each, so
+latency rises with queueing and not with CPU. Streams are Server-Sent Events over HTTP/1.1
+chunked encoding, one write per token, keep-alive.
+
+    openai_nometrics.py --listen 127.0.0.1:8000 --slots 2 --token-ms 4
+"""
+
+import argparse
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listen", default="127.0.0.1:8000")
+    ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--token-ms", type=float, default=4.0)
+    ap.add_argument("--model", default="nometrics")
+    args = ap.parse_args()
+    slots = threading.Semaphore(args.slots)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_):
+            pass
+
+        def reply(self, status, body, ctype="application/json"):
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/v1/models":
+                self.reply(200, json.dumps({"object": "list", "data": [{"id": args.model, "object": "model"}]}))
+            else:
+                # No /metrics: the point of this server.
+                self.reply(404, json.dumps({"error": {"message": "not found"}}))
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            try:
+                req = json.loads(self.rfile.read(n) or b"{}")
+            except ValueError:
+                self.reply(400, json.dumps({"error": {"message": "bad json"}}))
+                return
+            if self.path != "/v1/chat/completions":
+                self.reply(404, json.dumps({"error": {"message": "not found"}}))
+                return
+            tokens = max(1, min(int(req.get("max_tokens") or 16), 4096))
+            with slots:
+                if req.get("stream"):
+                    self.stream(tokens)
+                else:
+                    time.sleep(tokens * args.token_ms / 1000.0)
+                    self.reply(200, json.dumps(completion(args.model, tokens)))
+
+        def chunk(self, text):
+            data = text.encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        def stream(self, tokens):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(tokens):
+                time.sleep(args.token_ms / 1000.0)
+                delta = {"content": "tok "}
+                ev = {"id": "c", "object": "chat.completion.chunk", "model": args.model,
+                      "choices": [{"index": 0, "delta": delta,
+                                   "finish_reason": "length" if i == tokens - 1 else None}]}
+                self.chunk("data: %s\n\n" % json.dumps(ev))
+            usage = {"id": "c", "object": "chat.completion.chunk", "model": args.model, "choices": [],
+                     "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens}}
+            self.chunk("data: %s\n\ndata: [DONE]\n\n" % json.dumps(usage))
+            self.wfile.write(b"0\r\n\r\n")
+
+    host, port = args.listen.rsplit(":", 1)
+    server = ThreadingHTTPServer((host, int(port)), Handler)
+    server.daemon_threads = True
+    server.request_queue_size = 1024
+    server.serve_forever()
+
+
+def completion(model, tokens):
+    return {"id": "c", "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok " * tokens},
+                         "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens}}
+
+
+if __name__ == "__main__":
+    main()

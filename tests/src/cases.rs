@@ -1,0 +1,230 @@
+//! Bottlenecks produced by different mechanisms, each run with `inferscope stress --explain`
+//! (baseline, peak, cooldown) and returning report.json. The root e2e tests assert the peak's
+//! verdict of each; `cargo xtask bench attribution` runs them all and prints expected vs got.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{
+    Sim,
+    explain::{BASELINE, FIRST, Load, Stress, loopback, run, scenario},
+    faults::{NoMetricsServer, RandomLoss},
+    NetNs,
+};
+
+/// One case: how the bottleneck is made, and the verdict its peak phase must get.
+pub struct Case {
+    /// Short name.
+    pub name: &'static str,
+    /// The mechanism, in words.
+    pub mechanism: &'static str,
+    /// Expected dominant verdict of the peak phase.
+    pub expected: &'static str,
+    /// Runs it; returns report.json.
+    pub run: fn() -> Value,
+}
+
+/// Every case, healthy ones included.
+#[must_use]
+pub fn all() -> Vec<Case> {
+    vec![
+        Case {
+            name: "kv-pressure",
+            mechanism: "sim, KV cache of 256 blocks, 2 -> 16 req/s",
+            expected: "kv_cache",
+            run: kv_pressure,
+        },
+        Case {
+            name: "queue-sim",
+            mechanism: "sim queue-bound profile (4 sequences at once), 2 -> 12 req/s",
+            expected: "queue",
+            run: queue_sim,
+        },
+        Case {
+            name: "queue-nometrics",
+            mechanism: "Python server without /metrics, 2 slots, 2 -> 30 req/s",
+            expected: "queue",
+            run: || nometrics(2, 30.0),
+        },
+        Case {
+            name: "queue-nometrics-mild",
+            mechanism: "Python server without /metrics, 4 slots, 2 -> 24 req/s",
+            expected: "queue",
+            run: || nometrics(4, 24.0),
+        },
+        Case {
+            name: "healthy-nometrics",
+            mechanism: "Python server without /metrics, 16 slots, 2 -> 8 req/s",
+            expected: "none",
+            run: || nometrics(16, 8.0),
+        },
+        Case {
+            name: "healthy-sim",
+            mechanism: "sim healthy profile, 2 -> 4 req/s",
+            expected: "none",
+            run: healthy_sim,
+        },
+        Case {
+            name: "loss-loopback",
+            mechanism: "sim, nftables drops 5% of the server's segments on loopback",
+            expected: "network",
+            run: || loss_loopback(5),
+        },
+        Case {
+            name: "loss-netns-nometrics",
+            mechanism: "Python server in a netns, nftables drops 3% both ways on its veth",
+            expected: "network",
+            run: || loss_netns(3),
+        },
+        Case {
+            name: "vector-rebuild",
+            mechanism: "sim vector index rebuilt during the peak (50 QPS)",
+            expected: "vector_index",
+            run: vector_rebuild,
+        },
+        Case {
+            name: "errors",
+            mechanism: "peak requests an unknown model (HTTP 404)",
+            expected: "errors",
+            run: errors,
+        },
+    ]
+}
+
+/// The case called `name`.
+#[must_use]
+pub fn named(name: &str) -> Case {
+    all()
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no case {name}"))
+}
+
+fn llm(baseline_rps: f64, peak_rps: f64, output_tokens: u32) -> Load {
+    Load {
+        baseline_rps,
+        peak_rps,
+        input_tokens: 128,
+        output_tokens,
+        peak_input_tokens: None,
+    }
+}
+
+fn kv_pressure() -> Value {
+    run("kv", "kv-pressure", &["--num-gpu-blocks", "256"], &llm(2.0, 16.0, 384))
+}
+
+fn queue_sim() -> Value {
+    run("queue", "queue-bound", &[], &llm(2.0, 12.0, 256))
+}
+
+fn healthy_sim() -> Value {
+    run("none", "healthy", &[], &llm(2.0, 4.0, 32))
+}
+
+/// The Python server admits `slots` requests at a time, 32 tokens of 4 ms each (~8 req/s per
+/// slot): the peak's `peak_rps` overflows 2 slots, not 16.
+fn nometrics(slots: u32, peak_rps: f64) -> Value {
+    let server = NoMetricsServer::start(&[], loopback(), slots, 4.0);
+    let yaml = scenario("nometrics", &server.url(), &llm(2.0, peak_rps, 32))
+        .replace("model: inferscope-sim", "model: nometrics");
+    let r = Stress::start("nometrics", &yaml, None, FIRST, &[]).finish();
+    drop(server);
+    r
+}
+
+/// Waits until `pid` has an established TCP connection (the load reached it), reading the
+/// server's own network namespace (`/proc/PID/net/tcp`).
+fn wait_for_connection(pid: u32, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let tcp = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+        // State 01 is ESTABLISHED (the 4th column).
+        if tcp.lines().skip(1).any(|l| l.split_whitespace().nth(3) == Some("01")) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no connection reached pid {pid}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn loss_loopback(percent: u32) -> Value {
+    let sim = Sim::start(&["nice", "-n", &FIRST.to_string()], "healthy", loopback(), &[]);
+    let stress = Stress::start(
+        "loss",
+        &scenario("loss", &sim.url(), &llm(4.0, 4.0, 64)),
+        None,
+        FIRST,
+        &[],
+    );
+    sim.wait_for_load(Duration::from_mins(1));
+    std::thread::sleep(BASELINE);
+    let r = {
+        let _loss = RandomLoss::from_port(sim.addr.port(), percent);
+        std::thread::sleep(crate::explain::PEAK);
+        drop(_loss);
+        stress.finish()
+    };
+    drop(sim);
+    r
+}
+
+fn loss_netns(percent: u32) -> Value {
+    let ns = NetNs::create("loss");
+    let addr = std::net::SocketAddr::from((NetNs::NS_ADDR, 8000));
+    let server = NoMetricsServer::start(&["ip", "netns", "exec", &ns.name], addr, 16, 4.0);
+    let pid = server.pid().to_string();
+    let yaml = scenario("lossns", &server.url(), &llm(4.0, 4.0, 32))
+        .replace("model: inferscope-sim", "model: nometrics");
+    let stress = Stress::start("lossns", &yaml, None, FIRST, &["--allow-remote", "--pid", &pid]);
+    wait_for_connection(server.pid(), Duration::from_mins(1));
+    std::thread::sleep(BASELINE);
+    let r = {
+        let loss = RandomLoss::on_device(&ns.name, &ns.ns_dev, percent);
+        std::thread::sleep(crate::explain::PEAK);
+        drop(loss);
+        stress.finish()
+    };
+    drop(server);
+    drop(ns);
+    r
+}
+
+fn vector_rebuild() -> Value {
+    let sim = Sim::start(&["nice", "-n", &FIRST.to_string()], "healthy", loopback(), &[]);
+    let phase = |name: &str, secs: u64, events: &str| {
+        format!(
+            "  - name: {name}\n    duration: {secs}s\n    load: {{shape: poisson, rate: 50}}\n    request: {{endpoint: vector_search, text: \"${{choice(gpu memory, kv cache, run queue)}} ${{random_int(1,100000)}}\", top_k: 10, recall_sample: 10%}}\n{events}"
+        )
+    };
+    let yaml = format!(
+        "name: e2e-vector\ntarget: {}\ntimeout: 30s\ngrace: 2s\nseed: 7\nphases:\n{}{}{}",
+        sim.url(),
+        phase("baseline", BASELINE.as_secs(), ""),
+        phase(
+            "peak",
+            crate::explain::PEAK.as_secs(),
+            "    events:\n      - {at: 1s, method: POST, path: /v1/vector/rebuild}\n"
+        ),
+        phase("cooldown", crate::explain::COOLDOWN.as_secs(), ""),
+    );
+    let r = Stress::start("vector", &yaml, None, FIRST, &[]).finish();
+    drop(sim);
+    r
+}
+
+fn errors() -> Value {
+    let sim = Sim::start(&["nice", "-n", &FIRST.to_string()], "healthy", loopback(), &[]);
+    let yaml = scenario("errors", &sim.url(), &llm(4.0, 4.0, 32));
+    // The peak asks for a model the server does not serve: every request fails with 404.
+    let yaml = yaml.replacen(
+        "  - name: peak\n    duration: 10s\n    load: {shape: constant, rate: 4}\n    request: {endpoint: chat, model: inferscope-sim",
+        "  - name: peak\n    duration: 10s\n    load: {shape: constant, rate: 4}\n    request: {endpoint: chat, model: no-such-model",
+        1,
+    );
+    assert!(yaml.contains("no-such-model"), "{yaml}");
+    let r = Stress::start("errors", &yaml, None, FIRST, &[]).finish_with_report();
+    drop(sim);
+    r
+}

@@ -1,0 +1,139 @@
+//! Targets and faults the project did not write into its simulator: an OpenAI-compatible server
+//! without `/metrics` (`tests/servers/openai_nometrics.py`), and random packet loss made by
+//! nftables (`numgen random`), on loopback or inside a test network namespace.
+
+use std::{net::SocketAddr, path::PathBuf, process::Child, time::Duration};
+
+use crate::{http_get, sh};
+
+/// The Python server without `/metrics`, killed when dropped.
+pub struct NoMetricsServer {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl NoMetricsServer {
+    /// Starts it under `prefix` (e.g. `["ip", "netns", "exec", NS]`) with at most `slots`
+    /// requests admitted at once and `token_ms` per generated token; waits until it answers.
+    #[must_use]
+    pub fn start(prefix: &[&str], addr: SocketAddr, slots: u32, token_ms: f64) -> Self {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("servers/openai_nometrics.py");
+        let mut argv: Vec<String> = prefix.iter().map(|s| (*s).to_owned()).collect();
+        argv.extend([
+            "python3".to_owned(),
+            script.display().to_string(),
+            "--listen".to_owned(),
+            addr.to_string(),
+            "--slots".to_owned(),
+            slots.to_string(),
+            "--token-ms".to_owned(),
+            token_ms.to_string(),
+        ]);
+        let child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
+        let mut me = Self { child, addr };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while http_get(addr, "/v1/models").is_none() {
+            if let Some(st) = me.child.try_wait().expect("try_wait") {
+                panic!("{argv:?} exited at start: {st}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{argv:?} did not answer on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        me
+    }
+
+    /// Base URL.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Its process id (the prefix commands exec, so this is the server's own).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for NoMetricsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An nftables table that drops a share of packets at random, deleted when dropped.
+pub struct RandomLoss {
+    table: String,
+    netns: Option<String>,
+}
+
+impl RandomLoss {
+    /// Drops `percent`% of the TCP segments leaving `sport` (the server's answers), on every
+    /// interface of this namespace (loopback included).
+    #[must_use]
+    pub fn from_port(sport: u16, percent: u32) -> Self {
+        Self::install(None, "output", &format!("tcp sport {sport}"), percent)
+    }
+
+    /// Drops `percent`% of the TCP segments in both directions on `dev` inside namespace
+    /// `netns` (requests and answers alike).
+    #[must_use]
+    pub fn on_device(netns: &str, dev: &str, percent: u32) -> Self {
+        let me = Self::install(
+            Some(netns),
+            "output",
+            &format!("oifname \"{dev}\" meta l4proto tcp"),
+            percent,
+        );
+        me.rule("input", &format!("iifname \"{dev}\" meta l4proto tcp"), percent);
+        me
+    }
+
+    fn install(netns: Option<&str>, hook: &str, matcher: &str, percent: u32) -> Self {
+        let me = Self {
+            table: format!("inferscope_loss_{}", std::process::id()),
+            netns: netns.map(str::to_owned),
+        };
+        me.nft(&format!("add table inet {}", me.table));
+        me.rule(hook, matcher, percent);
+        me
+    }
+
+    fn rule(&self, hook: &str, matcher: &str, percent: u32) {
+        let t = &self.table;
+        self.nft(&format!(
+            "add chain inet {t} {hook} {{ type filter hook {hook} priority 0; policy accept; }}"
+        ));
+        self.nft(&format!(
+            "add rule inet {t} {hook} {matcher} numgen random mod 100 < {percent} drop"
+        ));
+    }
+
+    fn nft(&self, cmd: &str) {
+        let mut argv: Vec<&str> = Vec::new();
+        if let Some(ns) = &self.netns {
+            argv.extend(["ip", "netns", "exec", ns]);
+        }
+        argv.extend(["nft", cmd]);
+        sh(&argv);
+    }
+}
+
+impl Drop for RandomLoss {
+    fn drop(&mut self) {
+        let mut argv: Vec<&str> = Vec::new();
+        if let Some(ns) = &self.netns {
+            argv.extend(["ip", "netns", "exec", ns]);
+        }
+        argv.extend(["nft", "delete", "table", "inet", &self.table]);
+        let _ = std::process::Command::new(argv[0]).args(&argv[1..]).output();
+    }
+}

@@ -1,0 +1,54 @@
+//! Verdicts from kernel evidence on targets and faults the simulator does not make: a server
+//! without `/metrics` that queues, random packet loss on loopback and in a namespace, a vector
+//! index rebuilt under load, a peak whose requests all fail, and a healthy server without
+//! metrics. Each case is defined once in `inferscope_tests::cases` (the attribution benchmark
+//! runs the same ones). Needs root (eBPF), `python3`, `nft` and `cargo build -p inferscope`.
+use std::sync::Mutex;
+
+use inferscope_tests::{cases, explain::assert_peak, root_or_skip};
+
+/// The cases share the CPUs: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs case `name` and asserts its peak's verdict, with at least one of `any` in the evidence.
+fn check(name: &str, any: &[&str]) {
+    if !root_or_skip(name) {
+        return;
+    }
+    let _one = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let case = cases::named(name);
+    let report = (case.run)();
+    assert_peak(&report, case.expected, &[], any);
+}
+
+#[test]
+fn server_without_metrics_that_queues_is_queue_from_the_kernel() {
+    check("queue-nometrics", &["kernel_first_token_p50_ms"]);
+}
+
+#[test]
+fn healthy_server_without_metrics_is_none() {
+    check("healthy-nometrics", &[]);
+}
+
+#[test]
+fn random_loss_on_loopback_is_network_with_retransmits() {
+    check("loss-loopback", &["retransmits"]);
+}
+
+#[test]
+fn random_loss_in_a_namespace_without_metrics_is_network() {
+    check("loss-netns-nometrics", &["retransmits"]);
+}
+
+#[test]
+fn vector_index_rebuild_is_vector_index() {
+    check("vector-rebuild", &["e2e_p99_ms", "recall_mean"]);
+}
+
+#[test]
+fn a_peak_of_failing_requests_is_errors() {
+    check("errors", &["error_rate"]);
+}
