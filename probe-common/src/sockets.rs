@@ -31,6 +31,8 @@ pub const EV_ACCEPT: u32 = 2;
 pub const EV_CLOSE: u32 = 3;
 /// A watched process answered a request on this connection (the `req` fields).
 pub const EV_REQUEST: u32 = 4;
+/// A connection of a watched process retransmitted a segment (`ts_ns` is when).
+pub const EV_RETRANS: u32 = 5;
 
 /// Request phases of a connection owned by a watched process.
 pub const PHASE_IDLE: u32 = 0;

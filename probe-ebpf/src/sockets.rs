@@ -24,11 +24,11 @@ use aya_ebpf::{
 };
 use probe_common::sockets::{
     CONN_ENTRIES, Conn, DROP_CONNS_FULL, DROP_KINDS, DROP_RINGBUF, EV_ACCEPT, EV_CLOSE, EV_CONNECT,
-    EV_REQUEST, EVENTS_BYTES, Exchange, PHASE_IDLE, PHASE_RECEIVING, PHASE_RESPONDING, SockEvent,
-    Tuple,
+    EV_REQUEST, EV_RETRANS, EVENTS_BYTES, Exchange, PHASE_IDLE, PHASE_RECEIVING, PHASE_RESPONDING,
+    SockEvent, Tuple,
 };
 
-use crate::watch::{count_drop, current, global, list_on, submit_flags, watched_fast};
+use crate::watch::{count_drop, current, global, list_on, submit_flags, watched, watched_fast};
 
 macro_rules! offsets {
     ($($name:ident),*) => { $( #[unsafe(no_mangle)] static $name: u32 = 0; )* };
@@ -288,7 +288,15 @@ fn try_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
     let sk: u64 = at(ctx, &RT_SKADDR)?;
     if let Some(conn) = SOCK_CONNS.get_ptr_mut(&sk) {
         // SAFETY: live map value.
-        unsafe { (*conn).retrans += 1 };
+        let tgid = unsafe {
+            (*conn).retrans += 1;
+            (*conn).tgid
+        };
+        // Retransmits are rare: each one of a watched process is an event, so userspace can
+        // join it with the request it delayed (by the connection and the time).
+        if tgid != 0 && watched(tgid) {
+            emit(EV_RETRANS, unsafe { bpf_ktime_get_ns() }, sk, 0, conn);
+        }
     }
     Ok(())
 }

@@ -7,10 +7,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::{
-    Sim,
+    NetNs, Sim,
     explain::{BASELINE, FIRST, Load, Stress, loopback, run, scenario},
     faults::{NoMetricsServer, RandomLoss},
-    NetNs,
 };
 
 /// One case: how the bottleneck is made, and the verdict its peak phase must get.
@@ -67,9 +66,9 @@ pub fn all() -> Vec<Case> {
         },
         Case {
             name: "loss-loopback",
-            mechanism: "sim, nftables drops 5% of the server's segments on loopback",
+            mechanism: "sim, nftables drops 10% of the server's segments on loopback",
             expected: "network",
-            run: || loss_loopback(5),
+            run: || loss_loopback(10),
         },
         Case {
             name: "loss-netns-nometrics",
@@ -112,7 +111,12 @@ fn llm(baseline_rps: f64, peak_rps: f64, output_tokens: u32) -> Load {
 }
 
 fn kv_pressure() -> Value {
-    run("kv", "kv-pressure", &["--num-gpu-blocks", "256"], &llm(2.0, 16.0, 384))
+    run(
+        "kv",
+        "kv-pressure",
+        &["--num-gpu-blocks", "256"],
+        &llm(2.0, 16.0, 384),
+    )
 }
 
 fn queue_sim() -> Value {
@@ -141,16 +145,28 @@ fn wait_for_connection(pid: u32, within: Duration) {
     loop {
         let tcp = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
         // State 01 is ESTABLISHED (the 4th column).
-        if tcp.lines().skip(1).any(|l| l.split_whitespace().nth(3) == Some("01")) {
+        if tcp
+            .lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(3) == Some("01"))
+        {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "no connection reached pid {pid}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no connection reached pid {pid}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 fn loss_loopback(percent: u32) -> Value {
-    let sim = Sim::start(&["nice", "-n", &FIRST.to_string()], "healthy", loopback(), &[]);
+    let sim = Sim::start(
+        &["nice", "-n", &FIRST.to_string()],
+        "healthy",
+        loopback(),
+        &[],
+    );
     let stress = Stress::start(
         "loss",
         &scenario("loss", &sim.url(), &llm(4.0, 4.0, 64)),
@@ -177,7 +193,13 @@ fn loss_netns(percent: u32) -> Value {
     let pid = server.pid().to_string();
     let yaml = scenario("lossns", &server.url(), &llm(4.0, 4.0, 32))
         .replace("model: inferscope-sim", "model: nometrics");
-    let stress = Stress::start("lossns", &yaml, None, FIRST, &["--allow-remote", "--pid", &pid]);
+    let stress = Stress::start(
+        "lossns",
+        &yaml,
+        None,
+        FIRST,
+        &["--allow-remote", "--pid", &pid],
+    );
     wait_for_connection(server.pid(), Duration::from_mins(1));
     std::thread::sleep(BASELINE);
     let r = {
@@ -192,7 +214,12 @@ fn loss_netns(percent: u32) -> Value {
 }
 
 fn vector_rebuild() -> Value {
-    let sim = Sim::start(&["nice", "-n", &FIRST.to_string()], "healthy", loopback(), &[]);
+    let sim = Sim::start(
+        &["nice", "-n", &FIRST.to_string()],
+        "healthy",
+        loopback(),
+        &[],
+    );
     let phase = |name: &str, secs: u64, events: &str| {
         format!(
             "  - name: {name}\n    duration: {secs}s\n    load: {{shape: poisson, rate: 50}}\n    request: {{endpoint: vector_search, text: \"${{choice(gpu memory, kv cache, run queue)}} ${{random_int(1,100000)}}\", top_k: 10, recall_sample: 10%}}\n{events}"
@@ -215,7 +242,12 @@ fn vector_rebuild() -> Value {
 }
 
 fn errors() -> Value {
-    let sim = Sim::start(&["nice", "-n", &FIRST.to_string()], "healthy", loopback(), &[]);
+    let sim = Sim::start(
+        &["nice", "-n", &FIRST.to_string()],
+        "healthy",
+        loopback(),
+        &[],
+    );
     let yaml = scenario("errors", &sim.url(), &llm(4.0, 4.0, 32));
     // The peak asks for a model the server does not serve: every request fails with 404.
     let yaml = yaml.replacen(

@@ -222,4 +222,3 @@ pub fn run(name: &str, profile: &str, sim_flags: &[&str], load: &Load) -> Value 
     );
     Stress::start(name, &scenario(name, &sim.url(), load), None, FIRST, &[]).finish()
 }
-

@@ -76,11 +76,13 @@ pub struct RandomLoss {
 }
 
 impl RandomLoss {
-    /// Drops `percent`% of the TCP segments leaving `sport` (the server's answers), on every
-    /// interface of this namespace (loopback included).
+    /// Drops `percent`% of the TCP segments from `sport` (the server's answers) as they arrive,
+    /// on every interface of this namespace (loopback included). On input, not output: a
+    /// segment dropped on output is an error to the sender, which sends it again as new data
+    /// (no retransmission), unlike a segment lost on the way.
     #[must_use]
     pub fn from_port(sport: u16, percent: u32) -> Self {
-        Self::install(None, "output", &format!("tcp sport {sport}"), percent)
+        Self::install(None, "input", &format!("tcp sport {sport}"), percent)
     }
 
     /// Drops `percent`% of the TCP segments in both directions on `dev` inside namespace
@@ -93,7 +95,11 @@ impl RandomLoss {
             &format!("oifname \"{dev}\" meta l4proto tcp"),
             percent,
         );
-        me.rule("input", &format!("iifname \"{dev}\" meta l4proto tcp"), percent);
+        me.rule(
+            "input",
+            &format!("iifname \"{dev}\" meta l4proto tcp"),
+            percent,
+        );
         me
     }
 
@@ -134,6 +140,8 @@ impl Drop for RandomLoss {
             argv.extend(["ip", "netns", "exec", ns]);
         }
         argv.extend(["nft", "delete", "table", "inet", &self.table]);
-        let _ = std::process::Command::new(argv[0]).args(&argv[1..]).output();
+        let _ = std::process::Command::new(argv[0])
+            .args(&argv[1..])
+            .output();
     }
 }

@@ -16,8 +16,8 @@ use std::{
 use inferscope_tests::{
     Hogs, NetNs, Sim,
     explain::{
-        BASELINE, FIRST, LOADGEN_CPU, Load, PEAK, SIM_CPU, Stress, assert_peak, describe,
-        loopback, run, scenario,
+        BASELINE, FIRST, LOADGEN_CPU, Load, PEAK, SIM_CPU, Stress, assert_peak, describe, loopback,
+        run, scenario,
     },
     root_or_skip,
 };

@@ -100,22 +100,21 @@ pub fn outranks(a: Cause, b: Cause) -> bool {
 }
 
 /// Latency signals whose rise beyond the baseline's noise means the window is not at the
-/// baseline: a window where one of them rose is never `none`.
+/// baseline: a window where one of them rose is never `none`. Medians x1.5 and +20 ms;
+/// tails, which a few requests per window make noisy, x2 and +50 ms (a healthy server at a few
+/// times its baseline load batches more: seen, a TTFT p99 of 22 -> 45 ms at 4x).
 const LATENCY_RISE: [Condition; 5] = [
-    risen(Signal::TtftP50Ms),
-    risen(Signal::TtftP99Ms),
-    risen(Signal::ItlP99Ms),
-    risen(Signal::E2eP50Ms),
-    risen(Signal::E2eP99Ms),
+    risen(Signal::TtftP50Ms, 1.5, 20.0),
+    risen(Signal::E2eP50Ms, 1.5, 20.0),
+    risen(Signal::TtftP99Ms, 2.0, 50.0),
+    risen(Signal::ItlP99Ms, 2.0, 50.0),
+    risen(Signal::E2eP99Ms, 2.0, 50.0),
 ];
 
-const fn risen(signal: Signal) -> Condition {
+const fn risen(signal: Signal, ratio: f64, min_delta: f64) -> Condition {
     Condition {
         signal,
-        test: Test::Rises {
-            ratio: 1.5,
-            min_delta: 10.0,
-        },
+        test: Test::Rises { ratio, min_delta },
         weight: 1.0,
         role: Role::Trigger,
     }

@@ -109,7 +109,8 @@ pub async fn run(
         }
     };
     session.close_tail();
-    let exchanges = session.finish();
+    let server_side = session.finish();
+    let exchanges = &server_side.exchanges;
     let lg = result.context("the load generator task failed")??;
 
     let mut timeline = session.timeline.clone();
@@ -117,10 +118,10 @@ pub async fn run(
     // The windows were closed in step with the load, which started a few ms after the
     // collectors: label them so, and the load's last requests fall in the last window.
     timeline.realign(start_ms);
-    load::fold_records(&mut timeline, &lg, &exchanges);
+    load::fold_records(&mut timeline, &lg, &server_side);
     let end_ms = start_ms + (lg.elapsed_s * 1000.0) as u64;
     let meta = RunMeta::new(&lg.scenario, &lg.target, start_ms, end_ms, timeline.len_ms);
-    let waterfalls = report::waterfall::build(&lg, &exchanges, &timeline);
+    let waterfalls = report::waterfall::build(&lg, exchanges, &timeline);
     let mut explained = Report::new(meta, timeline)
         .with_waterfalls(waterfalls)
         .with_missing_evidence(session.missing.clone());

@@ -9,7 +9,7 @@
 
 use std::{collections::HashMap, net::SocketAddr};
 
-use super::kernel::Exchange;
+use super::kernel::{Exchange, Retransmit};
 use crate::loadgen::{Report, RequestRecord};
 
 /// Exchanges indexed by client address.
@@ -67,6 +67,39 @@ impl<'a> Exchanges<'a> {
             sent_ns,
             client_first_token_ns: r.token_us.first().map(|&t| self.ns(t)),
         })
+    }
+}
+
+/// Retransmits indexed by the client's address of their connection.
+pub struct Retransmits {
+    by_client: HashMap<SocketAddr, Vec<u64>>,
+    start_ns: u64,
+}
+
+impl Retransmits {
+    /// Indexes `retransmits` for joins with `report`'s records.
+    #[must_use]
+    pub fn new(retransmits: &[Retransmit], report: &Report) -> Self {
+        let mut by_client: HashMap<SocketAddr, Vec<u64>> = HashMap::new();
+        for r in retransmits {
+            by_client.entry(r.client).or_default().push(r.ts_ns);
+        }
+        Self {
+            by_client,
+            start_ns: report.started_monotonic_ns,
+        }
+    }
+
+    /// Whether a segment of `r`'s connection was retransmitted while `r` was in flight.
+    #[must_use]
+    pub fn hit(&self, r: &RequestRecord) -> bool {
+        let (sent, end) = (
+            self.start_ns + r.actual_us * 1000,
+            self.start_ns + r.end_us * 1000,
+        );
+        r.local_addr
+            .and_then(|a| self.by_client.get(&a))
+            .is_some_and(|ts| ts.iter().any(|&t| t >= sent && t <= end))
     }
 }
 
@@ -152,6 +185,26 @@ mod tests {
         assert!(
             idx.find(&record("127.0.0.1:5000", 2000, 2010, 2100))
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn a_retransmit_on_the_connection_while_in_flight_hits_the_request() {
+        let client: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let rt = [Retransmit {
+            ts_ns: 1_100_000_000,
+            client,
+        }];
+        let rep = report();
+        let idx = Retransmits::new(&rt, &rep);
+        assert!(idx.hit(&record("127.0.0.1:5000", 1000, 1050, 1300)));
+        assert!(
+            !idx.hit(&record("127.0.0.1:5000", 1200, 1250, 1300)),
+            "after it"
+        );
+        assert!(
+            !idx.hit(&record("127.0.0.1:6000", 1000, 1050, 1300)),
+            "another connection"
         );
     }
 

@@ -10,7 +10,7 @@ use std::{
 
 use probe_common::{
     cuda::{CudaEvent, api},
-    sockets::{EV_ACCEPT, EV_CLOSE, EV_CONNECT, EV_REQUEST, SockEvent},
+    sockets::{EV_ACCEPT, EV_CLOSE, EV_CONNECT, EV_REQUEST, EV_RETRANS, SockEvent},
 };
 use serde::Serialize;
 use tokio::sync::mpsc::Receiver;
@@ -74,6 +74,18 @@ impl Exchange {
     }
 }
 
+/// A segment retransmitted on a connection between the load generator and a watched server,
+/// by either side: named by the client's address of the connection, to join with the request
+/// it delayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Retransmit {
+    /// When (kernel monotonic ns).
+    pub ts_ns: u64,
+    /// The client's address: the server connection's remote end, or the load generator
+    /// connection's local end.
+    pub client: std::net::SocketAddr,
+}
+
 /// Userspace loss counters, exported next to the kernel's.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Losses {
@@ -115,9 +127,10 @@ pub struct KernelCollector {
     account: GpuMemAccount,
     pending: Pending,
     exchanges: Vec<Exchange>,
+    retransmits: Vec<Retransmit>,
 }
 
-/// Most exchanges kept for joins; older ones are dropped first.
+/// Most exchanges (and retransmits) kept for joins; older ones are dropped first.
 const MAX_EXCHANGES: usize = 200_000;
 
 impl KernelCollector {
@@ -144,6 +157,7 @@ impl KernelCollector {
             account: GpuMemAccount::default(),
             pending: Pending::default(),
             exchanges: Vec::new(),
+            retransmits: Vec::new(),
         };
         me.watch(opts)?;
         Ok(me)
@@ -195,6 +209,13 @@ impl KernelCollector {
     #[must_use]
     pub fn exchanges(&self) -> &[Exchange] {
         &self.exchanges
+    }
+
+    /// Retransmits on the watched connections so far (bounded), for joins with the load
+    /// generator's records.
+    #[must_use]
+    pub fn retransmits(&self) -> &[Retransmit] {
+        &self.retransmits
     }
 
     /// Per-process GPU memory totals.
@@ -266,10 +287,23 @@ impl KernelCollector {
                 p.exchange_ms
                     .push(ms(ex.last_out_ns.saturating_sub(ex.req_in_ns)));
                 p.retrans_exchanges += u64::from(exchange.retrans > 0);
-                if self.exchanges.len() >= MAX_EXCHANGES {
-                    self.exchanges.drain(..MAX_EXCHANGES / 10);
+                bounded_push(&mut self.exchanges, exchange);
+            }
+            EV_RETRANS if ours => {
+                if let Some((local, remote)) = endpoints(&ev.conn.tuple) {
+                    let client = if self.is_server(ev.tgid) {
+                        remote
+                    } else {
+                        local
+                    };
+                    bounded_push(
+                        &mut self.retransmits,
+                        Retransmit {
+                            ts_ns: ev.ts_ns,
+                            client,
+                        },
+                    );
                 }
-                self.exchanges.push(exchange);
             }
             EV_CLOSE => {
                 self.last_conn.remove(&ev.skaddr);
@@ -434,6 +468,14 @@ impl KernelCollector {
         self.probes.runq_prune(super::procfs::alive)?;
         Ok(())
     }
+}
+
+/// Appends `v`, dropping the oldest tenth first when [`MAX_EXCHANGES`] are kept.
+fn bounded_push<T>(list: &mut Vec<T>, v: T) {
+    if list.len() >= MAX_EXCHANGES {
+        list.drain(..MAX_EXCHANGES / 10);
+    }
+    list.push(v);
 }
 
 fn drain_into<T>(rx: &mut Receiver<T>, out: &mut Vec<T>) {

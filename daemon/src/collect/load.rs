@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    join::Exchanges,
-    kernel::Exchange,
+    join::{Exchanges, Retransmits},
+    session::ServerSide,
     stats::{quantile, quantiles},
     timeline::{LoadSignals, Mark, Timeline},
 };
@@ -40,9 +40,11 @@ struct Acc {
 /// When the collectors' windows reach into the run, a request started after the last of them
 /// (phases start one after another, so the run overshoots its planned end by a few ms) joins
 /// the last one instead of making a window no collector closed.
-/// Requests joined with the server's `exchanges` give their windows' network transit.
-pub fn fold_records(timeline: &mut Timeline, report: &Report, exchanges: &[Exchange]) {
-    let joins = Exchanges::new(exchanges, report);
+/// Requests joined with the server's exchanges give their windows' network transit, and with
+/// the retransmits on their connections, the latency of the requests loss hit.
+pub fn fold_records(timeline: &mut Timeline, report: &Report, server: &ServerSide) {
+    let joins = Exchanges::new(&server.exchanges, report);
+    let retransmits = Retransmits::new(&server.retransmits, report);
     let mut last = None;
     if let Some(first) = report
         .records
@@ -71,7 +73,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, exchanges: &[Excha
         if let Some(j) = joins.find(r) {
             a.transit.extend(j.transit_ms());
             let e2e = r.e2e_us() as f64 / 1000.0;
-            if j.exchange.retrans > 0 {
+            if retransmits.hit(r) {
                 a.loss_hit_e2e.push(e2e);
             } else {
                 a.clean_e2e.push(e2e);
@@ -254,7 +256,7 @@ mod tests {
         // The collectors started 2 s before the first request: those windows are dropped.
         let mut t = Timeline::new(8_000, 1000);
         t.at(8_500);
-        fold_records(&mut t, &report, &[]);
+        fold_records(&mut t, &report, &ServerSide::default());
         let starts: Vec<u64> = t.windows.iter().map(|w| w.start_unix_ms).collect();
         assert_eq!(starts[0], 10_000, "{starts:?} origin {}", t.origin_unix_ms);
         let (w0, w1) = (&t.windows[0], &t.windows[1]);
@@ -278,7 +280,7 @@ mod tests {
         report.records = vec![record(0, 0, 100, 50, 3), record(1, 0, 2_003, 50, 3)];
         let mut t = Timeline::new(10_000, 1000);
         t.at(11_500);
-        fold_records(&mut t, &report, &[]);
+        fold_records(&mut t, &report, &ServerSide::default());
         assert_eq!(t.windows.len(), 2, "no window past the collectors' last");
         assert_eq!(t.windows[1].load.as_ref().unwrap().requests, 1);
     }

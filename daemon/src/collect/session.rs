@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::{
-    kernel::{Exchange, KernelCollector, KernelOptions},
+    kernel::{Exchange, KernelCollector, KernelOptions, Retransmit},
     server::{NvmlCollector, ServerCollector},
     timeline::{Timeline, now_unix_ms},
 };
@@ -130,9 +130,10 @@ impl Session {
         }
     }
 
-    /// Stops collecting; returns the server-side exchanges for the waterfalls.
+    /// Stops collecting; returns what the kernel saw on the server's connections, to join with
+    /// the load generator's records.
     #[must_use]
-    pub fn finish(&mut self) -> Vec<Exchange> {
+    pub fn finish(&mut self) -> ServerSide {
         if let Some(s) = &self.scraper
             && let Some(e) = &s.last_error
         {
@@ -147,7 +148,19 @@ impl Session {
         }
         self.kernel
             .take()
-            .map(|k| k.exchanges().to_vec())
+            .map(|k| ServerSide {
+                exchanges: k.exchanges().to_vec(),
+                retransmits: k.retransmits().to_vec(),
+            })
             .unwrap_or_default()
     }
+}
+
+/// The kernel's view of the server's connections over a run.
+#[derive(Debug, Clone, Default)]
+pub struct ServerSide {
+    /// Request/response exchanges.
+    pub exchanges: Vec<Exchange>,
+    /// Retransmitted segments, by either side.
+    pub retransmits: Vec<Retransmit>,
 }
