@@ -28,7 +28,8 @@ enum Task {
     },
     /// Build inferscope and run the demo.
     Demo,
-    /// Benchmarks that print side-by-side comparisons: probes, sim, loadgen (all when omitted).
+    /// Benchmarks that print side-by-side comparisons: probes, sim, loadgen, attribution (all when
+    /// omitted).
     Bench {
         /// Which benchmark; all when omitted.
         which: Option<String>,

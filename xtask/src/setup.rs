@@ -10,8 +10,10 @@ use anyhow::{Context as _, bail};
 use crate::run;
 
 /// Debian packages the tests and benchmarks use as real peers.
-const DEBIAN_PACKAGES: [(&str, &str); 6] = [
+const DEBIAN_PACKAGES: [(&str, &str); 8] = [
     ("curl", "curl"),
+    ("nft", "nftables"),
+    ("python3", "python3"),
     ("promtool", "prometheus"),
     ("wrk", "wrk"),
     ("bpftrace", "bpftrace"),

@@ -1,7 +1,8 @@
-//! `cargo xtask bench [probes|sim|loadgen]`: benchmarks that print comparisons measured side by
+//! `cargo xtask bench [probes|sim|loadgen|attribution]`: benchmarks that print comparisons measured side by
 //! side in one run on this machine (ratios, never absolute thresholds: the machines are noisy).
 //! Never part of `cargo xtask test`.
 mod accuracy;
+mod attribution;
 mod loadgen;
 mod peers;
 pub mod probes;
@@ -11,10 +12,11 @@ pub mod workload;
 
 type Bench = fn() -> anyhow::Result<()>;
 
-const ALL: [(&str, Bench); 3] = [
+const ALL: [(&str, Bench); 4] = [
     ("probes", probes::run),
     ("sim", sim::run),
     ("loadgen", loadgen::run),
+    ("attribution", attribution::run),
 ];
 
 /// Runs the named benchmark, or all of them (each one even when an earlier one failed).
