@@ -86,6 +86,7 @@ struct Shared {
     target: Target,
     t0: std::time::Instant,
     timeout: Duration,
+    allow_remote: bool,
     hard_stop: CancellationToken,
     tx: mpsc::UnboundedSender<Msg>,
     global: Arc<Semaphore>,
@@ -107,6 +108,16 @@ pub async fn run(
         return Err(RunError::Remote(scenario.target.clone()));
     }
     let target = Target::new(&scenario.target, &scenario.headers)?;
+    let event_uris = scenario
+        .phases
+        .iter()
+        .map(|p| {
+            p.events
+                .iter()
+                .map(|e| target.uri(&e.path))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let ctxs = scenario
         .phases
         .iter()
@@ -146,7 +157,8 @@ pub async fn run(
         .map_or(0, |d| d.as_nanos() as u64);
     let started_monotonic_ns = crate::probes::clock::monotonic_ns();
     let shared = Arc::new(Shared {
-        client: build_client(scenario.timeout),
+        client: build_client(scenario.timeout, opts.allow_remote),
+        allow_remote: opts.allow_remote,
         target,
         t0: std::time::Instant::now(),
         timeout: scenario.timeout,
@@ -164,11 +176,12 @@ pub async fn run(
         }
         let _ = shared.tx.send(Msg::PhaseStart(i as u32, phase_start));
         let end = phase_start + phase.duration;
-        for ev in &phase.events {
+        for (ev, uri) in phase.events.iter().zip(&event_uris[i]) {
             tracker.spawn(event(
                 shared.clone(),
                 i as u32,
                 ev.clone(),
+                uri.clone(),
                 phase_start + ev.at,
                 cancel.clone(),
             ));
@@ -342,7 +355,7 @@ async fn user(
     cancel: CancellationToken,
 ) {
     // Each user owns one connection, as a wrk/oha connection does.
-    let mut conn = OwnConn::new(&shared.target, shared.timeout);
+    let mut conn = OwnConn::new(&shared.target, shared.timeout, shared.allow_remote);
     let mut n = 0;
     while Instant::now() < end && !cancel.is_cancelled() {
         let Ok(permit) = shared.global.clone().acquire_owned().await else {
@@ -405,6 +418,7 @@ async fn event(
     shared: Arc<Shared>,
     phase: u32,
     ev: super::scenario::EventSpec,
+    uri: hyper::Uri,
     at: Instant,
     cancel: CancellationToken,
 ) {
@@ -412,7 +426,7 @@ async fn event(
     let method =
         Method::from_bytes(ev.method.to_ascii_uppercase().as_bytes()).unwrap_or(Method::POST);
     let body = ev.body.unwrap_or_else(|| serde_json::json!({})).to_string();
-    let req = shared.target.request(&method, &ev.path, body.into(), &[]);
+    let req = shared.target.request_to(&method, uri, body.into(), &[]);
     let at_us = us_since(shared.t0);
     let outcome = match tokio::time::timeout(shared.timeout, shared.client.request(req)).await {
         Ok(Ok(resp)) => format!("HTTP {}", resp.status().as_u16()),

@@ -24,6 +24,7 @@ pub mod caps;
 pub mod client;
 pub mod collect;
 pub mod dataset;
+pub mod dial;
 pub mod engine;
 pub mod merge;
 pub mod metrics;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer, de::Error as _};
 
 use super::{
     arrival,
+    client::check_path,
     dataset::Dataset,
     record::Endpoint,
     scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Phase, Scenario, ScenarioError},
@@ -118,6 +119,7 @@ fn check_phase(
     err: &dyn Fn(&str, String) -> ScenarioError,
 ) -> Result<(), ScenarioError> {
     let at = format!("name: {}", p.name);
+    check_paths(p, err)?;
     if p.duration.is_zero() {
         return Err(err(
             &at,
@@ -208,6 +210,24 @@ fn check_phase(
                 p.name
             ),
         ));
+    }
+    Ok(())
+}
+
+/// Every path of a phase (request, ground truth, events) must be absolute: glued to the base
+/// URL, `@host/` would name another host.
+fn check_paths(
+    p: &Phase,
+    err: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let paths = p
+        .request
+        .path
+        .iter()
+        .chain(&p.request.exact_path)
+        .chain(p.events.iter().map(|e| &e.path));
+    for path in paths {
+        check_path(path).map_err(|e| err(path, format!("phase `{}`: {e}", p.name)))?;
     }
     Ok(())
 }
