@@ -38,7 +38,7 @@ pub struct ExplainArgs {
     #[arg(long, default_value = ".", value_name = "DIR")]
     report_dir: PathBuf,
     /// With --explain: length of a time-line window.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = super::args::positive_duration)]
     window: Duration,
 }
 

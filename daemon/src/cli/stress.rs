@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long, visible_alias = "concurrency")]
     connections: Option<usize>,
     /// How long to send (required without a scenario file), e.g. 60s.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = super::args::positive_duration)]
     duration: Option<Duration>,
     /// What to call: chat, completions, vector-search or http (default chat; http when --method is given).
     #[arg(long, value_enum)]
@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long)]
     max_in_flight: Option<usize>,
     /// Per-request timeout.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = super::args::positive_duration)]
     timeout: Option<Duration>,
     /// Allow a target outside loopback.
     #[arg(long)]
@@ -137,6 +137,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(s) = args.seed {
         scenario.seed = Some(s);
     }
+    // Flags may have changed numbers the file's validation already passed.
+    loadgen::limits::check(&scenario).map_err(|e| {
+        let from = args
+            .scenario
+            .as_ref()
+            .map_or_else(|| "flags".into(), |p| format!("{} with flags", p.display()));
+        anyhow::anyhow!("{from}: {e}")
+    })?;
     let opts = Options {
         allow_remote: args.allow_remote,
         keep_records: !args.no_records,
@@ -188,6 +196,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     Ok(match &report.stopped {
         Some(why) if why.starts_with("aborted") => ExitCode::from(3),
+        Some(why) if why.starts_with("failed") => {
+            eprintln!("inferscope: the run {why}");
+            ExitCode::FAILURE
+        }
         Some(_) => ExitCode::from(130),
         None if !report.slo_pass => ExitCode::from(2),
         None => ExitCode::SUCCESS,

@@ -14,6 +14,9 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt as _;
 use hyper::Method;
 use rand::{RngCore as _, SeedableRng as _, rngs::SmallRng};
 use tokio::{
@@ -79,6 +82,12 @@ pub enum RunError {
     /// The target URL or a header is unusable.
     #[error(transparent)]
     Target(#[from] TargetError),
+    /// A number is out of range (a scenario built in code or changed by flags).
+    #[error("{0}")]
+    Invalid(String),
+    /// The run's own machinery failed (a bug): the message says where.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 struct Shared {
@@ -87,6 +96,7 @@ struct Shared {
     t0: std::time::Instant,
     timeout: Duration,
     allow_remote: bool,
+    shard: Shard,
     hard_stop: CancellationToken,
     tx: mpsc::UnboundedSender<Msg>,
     global: Arc<Semaphore>,
@@ -107,6 +117,7 @@ pub async fn run(
     if !opts.allow_remote && !is_loopback(&host) {
         return Err(RunError::Remote(scenario.target.clone()));
     }
+    super::limits::check(scenario).map_err(RunError::Invalid)?;
     let target = Target::new(&scenario.target, &scenario.headers)?;
     let event_uris = scenario
         .phases
@@ -159,6 +170,7 @@ pub async fn run(
     let shared = Arc::new(Shared {
         client: build_client(scenario.timeout, opts.allow_remote),
         allow_remote: opts.allow_remote,
+        shard: share,
         target,
         t0: std::time::Instant::now(),
         timeout: scenario.timeout,
@@ -169,8 +181,95 @@ pub async fn run(
     });
     let tracker = TaskTracker::new();
     let mut elapsed = vec![0.0; scenario.phases.len()];
+    // A panic while dispatching ends the run as failed, with the report of what was done:
+    // the collector and the requests in flight outlive the dispatcher.
+    let dispatched = AssertUnwindSafe(dispatch(
+        scenario,
+        &shared,
+        &ctxs,
+        &event_uris,
+        &mut rng,
+        &mut elapsed,
+        &tracker,
+        &cancel,
+    ))
+    .catch_unwind()
+    .await;
+    let failed = dispatched.err().map(|p| {
+        // Closed-loop users stop too.
+        cancel.cancel();
+        format!(
+            "failed: internal error while sending: {}",
+            panic_message(&*p)
+        )
+    });
+    tracker.close();
+    tokio::select! {
+        () = tracker.wait() => {}
+        () = async { cancel.cancelled().await; tokio::time::sleep(scenario.grace).await } => {
+            shared.hard_stop.cancel();
+            tracker.wait().await;
+        }
+    }
+    let run_elapsed = shared.t0.elapsed().as_secs_f64();
+    drop(shared);
+    let collected = collector
+        .await
+        .map_err(|e| RunError::Internal(format!("the collector failed: {e}")))?;
+    let phases: Vec<PhaseReport> = scenario
+        .phases
+        .iter()
+        .zip(&collected.metrics)
+        .zip(&elapsed)
+        .zip(&ctxs)
+        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, share), m))
+        .collect();
+    let stopped = failed.or(collected.abort).or_else(|| {
+        cancel
+            .is_cancelled()
+            .then(|| "interrupted (Ctrl-C or cancelled by the caller)".to_string())
+    });
+    Ok(Report {
+        schema: SCHEMA.into(),
+        version: VERSION,
+        scenario: scenario.name.clone(),
+        target: scenario.target.clone(),
+        shard: (share != Shard::WHOLE).then_some(share),
+        started_unix_ns,
+        started_monotonic_ns,
+        elapsed_s: run_elapsed,
+        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
+        stopped,
+        phases,
+        events: collected.events,
+        records: collected.records,
+    })
+}
+
+/// The text of a panic payload.
+#[must_use]
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// Sends every phase in turn; `elapsed` gets each phase's sending time.
+#[allow(clippy::too_many_arguments)]
+async fn dispatch(
+    scenario: &Scenario,
+    shared: &Arc<Shared>,
+    ctxs: &[Arc<PhaseCtx>],
+    event_uris: &[Vec<hyper::Uri>],
+    rng: &mut SmallRng,
+    elapsed: &mut [f64],
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+) {
+    let share = shared.shard;
     let mut phase_start = Instant::now();
-    for (i, (phase, ctx)) in scenario.phases.iter().zip(&ctxs).enumerate() {
+    for (i, (phase, ctx)) in scenario.phases.iter().zip(ctxs).enumerate() {
         if cancel.is_cancelled() {
             break;
         }
@@ -187,16 +286,16 @@ pub async fn run(
             ));
         }
         let scheduled = if let Some(a) = phase.load.arrival() {
-            let offsets = share.schedule(&a, phase.duration, &mut rng);
+            let offsets = share.schedule(&a, phase.duration, rng);
             open_loop(
-                &shared,
+                shared,
                 ctx,
                 phase,
                 &offsets,
                 phase_start,
-                &mut rng,
-                &tracker,
-                &cancel,
+                rng,
+                tracker,
+                cancel,
             )
             .await
         } else {
@@ -220,45 +319,6 @@ pub async fn run(
         // The next phase starts at this one's planned end: no drift across phases.
         phase_start = end;
     }
-    tracker.close();
-    tokio::select! {
-        () = tracker.wait() => {}
-        () = async { cancel.cancelled().await; tokio::time::sleep(scenario.grace).await } => {
-            shared.hard_stop.cancel();
-            tracker.wait().await;
-        }
-    }
-    let run_elapsed = shared.t0.elapsed().as_secs_f64();
-    drop(shared);
-    let collected = collector.await.expect("collector task panicked");
-    let phases: Vec<PhaseReport> = scenario
-        .phases
-        .iter()
-        .zip(&collected.metrics)
-        .zip(&elapsed)
-        .zip(&ctxs)
-        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, share), m))
-        .collect();
-    let stopped = collected.abort.or_else(|| {
-        cancel
-            .is_cancelled()
-            .then(|| "interrupted (Ctrl-C or cancelled by the caller)".to_string())
-    });
-    Ok(Report {
-        schema: SCHEMA.into(),
-        version: VERSION,
-        scenario: scenario.name.clone(),
-        target: scenario.target.clone(),
-        shard: (share != Shard::WHOLE).then_some(share),
-        started_unix_ns,
-        started_monotonic_ns,
-        elapsed_s: run_elapsed,
-        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
-        stopped,
-        phases,
-        events: collected.events,
-        records: collected.records,
-    })
 }
 
 fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseInfo {
@@ -298,6 +358,12 @@ async fn open_loop(
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+        // A dispatcher panic, injected by the test that checks it becomes a failed run.
+        #[cfg(test)]
+        assert!(
+            !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
+            "injected panic"
+        );
         let prepared = ctx.prepare(rng, seq);
         if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
             match (
@@ -441,4 +507,35 @@ async fn event(
         end_us: us_since(shared.t0),
         outcome,
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_while_sending_is_a_failed_run_with_a_report() {
+        let mut cfg = crate::sim::profile("healthy").unwrap();
+        cfg.vector.corpus_size = 10;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sim = crate::sim::start(cfg, l).await.unwrap();
+        let yaml = format!(
+            "target: http://{}\nphases:\n  - name: test-panic\n    duration: 2s\n    load: {{shape: constant, rate: 20}}\n    request: {{endpoint: http, path: /metrics}}\n",
+            sim.addr()
+        );
+        let s = Scenario::from_yaml(&yaml, "t.yaml", Path::new(".")).unwrap();
+        let t = std::time::Instant::now();
+        let r = run(&s, Options::new(), CancellationToken::new())
+            .await
+            .unwrap();
+        let why = r.stopped.as_deref().unwrap_or_default();
+        assert!(why.starts_with("failed: internal error"), "{why}");
+        assert!(why.contains("injected panic"), "{why}");
+        // What was sent before the panic is in the report, and the run did not hang.
+        assert_eq!(r.records.len(), 5, "{:?}", r.phases[0].counts);
+        assert!(t.elapsed() < Duration::from_secs(2));
+        sim.shutdown().await.unwrap();
+    }
 }

@@ -10,6 +10,7 @@ use super::{
     arrival,
     client::check_path,
     dataset::Dataset,
+    limits,
     record::Endpoint,
     scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Phase, Scenario, ScenarioError},
     shape::Load,
@@ -72,6 +73,7 @@ impl Scenario {
                 format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"),
             ));
         }
+
         let mut rng = SmallRng::seed_from_u64(self.seed.unwrap_or(0));
         for (name, spec) in &self.datasets {
             let ds = Dataset::load(spec, base, &mut rng)
@@ -88,6 +90,8 @@ impl Scenario {
             }
             check_phase(p, &self.loaded, base, &err)?;
         }
+        // Cross-field ranges (an event after its phase's end) and a second look at the rest.
+        limits::check(self).map_err(|msg| err("phases", msg))?;
         Ok(())
     }
 
@@ -289,16 +293,6 @@ fn line_of(src: &str, needle: &str) -> Option<(usize, usize)> {
     src.lines()
         .enumerate()
         .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
-}
-
-/// `60s`, `500ms`, `1m 30s` (humantime).
-pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = String::deserialize(d)?;
-    humantime::parse_duration(&s).map_err(|e| {
-        D::Error::custom(format!(
-            "bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)"
-        ))
-    })
 }
 
 #[derive(Deserialize)]
