@@ -43,6 +43,11 @@ pub struct ExplainArgs {
 }
 
 impl ExplainArgs {
+    /// `--report-dir`, for checking it before the run starts.
+    pub fn report_dir(&self) -> &std::path::Path {
+        &self.report_dir
+    }
+
     /// The server's processes: given pids, the cgroup's, and the listeners on the target port.
     fn servers(&self, scenario: &Scenario) -> anyhow::Result<Vec<u32>> {
         let mut pids = self.pids.clone();

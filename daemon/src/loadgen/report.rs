@@ -207,8 +207,10 @@ impl PhaseReport {
 impl Report {
     /// Writes the JSON report (pretty-printed) to `path`.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        let f = std::io::BufWriter::new(std::fs::File::create(path)?);
-        serde_json::to_writer(f, self).map_err(std::io::Error::other)
+        // Complete or absent: a temporary file beside it, flushed, synced and renamed.
+        crate::export::atomic::write_atomic(path, |w| {
+            serde_json::to_writer(w, self).map_err(std::io::Error::other)
+        })
     }
 
     /// The terminal table: one row per phase, then failed SLOs.
