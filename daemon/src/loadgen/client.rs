@@ -215,7 +215,7 @@ impl OwnConn {
             self.connect_timeout,
         )
         .await
-        .map_err(|e| (ErrorClass::Connect, e.to_string()))?;
+        .map_err(|e| (connect_class(&e), e.to_string()))?;
         let (local, remote) = (stream.local_addr(), stream.peer_addr());
         let (sender, conn) = http1::handshake(TokioIo::new(stream))
             .await
@@ -279,7 +279,9 @@ impl Via<'_> {
                     Ok((resp, addrs))
                 }
                 Err(e) => {
-                    let class = if e.is_connect() {
+                    let class = if fd_limit_in(&e) {
+                        ErrorClass::ClientFdLimit
+                    } else if e.is_connect() {
                         ErrorClass::Connect
                     } else {
                         ErrorClass::Transport
@@ -364,6 +366,34 @@ pub async fn plain(
     if !status.is_success() {
         fail_status(rec, status.as_u16(), &body);
     }
+}
+
+/// The class of a failed connect: the client's own descriptor limit, or the server's side.
+fn connect_class(e: &dial::DialError) -> ErrorClass {
+    if e.is_fd_limit() {
+        ErrorClass::ClientFdLimit
+    } else {
+        ErrorClass::Connect
+    }
+}
+
+/// Whether EMFILE/ENFILE is anywhere in the chain of `e`.
+fn fd_limit_in(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(d) = c.downcast_ref::<dial::DialError>()
+            && d.is_fd_limit()
+        {
+            return true;
+        }
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && dial::is_fd_limit(io)
+        {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
 }
 
 /// `error: cause: cause` of an error and its sources.

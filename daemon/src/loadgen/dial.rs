@@ -65,6 +65,29 @@ pub fn is_fd_limit(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (every connection of a run
+/// is a descriptor; the default soft limit of 1024 is a load generator's first ceiling).
+/// Returns the (old, new) soft limits.
+pub fn raise_fd_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let old = lim.rlim_cur;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok((old, lim.rlim_cur))
+}
+
 /// Whether `addr` may be dialled.
 #[must_use]
 pub fn allowed(addr: &SocketAddr, allow_remote: bool) -> bool {
