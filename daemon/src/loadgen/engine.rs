@@ -353,7 +353,15 @@ async fn open_loop(
         .map(|n| Arc::new(Semaphore::new(n.max(1))));
     let mut bucket = phase.max_tokens_per_s.map(TokenBucket::new);
     let mut scheduled = 0;
-    for off in offsets {
+    // Waiting for a cap never runs past the phase's end: the next phase starts on time, and
+    // the arrivals not sent by then count as scheduled and dropped.
+    let end = start + phase.duration;
+    let overrun = |k: usize, scheduled: &mut u64| {
+        let left = (offsets.len() - k) as u64;
+        *scheduled += left - 1;
+        let _ = shared.tx.send(Msg::Dropped(ctx.index, left));
+    };
+    for (k, off) in offsets.iter().enumerate() {
         let deadline = start + *off;
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
@@ -371,29 +379,36 @@ async fn open_loop(
                 phase.when_capped,
             ) {
                 (None, _) => {
-                    let _ = shared.tx.send(Msg::Dropped(ctx.index));
+                    let _ = shared.tx.send(Msg::Dropped(ctx.index, 1));
                     continue;
                 }
                 (Some(wait), CapPolicy::Wait) if !wait.is_zero() => {
+                    if Instant::now().checked_add(wait).is_none_or(|t| t > end) {
+                        overrun(k, &mut scheduled);
+                        break;
+                    }
                     tokio::select! { () = tokio::time::sleep(wait) => {}, () = cancel.cancelled() => break }
                 }
                 _ => {}
             }
         }
-        let permits = match acquire(
+        let capped = acquire(
             &shared.global,
             phase_sem.as_ref(),
             phase.when_capped,
             cancel,
-        )
-        .await
-        {
-            Acquired::Yes(p) => p,
-            Acquired::Full => {
-                let _ = shared.tx.send(Msg::Dropped(ctx.index));
+        );
+        let permits = match tokio::time::timeout_at(end, capped).await {
+            Ok(Acquired::Yes(p)) => p,
+            Ok(Acquired::Full) => {
+                let _ = shared.tx.send(Msg::Dropped(ctx.index, 1));
                 continue;
             }
-            Acquired::Cancelled => break,
+            Ok(Acquired::Cancelled) => break,
+            Err(_) => {
+                overrun(k, &mut scheduled);
+                break;
+            }
         };
         let intended = deadline
             .into_std()
@@ -424,7 +439,10 @@ async fn user(
     let mut conn = OwnConn::new(&shared.target, shared.timeout, shared.allow_remote);
     let mut n = 0;
     while Instant::now() < end && !cancel.is_cancelled() {
-        let Ok(permit) = shared.global.clone().acquire_owned().await else {
+        // Waiting for room never runs past the phase's end.
+        let Ok(Ok(permit)) =
+            tokio::time::timeout_at(end, shared.global.clone().acquire_owned()).await
+        else {
             break;
         };
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);

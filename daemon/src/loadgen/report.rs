@@ -22,7 +22,8 @@ pub const VERSION: u32 = 1;
 pub struct Counts {
     /// Requests the schedule asked for (open loop) or started (closed loop).
     pub scheduled: u64,
-    /// Dropped because a cap was hit (`when_capped: drop`).
+    /// Dropped because a cap was hit (`when_capped: drop`), or held by a cap (`wait`) past the
+    /// phase's end and never sent.
     pub dropped: u64,
     /// Finished, ok or not.
     pub finished: u64,
