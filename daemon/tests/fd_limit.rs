@@ -2,29 +2,10 @@
 //! start, and when descriptors still run out, the failures are the client's own error class
 //! (`client_fd_limit`), not the server's `connect`.
 
-use std::{
-    net::TcpListener,
-    process::Command,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
-};
+mod hung_support;
+use hung_support::hung_server;
 
-/// A server that accepts and never answers, so each request holds its connection.
-fn hung_server() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let n = Arc::new(AtomicUsize::new(0));
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in l.incoming().flatten() {
-            n.fetch_add(1, Ordering::Relaxed);
-            held.push(s);
-        }
-    });
-    url
-}
+use std::process::Command;
 
 /// Runs 150 requests that all stay open under `ulimit` flags `limit`; the report's errors.
 fn errors_under(limit: &str) -> serde_json::Value {
@@ -33,7 +14,7 @@ fn errors_under(limit: &str) -> serde_json::Value {
     let cmd = format!(
         "ulimit {limit} && exec {} stress --target {} --endpoint http --rate 300 --duration 500ms --timeout 1s --quiet --out {}",
         env!("CARGO_BIN_EXE_inferscope"),
-        hung_server(),
+        hung_server().0,
         out.display()
     );
     let o = Command::new("sh").args(["-c", &cmd]).output().unwrap();

@@ -2,23 +2,13 @@
 //! stops dispatching at its planned end, the arrivals it could not send count as dropped,
 //! its `elapsed` is not stretched, and the next phase starts on time (no catch-up burst).
 
-use std::{net::TcpListener, path::Path, time::Duration};
+mod hung_support;
+use hung_support::hung_server;
+
+use std::{path::Path, time::Duration};
 
 use inferscope::loadgen::{self, Options, Scenario};
 use tokio_util::sync::CancellationToken;
-
-/// A server that accepts and never answers: a request holds its permit until its timeout.
-fn hung_server() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in l.incoming().flatten() {
-            held.push(s);
-        }
-    });
-    url
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capped_phase_stops_at_its_end_and_counts_the_rest_as_dropped() {
@@ -28,7 +18,7 @@ async fn a_capped_phase_stops_at_its_end_and_counts_the_rest_as_dropped() {
          \x20   max_in_flight: 1\n    when_capped: wait\n    request: {{endpoint: http, path: /}}\n\
          \x20 - name: next\n    duration: 1s\n    load: {{shape: constant, rate: 10}}\n\
          \x20   request: {{endpoint: http, path: /}}\n",
-        hung_server()
+        hung_server().0
     );
     let s = Scenario::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap();
     let t = std::time::Instant::now();

@@ -2,31 +2,14 @@
 //! sending, give requests in flight `grace`, write the report and exit 143 / 130; a second
 //! signal exits at once; an unwritable `--out` is refused before any request is sent.
 
+mod hung_support;
+use hung_support::hung_server;
+
 use std::{
-    net::TcpListener,
     process::{Child, Command, Stdio},
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::atomic::{AtomicUsize, Ordering},
     time::{Duration, Instant},
 };
-
-/// A server that accepts connections and never answers: every request stays in flight.
-fn hung_server() -> (String, Arc<AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let n = Arc::new(AtomicUsize::new(0));
-    let seen = n.clone();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in l.incoming().flatten() {
-            seen.fetch_add(1, Ordering::Relaxed);
-            held.push(s);
-        }
-    });
-    (url, n)
-}
 
 fn stress(dir: &std::path::Path, target: &str, grace: &str, out: &std::path::Path) -> Child {
     let scenario = dir.join("s.yaml");

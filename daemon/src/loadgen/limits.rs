@@ -36,18 +36,22 @@ pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
     Ok(v)
 }
 
+/// An integer field in `1..=max`, or an error naming it.
+fn int_in<'de, D: Deserializer<'de>>(d: D, field: &str, max: u64) -> Result<u64, D::Error> {
+    let v = u64::deserialize(d)?;
+    if (1..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(D::Error::custom(format!(
+            "`{field}: {v}` must be 1..={max}"
+        )))
+    }
+}
+
 /// An in-flight cap: `1..=HARD_MAX_IN_FLIGHT`.
 pub fn de_opt_in_flight<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
-    let v = u64::deserialize(d)?;
-    usize::try_from(v)
-        .ok()
-        .filter(|n| (1..=HARD_MAX_IN_FLIGHT).contains(n))
-        .map(Some)
-        .ok_or_else(|| {
-            D::Error::custom(format!(
-                "`max_in_flight: {v}` must be 1..={HARD_MAX_IN_FLIGHT}"
-            ))
-        })
+    // The bound fits usize on every target this builds for (64-bit).
+    int_in(d, "max_in_flight", HARD_MAX_IN_FLIGHT as u64).map(|v| Some(v as usize))
 }
 
 /// A tokens/s cap: finite, above zero, at most [`HARD_MAX_TOKENS_PER_S`].
@@ -64,30 +68,12 @@ pub fn de_opt_tokens_per_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64
 
 /// Words of an oversize prompt: `1..=HARD_MAX_OVERSIZE_TOKENS`.
 pub fn de_opt_oversize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    let v = u64::deserialize(d)?;
-    u32::try_from(v)
-        .ok()
-        .filter(|n| (1..=HARD_MAX_OVERSIZE_TOKENS).contains(n))
-        .map(Some)
-        .ok_or_else(|| {
-            D::Error::custom(format!(
-                "`oversize_tokens: {v}` must be 1..={HARD_MAX_OVERSIZE_TOKENS}"
-            ))
-        })
+    int_in(d, "oversize_tokens", u64::from(HARD_MAX_OVERSIZE_TOKENS)).map(|v| Some(v as u32))
 }
 
 /// Vector dimensions: `1..=HARD_MAX_DIMENSIONS`.
 pub fn de_opt_dimensions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
-    let v = u64::deserialize(d)?;
-    usize::try_from(v)
-        .ok()
-        .filter(|n| (1..=HARD_MAX_DIMENSIONS).contains(n))
-        .map(Some)
-        .ok_or_else(|| {
-            D::Error::custom(format!(
-                "`dimensions: {v}` must be 1..={HARD_MAX_DIMENSIONS}"
-            ))
-        })
+    int_in(d, "dimensions", HARD_MAX_DIMENSIONS as u64).map(|v| Some(v as usize))
 }
 
 /// Every range again, on a scenario as it will run (after flags and code changed it).
