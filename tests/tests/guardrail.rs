@@ -25,7 +25,7 @@ fn get(target: &Target, path: &str) -> hyper::Request<http_body_util::Full<bytes
         .expect("a valid path")
 }
 
-/// Counts connections accepted on `NS_ADDR:port` inside the namespace until `stop`.
+/// Counts connections accepted on `ip:port` inside the namespace until `stop`.
 struct Listener {
     addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
@@ -34,13 +34,13 @@ struct Listener {
 }
 
 impl Listener {
-    fn start(ns: &NetNs) -> Self {
+    fn start(ns: &NetNs, ip: [u8; 4]) -> Self {
         let accepted = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let (a, s) = (accepted.clone(), stop.clone());
         let thread = ns.spawn_inside(move || {
-            let l = TcpListener::bind(SocketAddr::from((NetNs::NS_ADDR, 0))).expect("bind");
+            let l = TcpListener::bind(SocketAddr::from((ip, 0))).expect("bind");
             l.set_nonblocking(true).expect("nonblocking");
             tx.send(l.local_addr().expect("local_addr")).expect("send");
             while !s.load(Ordering::Relaxed) {
@@ -103,8 +103,10 @@ fn nothing_reaches_a_non_loopback_listener_without_allow_remote() {
     if !root_or_skip("nothing_reaches_a_non_loopback_listener_without_allow_remote") {
         return;
     }
-    let ns = NetNs::create("guard");
-    let l = Listener::start(&ns);
+    // A /24 of its own: other root tests use NetNs's default addresses, and a second pair on
+    // the same /24 would route our packets elsewhere (the control below catches that).
+    let ns = NetNs::create_in("guard", [10, 213, 91]);
+    let l = Listener::start(&ns, [10, 213, 91, 2]);
     let remote = l.addr;
     let local = format!("http://127.0.0.1:{}", free_port());
     let dir = std::env::temp_dir().join(format!("isc-guard-{}", std::process::id()));
