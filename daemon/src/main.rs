@@ -29,6 +29,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Every connection (load generator) and watched process's file (daemon) is a descriptor.
+    if let Err(e) = inferscope::loadgen::dial::raise_fd_limit() {
+        eprintln!("inferscope: cannot raise the open-file limit: {e}");
+    }
     let result = match cli.command {
         Command::Runqlat(args) => cli::runqlat::run(&args),
         Command::Daemon(args) => cli::daemon::run(&args),

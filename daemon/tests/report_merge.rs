@@ -182,13 +182,34 @@ async fn merge_refuses_mixed_scenarios_versions_and_repeated_shards() {
     // Shifted start: rates are over the union of the spans, records on one clock.
     let mut late = shard(&whole, 1);
     late.started_unix_ns += 500_000_000;
-    let merged = merge::merge(&[("a.json".into(), a.clone()), ("l.json".into(), late)]).unwrap();
+    let pair = [("a.json".to_string(), a.clone()), ("l.json".into(), late)];
+    // Two of three shards: refused, naming the missing one, unless partial is asked for.
+    let e = merge::merge(&pair).unwrap_err();
+    assert!(matches!(e, MergeError::Incomplete { .. }), "{e}");
+    assert!(e.to_string().contains("missing shard 2/3"), "{e}");
+    assert!(e.to_string().contains("--allow-partial"), "{e}");
+    let merged = merge::merge_partial(&pair).unwrap();
     let span = merged.phases[0].elapsed_s;
     assert!(
         (span - (whole.phases[0].elapsed_s + 0.5)).abs() < 1e-6,
         "{span}"
     );
     assert!((merged.elapsed_s - (whole.elapsed_s + 0.5)).abs() < 1e-6);
+
+    // Shards of different N, and a whole run among shards.
+    let mut of4 = shard(&whole, 1);
+    of4.shard = Some(Shard::new(1, 4).unwrap());
+    let e = merge::merge(&[
+        ("a.json".into(), a.clone()),
+        ("four.json".into(), of4),
+        ("c.json".into(), shard(&whole, 2)),
+    ])
+    .unwrap_err();
+    assert!(e.to_string().contains("shards of different N"), "{e}");
+    let mut plain = shard(&whole, 1);
+    plain.shard = None;
+    let e = merge::merge(&[("a.json".into(), a.clone()), ("w.json".into(), plain)]).unwrap_err();
+    assert!(e.to_string().contains("w.json is not a shard"), "{e}");
 
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good.json");

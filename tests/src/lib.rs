@@ -247,6 +247,15 @@ impl NetNs {
     /// Creates the namespace and the pair, both ends up with their addresses.
     #[must_use]
     pub fn create(tag: &str) -> Self {
+        Self::create_in(tag, [10, 213, 7])
+    }
+
+    /// Like [`NetNs::create`] on another /24 (`NET.1` host end, `NET.2` namespace end), for a
+    /// test that must not share addresses with tests running at the same time.
+    #[must_use]
+    pub fn create_in(tag: &str, net: [u8; 3]) -> Self {
+        let prefix = net.map(|o| o.to_string()).join(".");
+        let (host_cidr, ns_cidr) = (format!("{prefix}.1/24"), format!("{prefix}.2/24"));
         let name = format!("isc-{tag}-{}", std::process::id());
         let host_dev = format!("ish{}", std::process::id() % 100_000);
         let ns_dev = format!("isn{}", std::process::id() % 100_000);
@@ -262,19 +271,10 @@ impl NetNs {
         let (n, h, d) = (&me.name, &me.host_dev, &me.ns_dev);
         sh(&["ip", "link", "add", h, "type", "veth", "peer", "name", d]);
         sh(&["ip", "link", "set", d, "netns", n]);
-        sh(&["ip", "addr", "add", "10.213.7.1/24", "dev", h]);
+        sh(&["ip", "addr", "add", &host_cidr, "dev", h]);
         sh(&["ip", "link", "set", h, "up"]);
         sh(&[
-            "ip",
-            "netns",
-            "exec",
-            n,
-            "ip",
-            "addr",
-            "add",
-            "10.213.7.2/24",
-            "dev",
-            d,
+            "ip", "netns", "exec", n, "ip", "addr", "add", &ns_cidr, "dev", d,
         ]);
         sh(&["ip", "netns", "exec", n, "ip", "link", "set", d, "up"]);
         sh(&["ip", "netns", "exec", n, "ip", "link", "set", "lo", "up"]);

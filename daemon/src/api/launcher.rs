@@ -3,11 +3,13 @@
 
 use std::{
     collections::BTreeMap,
+    panic::AssertUnwindSafe,
     path::PathBuf,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
+use futures_util::FutureExt as _;
 use tokio_util::sync::CancellationToken;
 
 use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
@@ -79,6 +81,15 @@ impl LoadgenLauncher {
     }
 }
 
+/// Why a run failed, from its report's `stopped` (`failed: ...`).
+fn failure(report: &serde_json::Value) -> Option<String> {
+    report
+        .get("stopped")
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| s.starts_with("failed"))
+        .map(str::to_string)
+}
+
 fn key(id: &str) -> Option<u64> {
     id.strip_prefix("run-")?.parse().ok()
 }
@@ -145,7 +156,16 @@ impl RunLauncher for LoadgenLauncher {
         };
         let state = self.state.clone();
         tokio::spawn(async move {
-            let result = loadgen::run(&scenario, opts, cancel.clone()).await;
+            // A panic must end the run as failed, never leave it `Running` (every later
+            // POST would get 409).
+            let result = AssertUnwindSafe(loadgen::run(&scenario, opts, cancel.clone()))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|p| {
+                    Err(loadgen::RunError::Internal(loadgen::engine::panic_message(
+                        &*p,
+                    )))
+                });
             let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
             let Some(run) = st.runs.get_mut(&n) else {
                 return;
@@ -153,6 +173,11 @@ impl RunLauncher for LoadgenLauncher {
             run.status.finished_unix_ms = Some(now_unix_ms());
             run.status.phase = None;
             match result.map(|r| serde_json::to_value(&r)) {
+                Ok(Ok(report)) if failure(&report).is_some() => {
+                    run.status.state = RunState::Failed;
+                    run.status.error = failure(&report);
+                    run.report = Some(report);
+                }
                 Ok(Ok(report)) => {
                     run.status.state = if run.status.state == RunState::Stopping {
                         RunState::Stopped

@@ -59,13 +59,13 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     metrics_token_file: Option<PathBuf>,
     /// Window length of the time line.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = super::args::positive_duration)]
     interval: Duration,
     /// Windows kept in memory.
     #[arg(long, default_value_t = 3600)]
     keep: usize,
     /// Exit after this long (default: until SIGTERM / Ctrl-C).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = super::args::positive_duration)]
     duration: Option<Duration>,
     /// Serve the control API (`/api/v1/runs`, `/api/v1/marks`) here: HOST:PORT or unix:PATH.
     #[arg(long, default_value = "127.0.0.1:7070", value_name = "ADDR")]

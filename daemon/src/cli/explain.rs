@@ -38,11 +38,16 @@ pub struct ExplainArgs {
     #[arg(long, default_value = ".", value_name = "DIR")]
     report_dir: PathBuf,
     /// With --explain: length of a time-line window.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = super::args::positive_duration)]
     window: Duration,
 }
 
 impl ExplainArgs {
+    /// `--report-dir`, for checking it before the run starts.
+    pub fn report_dir(&self) -> &std::path::Path {
+        &self.report_dir
+    }
+
     /// The server's processes: given pids, the cgroup's, and the listeners on the target port.
     fn servers(&self, scenario: &Scenario) -> anyhow::Result<Vec<u32>> {
         let mut pids = self.pids.clone();

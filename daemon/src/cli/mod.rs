@@ -1,4 +1,5 @@
 //! One module per subcommand: argument struct (`Args`) and `run(&Args) -> anyhow::Result<ExitCode>`.
+pub mod args;
 pub mod daemon;
 pub mod explain;
 pub mod otlp;

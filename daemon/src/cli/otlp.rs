@@ -30,7 +30,7 @@ pub struct OtlpArgs {
     #[arg(long, value_name = "NAME")]
     service_name: Option<String>,
     /// How often metrics are pushed.
-    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = super::args::positive_duration, value_name = "DURATION")]
     otlp_metric_interval: Option<Duration>,
     /// Span queue capacity; spans beyond it are dropped and counted.
     #[arg(long, value_name = "N")]

@@ -23,16 +23,27 @@ enum Command {
         /// Write the merged report here (default: print it as JSON on stdout).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Merge an incomplete shard set (missing shards, or shards of different N) as it is.
+        #[arg(long)]
+        allow_partial: bool,
     },
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let Command::Merge { reports, out } = &args.command;
+    let Command::Merge {
+        reports,
+        out,
+        allow_partial,
+    } = &args.command;
     let loaded = reports
         .iter()
         .map(|p| merge::read(p).map(|r| (p.display().to_string(), r)))
         .collect::<Result<Vec<_>, _>>()?;
-    let merged = merge::merge(&loaded)?;
+    let merged = if *allow_partial {
+        merge::merge_partial(&loaded)?
+    } else {
+        merge::merge(&loaded)?
+    };
     if let Some(path) = out {
         merged
             .write(path)

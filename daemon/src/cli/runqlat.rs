@@ -15,7 +15,7 @@ pub struct Args {
     #[arg(long = "pid", value_name = "PID")]
     pids: Vec<u32>,
     /// Length of one interval.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = super::args::positive_duration)]
     interval: Duration,
     /// Number of intervals to print, then exit; 0 = until Ctrl-C.
     #[arg(long, default_value_t = 0)]

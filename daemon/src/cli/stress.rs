@@ -1,14 +1,21 @@
 //! `inferscope stress`: run a load scenario (YAML) or a one-phase load from flags.
 //!
 //! Exit status: 0 all SLOs held; 2 an SLO failed; 3 aborted (error rate above
-//! `abort_error_rate`); 130 interrupted (Ctrl-C; the report is still written);
-//! 1 bad input or setup failure.
+//! `abort_error_rate`); 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (the report is
+//! still written; a second signal exits at once without it); 1 bad input, setup failure or
+//! a failed run (its report is written).
 
 use std::{
     collections::BTreeMap, io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration,
 };
 
+use std::sync::{
+    Arc,
+    atomic::{AtomicU8, Ordering},
+};
+
 use anyhow::{Context as _, bail};
+use inferscope::export::atomic;
 use inferscope::loadgen::{
     self, Endpoint, Options, Scenario, Shard,
     client::Target,
@@ -16,6 +23,7 @@ use inferscope::loadgen::{
     slo::Slo,
     template::{JsonTemplate, Template},
 };
+use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 /// Arguments of `inferscope stress`.
@@ -38,7 +46,7 @@ pub struct Args {
     #[arg(long, visible_alias = "concurrency")]
     connections: Option<usize>,
     /// How long to send (required without a scenario file), e.g. 60s.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = super::args::positive_duration)]
     duration: Option<Duration>,
     /// What to call: chat, completions, vector-search or http (default chat; http when --method is given).
     #[arg(long, value_enum)]
@@ -71,7 +79,7 @@ pub struct Args {
     #[arg(long)]
     max_in_flight: Option<usize>,
     /// Per-request timeout.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = super::args::positive_duration)]
     timeout: Option<Duration>,
     /// Allow a target outside loopback.
     #[arg(long)]
@@ -137,6 +145,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(s) = args.seed {
         scenario.seed = Some(s);
     }
+    // Flags may have changed numbers the file's validation already passed.
+    loadgen::limits::check(&scenario).map_err(|e| {
+        let from = args
+            .scenario
+            .as_ref()
+            .map_or_else(|| "flags".into(), |p| format!("{} with flags", p.display()));
+        anyhow::anyhow!("{from}: {e}")
+    })?;
     let opts = Options {
         allow_remote: args.allow_remote,
         keep_records: !args.no_records,
@@ -156,19 +172,22 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     .enable_all()
     .build()
     .context("starting the tokio runtime")?;
+    // Outputs are checked before the run spends its time, not after.
+    if let Some(out) = &args.out {
+        atomic::check_output_file(out)
+            .with_context(|| format!("--out {} cannot be written", out.display()))?;
+    }
+    if args.explain.explain {
+        let dir = args.explain.report_dir();
+        atomic::check_output_dir(dir)
+            .with_context(|| format!("--report-dir {} cannot be written", dir.display()))?;
+    }
+    let signalled = Arc::new(AtomicU8::new(0));
     let report = rt.block_on(async {
         let cancel = CancellationToken::new();
-        let c = cancel.clone();
+        let (c, sig) = (cancel.clone(), signalled.clone());
         let grace = scenario.grace;
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!(
-                    "\ninferscope: stopping; requests in flight get {} to finish",
-                    humantime::format_duration(grace)
-                );
-                c.cancel();
-            }
-        });
+        watch_signals(grace, c, sig)?;
         if args.explain.explain {
             super::explain::run(scenario.clone(), opts, cancel, &args.explain)
                 .await
@@ -186,12 +205,43 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing the report to {}", out.display()))?;
         eprintln!("report written to {}", out.display());
     }
+    let signal = signalled.load(Ordering::Relaxed);
     Ok(match &report.stopped {
         Some(why) if why.starts_with("aborted") => ExitCode::from(3),
+        Some(_) if signal != 0 => ExitCode::from(signal),
+        Some(why) if why.starts_with("failed") => {
+            eprintln!("inferscope: the run {why}");
+            ExitCode::FAILURE
+        }
         Some(_) => ExitCode::from(130),
         None if !report.slo_pass => ExitCode::from(2),
         None => ExitCode::SUCCESS,
     })
+}
+
+/// SIGTERM (Kubernetes, `timeout`) and SIGINT (Ctrl-C) stop sending and leave `grace` for
+/// requests in flight, then the report is written; `signalled` gets the exit code (143 or
+/// 130). A second signal exits at once.
+fn watch_signals(
+    grace: Duration,
+    cancel: CancellationToken,
+    signalled: Arc<AtomicU8>,
+) -> anyhow::Result<()> {
+    let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("watching SIGINT")?;
+    tokio::spawn(async move {
+        let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130 };
+        signalled.store(code, Ordering::Relaxed);
+        eprintln!(
+            "\ninferscope: stopping; requests in flight get {} to finish, then the report is written (signal again to exit now)",
+            humantime::format_duration(grace)
+        );
+        cancel.cancel();
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        eprintln!("inferscope: second signal: exiting without a report");
+        std::process::exit(i32::from(code));
+    });
+    Ok(())
 }
 
 /// A one-phase scenario from flags.

@@ -10,6 +10,8 @@ use std::time::Duration;
 use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
+use super::limits::HARD_MAX_DURATION;
+
 /// The open-loop shapes (see `scenario::Load` for the YAML form).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arrival {
@@ -111,14 +113,26 @@ pub fn parse_trace(text: &str, speed: f64) -> Result<Vec<Duration>, (usize, Stri
         if !secs.is_finite() {
             return Err((i + 1, "timestamp is not finite".into()));
         }
-        ts.push(secs);
+        ts.push((secs, i + 1));
     }
-    ts.sort_by(f64::total_cmp);
-    let first = ts.first().copied().unwrap_or(0.0);
-    Ok(ts
-        .iter()
-        .map(|t| Duration::from_secs_f64((t - first) / speed))
-        .collect())
+    ts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let first = ts.first().map_or(0.0, |t| t.0);
+    ts.iter()
+        .map(|&(t, line)| {
+            // A huge gap (or a tiny speed) must be an error, not a Duration overflow.
+            Duration::try_from_secs_f64((t - first) / speed)
+                .ok()
+                .filter(|d| *d <= HARD_MAX_DURATION)
+                .ok_or_else(|| {
+                    (
+                        line,
+                        format!(
+                            "timestamp {t} is more than 7 days (at speed {speed}) after the first one"
+                        ),
+                    )
+                })
+        })
+        .collect()
 }
 
 /// Coefficient of variation (std dev / mean) of the gaps between sorted offsets.
@@ -215,5 +229,10 @@ mod tests {
         .unwrap();
         assert_eq!(secs(&t), [0.0, 0.25, 1.0]);
         assert_eq!(parse_trace("1\nxx\n", 1.0).unwrap_err().0, 2);
+        // A gap beyond any phase names its line instead of overflowing a Duration.
+        let e = parse_trace("0\n1e300\n5\n", 1.0).unwrap_err();
+        assert_eq!(e.0, 2, "{e:?}");
+        assert!(e.1.contains("7 days"), "{e:?}");
+        assert_eq!(parse_trace("0\n1\n", 1e-300).unwrap_err().0, 2);
     }
 }

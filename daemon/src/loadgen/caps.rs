@@ -84,7 +84,9 @@ impl TokenBucket {
         // Reserve now (the level goes negative) so later requests queue behind this one.
         let wait = (n - self.level) / self.rate;
         self.level -= n;
-        Some(Duration::from_secs_f64(wait))
+        // A tiny rate gives a wait beyond any Duration: wait "forever" (the phase's end stops
+        // it) rather than panic.
+        Some(Duration::try_from_secs_f64(wait).unwrap_or(Duration::MAX))
     }
 }
 

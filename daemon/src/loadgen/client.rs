@@ -12,27 +12,27 @@ use hyper::{
     Method, Request, Response, Uri, body::Incoming, client::conn::http1, header::HeaderValue,
 };
 use hyper_util::{
-    client::legacy::{
-        Client,
-        connect::{HttpConnector, HttpInfo},
-    },
+    client::legacy::{Client, connect::HttpInfo},
     rt::{TokioExecutor, TokioIo},
 };
 
-use super::record::{ErrorClass, RequestRecord};
+use super::{
+    dial::{self, GuardedConnector},
+    record::{ErrorClass, RequestRecord},
+};
 
 /// The pooled client type.
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub type HttpClient = Client<GuardedConnector, Full<Bytes>>;
 
 /// A client with keep-alive, `TCP_NODELAY`, a connect timeout and an unbounded idle pool
-/// (the engine's in-flight caps bound the number of connections).
+/// (the engine's in-flight caps bound the number of connections). Every connection goes
+/// through the loopback guardrail ([`dial`]); `allow_remote` lifts it.
 #[must_use]
-pub fn build_client(connect_timeout: Duration) -> HttpClient {
-    let mut conn = HttpConnector::new();
-    conn.set_nodelay(true);
-    conn.set_keepalive(Some(Duration::from_secs(30)));
-    conn.set_connect_timeout(Some(connect_timeout));
-    conn.set_reuse_address(true);
+pub fn build_client(connect_timeout: Duration, allow_remote: bool) -> HttpClient {
+    let conn = GuardedConnector {
+        allow_remote,
+        timeout: connect_timeout,
+    };
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(usize::MAX)
@@ -42,8 +42,9 @@ pub fn build_client(connect_timeout: Duration) -> HttpClient {
 /// Where requests go: scheme and authority of the target plus default headers.
 #[derive(Debug, Clone)]
 pub struct Target {
-    scheme: String,
-    authority: String,
+    authority: hyper::http::uri::Authority,
+    host: String,
+    port: u16,
     headers: Vec<(hyper::header::HeaderName, HeaderValue)>,
 }
 
@@ -59,6 +60,18 @@ pub enum TargetError {
     /// A header name or value is not valid HTTP.
     #[error("bad header {0:?}")]
     Header(String),
+    /// A request path that is not an absolute path (it could name another host).
+    #[error("bad path {0:?}: a path must start with `/`, e.g. /v1/chat/completions")]
+    Path(String),
+}
+
+/// Checks a request path: absolute (`/...`) and valid in a request line. A path such as
+/// `@host/` would otherwise turn the target into userinfo when glued to the base URL.
+pub fn check_path(path: &str) -> Result<hyper::http::uri::PathAndQuery, TargetError> {
+    if !path.starts_with('/') || path.starts_with("//") {
+        return Err(TargetError::Path(path.into()));
+    }
+    path.parse().map_err(|_| TargetError::Path(path.into()))
 }
 
 impl Target {
@@ -76,7 +89,10 @@ impl Target {
         }
         let authority = uri
             .authority()
-            .ok_or_else(|| TargetError::Url(url.into()))?;
+            .ok_or_else(|| TargetError::Url(url.into()))?
+            .clone();
+        let host = uri.host().unwrap_or_default().to_string();
+        let port = uri.port_u16().unwrap_or(80);
         let headers = headers
             .into_iter()
             .map(|(k, v)| {
@@ -87,8 +103,9 @@ impl Target {
             })
             .collect::<Result<_, TargetError>>()?;
         Ok(Target {
-            scheme: scheme.into(),
-            authority: authority.to_string(),
+            authority,
+            host,
+            port,
             headers,
         })
     }
@@ -101,12 +118,15 @@ impl Target {
         (p != "/" && !p.is_empty()).then(|| p.to_string())
     }
 
-    /// The absolute URI of `path` (an unparsable path gives `/`).
-    #[must_use]
-    pub fn uri(&self, path: &str) -> Uri {
-        format!("{}://{}{}", self.scheme, self.authority, path)
-            .parse()
-            .unwrap_or_default()
+    /// The absolute URI of `path`, built from parts so that the path can never change
+    /// the authority.
+    pub fn uri(&self, path: &str) -> Result<Uri, TargetError> {
+        Uri::builder()
+            .scheme("http")
+            .authority(self.authority.clone())
+            .path_and_query(check_path(path)?)
+            .build()
+            .map_err(|_| TargetError::Path(path.into()))
     }
 
     /// Builds a request to `path` with the default and extra headers.
@@ -116,8 +136,8 @@ impl Target {
         path: &str,
         body: Bytes,
         extra: &[(hyper::header::HeaderName, HeaderValue)],
-    ) -> Request<Full<Bytes>> {
-        self.request_to(method, self.uri(path), body, extra)
+    ) -> Result<Request<Full<Bytes>>, TargetError> {
+        Ok(self.request_to(method, self.uri(path)?, body, extra))
     }
 
     /// Builds a request to a prepared URI (saves parsing it per request).
@@ -163,44 +183,39 @@ pub enum Via<'a> {
 
 /// A single HTTP/1.1 connection owned by one virtual user.
 pub struct OwnConn {
-    authority: String,
+    host_name: String,
+    port: u16,
+    allow_remote: bool,
     host: HeaderValue,
     connect_timeout: Duration,
     conn: Option<(http1::SendRequest<Full<Bytes>>, SocketAddr, SocketAddr)>,
 }
 
 impl OwnConn {
-    /// A not-yet-connected connection to the target.
+    /// A not-yet-connected connection to the target; `allow_remote` lifts the loopback
+    /// guardrail.
     #[must_use]
-    pub fn new(target: &Target, connect_timeout: Duration) -> Self {
+    pub fn new(target: &Target, connect_timeout: Duration, allow_remote: bool) -> Self {
         OwnConn {
-            host: HeaderValue::from_str(&target.authority)
+            host: HeaderValue::from_str(target.authority.as_str())
                 .unwrap_or(HeaderValue::from_static("localhost")),
-            authority: target.authority.clone(),
+            host_name: target.host.clone(),
+            port: target.port,
+            allow_remote,
             connect_timeout,
             conn: None,
         }
     }
 
     async fn connect(&mut self) -> Result<(), (ErrorClass, String)> {
-        let stream = tokio::time::timeout(
+        let stream = dial::dial(
+            &self.host_name,
+            self.port,
+            self.allow_remote,
             self.connect_timeout,
-            tokio::net::TcpStream::connect(&self.authority),
         )
         .await
-        .map_err(|_| {
-            (
-                ErrorClass::Connect,
-                format!("connect to {} timed out", self.authority),
-            )
-        })?
-        .map_err(|e| {
-            (
-                ErrorClass::Connect,
-                format!("connect to {}: {e}", self.authority),
-            )
-        })?;
-        let _ = stream.set_nodelay(true);
+        .map_err(|e| (connect_class(&e), e.to_string()))?;
         let (local, remote) = (stream.local_addr(), stream.peer_addr());
         let (sender, conn) = http1::handshake(TokioIo::new(stream))
             .await
@@ -264,7 +279,9 @@ impl Via<'_> {
                     Ok((resp, addrs))
                 }
                 Err(e) => {
-                    let class = if e.is_connect() {
+                    let class = if fd_limit_in(&e) {
+                        ErrorClass::ClientFdLimit
+                    } else if e.is_connect() {
                         ErrorClass::Connect
                     } else {
                         ErrorClass::Transport
@@ -349,6 +366,34 @@ pub async fn plain(
     if !status.is_success() {
         fail_status(rec, status.as_u16(), &body);
     }
+}
+
+/// The class of a failed connect: the client's own descriptor limit, or the server's side.
+fn connect_class(e: &dial::DialError) -> ErrorClass {
+    if e.is_fd_limit() {
+        ErrorClass::ClientFdLimit
+    } else {
+        ErrorClass::Connect
+    }
+}
+
+/// Whether EMFILE/ENFILE is anywhere in the chain of `e`.
+fn fd_limit_in(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(d) = c.downcast_ref::<dial::DialError>()
+            && d.is_fd_limit()
+        {
+            return true;
+        }
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && dial::is_fd_limit(io)
+        {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
 }
 
 /// `error: cause: cause` of an error and its sources.

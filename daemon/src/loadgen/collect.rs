@@ -23,8 +23,8 @@ pub enum Msg {
     Record(RequestRecord),
     /// `n` more requests of a phase reached their start time.
     Scheduled(u32, u64),
-    /// A request was dropped by a cap.
-    Dropped(u32),
+    /// `n` requests of a phase were dropped by a cap (or not sent by the phase's end).
+    Dropped(u32, u64),
     /// An `events:` request finished.
     Event(EventRecord),
 }
@@ -81,7 +81,7 @@ pub async fn run(
                 None => break,
                 Some(Msg::PhaseStart(i, at)) => current = Some((i, at)),
                 Some(Msg::Scheduled(i, n)) => out.metrics[i as usize].scheduled += n,
-                Some(Msg::Dropped(i)) => out.metrics[i as usize].dropped += 1,
+                Some(Msg::Dropped(i, n)) => out.metrics[i as usize].dropped += n,
                 Some(Msg::Event(e)) => out.events.push(e),
                 Some(Msg::Record(r)) => {
                     out.metrics[r.phase as usize].record(&r);

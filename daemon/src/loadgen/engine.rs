@@ -14,6 +14,9 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt as _;
 use hyper::Method;
 use rand::{RngCore as _, SeedableRng as _, rngs::SmallRng};
 use tokio::{
@@ -79,6 +82,12 @@ pub enum RunError {
     /// The target URL or a header is unusable.
     #[error(transparent)]
     Target(#[from] TargetError),
+    /// A number is out of range (a scenario built in code or changed by flags).
+    #[error("{0}")]
+    Invalid(String),
+    /// The run's own machinery failed (a bug): the message says where.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 struct Shared {
@@ -86,6 +95,8 @@ struct Shared {
     target: Target,
     t0: std::time::Instant,
     timeout: Duration,
+    allow_remote: bool,
+    shard: Shard,
     hard_stop: CancellationToken,
     tx: mpsc::UnboundedSender<Msg>,
     global: Arc<Semaphore>,
@@ -106,7 +117,18 @@ pub async fn run(
     if !opts.allow_remote && !is_loopback(&host) {
         return Err(RunError::Remote(scenario.target.clone()));
     }
+    super::limits::check(scenario).map_err(RunError::Invalid)?;
     let target = Target::new(&scenario.target, &scenario.headers)?;
+    let event_uris = scenario
+        .phases
+        .iter()
+        .map(|p| {
+            p.events
+                .iter()
+                .map(|e| target.uri(&e.path))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let ctxs = scenario
         .phases
         .iter()
@@ -146,7 +168,9 @@ pub async fn run(
         .map_or(0, |d| d.as_nanos() as u64);
     let started_monotonic_ns = crate::probes::clock::monotonic_ns();
     let shared = Arc::new(Shared {
-        client: build_client(scenario.timeout),
+        client: build_client(scenario.timeout, opts.allow_remote),
+        allow_remote: opts.allow_remote,
+        shard: share,
         target,
         t0: std::time::Instant::now(),
         timeout: scenario.timeout,
@@ -157,33 +181,121 @@ pub async fn run(
     });
     let tracker = TaskTracker::new();
     let mut elapsed = vec![0.0; scenario.phases.len()];
+    // A panic while dispatching ends the run as failed, with the report of what was done:
+    // the collector and the requests in flight outlive the dispatcher.
+    let dispatched = AssertUnwindSafe(dispatch(
+        scenario,
+        &shared,
+        &ctxs,
+        &event_uris,
+        &mut rng,
+        &mut elapsed,
+        &tracker,
+        &cancel,
+    ))
+    .catch_unwind()
+    .await;
+    let failed = dispatched.err().map(|p| {
+        // Closed-loop users stop too.
+        cancel.cancel();
+        format!(
+            "failed: internal error while sending: {}",
+            panic_message(&*p)
+        )
+    });
+    tracker.close();
+    tokio::select! {
+        () = tracker.wait() => {}
+        () = async { cancel.cancelled().await; tokio::time::sleep(scenario.grace).await } => {
+            shared.hard_stop.cancel();
+            tracker.wait().await;
+        }
+    }
+    let run_elapsed = shared.t0.elapsed().as_secs_f64();
+    drop(shared);
+    let collected = collector
+        .await
+        .map_err(|e| RunError::Internal(format!("the collector failed: {e}")))?;
+    let phases: Vec<PhaseReport> = scenario
+        .phases
+        .iter()
+        .zip(&collected.metrics)
+        .zip(&elapsed)
+        .zip(&ctxs)
+        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, share), m))
+        .collect();
+    let stopped = failed.or(collected.abort).or_else(|| {
+        cancel
+            .is_cancelled()
+            .then(|| "interrupted (Ctrl-C or cancelled by the caller)".to_string())
+    });
+    Ok(Report {
+        schema: SCHEMA.into(),
+        version: VERSION,
+        scenario: scenario.name.clone(),
+        target: scenario.target.clone(),
+        shard: (share != Shard::WHOLE).then_some(share),
+        started_unix_ns,
+        started_monotonic_ns,
+        elapsed_s: run_elapsed,
+        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
+        stopped,
+        phases,
+        events: collected.events,
+        records: collected.records,
+    })
+}
+
+/// The text of a panic payload.
+#[must_use]
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// Sends every phase in turn; `elapsed` gets each phase's sending time.
+#[allow(clippy::too_many_arguments)]
+async fn dispatch(
+    scenario: &Scenario,
+    shared: &Arc<Shared>,
+    ctxs: &[Arc<PhaseCtx>],
+    event_uris: &[Vec<hyper::Uri>],
+    rng: &mut SmallRng,
+    elapsed: &mut [f64],
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+) {
+    let share = shared.shard;
     let mut phase_start = Instant::now();
-    for (i, (phase, ctx)) in scenario.phases.iter().zip(&ctxs).enumerate() {
+    for (i, (phase, ctx)) in scenario.phases.iter().zip(ctxs).enumerate() {
         if cancel.is_cancelled() {
             break;
         }
         let _ = shared.tx.send(Msg::PhaseStart(i as u32, phase_start));
         let end = phase_start + phase.duration;
-        for ev in &phase.events {
+        for (ev, uri) in phase.events.iter().zip(&event_uris[i]) {
             tracker.spawn(event(
                 shared.clone(),
                 i as u32,
                 ev.clone(),
+                uri.clone(),
                 phase_start + ev.at,
                 cancel.clone(),
             ));
         }
         let scheduled = if let Some(a) = phase.load.arrival() {
-            let offsets = share.schedule(&a, phase.duration, &mut rng);
+            let offsets = share.schedule(&a, phase.duration, rng);
             open_loop(
-                &shared,
+                shared,
                 ctx,
                 phase,
                 &offsets,
                 phase_start,
-                &mut rng,
-                &tracker,
-                &cancel,
+                rng,
+                tracker,
+                cancel,
             )
             .await
         } else {
@@ -207,45 +319,6 @@ pub async fn run(
         // The next phase starts at this one's planned end: no drift across phases.
         phase_start = end;
     }
-    tracker.close();
-    tokio::select! {
-        () = tracker.wait() => {}
-        () = async { cancel.cancelled().await; tokio::time::sleep(scenario.grace).await } => {
-            shared.hard_stop.cancel();
-            tracker.wait().await;
-        }
-    }
-    let run_elapsed = shared.t0.elapsed().as_secs_f64();
-    drop(shared);
-    let collected = collector.await.expect("collector task panicked");
-    let phases: Vec<PhaseReport> = scenario
-        .phases
-        .iter()
-        .zip(&collected.metrics)
-        .zip(&elapsed)
-        .zip(&ctxs)
-        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, share), m))
-        .collect();
-    let stopped = collected.abort.or_else(|| {
-        cancel
-            .is_cancelled()
-            .then(|| "interrupted (Ctrl-C or cancelled by the caller)".to_string())
-    });
-    Ok(Report {
-        schema: SCHEMA.into(),
-        version: VERSION,
-        scenario: scenario.name.clone(),
-        target: scenario.target.clone(),
-        shard: (share != Shard::WHOLE).then_some(share),
-        started_unix_ns,
-        started_monotonic_ns,
-        elapsed_s: run_elapsed,
-        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
-        stopped,
-        phases,
-        events: collected.events,
-        records: collected.records,
-    })
 }
 
 fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseInfo {
@@ -280,11 +353,25 @@ async fn open_loop(
         .map(|n| Arc::new(Semaphore::new(n.max(1))));
     let mut bucket = phase.max_tokens_per_s.map(TokenBucket::new);
     let mut scheduled = 0;
-    for off in offsets {
+    // Waiting for a cap never runs past the phase's end: the next phase starts on time, and
+    // the arrivals not sent by then count as scheduled and dropped.
+    let end = start + phase.duration;
+    let overrun = |k: usize, scheduled: &mut u64| {
+        let left = (offsets.len() - k) as u64;
+        *scheduled += left - 1;
+        let _ = shared.tx.send(Msg::Dropped(ctx.index, left));
+    };
+    for (k, off) in offsets.iter().enumerate() {
         let deadline = start + *off;
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+        // A dispatcher panic, injected by the test that checks it becomes a failed run.
+        #[cfg(test)]
+        assert!(
+            !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
+            "injected panic"
+        );
         let prepared = ctx.prepare(rng, seq);
         if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
             match (
@@ -292,29 +379,36 @@ async fn open_loop(
                 phase.when_capped,
             ) {
                 (None, _) => {
-                    let _ = shared.tx.send(Msg::Dropped(ctx.index));
+                    let _ = shared.tx.send(Msg::Dropped(ctx.index, 1));
                     continue;
                 }
                 (Some(wait), CapPolicy::Wait) if !wait.is_zero() => {
+                    if Instant::now().checked_add(wait).is_none_or(|t| t > end) {
+                        overrun(k, &mut scheduled);
+                        break;
+                    }
                     tokio::select! { () = tokio::time::sleep(wait) => {}, () = cancel.cancelled() => break }
                 }
                 _ => {}
             }
         }
-        let permits = match acquire(
+        let capped = acquire(
             &shared.global,
             phase_sem.as_ref(),
             phase.when_capped,
             cancel,
-        )
-        .await
-        {
-            Acquired::Yes(p) => p,
-            Acquired::Full => {
-                let _ = shared.tx.send(Msg::Dropped(ctx.index));
+        );
+        let permits = match tokio::time::timeout_at(end, capped).await {
+            Ok(Acquired::Yes(p)) => p,
+            Ok(Acquired::Full) => {
+                let _ = shared.tx.send(Msg::Dropped(ctx.index, 1));
                 continue;
             }
-            Acquired::Cancelled => break,
+            Ok(Acquired::Cancelled) => break,
+            Err(_) => {
+                overrun(k, &mut scheduled);
+                break;
+            }
         };
         let intended = deadline
             .into_std()
@@ -342,10 +436,13 @@ async fn user(
     cancel: CancellationToken,
 ) {
     // Each user owns one connection, as a wrk/oha connection does.
-    let mut conn = OwnConn::new(&shared.target, shared.timeout);
+    let mut conn = OwnConn::new(&shared.target, shared.timeout, shared.allow_remote);
     let mut n = 0;
     while Instant::now() < end && !cancel.is_cancelled() {
-        let Ok(permit) = shared.global.clone().acquire_owned().await else {
+        // Waiting for room never runs past the phase's end.
+        let Ok(Ok(permit)) =
+            tokio::time::timeout_at(end, shared.global.clone().acquire_owned()).await
+        else {
             break;
         };
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
@@ -405,6 +502,7 @@ async fn event(
     shared: Arc<Shared>,
     phase: u32,
     ev: super::scenario::EventSpec,
+    uri: hyper::Uri,
     at: Instant,
     cancel: CancellationToken,
 ) {
@@ -412,7 +510,7 @@ async fn event(
     let method =
         Method::from_bytes(ev.method.to_ascii_uppercase().as_bytes()).unwrap_or(Method::POST);
     let body = ev.body.unwrap_or_else(|| serde_json::json!({})).to_string();
-    let req = shared.target.request(&method, &ev.path, body.into(), &[]);
+    let req = shared.target.request_to(&method, uri, body.into(), &[]);
     let at_us = us_since(shared.t0);
     let outcome = match tokio::time::timeout(shared.timeout, shared.client.request(req)).await {
         Ok(Ok(resp)) => format!("HTTP {}", resp.status().as_u16()),
@@ -427,4 +525,35 @@ async fn event(
         end_us: us_since(shared.t0),
         outcome,
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_while_sending_is_a_failed_run_with_a_report() {
+        let mut cfg = crate::sim::profile("healthy").unwrap();
+        cfg.vector.corpus_size = 10;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sim = crate::sim::start(cfg, l).await.unwrap();
+        let yaml = format!(
+            "target: http://{}\nphases:\n  - name: test-panic\n    duration: 2s\n    load: {{shape: constant, rate: 20}}\n    request: {{endpoint: http, path: /metrics}}\n",
+            sim.addr()
+        );
+        let s = Scenario::from_yaml(&yaml, "t.yaml", Path::new(".")).unwrap();
+        let t = std::time::Instant::now();
+        let r = run(&s, Options::new(), CancellationToken::new())
+            .await
+            .unwrap();
+        let why = r.stopped.as_deref().unwrap_or_default();
+        assert!(why.starts_with("failed: internal error"), "{why}");
+        assert!(why.contains("injected panic"), "{why}");
+        // What was sent before the panic is in the report, and the run did not hang.
+        assert_eq!(r.records.len(), 5, "{:?}", r.phases[0].counts);
+        assert!(t.elapsed() < Duration::from_secs(2));
+        sim.shutdown().await.unwrap();
+    }
 }

@@ -10,6 +10,7 @@ use super::{
     metrics::{HISTS, PhaseMetrics, decode_hist},
     record::ErrorClass,
     report::{PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
+    shard::Shard,
     slo::Slo,
 };
 
@@ -55,6 +56,14 @@ pub enum MergeError {
         /// The first report.
         first: String,
         /// What differs.
+        why: String,
+    },
+    /// The shards do not add up to one whole load.
+    #[error(
+        "incomplete shard set: {why}; merge every shard's report, or pass --allow-partial to merge what is there"
+    )]
+    Incomplete {
+        /// Which shards are missing or disagree.
         why: String,
     },
     /// A histogram or SLO inside a report is damaged.
@@ -197,9 +206,64 @@ fn check_same(first: &(String, Report), other: &(String, Report)) -> Result<(), 
     Ok(())
 }
 
-/// Merges reports (`(file name, report)`, the name used in errors) into one.
-#[allow(clippy::too_many_lines)] // checks, then one pass per phase: one story
+/// Checks that sharded reports form one whole load: every report is a shard, all of the same
+/// N, and every index `0..N` is present. Reports without a shard (whole runs on several
+/// hosts) are complete by themselves.
+pub fn check_complete(reports: &[(String, Report)]) -> Result<(), MergeError> {
+    let shards: Vec<(&str, Shard)> = reports
+        .iter()
+        .filter_map(|(f, r)| r.shard.map(|s| (f.as_str(), s)))
+        .collect();
+    let Some(&(first_file, first)) = shards.first() else {
+        return Ok(());
+    };
+    if shards.len() != reports.len() {
+        let whole: Vec<&str> = reports
+            .iter()
+            .filter(|(_, r)| r.shard.is_none())
+            .map(|(f, _)| f.as_str())
+            .collect();
+        return Err(MergeError::Incomplete {
+            why: format!(
+                "{} {} not a shard while {first_file} is shard {first}",
+                whole.join(", "),
+                if whole.len() == 1 { "is" } else { "are" }
+            ),
+        });
+    }
+    if let Some((f, s)) = shards.iter().find(|(_, s)| s.count != first.count) {
+        return Err(MergeError::Incomplete {
+            why: format!(
+                "{f} is shard {s} but {first_file} is shard {first}: shards of different N"
+            ),
+        });
+    }
+    let missing: Vec<String> = (0..first.count)
+        .filter(|i| !shards.iter().any(|(_, s)| s.index == *i))
+        .map(|i| format!("{i}/{}", first.count))
+        .collect();
+    if !missing.is_empty() {
+        return Err(MergeError::Incomplete {
+            why: format!(
+                "missing shard{} {}",
+                if missing.len() == 1 { "" } else { "s" },
+                missing.join(", ")
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Merges reports (`(file name, report)`, the name used in errors) into one; an incomplete
+/// shard set is refused (see [`check_complete`]).
 pub fn merge(reports: &[(String, Report)]) -> Result<Report, MergeError> {
+    check_consistent(reports)?;
+    check_complete(reports)?;
+    merge_partial(reports)
+}
+
+/// One scenario, each shard once.
+fn check_consistent(reports: &[(String, Report)]) -> Result<(), MergeError> {
     let first = reports.first().ok_or(MergeError::Empty)?;
     let mut seen = Vec::new();
     for r in reports {
@@ -215,6 +279,14 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, MergeError> {
             seen.push((r.0.clone(), s));
         }
     }
+    Ok(())
+}
+
+/// Merges reports without requiring a complete shard set (`--allow-partial`); they must still
+/// be of one scenario, each shard once.
+pub fn merge_partial(reports: &[(String, Report)]) -> Result<Report, MergeError> {
+    check_consistent(reports)?;
+    let first = reports.first().ok_or(MergeError::Empty)?;
     let start = reports
         .iter()
         .map(|(_, r)| r.started_unix_ns)
@@ -258,22 +330,23 @@ pub fn merge(reports: &[(String, Report)]) -> Result<Report, MergeError> {
     let mut records = Vec::new();
     let mut events = Vec::new();
     for (_, r) in reports {
+        // Saturating: a damaged report must not overflow the arithmetic.
         let shift = (r.started_unix_ns - start) / 1000;
         records.extend(r.records.iter().cloned().map(|mut rec| {
-            rec.intended_us += shift;
-            rec.actual_us += shift;
-            rec.end_us += shift;
+            rec.intended_us = rec.intended_us.saturating_add(shift);
+            rec.actual_us = rec.actual_us.saturating_add(shift);
+            rec.end_us = rec.end_us.saturating_add(shift);
             if let Some(t) = &mut rec.first_byte_us {
-                *t += shift;
+                *t = t.saturating_add(shift);
             }
             for t in &mut rec.token_us {
-                *t += shift;
+                *t = t.saturating_add(shift);
             }
             rec
         }));
         events.extend(r.events.iter().cloned().map(|mut e| {
-            e.at_us += shift;
-            e.end_us += shift;
+            e.at_us = e.at_us.saturating_add(shift);
+            e.end_us = e.end_us.saturating_add(shift);
             e
         }));
     }

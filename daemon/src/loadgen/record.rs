@@ -66,11 +66,14 @@ pub enum ErrorClass {
     Transport,
     /// The client stopped the request: chaos knob `abort_fraction`, or shutdown.
     Aborted,
+    /// The load generator ran out of file descriptors (EMFILE/ENFILE) opening a connection:
+    /// its own limit, not the server's fault. Raise `ulimit -n` or lower the load.
+    ClientFdLimit,
 }
 
 impl ErrorClass {
     /// All classes, in report order.
-    pub const ALL: [ErrorClass; 7] = [
+    pub const ALL: [ErrorClass; 8] = [
         ErrorClass::Connect,
         ErrorClass::Timeout,
         ErrorClass::HttpStatus,
@@ -78,6 +81,7 @@ impl ErrorClass {
         ErrorClass::ServerErrorEvent,
         ErrorClass::Transport,
         ErrorClass::Aborted,
+        ErrorClass::ClientFdLimit,
     ];
 
     /// The `snake_case` name used in reports.
@@ -91,6 +95,7 @@ impl ErrorClass {
             ErrorClass::ServerErrorEvent => "server_error_event",
             ErrorClass::Transport => "transport",
             ErrorClass::Aborted => "aborted",
+            ErrorClass::ClientFdLimit => "client_fd_limit",
         }
     }
 }

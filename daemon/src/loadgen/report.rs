@@ -22,7 +22,8 @@ pub const VERSION: u32 = 1;
 pub struct Counts {
     /// Requests the schedule asked for (open loop) or started (closed loop).
     pub scheduled: u64,
-    /// Dropped because a cap was hit (`when_capped: drop`).
+    /// Dropped because a cap was hit (`when_capped: drop`), or held by a cap (`wait`) past the
+    /// phase's end and never sent.
     pub dropped: u64,
     /// Finished, ok or not.
     pub finished: u64,
@@ -207,8 +208,10 @@ impl PhaseReport {
 impl Report {
     /// Writes the JSON report (pretty-printed) to `path`.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        let f = std::io::BufWriter::new(std::fs::File::create(path)?);
-        serde_json::to_writer(f, self).map_err(std::io::Error::other)
+        // Complete or absent: a temporary file beside it, flushed, synced and renamed.
+        crate::export::atomic::write_atomic(path, |w| {
+            serde_json::to_writer(w, self).map_err(std::io::Error::other)
+        })
     }
 
     /// The terminal table: one row per phase, then failed SLOs.

@@ -21,6 +21,9 @@ use super::{
     vector::{self, VectorCall},
 };
 
+/// Ground truth of a vector search when `exact_path` is not given.
+const DEFAULT_EXACT_PATH: &str = "/v1/vector/exact";
+
 const DEFAULT_PROMPT: &str = "Explain in a few sentences why the sky is blue.";
 
 /// Everything needed to build and judge the requests of one phase.
@@ -30,8 +33,8 @@ pub struct PhaseCtx {
     pub index: u32,
     /// Endpoint kind.
     pub endpoint: Endpoint,
-    path: String,
     uri: hyper::Uri,
+    exact_uri: hyper::Uri,
     method: Method,
     spec: RequestSpec,
     prompt: Option<Template>,
@@ -91,8 +94,8 @@ impl PhaseCtx {
         Ok(PhaseCtx {
             index,
             endpoint,
-            uri: target.uri(&path),
-            path,
+            uri: target.uri(&path)?,
+            exact_uri: target.uri(spec.exact_path.as_deref().unwrap_or(DEFAULT_EXACT_PATH))?,
             method,
             prompt: spec.prompt.clone(),
             dataset,
@@ -248,14 +251,9 @@ impl PhaseCtx {
                 .await;
             }
             Endpoint::VectorSearch => {
-                let exact = self
-                    .spec
-                    .exact_path
-                    .as_deref()
-                    .unwrap_or("/v1/vector/exact");
                 let call = VectorCall {
-                    path: &self.path,
-                    exact_path: p.sample_recall.then_some(exact),
+                    uri: &self.uri,
+                    exact: p.sample_recall.then_some(&self.exact_uri),
                     top_k: self.spec.top_k.unwrap_or(10) as usize,
                     headers: &self.headers,
                 };

@@ -13,12 +13,13 @@ pub use super::shape::Load;
 pub use super::validate::is_loopback;
 use super::{
     dataset::{Dataset, DatasetSpec},
+    limits::{
+        de_duration, de_opt_dimensions, de_opt_in_flight, de_opt_oversize, de_opt_tokens_per_s,
+    },
     record::Endpoint,
     slo::Slo,
     template::{JsonTemplate, Template},
-    validate::{
-        de_duration, de_opt_json_template, de_opt_ratio, de_opt_template, de_ratio, de_slos,
-    },
+    validate::{de_opt_json_template, de_opt_ratio, de_opt_template, de_ratio, de_slos},
 };
 
 /// Hard ceilings no scenario can exceed (guardrails against typos such as `rate: 20000`).
@@ -82,8 +83,10 @@ pub struct Phase {
     #[serde(default)]
     pub request: RequestSpec,
     /// Cap on this phase's requests in flight.
+    #[serde(default, deserialize_with = "de_opt_in_flight")]
     pub max_in_flight: Option<usize>,
     /// Cap on requested output tokens per second (sum of `max_tokens` sent).
+    #[serde(default, deserialize_with = "de_opt_tokens_per_s")]
     pub max_tokens_per_s: Option<f64>,
     /// What to do with a request when a cap is hit.
     #[serde(default)]
@@ -144,6 +147,7 @@ pub struct RequestSpec {
     #[serde(default, deserialize_with = "de_opt_template")]
     pub text: Option<Template>,
     /// Vector search: random unit query vectors of this many dimensions.
+    #[serde(default, deserialize_with = "de_opt_dimensions")]
     pub dimensions: Option<usize>,
     /// Vector search: `top_k` (default 10).
     pub top_k: Option<u32>,
@@ -169,7 +173,8 @@ pub struct ChaosSpec {
     /// Fraction whose prompt is inflated to `oversize_tokens` words.
     #[serde(default, deserialize_with = "de_ratio")]
     pub oversize_prompt: f64,
-    /// Size of an oversize prompt in words (default 200000).
+    /// Size of an oversize prompt in words (default 200000, at most 1000000).
+    #[serde(default, deserialize_with = "de_opt_oversize")]
     pub oversize_tokens: Option<u32>,
 }
 

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use serde::Deserialize;
 
-use super::{arrival, scenario::HARD_MAX_RATE};
+use super::{arrival, limits::BURSTINESS, scenario::HARD_MAX_RATE};
 
 /// Load shapes, written `load: {shape: poisson, rate: 20}`. Open-loop shapes take
 /// requests per second; `concurrency` is closed loop.
@@ -119,8 +119,8 @@ impl TryFrom<LoadRaw> for Load {
                 rate: rate_ok("rate", r.rate)?,
                 burstiness: r
                     .burstiness
-                    .filter(|b| *b > 0.0 && b.is_finite())
-                    .ok_or("shape `gamma` needs `burstiness:` > 0 (1 = Poisson)")?,
+                    .filter(|b| (BURSTINESS.0..=BURSTINESS.1).contains(b))
+                    .ok_or("shape `gamma` needs `burstiness:` in 0.001..=1000 (1 = Poisson)")?,
             },
             "ramp" => Load::Ramp {
                 from: rate_ok("from", r.from)?,

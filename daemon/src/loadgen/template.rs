@@ -169,8 +169,11 @@ fn parse_placeholder(inner: &str) -> Result<Part, TemplateError> {
         },
         "random_float" => match args.as_slice() {
             [a, b] => match (a.parse::<f64>(), b.parse::<f64>()) {
-                (Ok(a), Ok(b)) if a <= b && a.is_finite() && b.is_finite() => Ok(Part::Float(a, b)),
-                _ => Err(bad("random_float needs two numbers a <= b")),
+                // The width must be finite too: `(-1e308, 1e308)` overflows when sampled.
+                (Ok(a), Ok(b)) if a <= b && (b - a).is_finite() => Ok(Part::Float(a, b)),
+                _ => Err(bad(
+                    "random_float needs two finite numbers a <= b whose difference is finite",
+                )),
             },
             _ => Err(bad("random_float takes two arguments")),
         },
@@ -321,5 +324,15 @@ mod tests {
         let e = Template::parse("${nope(1)}").unwrap_err().to_string();
         assert!(e.contains("unknown function `nope`"), "{e}");
         assert!(Template::parse("${choice()}").is_err());
+        for bad in [
+            "${random_float(-1e308,1e308)}",
+            "${random_float(0,inf)}",
+            "${random_float(NaN,1)}",
+        ] {
+            let e = Template::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("finite"), "{bad}: {e}");
+        }
+        let wide = render("${random_float(-1e307,1e307)}", None);
+        assert!(wide.parse::<f64>().is_ok_and(f64::is_finite), "{wide}");
     }
 }

@@ -8,7 +8,9 @@ use serde::{Deserialize, Deserializer, de::Error as _};
 
 use super::{
     arrival,
+    client::check_path,
     dataset::Dataset,
+    limits,
     record::Endpoint,
     scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Phase, Scenario, ScenarioError},
     shape::Load,
@@ -71,6 +73,7 @@ impl Scenario {
                 format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"),
             ));
         }
+
         let mut rng = SmallRng::seed_from_u64(self.seed.unwrap_or(0));
         for (name, spec) in &self.datasets {
             let ds = Dataset::load(spec, base, &mut rng)
@@ -87,6 +90,8 @@ impl Scenario {
             }
             check_phase(p, &self.loaded, base, &err)?;
         }
+        // Cross-field ranges (an event after its phase's end) and a second look at the rest.
+        limits::check(self).map_err(|msg| err("phases", msg))?;
         Ok(())
     }
 
@@ -118,6 +123,7 @@ fn check_phase(
     err: &dyn Fn(&str, String) -> ScenarioError,
 ) -> Result<(), ScenarioError> {
     let at = format!("name: {}", p.name);
+    check_paths(p, err)?;
     if p.duration.is_zero() {
         return Err(err(
             &at,
@@ -212,6 +218,24 @@ fn check_phase(
     Ok(())
 }
 
+/// Every path of a phase (request, ground truth, events) must be absolute: glued to the base
+/// URL, `@host/` would name another host.
+fn check_paths(
+    p: &Phase,
+    err: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    let paths = p
+        .request
+        .path
+        .iter()
+        .chain(&p.request.exact_path)
+        .chain(p.events.iter().map(|e| &e.path));
+    for path in paths {
+        check_path(path).map_err(|e| err(path, format!("phase `{}`: {e}", p.name)))?;
+    }
+    Ok(())
+}
+
 /// Reads a trace file; errors carry the trace file's own line.
 fn read_trace(full: &Path, speed: f64) -> Result<Vec<Duration>, ScenarioError> {
     let file = full.display().to_string();
@@ -269,16 +293,6 @@ fn line_of(src: &str, needle: &str) -> Option<(usize, usize)> {
     src.lines()
         .enumerate()
         .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
-}
-
-/// `60s`, `500ms`, `1m 30s` (humantime).
-pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = String::deserialize(d)?;
-    humantime::parse_duration(&s).map_err(|e| {
-        D::Error::custom(format!(
-            "bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)"
-        ))
-    })
 }
 
 #[derive(Deserialize)]

@@ -55,10 +55,10 @@ pub fn recall_at_k(found: &[String], exact: &[String], k: usize) -> f64 {
 
 /// What the vector request needs besides the body.
 pub struct VectorCall<'a> {
-    /// Search path.
-    pub path: &'a str,
-    /// Ground-truth path, when this query is sampled for recall.
-    pub exact_path: Option<&'a str>,
+    /// Search URI.
+    pub uri: &'a hyper::Uri,
+    /// Ground-truth URI, when this query is sampled for recall.
+    pub exact: Option<&'a hyper::Uri>,
     /// `top_k` of the query.
     pub top_k: usize,
     /// Extra headers of the phase.
@@ -74,7 +74,7 @@ pub async fn call(
     rec: &mut RequestRecord,
     t0: Instant,
 ) {
-    let req = target.request(&Method::POST, call.path, body.clone(), call.headers);
+    let req = target.request_to(&Method::POST, call.uri.clone(), body.clone(), call.headers);
     let Ok(resp) = send(via, req, rec, t0).await else {
         return;
     };
@@ -91,10 +91,10 @@ pub async fn call(
         Ok(ids) => ids,
         Err(e) => return rec.fail(ErrorClass::MalformedStream, e),
     };
-    let Some(exact_path) = call.exact_path else {
+    let Some(exact) = call.exact else {
         return;
     };
-    let req = target.request(&Method::POST, exact_path, body, call.headers);
+    let req = target.request_to(&Method::POST, exact.clone(), body, call.headers);
     // The ground truth is a separate measurement: a failure there leaves recall unknown
     // but does not fail the timed search.
     if let Ok((resp, _)) = via.request(req).await

@@ -1,0 +1,33 @@
+//! Argument parsers shared by the subcommands: checked at parse time, so a bad value is a
+//! one-line usage error, never a panic deep inside a run.
+
+use std::time::Duration;
+
+/// Longest duration any flag accepts (a week): longer values are typos, and an `Instant` far
+/// in the future overflows.
+pub const MAX_FLAG_DURATION: Duration = Duration::from_hours(7 * 24);
+
+/// A duration such as `1s` or `500ms` that is above zero and at most a week (window and
+/// interval lengths: a zero-length tick panics a timer).
+pub fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 1s or 500ms)"))?;
+    if d.is_zero() {
+        return Err("must be above zero (e.g. 1s)".into());
+    }
+    if d > MAX_FLAG_DURATION {
+        return Err("must be at most a week".into());
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_and_absurd_durations_are_refused() {
+        assert_eq!(positive_duration("1s"), Ok(Duration::from_secs(1)));
+        assert!(positive_duration("0s").unwrap_err().contains("above zero"));
+        assert!(positive_duration("100000y").is_err());
+    }
+}

@@ -1,0 +1,270 @@
+//! The loopback guardrail where it cannot be bypassed: at the address actually dialled.
+//!
+//! Checking the scenario's `target` string is not enough: a URL is text, and a path, a
+//! redirect or a resolver can all move the connection elsewhere. Every connection the load
+//! generator opens (pooled requests, events, recall queries, closed-loop users) goes through
+//! [`dial`], which resolves the host itself, refuses any non-loopback address unless remote
+//! targets are allowed, and connects to the checked address only, so no packet leaves
+//! loopback unasked. The pool's connector is [`GuardedConnector`].
+
+use std::{
+    future::Future,
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use hyper::Uri;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// Why a connection was not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// Every address of the host is outside loopback and remote targets are not allowed.
+    #[error(
+        "refusing to connect to {host} ({addrs}): not a loopback address; pass --allow-remote to load a remote service"
+    )]
+    Remote {
+        /// The host as written.
+        host: String,
+        /// What it resolved to.
+        addrs: String,
+    },
+    /// The URI names no host.
+    #[error("no host in {0}")]
+    NoHost(String),
+    /// Name resolution or the connect itself failed.
+    #[error("connect to {host}: {source}")]
+    Io {
+        /// The host as written.
+        host: String,
+        /// The cause (its `raw_os_error` tells EMFILE from a refused connection).
+        #[source]
+        source: io::Error,
+    },
+    /// The connect did not finish in time.
+    #[error("connect to {0} timed out")]
+    Timeout(String),
+}
+
+impl DialError {
+    /// Whether the process ran out of file descriptors (EMFILE/ENFILE): the client's own
+    /// limit, not the server's fault.
+    #[must_use]
+    pub fn is_fd_limit(&self) -> bool {
+        matches!(self, DialError::Io { source, .. } if is_fd_limit(source))
+    }
+}
+
+/// Whether `e` is EMFILE or ENFILE.
+#[must_use]
+pub fn is_fd_limit(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (every connection of a run
+/// is a descriptor; the default soft limit of 1024 is a load generator's first ceiling).
+/// Returns the (old, new) soft limits.
+pub fn raise_fd_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let old = lim.rlim_cur;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok((old, lim.rlim_cur))
+}
+
+/// Whether `addr` may be dialled.
+#[must_use]
+pub fn allowed(addr: &SocketAddr, allow_remote: bool) -> bool {
+    allow_remote || addr.ip().is_loopback() || addr.ip().to_canonical().is_loopback()
+}
+
+/// Resolves `host:port` and keeps only the addresses the guardrail allows.
+pub async fn resolve(
+    host: &str,
+    port: u16,
+    allow_remote: bool,
+) -> Result<Vec<SocketAddr>, DialError> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let all: Vec<SocketAddr> = match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((bare, port))
+            .await
+            .map_err(|source| DialError::Io {
+                host: host.to_string(),
+                source,
+            })?
+            .collect(),
+    };
+    let ok: Vec<SocketAddr> = all
+        .iter()
+        .copied()
+        .filter(|a| allowed(a, allow_remote))
+        .collect();
+    if ok.is_empty() {
+        let addrs = all
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(DialError::Remote {
+            host: host.to_string(),
+            addrs,
+        });
+    }
+    Ok(ok)
+}
+
+/// Opens a TCP connection to `host:port` through the guardrail, with `TCP_NODELAY`.
+pub async fn dial(
+    host: &str,
+    port: u16,
+    allow_remote: bool,
+    timeout: Duration,
+) -> Result<TcpStream, DialError> {
+    let addrs = resolve(host, port, allow_remote).await?;
+    let attempt = async {
+        let mut last = None;
+        for a in &addrs {
+            match TcpStream::connect(a).await {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no address to connect to")))
+    };
+    let stream = tokio::time::timeout(timeout, attempt)
+        .await
+        .map_err(|_| DialError::Timeout(format!("{host}:{port}")))?
+        .map_err(|source| DialError::Io {
+            host: format!("{host}:{port}"),
+            source,
+        })?;
+    // Belt and braces: the peer is the address the kernel actually connected to.
+    if let Ok(peer) = stream.peer_addr()
+        && !allowed(&peer, allow_remote)
+    {
+        return Err(DialError::Remote {
+            host: host.to_string(),
+            addrs: peer.to_string(),
+        });
+    }
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Host and port of an `http://` URI (port 80 when none is written).
+pub fn host_port(uri: &Uri) -> Result<(String, u16), DialError> {
+    let host = uri
+        .host()
+        .ok_or_else(|| DialError::NoHost(uri.to_string()))?;
+    Ok((host.to_string(), uri.port_u16().unwrap_or(80)))
+}
+
+/// The pooled client's connector: every new connection goes through [`dial`].
+#[derive(Debug, Clone)]
+pub struct GuardedConnector {
+    /// Allow addresses outside loopback.
+    pub allow_remote: bool,
+    /// Connect timeout.
+    pub timeout: Duration,
+}
+
+impl tower_service::Service<Uri> for GuardedConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = DialError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, DialError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), DialError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let (allow_remote, timeout) = (self.allow_remote, self.timeout);
+        Box::pin(async move {
+            let (host, port) = host_port(&uri)?;
+            let s = dial(&host, port, allow_remote, timeout).await?;
+            let _ = socket_keepalive(&s);
+            Ok(TokioIo::new(s))
+        })
+    }
+}
+
+/// TCP keep-alive on a pooled connection (an idle pool must notice a dead peer).
+fn socket_keepalive(s: &TcpStream) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt on a valid socket with a correctly sized int option.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_KEEPALIVE,
+            (&raw const on).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn non_loopback_addresses_are_refused_before_any_packet() {
+        // 192.0.2.0/24 is TEST-NET-1: nothing answers there, so a connect attempt would
+        // hang until the timeout; a refusal is immediate.
+        let t = std::time::Instant::now();
+        let e = dial("192.0.2.7", 80, false, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, DialError::Remote { .. }), "{e}");
+        assert!(e.to_string().contains("--allow-remote"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(1));
+        for ip in ["[::ffff:10.0.0.1]", "0.0.0.0", "[::]"] {
+            assert!(resolve(ip, 1, false).await.is_err(), "{ip}");
+        }
+        assert_eq!(resolve("[::1]", 9, false).await.unwrap().len(), 1);
+        assert!(resolve("localhost", 9, false).await.is_ok());
+        assert!(resolve("192.0.2.7", 80, true).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn loopback_connects() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let s = dial("127.0.0.1", port, false, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(s.peer_addr().unwrap().port(), port);
+    }
+
+    #[test]
+    fn fd_limit_is_recognised() {
+        assert!(is_fd_limit(&io::Error::from_raw_os_error(libc::EMFILE)));
+        assert!(is_fd_limit(&io::Error::from_raw_os_error(libc::ENFILE)));
+        assert!(!is_fd_limit(&io::Error::from_raw_os_error(
+            libc::ECONNREFUSED
+        )));
+    }
+}

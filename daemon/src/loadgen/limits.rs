@@ -1,0 +1,227 @@
+//! Ranges of every number a scenario may hold, checked where serde still knows the position
+//! (so errors read `FILE:LINE:COL`), and again by [`check`] before a run starts, so that a
+//! scenario built in code or changed by flags cannot reach a panic either (a zero-rate token
+//! bucket, an `Instant` beyond the end of time, a semaphore larger than tokio allows).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, de::Error as _};
+
+use super::scenario::{HARD_MAX_IN_FLIGHT, Load, Scenario};
+
+/// Longest duration a scenario may name (phase, timeout, grace, event offset): a week.
+pub const HARD_MAX_DURATION: Duration = Duration::from_hours(7 * 24);
+/// Largest `max_tokens_per_s`.
+pub const HARD_MAX_TOKENS_PER_S: f64 = 1e9;
+/// Largest `oversize_tokens` (words of an inflated prompt; each is 6 bytes on the wire).
+pub const HARD_MAX_OVERSIZE_TOKENS: u32 = 1_000_000;
+/// Largest vector `dimensions`.
+pub const HARD_MAX_DIMENSIONS: usize = 65_536;
+/// Range of a gamma shape's `burstiness`.
+pub const BURSTINESS: (f64, f64) = (1e-3, 1e3);
+
+/// `60s`, `500ms`, `1m 30s` (humantime), at most [`HARD_MAX_DURATION`].
+pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    let v = humantime::parse_duration(&s).map_err(|e| {
+        D::Error::custom(format!(
+            "bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)"
+        ))
+    })?;
+    if v > HARD_MAX_DURATION {
+        return Err(D::Error::custom(format!(
+            "duration `{s}` is longer than the limit of 7 days"
+        )));
+    }
+    Ok(v)
+}
+
+/// An integer field in `1..=max`, or an error naming it.
+fn int_in<'de, D: Deserializer<'de>>(d: D, field: &str, max: u64) -> Result<u64, D::Error> {
+    let v = u64::deserialize(d)?;
+    if (1..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(D::Error::custom(format!(
+            "`{field}: {v}` must be 1..={max}"
+        )))
+    }
+}
+
+/// An in-flight cap: `1..=HARD_MAX_IN_FLIGHT`.
+pub fn de_opt_in_flight<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    // The bound fits usize on every target this builds for (64-bit).
+    int_in(d, "max_in_flight", HARD_MAX_IN_FLIGHT as u64).map(|v| Some(v as usize))
+}
+
+/// A tokens/s cap: finite, above zero, at most [`HARD_MAX_TOKENS_PER_S`].
+pub fn de_opt_tokens_per_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v > 0.0 && v <= HARD_MAX_TOKENS_PER_S {
+        Ok(Some(v))
+    } else {
+        Err(D::Error::custom(format!(
+            "`max_tokens_per_s: {v}` must be above 0 and at most {HARD_MAX_TOKENS_PER_S:e}"
+        )))
+    }
+}
+
+/// Words of an oversize prompt: `1..=HARD_MAX_OVERSIZE_TOKENS`.
+pub fn de_opt_oversize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    int_in(d, "oversize_tokens", u64::from(HARD_MAX_OVERSIZE_TOKENS)).map(|v| Some(v as u32))
+}
+
+/// Vector dimensions: `1..=HARD_MAX_DIMENSIONS`.
+pub fn de_opt_dimensions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    int_in(d, "dimensions", HARD_MAX_DIMENSIONS as u64).map(|v| Some(v as usize))
+}
+
+/// Every range again, on a scenario as it will run (after flags and code changed it).
+/// The message names the field and the allowed range.
+pub fn check(s: &Scenario) -> Result<(), String> {
+    let dur = |what: &str, d: Duration| {
+        if d > HARD_MAX_DURATION {
+            Err(format!("{what} is longer than the limit of 7 days"))
+        } else {
+            Ok(())
+        }
+    };
+    if !(1..=HARD_MAX_IN_FLIGHT).contains(&s.max_in_flight) {
+        return Err(format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"));
+    }
+    if s.timeout.is_zero() {
+        return Err("timeout must be above 0".into());
+    }
+    dur("timeout", s.timeout)?;
+    dur("grace", s.grace)?;
+    for p in &s.phases {
+        let name = &p.name;
+        if p.duration.is_zero() {
+            return Err(format!("phase `{name}`: duration must be above 0"));
+        }
+        dur(&format!("phase `{name}`: duration"), p.duration)?;
+        if p.max_in_flight
+            .is_some_and(|n| !(1..=HARD_MAX_IN_FLIGHT).contains(&n))
+        {
+            return Err(format!(
+                "phase `{name}`: max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"
+            ));
+        }
+        if p.max_tokens_per_s
+            .is_some_and(|r| !(r > 0.0 && r <= HARD_MAX_TOKENS_PER_S))
+        {
+            return Err(format!(
+                "phase `{name}`: max_tokens_per_s must be above 0 and at most {HARD_MAX_TOKENS_PER_S:e}"
+            ));
+        }
+        if let Load::Concurrency { users } = p.load
+            && !(1..=HARD_MAX_IN_FLIGHT).contains(&users)
+        {
+            return Err(format!(
+                "phase `{name}`: users must be 1..={HARD_MAX_IN_FLIGHT}"
+            ));
+        }
+        if let Some(e) = p.events.iter().find(|e| e.at > p.duration) {
+            return Err(format!(
+                "phase `{name}`: event `{}` at {} is after the phase's end",
+                e.path,
+                humantime::format_duration(e.at)
+            ));
+        }
+        if p.chaos
+            .oversize_tokens
+            .is_some_and(|n| n > HARD_MAX_OVERSIZE_TOKENS)
+        {
+            return Err(format!(
+                "phase `{name}`: oversize_tokens must be at most {HARD_MAX_OVERSIZE_TOKENS}"
+            ));
+        }
+        if p.request
+            .dimensions
+            .is_some_and(|n| !(1..=HARD_MAX_DIMENSIONS).contains(&n))
+        {
+            return Err(format!(
+                "phase `{name}`: dimensions must be 1..={HARD_MAX_DIMENSIONS}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::loadgen::Scenario;
+
+    fn load(phase_extra: &str, top: &str) -> Result<Scenario, String> {
+        let src = format!(
+            "target: http://127.0.0.1:1\n{top}phases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 10}}\n{phase_extra}"
+        );
+        Scenario::from_yaml(&src, "s.yaml", Path::new(".")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn numbers_that_used_to_panic_are_refused_with_their_position() {
+        for (extra, top, want) in [
+            ("    max_tokens_per_s: 0\n", "", "s.yaml:6:"),
+            ("    max_tokens_per_s: .nan\n", "", "max_tokens_per_s"),
+            ("    max_tokens_per_s: .inf\n", "", "max_tokens_per_s"),
+            ("    max_in_flight: 2305843009213693951\n", "", "s.yaml:6:"),
+            ("    max_in_flight: 0\n", "", "max_in_flight"),
+            ("", "timeout: 100000000y\n", "s.yaml:2:"),
+            ("", "grace: 9999999999d\n", "7 days"),
+            (
+                "    chaos: {oversize_prompt: 0.1, oversize_tokens: 4294967295}\n",
+                "",
+                "oversize_tokens",
+            ),
+            (
+                "    request: {endpoint: vector_search, dimensions: 100000000}\n",
+                "",
+                "dimensions",
+            ),
+            (
+                "    request: {temperature: '${random_float(-1e308,1e308)}'}\n",
+                "",
+                "finite",
+            ),
+            (
+                "    events: [{at: 5s, path: /x}]\n",
+                "",
+                "after the phase's end",
+            ),
+        ] {
+            let e = load(extra, top).unwrap_err();
+            assert!(e.contains(want), "{extra}{top}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        let e = Scenario::from_yaml(
+            "target: http://127.0.0.1:1\nphases:\n  - name: p\n    duration: 99999999y\n    load: {shape: constant, rate: 1}\n",
+            "s.yaml",
+            Path::new("."),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("s.yaml:4:") && e.contains("7 days"), "{e}");
+        let e = load(
+            "    load: {shape: gamma, rate: 1, burstiness: 1e-300}\n",
+            "",
+        );
+        assert!(e.is_err());
+        assert!(load("    max_tokens_per_s: 100\n    max_in_flight: 100000\n", "").is_ok());
+    }
+
+    #[test]
+    fn a_scenario_changed_in_code_is_checked_again() {
+        let mut s = load("", "").unwrap();
+        s.phases[0].max_in_flight = Some(usize::MAX >> 2);
+        assert!(super::check(&s).unwrap_err().contains("max_in_flight"));
+        let mut s = load("", "").unwrap();
+        s.max_in_flight = 0;
+        assert!(super::check(&s).is_err());
+        let mut s = load("", "").unwrap();
+        s.phases[0].max_tokens_per_s = Some(0.0);
+        assert!(super::check(&s).is_err());
+    }
+}

@@ -1,0 +1,70 @@
+//! Flags that used to panic deep inside a run (exit 101) are usage errors: a zero-length
+//! window or interval, an in-flight cap beyond tokio's semaphore, a week-long timeout typo.
+
+use std::process::Command;
+
+fn inferscope(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        .args(args)
+        .output()
+        .expect("run inferscope");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_numbers_in_flags_are_one_line_errors_not_panics() {
+    let base = [
+        "stress",
+        "--target",
+        "http://127.0.0.1:1",
+        "--rate",
+        "1",
+        "--quiet",
+    ];
+    let with = |extra: &[&str]| {
+        let mut v: Vec<&str> = base.to_vec();
+        v.extend(extra);
+        inferscope(&v)
+    };
+    for (extra, code, want) in [
+        (
+            &["--duration", "1s", "--explain", "--window", "0s"][..],
+            2,
+            "above zero",
+        ),
+        (&["--duration", "0s"][..], 2, "above zero"),
+        (
+            &["--duration", "1s", "--timeout", "1000000y"][..],
+            2,
+            "at most a week",
+        ),
+        (
+            &["--duration", "1s", "--max-in-flight", "0"][..],
+            1,
+            "max_in_flight must be 1..=",
+        ),
+        (
+            &["--duration", "1s", "--max-in-flight", "2305843009213693951"][..],
+            1,
+            "max_in_flight must be 1..=",
+        ),
+        (
+            &["--duration", "1s", "--connections", "2305843009213693951"][..],
+            1,
+            "max_in_flight must be 1..=",
+        ),
+    ] {
+        let (got, err) = with(extra);
+        assert_eq!(got, Some(code), "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert!(!err.contains("panicked"), "{extra:?}: {err}");
+    }
+    let (got, err) = inferscope(&["daemon", "--interval", "0s"]);
+    assert_eq!(got, Some(2), "{err}");
+    assert!(err.contains("above zero"), "{err}");
+    let (got, err) = inferscope(&["runqlat", "--interval", "0s"]);
+    assert_eq!(got, Some(2), "{err}");
+}
