@@ -177,9 +177,9 @@ fn loss_loopback(percent: u32) -> Value {
     sim.wait_for_load(Duration::from_mins(1));
     std::thread::sleep(BASELINE);
     let r = {
-        let _loss = RandomLoss::from_port(sim.addr.port(), percent);
+        let loss = RandomLoss::from_port(sim.addr.port(), percent);
         std::thread::sleep(crate::explain::PEAK);
-        drop(_loss);
+        drop(loss);
         stress.finish()
     };
     drop(sim);

@@ -28,6 +28,7 @@ pub struct Load {
     pub peak_input_tokens: Option<u32>,
 }
 
+#[must_use]
 pub fn scenario(name: &str, target: &str, l: &Load) -> String {
     let phase = |phase: &str, secs: u64, rate: f64, dataset: &str| {
         format!(
@@ -62,6 +63,7 @@ pub struct Stress {
 
 impl Stress {
     /// Writes the scenario and starts the run at niceness `nice`, on `cpu` when given.
+    #[must_use]
     pub fn start(name: &str, yaml: &str, cpu: Option<usize>, nice: i32, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("inferscope-e2e-{name}-{}", std::process::id()));
@@ -86,12 +88,14 @@ impl Stress {
     }
 
     /// Waits for the run, which must succeed; returns report.json.
+    #[must_use]
     pub fn finish(self) -> Value {
         self.wait(true)
     }
 
     /// Waits for the run, which may fail (its SLOs, an error-rate abort) as long as it wrote
     /// its report; returns report.json.
+    #[must_use]
     pub fn finish_with_report(self) -> Value {
         self.wait(false)
     }
@@ -117,6 +121,7 @@ impl Stress {
     }
 }
 
+#[must_use]
 pub fn peak(report: &Value) -> &Value {
     report["phases"]
         .as_array()
@@ -127,6 +132,7 @@ pub fn peak(report: &Value) -> &Value {
 }
 
 /// Summary of a phase for failure messages: verdict shares and the evidence lines.
+#[must_use]
 pub fn describe(p: &Value) -> String {
     let ev: Vec<String> = p["evidence"]
         .as_array()
@@ -157,6 +163,7 @@ pub fn describe(p: &Value) -> String {
 }
 
 /// Signals whose test held in the phase's evidence.
+#[must_use]
 pub fn met_signals(p: &Value) -> Vec<String> {
     p["evidence"]
         .as_array()
@@ -202,6 +209,7 @@ pub fn assert_peak<'a>(report: &'a Value, verdict: &str, all: &[&str], any: &[&s
     p
 }
 
+#[must_use]
 pub fn loopback() -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
@@ -213,6 +221,7 @@ pub const FIRST: i32 = -10;
 
 /// Starts the sim, runs the scenario, returns report.json. Neither is pinned: on a busy
 /// machine a generator confined to one CPU lags, and the verdict is (rightly) `loadgen`.
+#[must_use]
 pub fn run(name: &str, profile: &str, sim_flags: &[&str], load: &Load) -> Value {
     let sim = Sim::start(
         &["nice", "-n", &FIRST.to_string()],

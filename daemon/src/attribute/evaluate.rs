@@ -156,38 +156,34 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
         }
         out
     };
-    match winner {
-        Some(i) => {
-            let w = &results[i];
-            let (mut evidence, contrary): (Vec<Evidence>, Vec<Evidence>) =
-                w.evidence.iter().cloned().partition(|e| e.met);
-            if w.cause == Cause::Errors {
-                evidence.extend(error_classes(ctx));
-            }
-            Verdict {
-                cause: w.cause,
-                signature: Some(w.signature.to_owned()),
-                confidence: w.confidence(),
-                evidence,
-                contrary,
-                runners_up: runners_up(Some(i)),
-                missing: w.missing.clone(),
-            }
-        }
-        None => {
-            let risen: Vec<Evidence> = LATENCY_RISE
-                .iter()
-                .filter_map(|c| match c.evaluate(ctx) {
-                    Outcome::Evaluated(e) if e.met => Some(e),
-                    _ => None,
-                })
-                .collect();
-            if risen.is_empty() {
-                none_verdict(&results, runners_up(None))
-            } else {
-                unexplained_verdict(&results, risen, runners_up(None))
-            }
-        }
+    let Some(i) = winner else {
+        let risen: Vec<Evidence> = LATENCY_RISE
+            .iter()
+            .filter_map(|c| match c.evaluate(ctx) {
+                Outcome::Evaluated(e) if e.met => Some(e),
+                Outcome::Evaluated(_) | Outcome::Missing(_) => None,
+            })
+            .collect();
+        return if risen.is_empty() {
+            none_verdict(&results, runners_up(None))
+        } else {
+            unexplained_verdict(&results, risen, runners_up(None))
+        };
+    };
+    let w = &results[i];
+    let (mut evidence, contrary): (Vec<Evidence>, Vec<Evidence>) =
+        w.evidence.iter().cloned().partition(|e| e.met);
+    if w.cause == Cause::Errors {
+        evidence.extend(error_classes(ctx));
+    }
+    Verdict {
+        cause: w.cause,
+        signature: Some(w.signature.to_owned()),
+        confidence: w.confidence(),
+        evidence,
+        contrary,
+        runners_up: runners_up(Some(i)),
+        missing: w.missing.clone(),
     }
 }
 

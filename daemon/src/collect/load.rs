@@ -81,44 +81,9 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, server: &ServerSid
         }
     }
     mark_events(timeline, report);
-    // In-flight: +1 at the actual start, -1 at the end, swept in time order.
-    let mut edges: Vec<(u64, i64)> = report
-        .records
-        .iter()
-        .flat_map(|r| {
-            [
-                (unix_ms(report, r.actual_us), 1),
-                (unix_ms(report, r.end_us), -1),
-            ]
-        })
-        .collect();
-    edges.sort_unstable();
-    let mut in_flight: BTreeMap<usize, u64> = BTreeMap::new();
-    let mut now = 0i64;
-    for (t, d) in edges {
-        now += d;
-        let m = in_flight.entry(timeline.index(t)).or_default();
-        *m = (*m).max(now.max(0) as u64);
-    }
+    let in_flight = in_flight_max(timeline, report);
+    label_phases(timeline, report);
     let len_s = timeline.len_ms as f64 / 1000.0;
-    // Each window belongs to the phase of the latest request that started before it ended, so
-    // the tail of a phase (requests still running) stays with it.
-    let mut starts: Vec<(u64, u32)> = report
-        .records
-        .iter()
-        .map(|r| (unix_ms(report, r.intended_us), r.phase))
-        .collect();
-    starts.sort_unstable();
-    for w in &mut timeline.windows {
-        let end = w.start_unix_ms + w.len_ms;
-        let i = starts.partition_point(|(t, _)| *t < end);
-        if w.phase.is_none() && i > 0 {
-            w.phase = report
-                .phases
-                .get(starts[i - 1].1 as usize)
-                .map(|p| p.name.clone());
-        }
-    }
     let marks = timeline.marks.clone();
     for (i, mut a) in accs {
         let Some(w) = timeline.windows.get_mut(i) else {
@@ -160,6 +125,52 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, server: &ServerSid
             net.joined_requests = (a.loss_hit_e2e.len() + a.clean_e2e.len()) as u64;
             net.loss_hit_e2e_p50_ms = median(&mut a.loss_hit_e2e);
             net.loss_clean_e2e_p50_ms = median(&mut a.clean_e2e);
+        }
+    }
+}
+
+/// Most requests in flight in each window: +1 at the actual start, -1 at the end, swept in
+/// time order.
+fn in_flight_max(timeline: &Timeline, report: &Report) -> BTreeMap<usize, u64> {
+    let mut edges: Vec<(u64, i64)> = report
+        .records
+        .iter()
+        .flat_map(|r| {
+            [
+                (unix_ms(report, r.actual_us), 1),
+                (unix_ms(report, r.end_us), -1),
+            ]
+        })
+        .collect();
+    edges.sort_unstable();
+    let mut in_flight: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut now = 0i64;
+    for (t, d) in edges {
+        now += d;
+        let m = in_flight.entry(timeline.index(t)).or_default();
+        *m = (*m).max(now.max(0) as u64);
+    }
+    in_flight
+}
+
+/// Sets every window's phase without one.
+fn label_phases(timeline: &mut Timeline, report: &Report) {
+    // Each window belongs to the phase of the latest request that started before it ended, so
+    // the tail of a phase (requests still running) stays with it.
+    let mut starts: Vec<(u64, u32)> = report
+        .records
+        .iter()
+        .map(|r| (unix_ms(report, r.intended_us), r.phase))
+        .collect();
+    starts.sort_unstable();
+    for w in &mut timeline.windows {
+        let end = w.start_unix_ms + w.len_ms;
+        let i = starts.partition_point(|(t, _)| *t < end);
+        if w.phase.is_none() && i > 0 {
+            w.phase = report
+                .phases
+                .get(starts[i - 1].1 as usize)
+                .map(|p| p.name.clone());
         }
     }
 }

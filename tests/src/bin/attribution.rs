@@ -24,8 +24,8 @@ fn main() -> ExitCode {
     }
     let right = rows.iter().filter(|r| r.ok).count();
     println!(
-        "\n{:<22} {:<13} {:<13} {:>6} {:>5}  {:<4} {}",
-        "case", "expected", "peak verdict", "share", "conf", "ok", "mechanism; other phases"
+        "\n{:<22} {:<13} {:<13} {:>6} {:>5}  {:<4} mechanism; other phases",
+        "case", "expected", "peak verdict", "share", "conf", "ok"
     );
     for r in &rows {
         println!(
