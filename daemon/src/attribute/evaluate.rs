@@ -85,19 +85,49 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
 /// Whether cause `a`, when convincing, is the verdict over a convincing `b` whatever their
 /// confidences: `a` explains `b`'s symptoms. When the generator lags, every other latency is
 /// measured wrong; a full KV cache, a GPU out of memory, a server starved of CPU or an index
-/// rebuilding is why requests wait inside the server; and any named bottleneck explains the
-/// errors it causes.
+/// rebuilding is why requests wait inside the server (a rebuild also why its threads wait for
+/// a CPU); and any named bottleneck explains the errors it causes.
 #[must_use]
 pub fn outranks(a: Cause, b: Cause) -> bool {
     match a {
         Cause::Loadgen => b != Cause::Loadgen,
-        Cause::KvCache | Cause::GpuMemory | Cause::CpuRunqueue | Cause::VectorIndex => {
+        Cause::KvCache | Cause::GpuMemory | Cause::CpuRunqueue => {
             matches!(b, Cause::Queue | Cause::Errors)
         }
+        // A rebuild is CPU work of the server's own: its threads wait for a CPU because of it.
+        Cause::VectorIndex => matches!(b, Cause::Queue | Cause::Errors | Cause::CpuRunqueue),
         Cause::Queue | Cause::Network => b == Cause::Errors,
         _ => false,
     }
 }
+
+/// The latency signals that rose beyond the baseline's noise: the client's when the window has
+/// them, else the server side the kernel saw; `None` when neither could be evaluated.
+fn latency_rise(ctx: &Ctx<'_>) -> Option<Vec<Evidence>> {
+    [&LATENCY_RISE[..], &SERVER_LATENCY_RISE[..]]
+        .into_iter()
+        .find_map(|list| {
+            let outcomes: Vec<Outcome> = list.iter().map(|c| c.evaluate(ctx)).collect();
+            outcomes
+                .iter()
+                .any(|o| matches!(o, Outcome::Evaluated(_)))
+                .then(|| {
+                    outcomes
+                        .into_iter()
+                        .filter_map(|o| match o {
+                            Outcome::Evaluated(e) if e.met => Some(e),
+                            Outcome::Evaluated(_) | Outcome::Missing(_) => None,
+                        })
+                        .collect()
+                })
+        })
+}
+
+/// Without client records (an external generator): the server-side latency the kernel saw.
+const SERVER_LATENCY_RISE: [Condition; 2] = [
+    risen(Signal::KernelFirstTokenP50Ms, 1.5, 20.0),
+    risen(Signal::KernelExchangeP50Ms, 1.5, 20.0),
+];
 
 /// Latency signals whose rise beyond the baseline's noise means the window is not at the
 /// baseline: a window where one of them rose is never `none`. Medians x1.5 and +20 ms;
@@ -156,14 +186,21 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
         }
         out
     };
+    let risen = latency_rise(ctx);
+    // A named cause needs latency off its baseline (`none` means latency is at the baseline):
+    // a full KV cache while the window's requests are as fast as ever is no bottleneck yet. A
+    // lagging generator (the latencies are wrong) and failing requests need no rise, nor does a
+    // window without any latency signal to judge by.
+    let failing = results
+        .iter()
+        .any(|r| r.cause == Cause::Errors && r.confidence() >= MIN_CONFIDENCE);
+    let winner = winner.filter(|&i| {
+        results[i].cause == Cause::Loadgen
+            || failing
+            || risen.as_ref().is_none_or(|r| !r.is_empty())
+    });
     let Some(i) = winner else {
-        let risen: Vec<Evidence> = LATENCY_RISE
-            .iter()
-            .filter_map(|c| match c.evaluate(ctx) {
-                Outcome::Evaluated(e) if e.met => Some(e),
-                Outcome::Evaluated(_) | Outcome::Missing(_) => None,
-            })
-            .collect();
+        let risen = risen.unwrap_or_default();
         return if risen.is_empty() {
             none_verdict(&results, runners_up(None))
         } else {
@@ -425,6 +462,22 @@ mod tests {
             .unwrap();
         assert!(queue.confidence >= full.confidence, "{full:#?}");
         assert_eq!(v[6].cause, Cause::Queue, "{:#?}", v[6]);
+    }
+
+    #[test]
+    fn a_full_cache_while_latency_is_at_the_baseline_is_none() {
+        let full = ServerSignals {
+            kv_usage: Some(0.99),
+            preemptions_per_s: Some(5.0),
+            ..healthy_server()
+        };
+        let mut ws = vec![window(80.0, 0.5, Some(healthy_server())); 5];
+        ws.push(window(82.0, 0.5, Some(full.clone())));
+        ws.push(window(900.0, 0.5, Some(full)));
+        let v = run(ws);
+        assert_eq!(v[5].cause, Cause::None, "{:#?}", v[5]);
+        assert_eq!(v[5].runners_up[0].cause, Cause::KvCache);
+        assert_eq!(v[6].cause, Cause::KvCache, "{:#?}", v[6]);
     }
 
     #[test]

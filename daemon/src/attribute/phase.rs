@@ -233,6 +233,7 @@ fn summarise_one(
     };
     let phase_windows: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
     let phase_latency = latency(&phase_windows);
+    let is_baseline = idx.iter().all(|&i| baselines.contains(i));
     let base = idx.first().and_then(|&i| baselines.for_window(&windows[i]));
     // A lagging generator makes every other verdict of the phase suspect, so it leads; a named
     // cause comes before `unexplained`, which comes before `none`. A cause of fewer windows
@@ -246,10 +247,11 @@ fn summarise_one(
             .iter()
             .find(|s| named(s.cause) && s.share >= DOMINANT_MIN_SHARE)
             .or_else(|| {
+                // Not in a baseline phase: it is the reference its own tail is judged by.
                 shares
                     .iter()
                     .find(|s| named(s.cause))
-                    .filter(|_| base.is_some_and(|b| tail_rose(&phase_latency, b)))
+                    .filter(|_| !is_baseline && base.is_some_and(|b| tail_rose(&phase_latency, b)))
             })
             .map(|s| s.cause)
             .or_else(|| {
@@ -284,7 +286,6 @@ fn summarise_one(
         idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()),
         n,
     );
-    let is_baseline = idx.iter().all(|&i| baselines.contains(i));
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
     PhaseSummary {
         start_unix_ms: phase_windows.first().map_or(0, |w| w.start_unix_ms),

@@ -1,10 +1,12 @@
 //! `inferscope report merge a.json b.json ... [--out merged.json]`: one exact report from the
 //! reports of several shards or hosts (histograms added, never percentiles averaged).
+//! `inferscope report explain report.json [--report-dir DIR]`: the time line of an explained
+//! run attributed again with this build's rules.
 
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
-use inferscope::loadgen::merge;
+use inferscope::{export::report::Report, loadgen::merge};
 
 /// Arguments of `inferscope report`.
 #[derive(clap::Args)]
@@ -27,14 +29,26 @@ enum Command {
         #[arg(long)]
         allow_partial: bool,
     },
+    /// Attribute the time line of an explained run's report.json again with this build's rules
+    /// and print the summary (e.g. after an upgrade, or to compare rule changes).
+    Explain {
+        /// report.json written by `stress --explain`.
+        report: PathBuf,
+        /// Also write report.json and report.html of the new attribution here.
+        #[arg(long, value_name = "DIR")]
+        report_dir: Option<PathBuf>,
+    },
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let Command::Merge {
-        reports,
-        out,
-        allow_partial,
-    } = &args.command;
+    let (reports, out, allow_partial) = match &args.command {
+        Command::Merge {
+            reports,
+            out,
+            allow_partial,
+        } => (reports, out, allow_partial),
+        Command::Explain { report, report_dir } => return explain(report, report_dir.as_deref()),
+    };
     let loaded = reports
         .iter()
         .map(|p| merge::read(p).map(|r| (p.display().to_string(), r)))
@@ -53,6 +67,25 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         eprint!("{}", merged.table());
         println!("{}", serde_json::to_string(&merged)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn explain(path: &std::path::Path, dir: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "reading {} (give a report.json of stress --explain)",
+            path.display()
+        )
+    })?;
+    let old = Report::from_json(&text).with_context(|| format!("{}", path.display()))?;
+    let again = Report::new(old.run, old.timeline)
+        .with_waterfalls(old.waterfalls)
+        .with_missing_evidence(old.missing_evidence);
+    print!("{}", again.terminal());
+    if let Some(dir) = dir {
+        let (json, html) = again.write_files(dir)?;
+        eprintln!("written to {} and {}", json.display(), html.display());
     }
     Ok(ExitCode::SUCCESS)
 }
