@@ -92,8 +92,8 @@ pub enum Signal {
     /// request nor run-queue delay accounts for: time requests waited inside the server
     /// (admission limit, busy worker pool, lock). 0 when the first token did not rise.
     ServerWaitShare,
-    /// E2E p50 of requests whose exchange retransmitted / E2E p50 of the other joined requests
-    /// (1 when none retransmitted).
+    /// E2E p50 of the requests whose connection retransmitted while they were in flight / E2E
+    /// p50 of the other joined requests (1 when none was hit).
     LossSlowdown,
     /// Client-seen TTFT minus the server's own first-token time, per request joined with the
     /// kernel's exchange by connection (request transit + first token transit), p50, ms.

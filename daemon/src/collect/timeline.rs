@@ -147,13 +147,13 @@ pub struct NetSignals {
     /// Exchanges during which the server's connection retransmitted.
     #[serde(default)]
     pub retrans_exchanges: u64,
-    /// The window's requests joined with an exchange that retransmitted.
+    /// The window's joined requests whose connection retransmitted while they were in flight.
     #[serde(default)]
     pub loss_hit_requests: u64,
     /// The window's requests joined with an exchange (hit by a retransmission or not).
     #[serde(default)]
     pub joined_requests: u64,
-    /// E2E p50 of the requests whose exchange retransmitted, ms.
+    /// E2E p50 of the requests hit by a retransmission, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_hit_e2e_p50_ms: Option<f64>,
     /// E2E p50 of the other joined requests, ms.
