@@ -4,7 +4,8 @@ depend on the project's own simulator or on vLLM's metric names.
 
 It admits at most --slots requests at a time (a semaphore, the way a small worker pool or an
 admission limit does); the others wait inside the server, after their request was read, with
-no CPU spent. An admitted request "generates" its tokens with --token-ms of sleep each, so
+no CPU spent. With --sync it serves one connection at a time over HTTP/1.0 (a synchronous
+worker): the other requests wait unread, in the listen backlog. An admitted request "generates" its tokens with --token-ms of sleep each, so
 latency rises with queueing and not with CPU. Streams are Server-Sent Events over HTTP/1.1
 chunked encoding, one write per token, keep-alive.
 
@@ -15,7 +16,7 @@ import argparse
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 
 
 def main():
@@ -24,11 +25,12 @@ def main():
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--token-ms", type=float, default=4.0)
     ap.add_argument("--model", default="nometrics")
+    ap.add_argument("--sync", action="store_true")
     args = ap.parse_args()
     slots = threading.Semaphore(args.slots)
 
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+        protocol_version = "HTTP/1.0" if args.sync else "HTTP/1.1"
 
         def log_message(self, *_):
             pass
@@ -68,12 +70,17 @@ def main():
 
         def chunk(self, text):
             data = text.encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            if args.sync:
+                # HTTP/1.0: the body ends when the connection closes.
+                self.wfile.write(data)
+            else:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
         def stream(self, tokens):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
+            if not args.sync:
+                self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             for i in range(tokens):
                 time.sleep(args.token_ms / 1000.0)
@@ -85,12 +92,14 @@ def main():
             usage = {"id": "c", "object": "chat.completion.chunk", "model": args.model, "choices": [],
                      "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens}}
             self.chunk("data: %s\n\ndata: [DONE]\n\n" % json.dumps(usage))
-            self.wfile.write(b"0\r\n\r\n")
+            if not args.sync:
+                self.wfile.write(b"0\r\n\r\n")
 
     host, port = args.listen.rsplit(":", 1)
-    server = ThreadingHTTPServer((host, int(port)), Handler)
+    cls = HTTPServer if args.sync else ThreadingHTTPServer
+    cls.request_queue_size = 1024
+    server = cls((host, int(port)), Handler)
     server.daemon_threads = True
-    server.request_queue_size = 1024
     server.serve_forever()
 
 

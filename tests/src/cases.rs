@@ -53,6 +53,12 @@ pub fn all() -> Vec<Case> {
             run: || nometrics(4, 24.0),
         },
         Case {
+            name: "queue-backlog-nometrics",
+            mechanism: "Python server without /metrics serving one connection at a time (HTTP/1.0): requests wait unread in the listen backlog, 2 -> 40 req/s",
+            expected: "queue",
+            run: backlog,
+        },
+        Case {
             name: "healthy-nometrics",
             mechanism: "Python server without /metrics, 16 slots, 2 -> 8 req/s",
             expected: "none",
@@ -134,6 +140,16 @@ fn nometrics(slots: u32, peak_rps: f64) -> Value {
     let yaml = scenario("nometrics", &server.url(), &llm(2.0, peak_rps, 32))
         .replace("model: inferscope-sim", "model: nometrics");
     let r = Stress::start("nometrics", &yaml, None, FIRST, &[]).finish();
+    drop(server);
+    r
+}
+
+/// A synchronous server, 16 tokens of 2 ms (~25 req/s at most): the peak waits in its backlog.
+fn backlog() -> Value {
+    let server = NoMetricsServer::start_sync(&[], loopback(), 2.0);
+    let yaml = scenario("backlog", &server.url(), &llm(2.0, 40.0, 16))
+        .replace("model: inferscope-sim", "model: nometrics");
+    let r = Stress::start("backlog", &yaml, None, FIRST, &[]).finish();
     drop(server);
     r
 }

@@ -18,6 +18,30 @@ impl NoMetricsServer {
     /// requests admitted at once and `token_ms` per generated token; waits until it answers.
     #[must_use]
     pub fn start(prefix: &[&str], addr: SocketAddr, slots: u32, token_ms: f64) -> Self {
+        Self::start_with(
+            prefix,
+            addr,
+            &[
+                "--slots",
+                &slots.to_string(),
+                "--token-ms",
+                &token_ms.to_string(),
+            ],
+        )
+    }
+
+    /// A synchronous worker: one connection at a time over HTTP/1.0, the other requests wait
+    /// unread in the listen backlog; `token_ms` per generated token.
+    #[must_use]
+    pub fn start_sync(prefix: &[&str], addr: SocketAddr, token_ms: f64) -> Self {
+        Self::start_with(
+            prefix,
+            addr,
+            &["--sync", "--token-ms", &token_ms.to_string()],
+        )
+    }
+
+    fn start_with(prefix: &[&str], addr: SocketAddr, opts: &[&str]) -> Self {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("servers/openai_nometrics.py");
         let mut argv: Vec<String> = prefix.iter().map(|s| (*s).to_owned()).collect();
         argv.extend([
@@ -25,11 +49,8 @@ impl NoMetricsServer {
             script.display().to_string(),
             "--listen".to_owned(),
             addr.to_string(),
-            "--slots".to_owned(),
-            slots.to_string(),
-            "--token-ms".to_owned(),
-            token_ms.to_string(),
         ]);
+        argv.extend(opts.iter().map(|s| (*s).to_owned()));
         let child = std::process::Command::new(&argv[0])
             .args(&argv[1..])
             .spawn()

@@ -29,6 +29,11 @@ fn server_without_metrics_that_queues_is_queue_from_the_kernel() {
 }
 
 #[test]
+fn server_that_leaves_requests_unread_is_queue_from_the_backlog() {
+    check("queue-backlog-nometrics", &["read_delay_ms"]);
+}
+
+#[test]
 fn healthy_server_without_metrics_is_none() {
     check("healthy-nometrics", &[]);
 }

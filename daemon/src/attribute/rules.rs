@@ -178,6 +178,21 @@ pub const RULES: &[Rule] = &[
         ],
     },
     Rule {
+        cause: Cause::Queue,
+        signature: "backlog",
+        conditions: &[
+            // Requests wait before the server even reads them: a listen backlog, a socket no
+            // worker reads (sync worker pools admit this way).
+            trig(S::ReadDelayMs, Rises { ratio: 2.0, min_delta: 5.0 }, 3.0),
+            // ... while the path is as fast as ever and loses nothing: not the network.
+            need(S::SrttMeanUs, Flat { ratio: 2.0, slack: 1000.0 }, 2.0),
+            need(S::Retransmits, Below(1.0), 1.0),
+            supp(S::Waiting, Rises { ratio: 2.0, min_delta: 2.0 }, 1.0),
+            supp(S::KvUsage, Below(0.9), 2.0),
+            supp(S::PreemptionsPerS, Below(0.01), 2.0),
+        ],
+    },
+    Rule {
         cause: Cause::GpuMemory,
         signature: "allocations",
         conditions: &[
@@ -210,7 +225,9 @@ pub const RULES: &[Rule] = &[
         signature: "delay",
         conditions: &[
             trig(S::SrttMeanUs, Rises { ratio: 2.0, min_delta: 1000.0 }, 3.0),
-            trig(S::ClientServerGapMs, Rises { ratio: 1.5, min_delta: 10.0 }, 3.0),
+            // Transit alone is no trigger: with the RTT flat, a request that waits long before
+            // the server reads it waits in the server's backlog (`queue`, backlog).
+            supp(S::ClientServerGapMs, Rises { ratio: 1.5, min_delta: 10.0 }, 3.0),
             // A congested queue overflows: drops come with the delay.
             supp(S::Retransmits, Above(0.0), 1.0),
             supp(S::TtftP99Ms, Rises { ratio: 1.3, min_delta: 10.0 }, 1.0),

@@ -95,6 +95,9 @@ pub enum Signal {
     /// E2E p50 of the requests whose connection retransmitted while they were in flight / E2E
     /// p50 of the other joined requests (1 when none was hit).
     LossSlowdown,
+    /// Client sent -> the server read the request, p50, ms: transit plus time the request
+    /// waited unread (listen backlog, a socket no worker reads).
+    ReadDelayMs,
     /// Client-seen TTFT minus the server's own first-token time, per request joined with the
     /// kernel's exchange by connection (request transit + first token transit), p50, ms.
     ClientServerGapMs,
@@ -168,6 +171,7 @@ impl Signal {
         Signal::ServerCpuPerRequestMs,
         Signal::ServerWaitShare,
         Signal::LossSlowdown,
+        Signal::ReadDelayMs,
         Signal::ClientServerGapMs,
         Signal::FrontendMs,
         Signal::GpuOom,
@@ -253,6 +257,7 @@ impl Signal {
             | S::KernelFirstTokenP50Ms
             | S::KernelExchangeP50Ms
             | S::LossSlowdown
+            | S::ReadDelayMs
             | S::ClientServerGapMs
             | S::FrontendMs => Source::Net,
             S::GpuOom | S::GpuAllocsAfterWarmup | S::GpuAllocChurn | S::GpuMemUsedFrac => {
@@ -341,6 +346,7 @@ impl Signal {
             S::KernelFirstTokenP50Ms => net?.server_first_token_p50_ms,
             S::KernelExchangeP50Ms => net?.exchange_p50_ms,
             S::ClientServerGapMs => net?.transit_p50_ms,
+            S::ReadDelayMs => net?.read_delay_p50_ms,
             S::FrontendMs => Some(net?.server_first_token_p50_ms? - server?.ttft_p50_ms?),
             S::GpuOom => gpu.map(|g| g.oom as f64),
             S::GpuAllocsAfterWarmup => gpu.map(|g| {

@@ -115,6 +115,13 @@ impl Joined<'_> {
         }
     }
 
+    /// Client sent -> the server's first read of the request, ms: the request's transit plus
+    /// any time it waited unread (a listen backlog, a socket no worker reads).
+    #[must_use]
+    pub fn read_delay_ms(&self) -> f64 {
+        self.exchange.req_in_ns.saturating_sub(self.sent_ns) as f64 / 1e6
+    }
+
     /// Time on the wire and in socket queues before the first token, ms: the request's
     /// transit (sent -> server read) plus the first token's (server wrote -> client read).
     #[must_use]
@@ -178,6 +185,7 @@ mod tests {
         assert_eq!(j.exchange, &ex[1]);
         // 2 ms up (1000 -> 1002), 10 ms down (1200 -> 1210).
         assert!((j.transit_ms().unwrap() - 12.0).abs() < 1e-9);
+        assert!((j.read_delay_ms() - 2.0).abs() < 1e-9);
         assert!(
             idx.find(&record("127.0.0.1:7000", 1000, 1210, 1300))
                 .is_none()

@@ -26,6 +26,7 @@ struct Acc {
     lag: Vec<f64>,
     tokens: u64,
     transit: Vec<f64>,
+    read_delay: Vec<f64>,
     phases: BTreeMap<u32, u64>,
     endpoints: BTreeMap<Endpoint, u64>,
     error_classes: BTreeMap<ErrorClass, u64>,
@@ -72,6 +73,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, server: &ServerSid
         add(a, r);
         if let Some(j) = joins.find(r) {
             a.transit.extend(j.transit_ms());
+            a.read_delay.push(j.read_delay_ms());
             let e2e = r.e2e_us() as f64 / 1000.0;
             if retransmits.hit(r) {
                 a.loss_hit_e2e.push(e2e);
@@ -121,6 +123,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, server: &ServerSid
                 quantile(v, 0.5)
             };
             net.transit_p50_ms = median(&mut a.transit);
+            net.read_delay_p50_ms = median(&mut a.read_delay);
             net.loss_hit_requests = a.loss_hit_e2e.len() as u64;
             net.joined_requests = (a.loss_hit_e2e.len() + a.clean_e2e.len()) as u64;
             net.loss_hit_e2e_p50_ms = median(&mut a.loss_hit_e2e);

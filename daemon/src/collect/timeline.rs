@@ -147,6 +147,10 @@ pub struct NetSignals {
     /// Exchanges during which the server's connection retransmitted.
     #[serde(default)]
     pub retrans_exchanges: u64,
+    /// Client sent -> the server read the request, p50 over the window's joined requests, ms:
+    /// transit plus time the request waited unread (listen backlog, a socket no worker reads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_delay_p50_ms: Option<f64>,
     /// The window's joined requests whose connection retransmitted while they were in flight.
     #[serde(default)]
     pub loss_hit_requests: u64,
