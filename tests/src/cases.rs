@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::{
     NetNs, Sim,
     explain::{BASELINE, FIRST, Load, Stress, loopback, run, scenario},
-    faults::{NoMetricsServer, RandomLoss},
+    faults::{CpuQuota, NoMetricsServer, RandomLoss},
 };
 
 /// One case: how the bottleneck is made, and the verdict its peak phase must get.
@@ -57,6 +57,18 @@ pub fn all() -> Vec<Case> {
             mechanism: "Python server without /metrics serving one connection at a time (HTTP/1.0): requests wait unread in the listen backlog, 2 -> 40 req/s",
             expected: "queue",
             run: backlog,
+        },
+        Case {
+            name: "cpu-quota",
+            mechanism: "sim in a cgroup-v1 cpu group throttled to 5% of a CPU during the peak, 8 req/s",
+            expected: "cpu_runqueue",
+            run: cpu_quota,
+        },
+        Case {
+            name: "errors-server-killed",
+            mechanism: "sim killed 2 s into the peak: every later request fails to connect",
+            expected: "errors",
+            run: server_killed,
         },
         Case {
             name: "healthy-nometrics",
@@ -255,6 +267,53 @@ fn vector_rebuild() -> Value {
     let r = Stress::start("vector", &yaml, None, FIRST, &[]).finish();
     drop(sim);
     r
+}
+
+/// The sim at 8 req/s; its cgroup gets 5% of a CPU when the peak starts.
+fn cpu_quota() -> Value {
+    let sim = Sim::start(
+        &["nice", "-n", &FIRST.to_string()],
+        "healthy",
+        loopback(),
+        &[],
+    );
+    let group = CpuQuota::holding(sim.pid());
+    let stress = Stress::start(
+        "quota",
+        &scenario("quota", &sim.url(), &llm(8.0, 8.0, 32)),
+        None,
+        FIRST,
+        &[],
+    );
+    sim.wait_for_load(Duration::from_mins(1));
+    std::thread::sleep(BASELINE);
+    group.limit(5);
+    std::thread::sleep(crate::explain::PEAK);
+    drop(group);
+    let r = stress.finish();
+    drop(sim);
+    r
+}
+
+/// The sim is killed 2 s into the peak; the run goes on against nothing.
+fn server_killed() -> Value {
+    let sim = Sim::start(
+        &["nice", "-n", &FIRST.to_string()],
+        "healthy",
+        loopback(),
+        &[],
+    );
+    let stress = Stress::start(
+        "killed",
+        &scenario("killed", &sim.url(), &llm(4.0, 4.0, 32)),
+        None,
+        FIRST,
+        &[],
+    );
+    sim.wait_for_load(Duration::from_mins(1));
+    std::thread::sleep(BASELINE + Duration::from_secs(2));
+    drop(sim);
+    stress.finish_with_report()
 }
 
 fn errors() -> Value {

@@ -166,3 +166,46 @@ impl Drop for RandomLoss {
             .output();
     }
 }
+
+/// A cgroup-v1 `cpu` group holding a process, removed when dropped (the process moves back to
+/// the root group first).
+pub struct CpuQuota {
+    dir: PathBuf,
+}
+
+impl CpuQuota {
+    /// Moves process `pid` (all its threads) into a new group with no limit yet.
+    #[must_use]
+    pub fn holding(pid: u32) -> Self {
+        let dir = PathBuf::from(format!(
+            "/sys/fs/cgroup/cpu/inferscope-test-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::create_dir(&dir);
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", dir.display()));
+        Self { dir }
+    }
+
+    /// Limits the group to `percent`% of one CPU (CFS bandwidth: quota per 100 ms period).
+    pub fn limit(&self, percent: u32) {
+        std::fs::write(self.dir.join("cpu.cfs_period_us"), "100000").unwrap();
+        std::fs::write(
+            self.dir.join("cpu.cfs_quota_us"),
+            (percent * 1000).to_string(),
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for CpuQuota {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("cpu.cfs_quota_us"), "-1");
+        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for p in procs.lines() {
+                let _ = std::fs::write("/sys/fs/cgroup/cpu/cgroup.procs", p);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}

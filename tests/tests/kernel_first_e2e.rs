@@ -57,3 +57,13 @@ fn vector_index_rebuild_is_vector_index() {
 fn a_peak_of_failing_requests_is_errors() {
     check("errors", &["error_rate"]);
 }
+
+#[test]
+fn a_cpu_quota_on_the_server_is_cpu_runqueue() {
+    check("cpu-quota", &["runq_p99_us", "runq_mean_us"]);
+}
+
+#[test]
+fn a_server_killed_mid_run_is_errors_and_the_report_is_written() {
+    check("errors-server-killed", &["error_rate"]);
+}
