@@ -68,16 +68,19 @@ pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
-/// The `inferscope` binary next to the calling test executable (`target/<profile>/inferscope`).
+/// The `inferscope` binary next to the calling test or bench executable
+/// (`target/<profile>/inferscope`).
 #[must_use]
 pub fn inferscope_bin() -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test>-<hash> -> target/<profile>/inferscope
-    let bin = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .expect("test executable lives in target/<profile>/deps")
-        .join("inferscope");
+    // A test: target/<profile>/deps/<test>-<hash>; a binary: target/<profile>/<bin>.
+    let dir = exe.parent().expect("an executable lives in a directory");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("deps lives in target/<profile>")
+    } else {
+        dir
+    };
+    let bin = dir.join("inferscope");
     assert!(
         bin.is_file(),
         "{} is missing; build it: cargo build -p inferscope",
