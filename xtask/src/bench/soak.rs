@@ -67,6 +67,8 @@ pub fn run() -> anyhow::Result<()> {
     let mut stress = procs::pinned(client_cpu, procs::inferscope_bin());
     stress
         .args(["stress", "--target", &format!("http://{}", sim.addr)])
+        // The sim serves this model; short answers keep the run about request count.
+        .args(["--model", "inferscope-sim", "--max-tokens", "16"])
         .args([
             "--rate",
             &rate.to_string(),
