@@ -40,7 +40,7 @@ async fn api(allow_remote: bool, marks: Marks) -> String {
         bind: "127.0.0.1:0".parse().unwrap(),
         ..ApiConfig::default()
     };
-    let launcher = Arc::new(LoadgenLauncher::new(allow_remote, std::env::temp_dir()));
+    let launcher = Arc::new(LoadgenLauncher::new(allow_remote, None));
     let api = Api::bind(&config, launcher, marks).await.unwrap();
     let addr = api.local_addr().unwrap();
     tokio::spawn(api.serve(std::future::pending()));

@@ -59,6 +59,25 @@ impl Token {
     }
 }
 
+/// Refuses one token for both scraping (`--metrics-token-file`) and launching load
+/// (`--api-token-file`): whoever may read `/metrics` must not be able to start runs. Reads
+/// both files; either may be absent.
+pub fn check_distinct(metrics: Option<&Path>, control: Option<&Path>) -> Result<(), ApiError> {
+    let (Some(m), Some(c)) = (metrics, control) else {
+        return Ok(());
+    };
+    if Token::from_file(m)?.matches(&Token::from_file(c)?.0) {
+        return Err(ApiError::TokenFile {
+            path: c.display().to_string(),
+            reason: format!(
+                "holds the same token as the metrics token file {}: give the control API a token of its own",
+                m.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Middleware: 401 unless `Authorization: Bearer <token>` matches. Reusable for `/metrics`:
 /// `router.layer(axum::middleware::from_fn_with_state(token, require_token))`.
 pub async fn require_token(State(token): State<Token>, req: Request, next: Next) -> Response {
@@ -91,5 +110,23 @@ mod tests {
         assert!(!t.matches(b"0123456789abcdeX"));
         assert!(!t.matches(b"0123456789abcdef0"));
         assert_eq!(format!("{t:?}"), "Token(<redacted>)");
+    }
+
+    #[test]
+    fn scraping_and_control_need_different_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            dir.path().join("a"),
+            dir.path().join("b"),
+            dir.path().join("c"),
+        );
+        std::fs::write(&a, "0123456789abcdef\n").unwrap();
+        std::fs::write(&b, "0123456789abcdef").unwrap();
+        std::fs::write(&c, "fedcba9876543210").unwrap();
+        let e = check_distinct(Some(&a), Some(&b)).unwrap_err().to_string();
+        assert!(e.contains("token of its own"), "{e}");
+        check_distinct(Some(&a), Some(&c)).unwrap();
+        check_distinct(Some(&a), None).unwrap();
+        check_distinct(None, Some(&c)).unwrap();
     }
 }

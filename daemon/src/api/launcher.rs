@@ -56,22 +56,24 @@ struct State {
 /// Runs scenarios posted to the control API with the embedded load generator.
 ///
 /// Targets outside loopback are refused unless the launcher was built with `allow_remote`
-/// (the daemon's `--allow-remote`). Relative dataset and trace paths in a posted scenario
-/// resolve against `base_dir`. Reports leave per-request records out, so a long run costs
-/// bounded memory.
+/// (the daemon's `--allow-remote`). A posted scenario reads dataset and trace files only from
+/// below `data_dir` (the daemon's `--data-dir`; none without one: inline `prompts:` and
+/// synthetic datasets still work), regular files of bounded size, read off the async workers.
+/// Reports leave per-request records out, so a long run costs bounded memory.
 pub struct LoadgenLauncher {
     allow_remote: bool,
-    base_dir: PathBuf,
+    data_dir: Option<PathBuf>,
     state: Arc<Mutex<State>>,
 }
 
 impl LoadgenLauncher {
-    /// A launcher; `allow_remote` permits targets outside loopback.
+    /// A launcher; `allow_remote` permits targets outside loopback; `data_dir` is the only
+    /// folder posted scenarios may read files from.
     #[must_use]
-    pub fn new(allow_remote: bool, base_dir: PathBuf) -> Self {
+    pub fn new(allow_remote: bool, data_dir: Option<PathBuf>) -> Self {
         Self {
             allow_remote,
-            base_dir,
+            data_dir,
             state: Arc::default(),
         }
     }
@@ -90,14 +92,27 @@ fn failure(report: &serde_json::Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Runs `f` (file reads, bounded but possibly slow) without stalling the other tasks of a
+/// multi-threaded runtime: `start` is synchronous, so `spawn_blocking` cannot be awaited here,
+/// and `block_in_place` hands this worker's queue to another thread meanwhile.
+fn off_workers<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 fn key(id: &str) -> Option<u64> {
     id.strip_prefix("run-")?.parse().ok()
 }
 
 impl RunLauncher for LoadgenLauncher {
     fn start(&self, text: &str) -> Result<RunHandle, LaunchError> {
-        let scenario = Scenario::from_yaml(text, "scenario", &self.base_dir)
-            .map_err(|e| LaunchError::InvalidScenario(e.to_string()))?;
+        let scenario =
+            off_workers(|| Scenario::from_posted_yaml(text, "scenario", self.data_dir.as_deref()))
+                .map_err(|e| LaunchError::InvalidScenario(e.to_string()))?;
         let host = scenario.target_host().unwrap_or_default();
         if !self.allow_remote && !is_loopback(&host) {
             return Err(LaunchError::InvalidScenario(format!(

@@ -26,7 +26,9 @@ mod handlers;
 pub mod launcher;
 pub mod marks;
 pub mod node;
+pub mod redact;
 pub mod runs;
+pub mod serve;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -37,7 +39,7 @@ use std::sync::Arc;
 use axum::Router;
 use tokio::net::{TcpListener, UnixListener};
 
-pub use auth::{MIN_TOKEN_LEN, Token, require_token};
+pub use auth::{MIN_TOKEN_LEN, Token, check_distinct, require_token};
 pub use launcher::LoadgenLauncher;
 pub use marks::{Mark, MarkError, Marks};
 pub use runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
@@ -193,7 +195,8 @@ impl Api {
         }
     }
 
-    /// Serves until `shutdown` completes.
+    /// Serves until `shutdown` completes, under [`serve::Limits::default`] (header and request
+    /// deadlines, a connection cap).
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -202,15 +205,11 @@ impl Api {
             addr: "listener".into(),
             source,
         };
+        let limits = serve::Limits::default();
         match self.listener {
-            Listener::Tcp(l) => axum::serve(l, self.router)
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(io),
-            Listener::Unix(l) => axum::serve(l, self.router)
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(io),
+            Listener::Tcp(l) => serve::serve(l, self.router, limits, shutdown).await,
+            Listener::Unix(l) => serve::serve(l, self.router, limits, shutdown).await,
         }
+        .map_err(io)
     }
 }

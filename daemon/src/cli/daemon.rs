@@ -7,9 +7,9 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Du
 use anyhow::Context as _;
 use inferscope::{
     api::{
-        Api, ApiConfig, Bind, LoadgenLauncher, Marks, Token,
+        Api, ApiConfig, Bind, LoadgenLauncher, Marks, Token, check_distinct,
         node::{self, NodeSnapshot},
-        require_token,
+        redact, require_token, serve,
     },
     collect::{
         discover,
@@ -77,6 +77,14 @@ pub struct Args {
     /// Let runs started over the control API load targets outside loopback.
     #[arg(long)]
     allow_remote: bool,
+    /// Runs posted to the control API read dataset and trace files only from below this
+    /// folder (without it: inline `prompts:` and synthetic datasets only).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Show watched processes' full command lines in /api/v1/timeline (they may hold API
+    /// keys; by default only the program is shown).
+    #[arg(long)]
+    show_cmdlines: bool,
     #[command(flatten)]
     otlp: OtlpArgs,
 }
@@ -154,11 +162,9 @@ async fn start_api(
         token_file: args.api_token_file.clone(),
         ..ApiConfig::default()
     };
-    // Relative dataset and trace paths in posted scenarios resolve against the daemon's
-    // working directory, as they would for `inferscope stress` started there.
     let launcher = Arc::new(LoadgenLauncher::new(
         args.allow_remote,
-        std::env::current_dir().context("reading the working directory")?,
+        args.data_dir.clone(),
     ));
     let api = Api::bind(&config, launcher, marks).await?;
     match api.local_addr() {
@@ -183,6 +189,10 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
             args.metrics_listen
         );
     }
+    check_distinct(
+        args.metrics_token_file.as_deref(),
+        args.api_token_file.as_deref(),
+    )?;
     // Bound first: a refused bind (no token) fails before any probe is attached.
     let marks = Marks::default();
     let api_stop = CancellationToken::new();
@@ -233,7 +243,13 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
         "serving http://{}/metrics and /api/v1/timeline",
         listener.local_addr()?
     );
-    let http = tokio::spawn(async move { axum::serve(listener, app).await });
+    // Header and request deadlines and a connection cap (api::serve).
+    let http = tokio::spawn(serve::serve(
+        listener,
+        app,
+        serve::Limits::default(),
+        std::future::pending(),
+    ));
 
     let len = args.interval;
     let mut timeline = Timeline::new(now_unix_ms(), len.as_millis() as u64);
@@ -318,7 +334,10 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
             drops: &drops,
         });
         tx.send_replace(Arc::new(NodeSnapshot {
-            processes: servers.iter().map(|&p| procfs::identity(p)).collect(),
+            processes: servers
+                .iter()
+                .map(|&p| redact::process(procfs::identity(p), args.show_cmdlines))
+                .collect(),
             hooks,
             losses,
             scrape_error: scraper.as_ref().and_then(|s| s.last_error.clone()),

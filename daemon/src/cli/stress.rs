@@ -159,6 +159,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         observer: None,
         progress: !args.quiet && std::io::stderr().is_terminal(),
         shard: args.shard.unwrap_or(Shard::WHOLE),
+        ..Options::new()
     };
     // One CPU to run on (a pinned run, a one-core container): the single-threaded scheduler
     // wakes a task with a local queue push, where the multi-threaded one, even with one worker,

@@ -320,16 +320,29 @@ pub async fn send(
     }
 }
 
-/// Reads a whole body (bounded) or classifies the failure.
+/// Largest non-streamed response body read, bytes.
+pub const MAX_BODY: usize = 32 << 20;
+
+/// Reads a whole body, at most [`MAX_BODY`] bytes, or classifies the failure.
 pub async fn read_body(
     resp: Response<Incoming>,
     rec: &mut RequestRecord,
     t0: Instant,
 ) -> Option<Bytes> {
-    match resp.into_body().collect().await {
+    match http_body_util::Limited::new(resp.into_body(), MAX_BODY)
+        .collect()
+        .await
+    {
         Ok(b) => Some(b.to_bytes()),
         Err(e) => {
-            rec.fail(ErrorClass::Transport, error_chain(&e));
+            if e.is::<http_body_util::LengthLimitError>() {
+                rec.fail(
+                    ErrorClass::MalformedStream,
+                    format!("response body larger than {} MiB", MAX_BODY >> 20),
+                );
+            } else {
+                rec.fail(ErrorClass::Transport, error_chain(&*e));
+            }
             rec.end_us = us_since(t0);
             None
         }

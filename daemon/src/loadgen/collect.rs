@@ -33,8 +33,10 @@ pub enum Msg {
 pub struct Config {
     /// Per phase: name, duration (s), mean target rate.
     pub phases: Vec<(String, f64, Option<f64>)>,
-    /// Keep every record for the report.
+    /// Keep records for the report.
     pub keep_records: bool,
+    /// Bytes of records kept at most; the rest are counted.
+    pub records_budget: usize,
     /// Forward each record here as it completes.
     pub observer: Option<mpsc::Sender<RequestRecord>>,
     /// Draw the progress line.
@@ -47,8 +49,10 @@ pub struct Config {
 pub struct Collected {
     /// Per phase.
     pub metrics: Vec<PhaseMetrics>,
-    /// Every record (when kept).
+    /// Records (when kept), until the budget was spent.
     pub records: Vec<RequestRecord>,
+    /// Records not kept because the budget was spent.
+    pub records_overflow: u64,
     /// Event requests.
     pub events: Vec<EventRecord>,
     /// Why the run was aborted, if the collector aborted it.
@@ -58,18 +62,16 @@ pub struct Collected {
 const WINDOW_TICKS: usize = 5;
 
 /// Runs until every sender is dropped.
-pub async fn run(
-    mut rx: mpsc::UnboundedReceiver<Msg>,
-    cfg: Config,
-    cancel: CancellationToken,
-) -> Collected {
+pub async fn run(mut rx: mpsc::Receiver<Msg>, cfg: Config, cancel: CancellationToken) -> Collected {
     let mut out = Collected {
         metrics: cfg.phases.iter().map(|_| PhaseMetrics::default()).collect(),
         records: Vec::new(),
+        records_overflow: 0,
         events: Vec::new(),
         abort: None,
     };
     let mut current: Option<(u32, Instant)> = None;
+    let mut budget_left = cfg.records_budget;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     // (finished, counted errors) per tick, for the abort window.
@@ -92,7 +94,15 @@ pub async fn run(
                         let _ = obs.send(r.clone()).await;
                     }
                     if cfg.keep_records {
-                        out.records.push(r);
+                        let size = r.footprint();
+                        if size <= budget_left {
+                            budget_left -= size;
+                            out.records.push(r);
+                        } else {
+                            // Once full, stay full: the kept records are the run's first ones.
+                            budget_left = 0;
+                            out.records_overflow += 1;
+                        }
                     }
                 }
             },

@@ -7,6 +7,8 @@ use rand_distr::{Distribution, Normal};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::files::Files;
+
 /// One prompt (and whatever else its source row carried).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
@@ -59,6 +61,9 @@ pub struct DatasetSpec {
     pub field: Option<String>,
     /// Generate prompts instead of reading a file.
     pub synthetic: Option<Synthetic>,
+    /// The prompts themselves, inline (what a scenario posted to the control API uses when
+    /// the daemon has no `--data-dir`).
+    pub prompts: Option<Vec<String>>,
 }
 
 /// File formats.
@@ -88,6 +93,46 @@ fn default_count() -> usize {
     1000
 }
 
+/// Longest prompt of a dataset, bytes (a file's rows, inline or synthetic prompts).
+pub const MAX_PROMPT_BYTES: usize = 1 << 20;
+/// Most distinct synthetic prompts.
+pub const MAX_SYNTHETIC_COUNT: usize = 1_000_000;
+/// Most words (about tokens) of all synthetic prompts together, counted at mean + 3 stddev:
+/// about 150 MB of text.
+pub const MAX_SYNTHETIC_WORDS: f64 = 16e6;
+/// Longest synthetic prompt, words (each at most 9 bytes with its space: under 1.2 MiB).
+pub const MAX_SYNTHETIC_PROMPT_WORDS: f64 = 131_072.0;
+
+impl Synthetic {
+    /// The size checks: each prompt and all of them together stay within memory caps.
+    fn check(&self) -> Result<(), String> {
+        let finite = |l: Length| l.mean.is_finite() && l.stddev.is_finite() && l.stddev >= 0.0;
+        if !finite(self.input_tokens) || !finite(self.output_tokens) {
+            return Err("synthetic lengths need finite `mean` and `stddev` >= 0".into());
+        }
+        if self.count > MAX_SYNTHETIC_COUNT {
+            return Err(format!(
+                "synthetic `count` {} is above {MAX_SYNTHETIC_COUNT}: fewer distinct prompts repeat just as well",
+                self.count
+            ));
+        }
+        if self.input_tokens.mean > MAX_SYNTHETIC_PROMPT_WORDS {
+            return Err(format!(
+                "synthetic `input_tokens.mean` {} is above {MAX_SYNTHETIC_PROMPT_WORDS}",
+                self.input_tokens.mean
+            ));
+        }
+        let words = self.count.max(1) as f64
+            * (self.input_tokens.mean + 3.0 * self.input_tokens.stddev).max(1.0);
+        if words > MAX_SYNTHETIC_WORDS {
+            return Err(format!(
+                "synthetic `count` x `input_tokens` (mean + 3 stddev) is {words:.0} words, above {MAX_SYNTHETIC_WORDS:.0}: lower `count`"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A length distribution.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -104,19 +149,16 @@ impl Length {
         let v = Normal::new(self.mean, self.stddev.max(0.0)).map_or(self.mean, |n| n.sample(rng));
         v.round().clamp(1.0, 1e7) as u32
     }
+
+    /// A prompt length: as [`Length::draw`], at most [`MAX_SYNTHETIC_PROMPT_WORDS`].
+    fn draw_prompt<R: Rng>(self, rng: &mut R) -> u32 {
+        self.draw(rng).min(MAX_SYNTHETIC_PROMPT_WORDS as u32)
+    }
 }
 
 /// A dataset that could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
-    /// The file could not be read.
-    #[error("cannot read dataset {path}: {source}")]
-    Io {
-        /// File.
-        path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
-    },
     /// A row is malformed.
     #[error("{path}:{line}: {what}")]
     Row {
@@ -174,19 +216,16 @@ const VOCAB: &[&str] = &[
 ];
 
 impl Dataset {
-    /// Loads or generates the rows; `base` is the scenario file's folder.
+    /// Loads or generates the rows; `files` says where relative names point and what may
+    /// be read.
     pub fn load<R: Rng>(
         spec: &DatasetSpec,
-        base: &Path,
+        files: Files<'_>,
         rng: &mut R,
     ) -> Result<Self, DatasetError> {
-        let rows = match (&spec.path, &spec.synthetic) {
-            (Some(p), None) => {
-                let path = base.join(p);
-                let text = std::fs::read_to_string(&path).map_err(|source| DatasetError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
+        let rows = match (&spec.path, &spec.synthetic, &spec.prompts) {
+            (Some(p), None, None) => {
+                let (path, text) = files.read(p).map_err(DatasetError::Spec)?;
                 let format =
                     spec.format
                         .unwrap_or(if path.extension().is_some_and(|e| e == "json") {
@@ -199,23 +238,38 @@ impl Dataset {
                     Format::Sharegpt => parse_sharegpt(&text, &path)?,
                 }
             }
-            (None, Some(s)) => (0..s.count.max(1))
-                .map(|_| {
-                    let n = s.input_tokens.draw(rng);
-                    let words: Vec<&str> = (0..n)
-                        .map(|_| VOCAB[rng.random_range(0..VOCAB.len())])
-                        .collect();
-                    Row::from_prompt(words.join(" "), Some(s.output_tokens.draw(rng)))
-                })
+            (None, None, Some(prompts)) => prompts
+                .iter()
+                .map(|p| Row::from_prompt(p.clone(), None))
                 .collect(),
+            (None, Some(s), None) => {
+                s.check().map_err(DatasetError::Spec)?;
+                (0..s.count.max(1))
+                    .map(|_| {
+                        let n = s.input_tokens.draw_prompt(rng);
+                        let words: Vec<&str> = (0..n)
+                            .map(|_| VOCAB[rng.random_range(0..VOCAB.len())])
+                            .collect();
+                        Row::from_prompt(words.join(" "), Some(s.output_tokens.draw(rng)))
+                    })
+                    .collect()
+            }
             _ => {
                 return Err(DatasetError::Spec(
-                    "a dataset needs exactly one of `path` or `synthetic`".into(),
+                    "a dataset needs exactly one of `path`, `prompts` or `synthetic`".into(),
                 ));
             }
         };
         if rows.is_empty() {
             return Err(DatasetError::Spec("dataset has no prompts".into()));
+        }
+        if let Some(i) = rows.iter().position(|r| r.prompt.len() > MAX_PROMPT_BYTES) {
+            return Err(DatasetError::Spec(format!(
+                "prompt {} is {} bytes, above the limit of {} MiB: shorten it",
+                i + 1,
+                rows[i].prompt.len(),
+                MAX_PROMPT_BYTES >> 20
+            )));
         }
         Ok(Dataset { rows })
     }
@@ -341,13 +395,14 @@ mod tests {
             format: None,
             field: None,
             synthetic: None,
+            prompts: None,
         };
-        let a = Dataset::load(&spec("a.jsonl"), &dir, &mut rng).unwrap();
+        let a = Dataset::load(&spec("a.jsonl"), Files::Relative(&dir), &mut rng).unwrap();
         assert_eq!(a.len(), 2);
         assert_eq!(a.rows[0].field("lang"), "en");
-        let b = Dataset::load(&spec("b.json"), &dir, &mut rng).unwrap();
+        let b = Dataset::load(&spec("b.json"), Files::Relative(&dir), &mut rng).unwrap();
         assert_eq!(b.rows, vec![Row::from_prompt("q1".into(), Some(3))]);
-        let e = Dataset::load(&spec("bad.jsonl"), &dir, &mut rng)
+        let e = Dataset::load(&spec("bad.jsonl"), Files::Relative(&dir), &mut rng)
             .unwrap_err()
             .to_string();
         assert!(
@@ -369,8 +424,9 @@ mod tests {
                 },
                 count: 10,
             }),
+            prompts: None,
         };
-        let s = Dataset::load(&syn, &dir, &mut rng).unwrap();
+        let s = Dataset::load(&syn, Files::Relative(&dir), &mut rng).unwrap();
         assert_eq!(s.len(), 10);
         assert!(
             s.rows
@@ -378,5 +434,63 @@ mod tests {
                 .all(|r| r.prompt.split(' ').count() == 50 && r.output_tokens.unwrap() >= 1)
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn synthetic_sizes_and_prompt_lengths_are_capped() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let syn = |count: usize, mean: f64, stddev: f64| DatasetSpec {
+            path: None,
+            format: None,
+            field: None,
+            synthetic: Some(Synthetic {
+                input_tokens: Length { mean, stddev },
+                output_tokens: Length {
+                    mean: 10.0,
+                    stddev: 0.0,
+                },
+                count,
+            }),
+            prompts: None,
+        };
+        for (spec, says) in [
+            (syn(10_000_000, 1.0, 0.0), "above 1000000"),
+            (syn(1000, 1e9, 0.0), "input_tokens.mean"),
+            (syn(1_000_000, 4000.0, 0.0), "lower `count`"),
+            (syn(1000, 100.0, f64::INFINITY), "finite"),
+        ] {
+            let e = Dataset::load(&spec, Files::Confined(None), &mut rng).unwrap_err();
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let long = DatasetSpec {
+            prompts: Some(vec!["ok".into(), "x".repeat(MAX_PROMPT_BYTES + 1)]),
+            ..syn(1, 1.0, 0.0)
+        };
+        let long = DatasetSpec {
+            synthetic: None,
+            ..long
+        };
+        let e = Dataset::load(&long, Files::Confined(None), &mut rng).unwrap_err();
+        assert!(e.to_string().contains("prompt 2 is"), "{e}");
+    }
+
+    #[test]
+    fn inline_prompts_need_no_file() {
+        let spec = DatasetSpec {
+            path: None,
+            format: None,
+            field: None,
+            synthetic: None,
+            prompts: Some(vec!["one".into(), "two".into()]),
+        };
+        let mut rng = SmallRng::seed_from_u64(1);
+        let d = Dataset::load(&spec, Files::Confined(None), &mut rng).unwrap();
+        assert_eq!(d.len(), 2);
+        let both = DatasetSpec {
+            path: Some("x.jsonl".into()),
+            ..spec
+        };
+        let e = Dataset::load(&both, Files::Confined(None), &mut rng).unwrap_err();
+        assert!(e.to_string().contains("exactly one of"), "{e}");
     }
 }

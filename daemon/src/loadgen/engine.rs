@@ -26,6 +26,7 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::{
+    arrival::Schedule,
     caps::{Acquired, Permits, TokenBucket, acquire},
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     collect::{self, Msg},
@@ -36,14 +37,22 @@ use super::{
     shard::Shard,
 };
 
+/// Messages queued between the request tasks and the collector (about 300 bytes each).
+const MSG_QUEUE: usize = 16_384;
+/// Default [`Options::records_budget`]: 256 MiB of records (about 600,000 short requests).
+pub const RECORDS_BUDGET: usize = 256 << 20;
+
 /// How to run a scenario. `Options::default()` keeps records, allows only loopback
 /// targets, has no observer and draws no progress line.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Allow targets outside loopback.
     pub allow_remote: bool,
-    /// Keep every request record in the report.
+    /// Keep request records in the report.
     pub keep_records: bool,
+    /// Bytes of records kept at most (estimated, [`RequestRecord::footprint`]); records
+    /// past it are counted in `Report::records_overflow`, not kept.
+    pub records_budget: usize,
     /// Receives each finished request record as it completes (a slow receiver slows the
     /// collector, never the requests).
     pub observer: Option<mpsc::Sender<RequestRecord>>,
@@ -58,6 +67,7 @@ impl Default for Options {
         Options {
             allow_remote: false,
             keep_records: true,
+            records_budget: RECORDS_BUDGET,
             observer: None,
             progress: false,
             shard: Shard::WHOLE,
@@ -98,7 +108,7 @@ struct Shared {
     allow_remote: bool,
     shard: Shard,
     hard_stop: CancellationToken,
-    tx: mpsc::UnboundedSender<Msg>,
+    tx: mpsc::Sender<Msg>,
     global: Arc<Semaphore>,
     seq: AtomicU64,
 }
@@ -142,7 +152,9 @@ pub async fn run(
             .map_or(0, |d| d.as_nanos() as u64)
     }));
     let mut rng = SmallRng::seed_from_u64(seed);
-    let (tx, rx) = mpsc::unbounded_channel();
+    // Bounded: a collector that falls behind slows the senders instead of queueing records
+    // without limit.
+    let (tx, rx) = mpsc::channel(MSG_QUEUE);
     let cfg = collect::Config {
         phases: scenario
             .phases
@@ -156,6 +168,7 @@ pub async fn run(
             })
             .collect(),
         keep_records: opts.keep_records,
+        records_budget: opts.records_budget,
         observer: opts.observer,
         progress: opts.progress,
         abort: scenario
@@ -243,6 +256,7 @@ pub async fn run(
         phases,
         events: collected.events,
         records: collected.records,
+        records_overflow: collected.records_overflow,
     })
 }
 
@@ -273,7 +287,7 @@ async fn dispatch(
         if cancel.is_cancelled() {
             break;
         }
-        let _ = shared.tx.send(Msg::PhaseStart(i as u32, phase_start));
+        let _ = shared.tx.send(Msg::PhaseStart(i as u32, phase_start)).await;
         let end = phase_start + phase.duration;
         for (ev, uri) in phase.events.iter().zip(&event_uris[i]) {
             tracker.spawn(event(
@@ -291,7 +305,7 @@ async fn dispatch(
                 shared,
                 ctx,
                 phase,
-                &offsets,
+                offsets,
                 phase_start,
                 rng,
                 tracker,
@@ -311,7 +325,7 @@ async fn dispatch(
             0
         };
         tokio::select! { () = tokio::time::sleep_until(end) => {}, () = cancel.cancelled() => {} }
-        let _ = shared.tx.send(Msg::Scheduled(i as u32, scheduled));
+        let _ = shared.tx.send(Msg::Scheduled(i as u32, scheduled)).await;
         elapsed[i] = Instant::now()
             .min(end)
             .duration_since(phase_start)
@@ -342,7 +356,7 @@ async fn open_loop(
     shared: &Arc<Shared>,
     ctx: &Arc<PhaseCtx>,
     phase: &Phase,
-    offsets: &[Duration],
+    mut offsets: Schedule<SmallRng>,
     start: Instant,
     rng: &mut SmallRng,
     tracker: &TaskTracker,
@@ -356,13 +370,15 @@ async fn open_loop(
     // Waiting for a cap never runs past the phase's end: the next phase starts on time, and
     // the arrivals not sent by then count as scheduled and dropped.
     let end = start + phase.duration;
-    let overrun = |k: usize, scheduled: &mut u64| {
-        let left = (offsets.len() - k) as u64;
+    // At the phase's end: the arrival in hand (already counted as scheduled) and those not
+    // taken yet are dropped.
+    let overrun = async |left_after: usize, scheduled: &mut u64| {
+        let left = left_after as u64 + 1;
         *scheduled += left - 1;
-        let _ = shared.tx.send(Msg::Dropped(ctx.index, left));
+        let _ = shared.tx.send(Msg::Dropped(ctx.index, left)).await;
     };
-    for (k, off) in offsets.iter().enumerate() {
-        let deadline = start + *off;
+    while let Some(off) = offsets.next() {
+        let deadline = start + off;
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
@@ -379,12 +395,12 @@ async fn open_loop(
                 phase.when_capped,
             ) {
                 (None, _) => {
-                    let _ = shared.tx.send(Msg::Dropped(ctx.index, 1));
+                    let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
                     continue;
                 }
                 (Some(wait), CapPolicy::Wait) if !wait.is_zero() => {
                     if Instant::now().checked_add(wait).is_none_or(|t| t > end) {
-                        overrun(k, &mut scheduled);
+                        overrun(offsets.remaining(), &mut scheduled).await;
                         break;
                     }
                     tokio::select! { () = tokio::time::sleep(wait) => {}, () = cancel.cancelled() => break }
@@ -401,12 +417,12 @@ async fn open_loop(
         let permits = match tokio::time::timeout_at(end, capped).await {
             Ok(Acquired::Yes(p)) => p,
             Ok(Acquired::Full) => {
-                let _ = shared.tx.send(Msg::Dropped(ctx.index, 1));
+                let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
                 continue;
             }
             Ok(Acquired::Cancelled) => break,
             Err(_) => {
-                overrun(k, &mut scheduled);
+                overrun(offsets.remaining(), &mut scheduled).await;
                 break;
             }
         };
@@ -459,7 +475,7 @@ async fn user(
         .await;
         n += 1;
     }
-    let _ = shared.tx.send(Msg::Scheduled(ctx.index, n));
+    let _ = shared.tx.send(Msg::Scheduled(ctx.index, n)).await;
 }
 
 /// One request: executed under the timeout, aborted by the hard stop, then reported.
@@ -495,7 +511,7 @@ async fn one(
             base
         }
     };
-    let _ = shared.tx.send(Msg::Record(rec));
+    let _ = shared.tx.send(Msg::Record(rec)).await;
 }
 
 async fn event(
@@ -518,13 +534,16 @@ async fn event(
         Err(_) => "timeout".into(),
     };
     let request = format!("{method} {}", ev.path);
-    let _ = shared.tx.send(Msg::Event(EventRecord {
-        phase,
-        request,
-        at_us,
-        end_us: us_since(shared.t0),
-        outcome,
-    }));
+    let _ = shared
+        .tx
+        .send(Msg::Event(EventRecord {
+            phase,
+            request,
+            at_us,
+            end_us: us_since(shared.t0),
+            outcome,
+        }))
+        .await;
 }
 
 #[cfg(test)]

@@ -376,5 +376,6 @@ pub fn merge_partial(reports: &[(String, Report)]) -> Result<Report, MergeError>
         phases,
         events,
         records,
+        records_overflow: reports.iter().map(|(_, r)| r.records_overflow).sum(),
     })
 }

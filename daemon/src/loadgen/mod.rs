@@ -26,6 +26,7 @@ pub mod collect;
 pub mod dataset;
 pub mod dial;
 pub mod engine;
+pub mod files;
 pub mod limits;
 pub mod merge;
 pub mod metrics;

@@ -21,6 +21,9 @@ use super::{
     sse::{SseParser, Tail},
 };
 
+/// Content chunks one answer may carry (their times are kept: 8 bytes each).
+pub const MAX_TOKEN_TIMES: usize = 1 << 20;
+
 /// State of one streamed answer, fed with body pieces as they arrive.
 #[derive(Debug, Default)]
 pub struct StreamState {
@@ -121,6 +124,12 @@ impl StreamState {
             if data == "[DONE]" {
                 self.done = true;
                 continue;
+            }
+            if self.token_us.len() >= MAX_TOKEN_TIMES {
+                return Err((
+                    ErrorClass::MalformedStream,
+                    format!("more than {MAX_TOKEN_TIMES} content chunks in one answer"),
+                ));
             }
             // The common shape, parsed in place; anything unusual (an error object, a field of
             // an unexpected type) goes through a `Value`.

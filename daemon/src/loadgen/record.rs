@@ -71,6 +71,21 @@ pub enum ErrorClass {
     ClientFdLimit,
 }
 
+/// Longest `error_message` kept, bytes.
+pub const MAX_ERROR_MESSAGE: usize = 1024;
+
+impl RequestRecord {
+    /// Bytes this record holds in memory, estimated: the struct, its token times and its
+    /// strings (what the records' budget counts).
+    #[must_use]
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.token_us.capacity() * std::mem::size_of::<u64>()
+            + self.error_message.as_ref().map_or(0, String::capacity)
+            + self.finish_reason.as_ref().map_or(0, String::capacity)
+    }
+}
+
 impl ErrorClass {
     /// All classes, in report order.
     pub const ALL: [ErrorClass; 8] = [
@@ -199,8 +214,18 @@ impl RequestRecord {
 
     /// Marks the request failed.
     pub fn fail(&mut self, class: ErrorClass, message: impl Into<String>) {
+        let mut message = message.into();
+        // A server's error event can be megabytes; the record keeps its start.
+        if message.len() > MAX_ERROR_MESSAGE {
+            let mut cut = MAX_ERROR_MESSAGE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str("...");
+        }
         self.error = Some(class);
-        self.error_message = Some(message.into());
+        self.error_message = Some(message);
     }
 
     /// Send lag: actual minus intended start (µs).

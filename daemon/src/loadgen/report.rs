@@ -123,8 +123,17 @@ pub struct Report {
     pub phases: Vec<PhaseReport>,
     /// Requests made by `events:`.
     pub events: Vec<EventRecord>,
-    /// Every request (empty when records were not kept).
+    /// Every request (empty when records were not kept), up to the records' memory budget.
     pub records: Vec<RequestRecord>,
+    /// Records left out of `records` once the budget was spent (`Options::records_budget`);
+    /// the phases' metrics still count them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records_overflow: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Static facts of a phase needed for its report.

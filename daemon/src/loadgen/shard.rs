@@ -13,7 +13,7 @@ use std::{fmt, str::FromStr, time::Duration};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::arrival::{self, Arrival};
+use super::arrival::{Arrival, Schedule};
 
 /// Shard `index` of `count` (0-based index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,24 +63,21 @@ impl Shard {
         Ok(Shard { index, count })
     }
 
-    /// Takes every N-th element starting at element `i`.
-    fn every_nth<T: Clone>(self, all: &[T]) -> Vec<T> {
-        all.iter()
-            .skip(self.index as usize)
-            .step_by(self.count as usize)
-            .cloned()
-            .collect()
-    }
-
-    /// This shard's arrival offsets for a phase of length `duration` (see the module doc).
-    pub fn schedule<R: Rng>(self, a: &Arrival, duration: Duration, rng: &mut R) -> Vec<Duration> {
+    /// This shard's arrival offsets for a phase of length `duration` (see the module doc),
+    /// produced lazily.
+    pub fn schedule<R: Rng + Clone>(
+        self,
+        a: &Arrival,
+        duration: Duration,
+        rng: &mut R,
+    ) -> Schedule<R> {
         let n = f64::from(self.count);
         match a {
             // Deterministic schedules: interleave the whole one, so the union is exact.
             Arrival::Constant(_) | Arrival::Ramp { .. } | Arrival::Trace(_) => {
-                self.every_nth(&arrival::schedule(a, duration, rng))
+                Schedule::new(a, duration, rng).every_nth(self.index as usize, self.count as usize)
             }
-            Arrival::Gamma { rate, burstiness } => arrival::schedule(
+            Arrival::Gamma { rate, burstiness } => Schedule::new(
                 &Arrival::Gamma {
                     rate: rate / n,
                     burstiness: *burstiness,
@@ -121,6 +118,7 @@ mod tests {
     use rand::{SeedableRng as _, rngs::SmallRng};
 
     use super::*;
+    use crate::loadgen::arrival;
 
     #[test]
     fn parses_and_validates() {
@@ -161,8 +159,8 @@ mod tests {
                 .collect();
             union.sort();
             assert_eq!(union, whole, "{a:?}");
-            let first = Shard::new(1, 3).unwrap().schedule(&a, d, &mut rng);
-            assert_eq!(first[0], whole[1]);
+            let mut first = Shard::new(1, 3).unwrap().schedule(&a, d, &mut rng);
+            assert_eq!(first.next(), Some(whole[1]));
         }
     }
 
@@ -175,7 +173,7 @@ mod tests {
         };
         let s = Shard::new(2, 3).unwrap();
         let offs = s.schedule(&a, Duration::from_secs(10), &mut rng);
-        assert_eq!(offs.len(), 300);
+        assert_eq!(offs.count(), 300);
         assert!((s.rate(90.0) - 30.0).abs() < 1e-12);
         assert_ne!(s.seed(5), Shard::new(1, 3).unwrap().seed(5));
         assert_eq!(Shard::WHOLE.seed(5), 5);

@@ -23,6 +23,9 @@ pub enum SseError {
     /// A line grew past the limit without a line end.
     #[error("SSE line longer than {0} bytes")]
     LineTooLong(usize),
+    /// The `data:` lines of one event add up past the limit without a blank line.
+    #[error("SSE event longer than {0} bytes")]
+    EventTooLong(usize),
 }
 
 /// What was left when the stream ended.
@@ -36,6 +39,8 @@ pub enum Tail {
 
 /// Longest line accepted (a usage chunk or one huge delta fits easily).
 pub const MAX_LINE: usize = 16 << 20;
+/// Longest event accepted: its `data:` lines joined.
+pub const MAX_EVENT: usize = 16 << 20;
 
 /// Incremental parser state.
 #[derive(Debug, Default)]
@@ -124,6 +129,9 @@ impl SseParser {
         self.has_fields = true;
         match field {
             "data" => {
+                if self.data.len() + value.len() + 1 > MAX_EVENT {
+                    return Err(SseError::EventTooLong(MAX_EVENT));
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -149,6 +157,23 @@ mod tests {
             p.push(piece, &mut out).unwrap();
         }
         (out, p.finish())
+    }
+
+    #[test]
+    fn an_event_of_endless_data_lines_is_refused() {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        let line = format!("data: {}\n", "x".repeat(1 << 16));
+        let mut err = None;
+        // 300 lines of 64 KiB: past the 16 MiB event limit without any blank line.
+        for _ in 0..300 {
+            if let Err(e) = p.push(line.as_bytes(), &mut out) {
+                err = Some(e);
+                break;
+            }
+        }
+        assert_eq!(err, Some(SseError::EventTooLong(MAX_EVENT)));
+        assert!(out.is_empty());
     }
 
     fn data(events: &[SseEvent]) -> Vec<&str> {

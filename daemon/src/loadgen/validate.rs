@@ -10,6 +10,7 @@ use super::{
     arrival,
     client::check_path,
     dataset::Dataset,
+    files::Files,
     limits,
     record::Endpoint,
     scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Phase, Scenario, ScenarioError},
@@ -32,6 +33,22 @@ impl Scenario {
 
     /// Parses YAML text; `file` names it in errors, `base` resolves relative paths.
     pub fn from_yaml(src: &str, file: &str, base: &Path) -> Result<Self, ScenarioError> {
+        Self::from_yaml_with(src, file, Files::Relative(base))
+    }
+
+    /// Parses YAML text posted by someone else (the control API): datasets and traces only
+    /// from below `data_dir` (none at all without one), each read capped at
+    /// [`super::files::MAX_POSTED_FILE_BYTES`].
+    pub fn from_posted_yaml(
+        src: &str,
+        file: &str,
+        data_dir: Option<&Path>,
+    ) -> Result<Self, ScenarioError> {
+        Self::from_yaml_with(src, file, Files::Confined(data_dir))
+    }
+
+    /// Parses YAML text reading files under the policy `files`.
+    pub fn from_yaml_with(src: &str, file: &str, files: Files<'_>) -> Result<Self, ScenarioError> {
         let mut s: Scenario = serde_yaml::from_str(src).map_err(|e| {
             let mut msg = e.to_string();
             // serde_yaml appends " at line L column C"; we print the location up front.
@@ -50,12 +67,17 @@ impl Scenario {
                 msg,
             }
         })?;
-        s.resolve(file, src, base)?;
+        s.resolve(file, src, files)?;
         Ok(s)
     }
 
     /// Cross-field checks, datasets and trace files. `src` is used to find lines.
-    pub fn resolve(&mut self, file: &str, src: &str, base: &Path) -> Result<(), ScenarioError> {
+    pub fn resolve(
+        &mut self,
+        file: &str,
+        src: &str,
+        files: Files<'_>,
+    ) -> Result<(), ScenarioError> {
         let err = |needle: &str, msg: String| ScenarioError {
             file: file.to_string(),
             line: line_of(src, needle),
@@ -76,7 +98,7 @@ impl Scenario {
 
         let mut rng = SmallRng::seed_from_u64(self.seed.unwrap_or(0));
         for (name, spec) in &self.datasets {
-            let ds = Dataset::load(spec, base, &mut rng)
+            let ds = Dataset::load(spec, files, &mut rng)
                 .map_err(|e| err(&format!("{name}:"), format!("dataset `{name}`: {e}")))?;
             self.loaded.insert(name.clone(), Arc::new(ds));
         }
@@ -88,7 +110,7 @@ impl Scenario {
                     format!("phase name `{}` is used twice", p.name),
                 ));
             }
-            check_phase(p, &self.loaded, base, &err)?;
+            check_phase(p, &self.loaded, files, &err)?;
         }
         // Cross-field ranges (an event after its phase's end) and a second look at the rest.
         limits::check(self).map_err(|msg| err("phases", msg))?;
@@ -119,7 +141,7 @@ impl Scenario {
 fn check_phase(
     p: &mut Phase,
     loaded: &BTreeMap<String, Arc<Dataset>>,
-    base: &Path,
+    files: Files<'_>,
     err: &dyn Fn(&str, String) -> ScenarioError,
 ) -> Result<(), ScenarioError> {
     let at = format!("name: {}", p.name);
@@ -168,7 +190,7 @@ fn check_phase(
             speed,
             offsets,
         } => {
-            *offsets = read_trace(&base.join(&*path), *speed).map_err(|e| match e.line {
+            *offsets = read_trace(files, path, *speed).map_err(|e| match e.line {
                 Some(_) => e,
                 None => err(&at, format!("phase `{}`: {}", p.name, e.msg)),
             })?;
@@ -237,13 +259,13 @@ fn check_paths(
 }
 
 /// Reads a trace file; errors carry the trace file's own line.
-fn read_trace(full: &Path, speed: f64) -> Result<Vec<Duration>, ScenarioError> {
-    let file = full.display().to_string();
-    let text = std::fs::read_to_string(full).map_err(|e| ScenarioError {
-        file: file.clone(),
+fn read_trace(files: Files<'_>, name: &Path, speed: f64) -> Result<Vec<Duration>, ScenarioError> {
+    let (full, text) = files.read(name).map_err(|msg| ScenarioError {
+        file: name.display().to_string(),
         line: None,
-        msg: format!("cannot read trace {file}: {e}"),
+        msg: format!("trace: {msg}"),
     })?;
+    let file = full.display().to_string();
     arrival::parse_trace(&text, speed).map_err(|(line, msg)| ScenarioError {
         file,
         line: Some((line, 1)),

@@ -1,4 +1,4 @@
-//! `cargo xtask bench [probes|sim|loadgen|attribution]`: benchmarks that print comparisons measured side by
+//! `cargo xtask bench [probes|sim|loadgen|attribution|soak]`: benchmarks that print comparisons measured side by
 //! side in one run on this machine (ratios, never absolute thresholds: the machines are noisy).
 //! Never part of `cargo xtask test`.
 mod accuracy;
@@ -8,15 +8,17 @@ mod peers;
 pub mod probes;
 mod procs;
 mod sim;
+mod soak;
 pub mod workload;
 
 type Bench = fn() -> anyhow::Result<()>;
 
-const ALL: [(&str, Bench); 4] = [
+const ALL: [(&str, Bench); 5] = [
     ("probes", probes::run),
     ("sim", sim::run),
     ("loadgen", loadgen::run),
     ("attribution", attribution::run),
+    ("soak", soak::run),
 ];
 
 /// Runs the named benchmark, or all of them (each one even when an earlier one failed).

@@ -200,7 +200,8 @@ impl Report {
         html::render(self)
     }
 
-    /// Writes `report.json` and `report.html` into `dir`; returns their paths.
+    /// Writes `report.json` and `report.html` into `dir`, each atomically (temporary file,
+    /// fsync, rename); returns their paths.
     pub fn write_files(&self, dir: &Path) -> Result<(PathBuf, PathBuf), ReportError> {
         let json = dir.join("report.json");
         let html = dir.join("report.html");
@@ -210,8 +211,9 @@ impl Report {
     }
 }
 
+// Atomic: a reader (or a crash) sees the old file or the complete new one, never a torn one.
 fn write(path: &Path, text: &str) -> Result<(), ReportError> {
-    std::fs::write(path, text).map_err(|source| ReportError::Io {
+    crate::export::atomic::write_bytes(path, text.as_bytes()).map_err(|source| ReportError::Io {
         path: path.to_owned(),
         source,
     })

@@ -256,6 +256,29 @@ fn write_files_writes_both() {
 }
 
 #[test]
+fn write_files_replaces_whole_files_and_leaves_no_temporaries() {
+    let dir = std::env::temp_dir().join(format!("inferscope-report-atomic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A longer stale file: an in-place truncating write would be the only way to keep its tail.
+    std::fs::write(dir.join("report.json"), "x".repeat(4 << 20)).unwrap();
+    let (json, _) = report("network").write_files(&dir).unwrap();
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert!(!text.contains("xxxx"), "stale bytes survived");
+    Report::from_json(&text).unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["report.html", "report.json"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Into a directory that does not exist: an error naming the file, nothing created.
+    let err = report("network").write_files(&dir).unwrap_err();
+    assert!(err.to_string().contains("report.json"), "{err}");
+    assert!(!dir.exists());
+}
+
+#[test]
 fn exact_phase_latency_replaces_the_window_average() {
     let mut r = report("queue");
     let exact = crate::attribute::PhaseLatency {
