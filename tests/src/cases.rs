@@ -90,9 +90,9 @@ pub fn all() -> Vec<Case> {
         },
         Case {
             name: "loss-netns-nometrics",
-            mechanism: "Python server in a netns, nftables drops 3% both ways on its veth",
+            mechanism: "Python server in a netns, nftables drops 5% both ways on its veth",
             expected: "network",
-            run: || loss_netns(3),
+            run: || loss_netns(5),
         },
         Case {
             name: "vector-rebuild",

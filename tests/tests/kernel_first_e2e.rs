@@ -40,12 +40,12 @@ fn healthy_server_without_metrics_is_none() {
 
 #[test]
 fn random_loss_on_loopback_is_network_with_retransmits() {
-    check("loss-loopback", &["retransmits"]);
+    check("loss-loopback", &["loss_hit_share", "retransmits"]);
 }
 
 #[test]
 fn random_loss_in_a_namespace_without_metrics_is_network() {
-    check("loss-netns-nometrics", &["retransmits"]);
+    check("loss-netns-nometrics", &["loss_hit_share", "retransmits"]);
 }
 
 #[test]

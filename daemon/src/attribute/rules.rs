@@ -238,10 +238,13 @@ pub const RULES: &[Rule] = &[
         cause: Cause::Network,
         signature: "loss",
         conditions: &[
-            trig(S::Retransmits, Above(0.0), 2.0),
+            // Requests of this window whose connection retransmitted while they were in flight
+            // (the retransmit itself may fall in the next window).
+            trig(S::LossHitShare, Above(0.0), 2.0),
             // Loss hurts the few requests it hits: theirs against the others' latency, not a
             // window median.
             need(S::LossSlowdown, AtLeast(1.5), 3.0),
+            supp(S::Retransmits, Above(0.0), 1.0),
             supp(S::TtftP99Ms, LATENCY_UP, 1.0),
             supp(S::ItlP99Ms, LATENCY_UP, 1.0),
             supp(S::E2eP99Ms, LATENCY_UP, 1.0),

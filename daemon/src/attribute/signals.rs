@@ -92,8 +92,12 @@ pub enum Signal {
     /// request nor run-queue delay accounts for: time requests waited inside the server
     /// (admission limit, busy worker pool, lock). 0 when the first token did not rise.
     ServerWaitShare,
-    /// E2E p50 of the requests whose connection retransmitted while they were in flight / E2E
-    /// p50 of the other joined requests (1 when none was hit).
+    /// Share of the window's joined requests whose connection retransmitted while they were in
+    /// flight (requests are folded by their start; the retransmit may come a window later).
+    LossHitShare,
+    /// The slowest E2E of the requests whose connection retransmitted while they were in flight
+    /// / the E2E p50 of the other joined requests (of the baseline when every request was hit);
+    /// 1 when none was hit.
     LossSlowdown,
     /// Client sent -> the server read the request, p50, ms: transit plus time the request
     /// waited unread (listen backlog, a socket no worker reads).
@@ -170,6 +174,7 @@ impl Signal {
         Signal::KernelExchangeP50Ms,
         Signal::ServerCpuPerRequestMs,
         Signal::ServerWaitShare,
+        Signal::LossHitShare,
         Signal::LossSlowdown,
         Signal::ReadDelayMs,
         Signal::ClientServerGapMs,
@@ -256,6 +261,7 @@ impl Signal {
             | S::Retransmits
             | S::KernelFirstTokenP50Ms
             | S::KernelExchangeP50Ms
+            | S::LossHitShare
             | S::LossSlowdown
             | S::ReadDelayMs
             | S::ClientServerGapMs
@@ -328,6 +334,11 @@ impl Signal {
                 (n > 0).then_some(())?;
                 Some(w.runq.as_ref()?.oncpu_ms? / n as f64)
             }
+            S::LossHitShare => {
+                let n = net?;
+                (n.joined_requests > 0)
+                    .then(|| n.loss_hit_requests as f64 / n.joined_requests as f64)
+            }
             S::LossSlowdown => {
                 let n = net?;
                 if n.joined_requests == 0 {
@@ -335,7 +346,7 @@ impl Signal {
                 } else if n.loss_hit_requests == 0 {
                     Some(1.0)
                 } else {
-                    Some(n.loss_hit_e2e_p50_ms? / n.loss_clean_e2e_p50_ms?.max(0.001))
+                    Some(n.loss_hit_e2e_max_ms? / n.loss_clean_e2e_p50_ms?.max(0.001))
                 }
             }
             S::RunqP99Us => runq.map(|r| r.p99_us),
@@ -377,6 +388,12 @@ impl Signal {
                     queue_rise / ttft_rise
                 })
             }
+            // Every joined request was hit: against the baseline's E2E instead of the others'.
+            Signal::LossSlowdown => Self::LossSlowdown.raw(ctx.window, ctx.index).or_else(|| {
+                let n = ctx.window.net.as_ref()?;
+                (n.loss_hit_requests > 0 && n.loss_clean_e2e_p50_ms.is_none()).then_some(())?;
+                Some(n.loss_hit_e2e_max_ms? / ctx.baseline.get(Signal::E2eP50Ms)?.max(0.001))
+            }),
             Signal::ServerWaitShare => {
                 let (w, b) = (ctx.window, ctx.baseline);
                 let rise = |s: Signal| Some(s.raw(w, ctx.index)? - b.get(s)?);

@@ -126,7 +126,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, server: &ServerSid
             net.read_delay_p50_ms = median(&mut a.read_delay);
             net.loss_hit_requests = a.loss_hit_e2e.len() as u64;
             net.joined_requests = (a.loss_hit_e2e.len() + a.clean_e2e.len()) as u64;
-            net.loss_hit_e2e_p50_ms = median(&mut a.loss_hit_e2e);
+            net.loss_hit_e2e_max_ms = a.loss_hit_e2e.iter().copied().reduce(f64::max);
             net.loss_clean_e2e_p50_ms = median(&mut a.clean_e2e);
         }
     }

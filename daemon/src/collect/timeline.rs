@@ -157,9 +157,10 @@ pub struct NetSignals {
     /// The window's requests joined with an exchange (hit by a retransmission or not).
     #[serde(default)]
     pub joined_requests: u64,
-    /// E2E p50 of the requests hit by a retransmission, ms.
+    /// The slowest E2E of the requests hit by a retransmission, ms (loss shows in the tail of
+    /// the few requests it hits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loss_hit_e2e_p50_ms: Option<f64>,
+    pub loss_hit_e2e_max_ms: Option<f64>,
     /// E2E p50 of the other joined requests, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_clean_e2e_p50_ms: Option<f64>,

@@ -1,8 +1,9 @@
 //! `cargo xtask bench attribution`: every case of `inferscope_tests::cases` (each bottleneck by
 //! a different mechanism, healthy runs at several loads), run one after another with `stress
 //! --explain`, printed as expected vs verdict with share and confidence, and the accuracy.
-//! A healthy case is right only when every phase is `none`. Needs root. Arguments: case names
-//! to run (all when none).
+//! A healthy case is right only when every phase is `none`. Each case's report.json is kept in
+//! `target/bench-attribution/CASE.json`. Needs root. Arguments: case names to run (all when
+//! none).
 use std::process::ExitCode;
 
 use inferscope_tests::{cases, root_or_skip};
@@ -13,6 +14,11 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let only: Vec<String> = std::env::args().skip(1).collect();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-attribution");
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("bench attribution: {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
     let mut rows = Vec::new();
     for case in cases::all() {
         if !only.is_empty() && !only.iter().any(|n| n == case.name) {
@@ -20,6 +26,10 @@ fn main() -> ExitCode {
         }
         eprintln!("bench attribution: {} ({})", case.name, case.mechanism);
         let report = (case.run)();
+        let path = dir.join(format!("{}.json", case.name));
+        if let Err(e) = std::fs::write(&path, report.to_string()) {
+            eprintln!("bench attribution: {}: {e}", path.display());
+        }
         rows.push(row(&case, &report));
     }
     let right = rows.iter().filter(|r| r.ok).count();
