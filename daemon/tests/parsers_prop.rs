@@ -73,7 +73,11 @@ proptest! {
         ),
         split in 1usize..40,
     ) {
-        let body: String = datas.iter().map(|d| format!("data: {d}\n\n")).collect();
+        let body: String = datas.iter().fold(String::new(), |mut b, d| {
+            use std::fmt::Write as _;
+            let _ = write!(b, "data: {d}\n\n");
+            b
+        });
         let mut st = StreamState::default();
         for (i, piece) in body.as_bytes().chunks(split).enumerate() {
             if st.feed(piece, i as u64).is_err() {
