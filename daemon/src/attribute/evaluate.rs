@@ -111,6 +111,25 @@ const LATENCY_RISE: [Condition; 5] = [
     risen(Signal::E2eP99Ms, 2.0, 50.0),
 ];
 
+/// Without load-generator records (an external generator drives the server), the rise is read
+/// on the server's side: the kernel's request-in -> first token and whole exchange, and the
+/// server's own mean TTFT, with the medians' thresholds.
+const SERVER_LATENCY_RISE: [Condition; 3] = [
+    risen(Signal::KernelFirstTokenP50Ms, 1.5, 20.0),
+    risen(Signal::KernelExchangeP50Ms, 1.5, 20.0),
+    risen(Signal::ServerTtftMeanMs, 1.5, 20.0),
+];
+
+/// The latency-rise checks for `window`: the client's latencies when it has load records,
+/// else the server-side ones.
+fn latency_rise(window: &crate::collect::timeline::Window) -> &'static [Condition] {
+    if window.load.is_some() {
+        &LATENCY_RISE
+    } else {
+        &SERVER_LATENCY_RISE
+    }
+}
+
 const fn risen(signal: Signal, ratio: f64, min_delta: f64) -> Condition {
     Condition {
         signal,
@@ -157,7 +176,7 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
         out
     };
     let Some(i) = winner else {
-        let risen: Vec<Evidence> = LATENCY_RISE
+        let risen: Vec<Evidence> = latency_rise(ctx.window)
             .iter()
             .filter_map(|c| match c.evaluate(ctx) {
                 Outcome::Evaluated(e) if e.met => Some(e),
@@ -454,6 +473,36 @@ mod tests {
                 last.missing
             );
         }
+    }
+
+    #[test]
+    fn without_load_records_the_server_side_latency_decides_the_rise() {
+        use crate::collect::timeline::NetSignals;
+        // First token flat (no queue), the whole exchange 10x: a rise nothing here explains.
+        let server_only = |exchange: f64| Window {
+            len_ms: 1000,
+            net: Some(NetSignals {
+                exchanges: 10,
+                server_first_token_p50_ms: Some(20.0),
+                exchange_p50_ms: Some(exchange),
+                ..NetSignals::default()
+            }),
+            ..Window::default()
+        };
+        let mut ws: Vec<Window> = (0..5).map(|i| server_only(100.0 + f64::from(i))).collect();
+        ws.push(server_only(1000.0));
+        ws.push(server_only(102.0));
+        let v = run(ws);
+        let risen = &v[5];
+        assert_eq!(risen.cause, Cause::Unexplained, "{risen:#?}");
+        assert!(
+            risen
+                .evidence
+                .iter()
+                .any(|e| e.signal == "kernel_exchange_p50_ms"),
+            "{risen:#?}"
+        );
+        assert_eq!(v[6].cause, Cause::None, "{:#?}", v[6]);
     }
 
     #[test]
