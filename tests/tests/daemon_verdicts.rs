@@ -38,7 +38,7 @@ impl Daemon {
             metrics,
             api,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_mins(1);
         while http_get(metrics, "/metrics").is_none() {
             if let Some(st) = d.child.try_wait().unwrap() {
                 panic!("inferscope daemon exited at start: {st}");
@@ -98,11 +98,11 @@ fn generator(sim: &Sim, d: &Daemon, phases: &[&str]) -> Child {
         .expect("spawn the Python generator")
 }
 
-/// Scrapes `/metrics` until `gen` exits; true when a scrape showed the kv_cache verdict for a
+/// Scrapes `/metrics` until `generator` exits; true when a scrape showed the `kv_cache` verdict for a
 /// window of the peak.
 fn watch_for_kv_in_peak(d: &Daemon, generator: &mut Child) -> bool {
     let mut seen = false;
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_mins(2);
     while generator.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "the generator did not finish");
         let m = d.get("/metrics");

@@ -13,7 +13,7 @@ use inferscope::{
         procfs,
         session::SessionOptions,
     },
-    export::signals::Labels,
+    export::{otlp::OtlpExporter, signals::Labels},
     probes::privileges,
 };
 use tokio_util::sync::CancellationToken;
@@ -238,47 +238,8 @@ pub async fn serve(
         .await
         .with_context(|| format!("binding --metrics-listen {}", args.metrics_listen))?;
 
-    let finder = args.finder();
-    let servers = finder.targets();
-    if servers.is_empty() {
-        println!("no inference server found yet; looking again every {REDISCOVER_EVERY} windows");
-    } else {
-        println!("watching server processes {}", pid_list(&servers));
-    }
-    let metrics_url = args.metrics_url.clone().or_else(|| {
-        args.ports
-            .first()
-            .map(|p| format!("http://127.0.0.1:{p}/metrics"))
-    });
-    match &metrics_url {
-        Some(url) => println!("scraping {url}"),
-        None => println!("server metrics: off (give --metrics-url or --port)"),
-    }
     let otlp = args.otlp.start()?.map(Arc::new);
-    let mut opts = NodeOptions::new(SessionOptions {
-        servers,
-        loadgen: None,
-        cuda_targets: args.cuda_libs.clone(),
-        kernel_without_servers: true,
-        metrics_url,
-        window: args.interval,
-    });
-    opts.keep = args.keep.max(1);
-    opts.marks = Some(marks);
-    opts.discover = Some(Box::new(move || finder.targets()));
-    opts.rediscover_every = REDISCOVER_EVERY;
-    opts.keep_joins = false;
-    if let Some(x) = &otlp {
-        let x = Arc::clone(x);
-        let labels = Labels::default();
-        opts.observers.push(Box::new(
-            move |w: &inferscope::collect::timeline::Window,
-                  v: &inferscope::attribute::WindowVerdict| {
-                x.record_window(w, &labels);
-                x.record_verdict(&v.verdict);
-            },
-        ));
-    }
+    let opts = node_options(args, marks, otlp.as_ref());
     let (node, handle) = Node::start(opts);
     if !node.session().has_kernel() {
         anyhow::bail!(
@@ -317,20 +278,7 @@ pub async fn serve(
 
     let finished = node.run(shutdown).await;
     stop.cancel();
-    let http = async { http.await.map(|r| r.map_err(|e| e.to_string())) };
-    let api = async { api_task.await.map(|r| r.map_err(|e| e.to_string())) };
-    let (http, api) = tokio::join!(
-        tokio::time::timeout(Duration::from_secs(5), http),
-        tokio::time::timeout(Duration::from_secs(5), api)
-    );
-    for (what, result) in [("metrics", http), ("control API", api)] {
-        match result {
-            Ok(Ok(Err(e))) => eprintln!("inferscope: {what}: {e}"),
-            Ok(Err(e)) => eprintln!("inferscope: {what}: {e}"),
-            Ok(Ok(Ok(()))) => {}
-            Err(_) => eprintln!("inferscope: {what} did not stop within 5s; leaving it"),
-        }
-    }
+    join_servers(http, api_task).await;
     if let Some(x) = otlp.and_then(Arc::into_inner) {
         let stats = tokio::task::spawn_blocking(move || x.shutdown()).await??;
         println!(
@@ -347,6 +295,73 @@ pub async fn serve(
         finished.timeline.windows.len()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The pipeline's options: what `args` asks for, the API's marks, and the OTLP export of every
+/// window and verdict.
+fn node_options(args: &Args, marks: Marks, otlp: Option<&Arc<OtlpExporter>>) -> NodeOptions {
+    let finder = args.finder();
+    let servers = finder.targets();
+    if servers.is_empty() {
+        println!("no inference server found yet; looking again every {REDISCOVER_EVERY} windows");
+    } else {
+        println!("watching server processes {}", pid_list(&servers));
+    }
+    let metrics_url = args.metrics_url.clone().or_else(|| {
+        args.ports
+            .first()
+            .map(|p| format!("http://127.0.0.1:{p}/metrics"))
+    });
+    match &metrics_url {
+        Some(url) => println!("scraping {url}"),
+        None => println!("server metrics: off (give --metrics-url or --port)"),
+    }
+    let mut opts = NodeOptions::new(SessionOptions {
+        servers,
+        loadgen: None,
+        cuda_targets: args.cuda_libs.clone(),
+        kernel_without_servers: true,
+        metrics_url,
+        window: args.interval,
+    });
+    opts.keep = args.keep.max(1);
+    opts.marks = Some(marks);
+    opts.discover = Some(Box::new(move || finder.targets()));
+    opts.rediscover_every = REDISCOVER_EVERY;
+    opts.keep_joins = false;
+    if let Some(x) = otlp {
+        let x = Arc::clone(x);
+        let labels = Labels::default();
+        opts.observers.push(Box::new(
+            move |w: &inferscope::collect::timeline::Window,
+                  v: &inferscope::attribute::WindowVerdict| {
+                x.record_window(w, &labels);
+                x.record_verdict(&v.verdict);
+            },
+        ));
+    }
+    opts
+}
+
+/// Waits (5 s at most each) for the HTTP servers to drain after the stop was signalled.
+async fn join_servers(
+    http: tokio::task::JoinHandle<std::io::Result<()>>,
+    api: tokio::task::JoinHandle<Result<(), inferscope::api::ApiError>>,
+) {
+    let http = async { http.await.map(|r| r.map_err(|e| e.to_string())) };
+    let api = async { api.await.map(|r| r.map_err(|e| e.to_string())) };
+    let (http, api) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(5), http),
+        tokio::time::timeout(Duration::from_secs(5), api)
+    );
+    for (what, result) in [("metrics", http), ("control API", api)] {
+        match result {
+            Ok(Ok(Err(e))) => eprintln!("inferscope: {what}: {e}"),
+            Ok(Err(e)) => eprintln!("inferscope: {what}: {e}"),
+            Ok(Ok(Ok(()))) => {}
+            Err(_) => eprintln!("inferscope: {what} did not stop within 5s; leaving it"),
+        }
+    }
 }
 
 fn pid_list(pids: &[u32]) -> String {

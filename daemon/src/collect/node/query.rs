@@ -259,7 +259,7 @@ fn select(t: &Timeline, s: &Selection) -> Result<(Timeline, (u64, u64)), SelectE
     idx.sort_unstable();
     let mut out = Timeline::new(ws[idx[0]].start_unix_ms, t.len_ms);
     out.windows = idx.iter().map(|&i| ws[i].clone()).collect();
-    out.marks = t.marks.clone();
+    out.marks.clone_from(&t.marks);
     Ok((
         out,
         (
