@@ -32,7 +32,7 @@ use crate::{
     },
     export::{
         prometheus::{self, DropCounter},
-        report::{Report, RunMeta},
+        report::{Report, ReportError, RunMeta},
         signals::Labels,
     },
 };
@@ -178,10 +178,7 @@ impl ReportQuery {
 
 /// The report of the selected windows, built off the node's task (attribution and rendering
 /// take a few ms per hundred windows).
-async fn report(
-    node: &NodeHandle,
-    q: Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Report, Response> {
+async fn report(node: &NodeHandle, q: ReportQueryResult) -> Result<Report, Response> {
     let selection = q
         .ok()
         .and_then(|Query(q)| q.selection())
@@ -210,30 +207,29 @@ async fn report(
     .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e))
 }
 
-async fn report_json(
-    State(St { node, .. }): State<St>,
-    q: Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    match report(&node, q).await {
-        Ok(r) => match r.to_json() {
-            Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
-        },
-        Err(resp) => resp,
-    }
+type ReportQueryResult = Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>;
+
+async fn report_json(State(St { node, .. }): State<St>, q: ReportQueryResult) -> Response {
+    render(&node, q, Report::to_json, "application/json").await
 }
 
-async fn report_html(
-    State(St { node, .. }): State<St>,
-    q: Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>,
+async fn report_html(State(St { node, .. }): State<St>, q: ReportQueryResult) -> Response {
+    render(&node, q, Report::html, "text/html; charset=utf-8").await
+}
+
+/// The selected windows' report rendered by `f` (JSON or HTML).
+async fn render(
+    node: &NodeHandle,
+    q: ReportQueryResult,
+    f: fn(&Report) -> Result<String, ReportError>,
+    content_type: &'static str,
 ) -> Response {
-    match report(&node, q).await {
-        Ok(r) => match r.html() {
-            Ok(body) => {
-                ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
-            }
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
-        },
-        Err(resp) => resp,
+    let r = match report(node, q).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    match f(&r) {
+        Ok(body) => ([(header::CONTENT_TYPE, content_type)], body).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
