@@ -97,14 +97,17 @@ pub async fn run(
     } else {
         eprintln!("explain: watching server pids {servers:?}, scraping {metrics_url}");
     }
-    let (node, _handle) = Node::start(NodeOptions::new(SessionOptions {
+    let mut node_opts = NodeOptions::new(SessionOptions {
         servers,
         loadgen: Some(std::process::id()),
         cuda_targets: Vec::new(),
         kernel_without_servers: false,
         metrics_url: Some(metrics_url),
         window: args.window,
-    }));
+    });
+    // The report covers the whole run, however long.
+    node_opts.keep = usize::MAX;
+    let (node, _handle) = Node::start(node_opts);
     for m in node.missing() {
         eprintln!("explain: {m}");
     }

@@ -44,6 +44,10 @@ use crate::{
     export::signals::Totals,
 };
 
+/// Windows whose phase is taken from the marks again at every tick, so a mark posted up to this
+/// many windows late (with its own `at`) still labels them.
+const RELABEL_WINDOWS: usize = 60;
+
 /// Finds the server processes to watch now (the daemon's `--port`/`--name`/`--pid`).
 pub type Discover = Box<dyn FnMut() -> Vec<u32> + Send>;
 
@@ -105,6 +109,8 @@ pub struct Node {
     verdicts: VecDeque<WindowVerdict>,
     /// Windows closed so far.
     closed: u64,
+    /// Start of the first window, Unix ms.
+    origin_unix_ms: u64,
     last_tick: Instant,
     opts: NodeOptions,
     totals: Totals,
@@ -121,11 +127,13 @@ impl Node {
         let session = Session::start(&opts.session);
         let (tx, rx) = mpsc::channel(16);
         let len = opts.session.window.as_millis().max(1) as u64;
+        let origin_unix_ms = now_unix_ms();
         let node = Self {
             session,
-            timeline: Timeline::new(now_unix_ms(), len),
+            timeline: Timeline::new(origin_unix_ms, len),
             verdicts: VecDeque::new(),
             closed: 0,
+            origin_unix_ms,
             last_tick: Instant::now(),
             opts,
             totals: Totals::default(),
@@ -193,13 +201,18 @@ impl Node {
             }
         }
         let t = &mut self.timeline;
-        let at = t.origin_unix_ms + (self.closed - 1) * t.len_ms + t.len_ms / 2;
-        let w = t.at(at);
-        if w.phase.is_none()
-            && let Some(m) = &self.opts.marks
-        {
-            w.phase = m.phase_at(w.start_unix_ms);
+        // From the first origin: `retain_last` moves the time line's own origin forward.
+        let at = self.origin_unix_ms + (self.closed - 1) * t.len_ms + t.len_ms / 2;
+        t.at(at);
+        if let Some(m) = &self.opts.marks {
+            // A mark may arrive late with an explicit `at`: the recent windows take the phase
+            // in force at their start again.
+            let n = t.windows.len();
+            for w in &mut t.windows[n.saturating_sub(RELABEL_WINDOWS)..] {
+                w.phase = m.phase_at(w.start_unix_ms);
+            }
         }
+        let w = t.at(at);
         let errors = self.session.close_window(w);
         self.totals.add(w);
         for e in &errors {
@@ -252,5 +265,100 @@ impl Node {
         if self.last_tick.elapsed() * 2 >= Duration::from_millis(self.timeline.len_ms) {
             self.tick();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Mark;
+    use crate::attribute::Cause;
+
+    /// A node without collectors (no server, no metrics URL): windows are closed empty.
+    fn node(marks: Marks, keep: usize) -> (Node, NodeHandle) {
+        let mut opts = NodeOptions::new(SessionOptions {
+            servers: Vec::new(),
+            loadgen: None,
+            cuda_targets: Vec::new(),
+            kernel_without_servers: false,
+            metrics_url: None,
+            window: Duration::from_millis(100),
+        });
+        opts.marks = Some(marks);
+        opts.keep = keep;
+        Node::start(opts)
+    }
+
+    fn mark(phase: &str, at_unix_ms: u64) -> Mark {
+        Mark {
+            phase: phase.into(),
+            at_unix_ms,
+            source: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn windows_close_in_order_with_verdicts_phases_and_a_bound() {
+        let marks = Marks::default();
+        let (mut n, _handle) = node(marks.clone(), 4);
+        let origin = n.timeline.origin_unix_ms;
+        marks.push(mark("baseline", origin)).unwrap();
+        for _ in 0..3 {
+            n.tick();
+        }
+        // Posted late, for the third window on: the recent windows are labelled again.
+        marks.push(mark("peak", origin + 200)).unwrap();
+        for _ in 0..3 {
+            n.tick();
+        }
+        assert_eq!(n.closed, 6);
+        let starts: Vec<u64> = n.timeline.windows.iter().map(|w| w.start_unix_ms).collect();
+        assert_eq!(
+            starts,
+            [200, 300, 400, 500].map(|d| origin + d),
+            "kept the newest 4"
+        );
+        let phases: Vec<Option<&str>> = n
+            .timeline
+            .windows
+            .iter()
+            .map(|w| w.phase.as_deref())
+            .collect();
+        assert_eq!(phases, [Some("peak"); 4]);
+        assert_eq!(n.verdicts.len(), 4);
+        for (i, v) in n.verdicts.iter().enumerate() {
+            assert_eq!(v.index, i);
+            assert_eq!(v.start_unix_ms, starts[i]);
+            // Empty windows: no latency rose, nothing named.
+            assert_eq!(v.verdict.cause, Cause::None);
+        }
+        assert!(n.missing().iter().any(|m| m.contains("no server process")));
+    }
+
+    #[tokio::test]
+    async fn readers_ask_the_running_node_and_get_its_time_line() {
+        let (n, handle) = node(Marks::default(), 100);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(n.run(stop.clone().cancelled_owned()));
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let latest = handle.latest().await.unwrap();
+        assert!(latest.window.is_some() && latest.verdict.is_some());
+        let status = handle.status(true).await.unwrap();
+        assert!(status.windows_closed >= 2, "{}", status.windows_closed);
+        assert_eq!(
+            status.timeline.unwrap().windows.len() as u64,
+            status.windows_closed
+        );
+        assert_eq!(handle.verdicts(2).await.unwrap().len(), 2);
+        let e = handle
+            .select(Selection::Phase("peak".into()))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(e.to_string().contains("POST /api/v1/marks"), "{e}");
+        stop.cancel();
+        let finished = task.await.unwrap();
+        assert_eq!(finished.verdicts.len(), finished.timeline.windows.len());
+        assert_eq!(handle.latest().await.unwrap_err(), NodeGone);
     }
 }
