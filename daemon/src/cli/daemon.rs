@@ -6,7 +6,9 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Du
 
 use anyhow::Context as _;
 use inferscope::{
-    api::{Api, ApiConfig, Bind, LoadgenLauncher, Marks, Token, node, require_token},
+    api::{
+        Api, ApiConfig, Bind, LoadgenLauncher, MarkingLauncher, Marks, Token, node, require_token,
+    },
     collect::{
         discover,
         node::{Node, NodeOptions},
@@ -157,9 +159,12 @@ async fn start_api(
     };
     // Relative dataset and trace paths in posted scenarios resolve against the daemon's
     // working directory, as they would for `inferscope stress` started there.
-    let launcher = Arc::new(LoadgenLauncher::new(
-        args.allow_remote,
-        std::env::current_dir().context("reading the working directory")?,
+    let launcher = Arc::new(MarkingLauncher::new(
+        Arc::new(LoadgenLauncher::new(
+            args.allow_remote,
+            std::env::current_dir().context("reading the working directory")?,
+        )),
+        marks.clone(),
     ));
     let api = Api::bind(&config, launcher, marks).await?;
     match api.local_addr() {
