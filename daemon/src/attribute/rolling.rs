@@ -5,8 +5,9 @@
 //! its first phase (see [`super::baseline`]). The daemon has no finished run. Its baseline per
 //! workload is:
 //!
-//! 1. the windows of a phase named `baseline` (or `*-baseline`, `baseline-*`) among the kept
-//!    windows, when an external generator marked one (`POST /api/v1/marks`);
+//! 1. the windows of the latest phase named `baseline` (or `*-baseline`, `baseline-*`,
+//!    `run-N.baseline`) marked at or before the window judged (`POST /api/v1/marks`, or a run
+//!    posted to the control API);
 //! 2. else a **rolling baseline**: of the last [`ROLLING_WINDOWS`] windows before the one
 //!    judged, those whose reference latency was at or below the running median of it. The
 //!    reference latency is the first of the client's TTFT p50, the kernel's server-side first
@@ -61,7 +62,9 @@ fn baseline_at(timeline: &Timeline, workload: Workload, upto: usize) -> Option<B
     }
     let upto = upto.min(ws.len() - 1);
     let mine = |i: &usize| Workload::of(&ws[*i]) == workload;
-    if let Some(phase) = (0..ws.len())
+    // The baseline phase in force: the latest marked before (or at) the window judged.
+    if let Some(phase) = (0..=upto)
+        .rev()
         .filter(mine)
         .find_map(|i| ws[i].phase.as_deref().filter(|p| is_baseline_name(p)))
     {

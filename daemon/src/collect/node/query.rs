@@ -251,8 +251,16 @@ fn select(t: &Timeline, s: &Selection) -> Result<(Timeline, (u64, u64)), SelectE
             },
         });
     };
+    // The reference is one baseline phase: the latest that started before the selection (a
+    // posted run's own `run-N.baseline`), else the first there is.
+    let is_base = |i: &usize| ws[*i].phase.as_deref().is_some_and(is_baseline_name);
+    let base = (0..first)
+        .rev()
+        .find(is_base)
+        .or_else(|| (0..ws.len()).find(is_base))
+        .and_then(|i| ws[i].phase.as_deref());
     let mut idx: Vec<usize> = (0..ws.len())
-        .filter(|&i| ws[i].phase.as_deref().is_some_and(is_baseline_name))
+        .filter(|&i| base.is_some() && ws[i].phase.as_deref() == base)
         .filter(|i| !chosen.contains(i))
         .collect();
     idx.extend(&chosen);
@@ -300,6 +308,30 @@ mod tests {
         .unwrap();
         assert_eq!(sel.windows.len(), 4, "baseline, then 4000 and 5000");
         assert_eq!(span, (4000, 6000));
+    }
+
+    #[test]
+    fn the_reference_is_the_latest_baseline_before_the_selection() {
+        let t = timeline(&[
+            Some("baseline"),
+            Some("peak"),
+            Some("run-1.baseline"),
+            Some("run-1.peak"),
+        ]);
+        let (sel, _) = select(&t, &Selection::Phase("run-1.peak".into())).unwrap();
+        let phases: Vec<&str> = sel
+            .windows
+            .iter()
+            .filter_map(|w| w.phase.as_deref())
+            .collect();
+        assert_eq!(phases, ["run-1.baseline", "run-1.peak"]);
+        let (sel, _) = select(&t, &Selection::Phase("peak".into())).unwrap();
+        let phases: Vec<&str> = sel
+            .windows
+            .iter()
+            .filter_map(|w| w.phase.as_deref())
+            .collect();
+        assert_eq!(phases, ["baseline", "peak"]);
     }
 
     #[test]
