@@ -78,12 +78,23 @@ fn exposition() -> String {
             count: 0,
         },
     ];
+    // The verdict series are part of what promtool checks.
+    let verdict = inferscope::attribute::Verdict {
+        cause: inferscope::attribute::Cause::Queue,
+        signature: Some("server metrics".into()),
+        confidence: 0.8,
+        evidence: Vec::new(),
+        contrary: Vec::new(),
+        runners_up: Vec::new(),
+        missing: Vec::new(),
+    };
     render(&Snapshot {
         latest: Some(&w),
         totals: &totals,
         labels: &labels,
         probes: &probes,
         drops: &drops,
+        verdict: Some(&verdict),
     })
 }
 

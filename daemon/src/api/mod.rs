@@ -41,7 +41,7 @@ use tokio::net::{TcpListener, UnixListener};
 
 pub use auth::{MIN_TOKEN_LEN, Token, check_distinct, require_token};
 pub use launcher::LoadgenLauncher;
-pub use marks::{Mark, MarkError, Marks};
+pub use marks::{Mark, MarkError, MarkingLauncher, Marks};
 pub use runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 
 /// Where the API listens.

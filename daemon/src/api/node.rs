@@ -1,67 +1,258 @@
-//! The daemon's read endpoints: `/metrics` (Prometheus text) and `/api/v1/timeline` (JSON).
-//! The collection loop publishes a [`NodeSnapshot`] after every window; handlers only read it.
+//! The daemon's read endpoints, answered by asking the running [`Node`](crate::collect::node::Node):
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /metrics` | Prometheus text: the newest window's signals, `inferscope_verdict{cause}`, `inferscope_verdict_confidence`, probes, drops |
+//! | `GET /api/v1/timeline` | processes, probes, losses, failed steps, and the kept time line (JSON) |
+//! | `GET /api/v1/verdicts?limit=N` | the newest N windows' verdicts with their evidence and signals (default 60) |
+//! | `GET /api/v1/report?phase=NAME` or `?from=MS&to=MS` | `report.json` of those windows, as `stress --explain` writes it |
+//! | `GET /api/v1/report.html?...` | the same as a self-contained HTML page |
+//!
+//! A report covers the selected windows and, when a phase is marked `baseline`, that phase's
+//! windows too: the windows are attributed as `stress --explain` attributes a run, against the
+//! marked baseline (else the selection's first phase).
 
 use std::sync::Arc;
 
-use axum::{Router, http::header, response::IntoResponse, routing::get};
-use serde::Serialize;
-use tokio::sync::watch;
+use axum::{
+    Json, Router,
+    extract::{Query, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use crate::{
-    collect::{kernel::Losses, procfs::ProcessInfo, timeline::Timeline},
-    probes::HookStatus,
+    attribute::WindowVerdict,
+    collect::{
+        node::{NodeGone, NodeHandle, Selection},
+        timeline::Window,
+    },
+    export::{
+        prometheus::{self, DropCounter},
+        report::{Report, ReportError, RunMeta},
+        signals::Labels,
+    },
 };
 
-/// What the daemon publishes after every window.
-#[derive(Serialize, Default)]
-pub struct NodeSnapshot {
-    /// The watched processes.
-    pub processes: Vec<ProcessInfo>,
-    /// Every hook and whether it is attached.
-    pub hooks: Vec<HookStatus>,
-    /// What could not be recorded, kernel and userspace.
-    pub losses: Losses,
-    /// Why the server's metrics are missing, if they are.
-    pub scrape_error: Option<String>,
-    /// The time line, oldest window first.
-    pub timeline: Option<Timeline>,
-    /// `/metrics`, rendered once per window.
-    #[serde(skip)]
-    pub metrics_text: String,
+/// Drop counters of a stage outside the node (the OTLP export), read at every scrape.
+pub type ExtraDrops = Arc<dyn Fn() -> Vec<DropCounter> + Send + Sync>;
+
+#[derive(Clone)]
+struct St {
+    node: NodeHandle,
+    extra_drops: Option<ExtraDrops>,
+    show_cmdlines: bool,
 }
 
-/// Routes serving the latest snapshot.
-pub fn routes(rx: watch::Receiver<Arc<NodeSnapshot>>) -> Router {
-    let metrics_rx = rx.clone();
+/// Routes answered by `node`; `/metrics` adds `extra_drops`' counters; `/api/v1/timeline`
+/// shows watched processes' full command lines only with `show_cmdlines` (see [`super::redact`]).
+pub fn routes(node: NodeHandle, extra_drops: Option<ExtraDrops>, show_cmdlines: bool) -> Router {
     Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let snap = Arc::clone(&metrics_rx.borrow());
-                async move {
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            crate::export::prometheus::CONTENT_TYPE,
-                        )],
-                        snap.metrics_text.clone(),
-                    )
-                }
+        .route("/metrics", get(metrics))
+        .route("/api/v1/timeline", get(timeline))
+        .route("/api/v1/verdicts", get(verdicts))
+        .route("/api/v1/report", get(report_json))
+        .route("/api/v1/report.html", get(report_html))
+        .with_state(St {
+            node,
+            extra_drops,
+            show_cmdlines,
+        })
+}
+
+fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
+    (status, Json(json!({ "error": msg.to_string() }))).into_response()
+}
+
+fn gone(e: NodeGone) -> Response {
+    error(StatusCode::SERVICE_UNAVAILABLE, e)
+}
+
+async fn metrics(
+    State(St {
+        node, extra_drops, ..
+    }): State<St>,
+) -> Response {
+    let latest = match node.latest().await {
+        Ok(l) => l,
+        Err(e) => return gone(e),
+    };
+    let l = &latest.status.losses;
+    let mut drops: Vec<DropCounter> = [
+        ("kernel", "runqlat", l.runq),
+        ("kernel", "sockets", l.sockets),
+        ("kernel", "cuda", l.cuda),
+        ("channel", "events", l.channels),
+    ]
+    .into_iter()
+    .map(|(stage, what, count)| DropCounter {
+        stage: stage.into(),
+        what: what.into(),
+        count,
+    })
+    .collect();
+    // A step of the window loop that failed (and was survived) left that part of a window out.
+    drops.extend(
+        latest
+            .status
+            .step_errors
+            .iter()
+            .map(|(step, n)| DropCounter {
+                stage: "window_step".into(),
+                what: (*step).into(),
+                count: *n,
             }),
+    );
+    if let Some(f) = &extra_drops {
+        drops.extend(f());
+    }
+    let text = prometheus::render(&prometheus::Snapshot {
+        latest: latest.window.as_ref(),
+        totals: &latest.totals,
+        labels: &Labels::default(),
+        probes: &latest.status.hooks,
+        drops: &drops,
+        verdict: latest.verdict.as_ref().map(|v| &v.verdict),
+    });
+    ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], text).into_response()
+}
+
+async fn timeline(
+    State(St {
+        node,
+        show_cmdlines,
+        ..
+    }): State<St>,
+) -> Response {
+    match node.status(true).await {
+        Ok(mut s) => {
+            s.processes = s
+                .processes
+                .into_iter()
+                .map(|p| super::redact::process(p, show_cmdlines))
+                .collect();
+            Json(s).into_response()
+        }
+        Err(e) => gone(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerdictsQuery {
+    limit: Option<usize>,
+}
+
+/// One window's verdict as `/api/v1/verdicts` lists it.
+#[derive(Serialize)]
+struct VerdictOut {
+    #[serde(flatten)]
+    verdict: WindowVerdict,
+    /// The window's signals, the evidence's source.
+    window: Window,
+}
+
+async fn verdicts(
+    State(St { node, .. }): State<St>,
+    q: Result<Query<VerdictsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "query: give ?limit=N (a number of windows), or nothing",
+        );
+    };
+    match node.verdicts(q.limit.unwrap_or(60)).await {
+        Ok(list) => Json(
+            list.into_iter()
+                .map(|(verdict, window)| VerdictOut { verdict, window })
+                .collect::<Vec<_>>(),
         )
-        .route(
-            "/api/v1/timeline",
-            get(move || {
-                let snap = Arc::clone(&rx.borrow());
-                async move {
-                    match serde_json::to_string(&*snap) {
-                        Ok(body) => {
-                            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
-                        }
-                        Err(e) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-                            .into_response(),
-                    }
-                }
-            }),
-        )
+        .into_response(),
+        Err(e) => gone(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReportQuery {
+    phase: Option<String>,
+    from: Option<u64>,
+    to: Option<u64>,
+}
+
+/// What to say to a report query that selects nothing sensible.
+const REPORT_USAGE: &str =
+    "give ?phase=NAME, or ?from=MS&to=MS (Unix ms, from < to; to may be left out)";
+
+impl ReportQuery {
+    fn selection(self) -> Option<Selection> {
+        match (self.phase, self.from, self.to) {
+            (Some(p), None, None) => Some(Selection::Phase(p)),
+            (None, Some(from), Some(to)) if from < to => Some(Selection::Range { from, to }),
+            (None, Some(from), None) => Some(Selection::Range { from, to: u64::MAX }),
+            _ => None,
+        }
+    }
+}
+
+/// The report of the selected windows, built off the node's task (attribution and rendering
+/// take a few ms per hundred windows).
+async fn report(node: &NodeHandle, q: ReportQueryResult) -> Result<Report, Response> {
+    let selection = q
+        .ok()
+        .and_then(|Query(q)| q.selection())
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, REPORT_USAGE))?;
+    let name = match &selection {
+        Selection::Phase(p) => format!("phase {p}"),
+        Selection::Range { from, to } => format!("windows {from}..{to}"),
+    };
+    let selected = node
+        .select(selection)
+        .await
+        .map_err(gone)?
+        .map_err(|e| error(StatusCode::NOT_FOUND, e))?;
+    tokio::task::spawn_blocking(move || {
+        let (start, end) = selected.span_unix_ms;
+        let meta = RunMeta::new(
+            &format!("inferscope daemon: {name}"),
+            "node",
+            start,
+            end,
+            selected.timeline.len_ms,
+        );
+        Report::new(meta, selected.timeline).with_missing_evidence(selected.missing)
+    })
+    .await
+    .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e))
+}
+
+type ReportQueryResult = Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>;
+
+async fn report_json(State(St { node, .. }): State<St>, q: ReportQueryResult) -> Response {
+    render(&node, q, Report::to_json, "application/json").await
+}
+
+async fn report_html(State(St { node, .. }): State<St>, q: ReportQueryResult) -> Response {
+    render(&node, q, Report::html, "text/html; charset=utf-8").await
+}
+
+/// The selected windows' report rendered by `f` (JSON or HTML).
+async fn render(
+    node: &NodeHandle,
+    q: ReportQueryResult,
+    f: fn(&Report) -> Result<String, ReportError>,
+    content_type: &'static str,
+) -> Response {
+    let r = match report(node, q).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    match f(&r) {
+        Ok(body) => ([(header::CONTENT_TYPE, content_type)], body).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
 }

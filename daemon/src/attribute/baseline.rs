@@ -88,19 +88,36 @@ impl Baseline {
                 .collect(),
             None => mine.into_iter().take(DEFAULT_BASELINE_WINDOWS).collect(),
         };
+        Some(Self::from_windows(timeline, workload, phase, windows))
+    }
+
+    /// The baseline of `workload` over the given windows (indices into `timeline`), labelled
+    /// with `phase`: for callers that choose the baseline windows themselves (the node
+    /// daemon's rolling baseline, [`super::rolling`]).
+    #[must_use]
+    pub fn from_windows(
+        timeline: &Timeline,
+        workload: Workload,
+        phase: Option<String>,
+        windows: Vec<usize>,
+    ) -> Self {
+        let ws = &timeline.windows;
         let values = Signal::ALL
             .iter()
             .filter_map(|&s| {
-                let vals: Vec<f64> = windows.iter().filter_map(|&i| s.raw(&ws[i], i)).collect();
+                let vals: Vec<f64> = windows
+                    .iter()
+                    .filter_map(|&i| s.raw(ws.get(i)?, i))
+                    .collect();
                 level(&vals).map(|l| (s, l))
             })
             .collect();
-        Some(Self {
+        Self {
             workload,
             phase,
             windows,
             values,
-        })
+        }
     }
 
     /// A baseline without windows: every relative test reads "no baseline".
@@ -158,7 +175,8 @@ impl Baselines {
 }
 
 /// `baseline`, `llm-baseline`, `baseline_2`: a phase meant as the reference.
-fn is_baseline_name(name: &str) -> bool {
+#[must_use]
+pub fn is_baseline_name(name: &str) -> bool {
     name.split(['-', '_', ' ', '.'])
         .any(|part| part.eq_ignore_ascii_case("baseline"))
 }

@@ -123,12 +123,6 @@ fn latency_rise(ctx: &Ctx<'_>) -> Option<Vec<Evidence>> {
         })
 }
 
-/// Without client records (an external generator): the server-side latency the kernel saw.
-const SERVER_LATENCY_RISE: [Condition; 2] = [
-    risen(Signal::KernelFirstTokenP50Ms, 1.5, 20.0),
-    risen(Signal::KernelExchangeP50Ms, 1.5, 20.0),
-];
-
 /// Latency signals whose rise beyond the baseline's noise means the window is not at the
 /// baseline: a window where one of them rose is never `none`. Medians x1.5 and +20 ms;
 /// tails, which a few requests per window make noisy, x2 and +50 ms (a healthy server at a few
@@ -139,6 +133,15 @@ const LATENCY_RISE: [Condition; 5] = [
     risen(Signal::TtftP99Ms, 2.0, 50.0),
     risen(Signal::ItlP99Ms, 2.0, 50.0),
     risen(Signal::E2eP99Ms, 2.0, 50.0),
+];
+
+/// Without load-generator records (an external generator drives the server), the rise is read
+/// on the server's side: the kernel's request-in -> first token and whole exchange, and the
+/// server's own mean TTFT, with the medians' thresholds.
+const SERVER_LATENCY_RISE: [Condition; 3] = [
+    risen(Signal::KernelFirstTokenP50Ms, 1.5, 20.0),
+    risen(Signal::KernelExchangeP50Ms, 1.5, 20.0),
+    risen(Signal::ServerTtftMeanMs, 1.5, 20.0),
 ];
 
 const fn risen(signal: Signal, ratio: f64, min_delta: f64) -> Condition {
@@ -507,6 +510,36 @@ mod tests {
                 last.missing
             );
         }
+    }
+
+    #[test]
+    fn without_load_records_the_server_side_latency_decides_the_rise() {
+        use crate::collect::timeline::NetSignals;
+        // First token flat (no queue), the whole exchange 10x: a rise nothing here explains.
+        let server_only = |exchange: f64| Window {
+            len_ms: 1000,
+            net: Some(NetSignals {
+                exchanges: 10,
+                server_first_token_p50_ms: Some(20.0),
+                exchange_p50_ms: Some(exchange),
+                ..NetSignals::default()
+            }),
+            ..Window::default()
+        };
+        let mut ws: Vec<Window> = (0..5).map(|i| server_only(100.0 + f64::from(i))).collect();
+        ws.push(server_only(1000.0));
+        ws.push(server_only(102.0));
+        let v = run(ws);
+        let risen = &v[5];
+        assert_eq!(risen.cause, Cause::Unexplained, "{risen:#?}");
+        assert!(
+            risen
+                .evidence
+                .iter()
+                .any(|e| e.signal == "kernel_exchange_p50_ms"),
+            "{risen:#?}"
+        );
+        assert_eq!(v[6].cause, Cause::None, "{:#?}", v[6]);
     }
 
     #[test]

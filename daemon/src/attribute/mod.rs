@@ -19,6 +19,7 @@
 pub mod baseline;
 mod evaluate;
 pub mod phase;
+pub mod rolling;
 pub mod rules;
 pub mod signals;
 mod verdict;

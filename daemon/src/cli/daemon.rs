@@ -7,24 +7,18 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Du
 use anyhow::Context as _;
 use inferscope::{
     api::{
-        Api, ApiConfig, Bind, LoadgenLauncher, Marks, Token, check_distinct,
-        node::{self, NodeSnapshot},
-        redact, require_token, serve,
+        Api, ApiConfig, Bind, LoadgenLauncher, MarkingLauncher, Marks, Token, check_distinct, node,
+        require_token, serve,
     },
     collect::{
         discover,
-        kernel::{KernelCollector, KernelOptions},
+        node::{Node, NodeOptions},
         procfs,
-        server::{NvmlCollector, ServerCollector},
-        timeline::{Timeline, now_unix_ms},
+        session::SessionOptions,
     },
-    export::{
-        prometheus::{self, DropCounter},
-        signals::{Labels, Totals},
-    },
+    export::{otlp::OtlpExporter, signals::Labels},
     probes::privileges,
 };
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::otlp::OtlpArgs;
@@ -90,6 +84,25 @@ pub struct Args {
 }
 
 impl Args {
+    /// The servers to watch now, by the flags given.
+    fn finder(&self) -> Finder {
+        Finder {
+            ports: self.ports.clone(),
+            pids: self.pids.clone(),
+            names: self.names.clone(),
+        }
+    }
+}
+
+/// Finds the servers: given pids, listeners on the ports (in any network namespace), names.
+#[derive(Clone)]
+struct Finder {
+    ports: Vec<u16>,
+    pids: Vec<u32>,
+    names: Vec<String>,
+}
+
+impl Finder {
     /// The servers to watch now. Without --pid/--port/--name: every process mapping libcuda.
     fn targets(&self) -> Vec<u32> {
         let mut pids = self.pids.clone();
@@ -106,15 +119,6 @@ impl Args {
         pids.sort_unstable();
         pids.dedup();
         pids
-    }
-
-    fn kernel_options(&self, servers: Vec<u32>) -> KernelOptions {
-        KernelOptions {
-            servers,
-            loadgen: None,
-            cuda_targets: self.cuda_libs.clone(),
-            discover_libcuda: true,
-        }
     }
 }
 
@@ -162,9 +166,14 @@ async fn start_api(
         token_file: args.api_token_file.clone(),
         ..ApiConfig::default()
     };
-    let launcher = Arc::new(LoadgenLauncher::new(
-        args.allow_remote,
-        args.data_dir.clone(),
+    // Posted scenarios read dataset and trace files only below --data-dir; their phases are
+    // marked on the time line.
+    let launcher = Arc::new(MarkingLauncher::new(
+        Arc::new(LoadgenLauncher::new(
+            args.allow_remote,
+            args.data_dir.clone(),
+        )),
+        marks.clone(),
     ));
     let api = Api::bind(&config, launcher, marks).await?;
     match api.local_addr() {
@@ -174,14 +183,55 @@ async fn start_api(
     Ok(tokio::spawn(api.serve(stop.cancelled_owned())))
 }
 
+/// Runs the daemon until SIGTERM, Ctrl-C or `--duration`.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    init_logging();
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
-    rt.block_on(serve(args))
+    rt.block_on(async {
+        let duration = args.duration;
+        serve(args, async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::error!("cannot watch SIGTERM ({e}); stop with Ctrl-C");
+                        return std::future::pending().await;
+                    }
+                };
+            let deadline = async {
+                match duration {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+                () = deadline => {}
+            }
+        })
+        .await
+    })
 }
 
-// One sequential story: set up every collector, then the window loop, then shut down.
-#[allow(clippy::too_many_lines)]
-async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
+/// Logs to stderr, filtered by `RUST_LOG` (default: `info` for inferscope, `warn` for the rest).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,inferscope=info"));
+    // Err only when a subscriber is installed already (tests calling twice): keep that one.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+/// The daemon: the control API, the collection pipeline, `/metrics` and the read routes, until
+/// `shutdown` completes; then every server drains gracefully and the probes detach.
+pub async fn serve(
+    args: &Args,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<ExitCode> {
     report_capabilities();
     if !args.metrics_listen.ip().is_loopback() && args.metrics_token_file.is_none() {
         anyhow::bail!(
@@ -193,54 +243,48 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
         args.metrics_token_file.as_deref(),
         args.api_token_file.as_deref(),
     )?;
+    let metrics_token = args
+        .metrics_token_file
+        .as_deref()
+        .map(Token::from_file)
+        .transpose()?;
     // Bound first: a refused bind (no token) fails before any probe is attached.
     let marks = Marks::default();
-    let api_stop = CancellationToken::new();
-    let api_task = start_api(args, marks.clone(), api_stop.clone()).await?;
+    let stop = CancellationToken::new();
+    let api_task = start_api(args, marks.clone(), stop.clone()).await?;
+    let listener = tokio::net::TcpListener::bind(args.metrics_listen)
+        .await
+        .with_context(|| format!("binding --metrics-listen {}", args.metrics_listen))?;
 
-    let mut servers = args.targets();
-    if servers.is_empty() {
-        println!("no inference server found yet; looking again every {REDISCOVER_EVERY} windows");
+    let otlp = args.otlp.start()?.map(Arc::new);
+    let opts = node_options(args, marks, otlp.as_ref());
+    let (node, handle) = Node::start(opts);
+    if !node.session().has_kernel() {
+        anyhow::bail!(
+            "{}",
+            node.missing()
+                .first()
+                .map_or("the kernel probes did not start", String::as_str)
+        );
     }
-    let mut kernel = KernelCollector::start(args.kernel_options(servers.clone()))?;
-    for h in kernel.hooks() {
+    for h in node.session().hooks() {
         match &h.reason {
             None => println!("probe {}: attached", h.probe),
             Some(r) => println!("probe {}: not attached: {r}", h.probe),
         }
     }
-    let metrics_url = args.metrics_url.clone().or_else(|| {
-        args.ports
-            .first()
-            .map(|p| format!("http://127.0.0.1:{p}/metrics"))
-    });
-    let mut scraper = if let Some(url) = &metrics_url {
-        println!("scraping {url}");
-        Some(ServerCollector::start(
-            url,
-            args.interval.min(Duration::from_secs(1)),
-        )?)
-    } else {
-        println!("server metrics: off (give --metrics-url or --port)");
-        None
-    };
-    let mut nvml = NvmlCollector::start(args.interval);
-    println!("GPU (NVML): {}", nvml.status());
-    let otlp = args.otlp.start()?;
+    println!("GPU (NVML): {}", node.session().gpu_status());
 
-    let (tx, rx) = watch::channel(Arc::new(NodeSnapshot::default()));
-    let mut app = node::routes(rx);
-    if let Some(path) = &args.metrics_token_file {
-        app = app.layer(axum::middleware::from_fn_with_state(
-            Token::from_file(path)?,
-            require_token,
-        ));
+    let otlp_drops: Option<node::ExtraDrops> = otlp.as_ref().map(|x| {
+        let x = Arc::clone(x);
+        Arc::new(move || x.stats().drop_counters()) as node::ExtraDrops
+    });
+    let mut app = node::routes(handle, otlp_drops, args.show_cmdlines);
+    if let Some(token) = metrics_token {
+        app = app.layer(axum::middleware::from_fn_with_state(token, require_token));
     }
-    let listener = tokio::net::TcpListener::bind(args.metrics_listen)
-        .await
-        .with_context(|| format!("binding --metrics-listen {}", args.metrics_listen))?;
     println!(
-        "serving http://{}/metrics and /api/v1/timeline",
+        "serving http://{}/metrics and /api/v1/ (timeline, verdicts, report, report.html)",
         listener.local_addr()?
     );
     // Header and request deadlines and a connection cap (api::serve).
@@ -248,119 +292,100 @@ async fn serve(args: &Args) -> anyhow::Result<ExitCode> {
         listener,
         app,
         serve::Limits::default(),
-        std::future::pending(),
+        stop.clone().cancelled_owned(),
     ));
 
-    let len = args.interval;
-    let mut timeline = Timeline::new(now_unix_ms(), len.as_millis() as u64);
-    let mut totals = Totals::default();
-    let labels = Labels::default();
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + len, len);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
-    // Windows up to this start already carry their phase from the marks.
-    let mut phased_until = 0;
-    for n in 1u64.. {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = term.recv() => break,
-            _ = tokio::signal::ctrl_c() => break,
-        }
-        if n % REDISCOVER_EVERY == 0 {
-            let now = args.targets();
-            if now != servers {
-                println!("watching {now:?} (was {servers:?})");
-                kernel.watch(args.kernel_options(now.clone()))?;
-                servers = now;
-            }
-        }
-        let closing = now_unix_ms().saturating_sub(1);
-        timeline.at(closing);
-        // Phases marked by an external load generator (k6, guidellm) over the API, for this
-        // window and any a late tick skipped over (`at` created those empty).
-        for w in timeline.windows.iter_mut().rev() {
-            if w.start_unix_ms <= phased_until {
-                break;
-            }
-            if w.phase.is_none() {
-                w.phase = marks.phase_at(w.start_unix_ms);
-            }
-        }
-        let w = timeline.at(closing);
-        phased_until = w.start_unix_ms;
-        kernel.close_window(w)?;
-        if let Some(s) = scraper.as_mut() {
-            s.close_window(w);
-        }
-        nvml.close_window(w);
-        totals.add(w);
-        if let Some(x) = &otlp {
-            x.record_window(w, &labels);
-        }
-        timeline.retain_last(args.keep);
-        kernel.prune()?;
-        let losses = kernel.losses()?;
-        let mut drops = vec![
-            DropCounter {
-                stage: "kernel".into(),
-                what: "runqlat".into(),
-                count: losses.runq,
-            },
-            DropCounter {
-                stage: "kernel".into(),
-                what: "sockets".into(),
-                count: losses.sockets,
-            },
-            DropCounter {
-                stage: "kernel".into(),
-                what: "cuda".into(),
-                count: losses.cuda,
-            },
-            DropCounter {
-                stage: "channel".into(),
-                what: "events".into(),
-                count: losses.channels,
-            },
-        ];
-        if let Some(x) = &otlp {
-            drops.extend(x.stats().drop_counters());
-        }
-        let hooks = kernel.hooks().to_vec();
-        let metrics_text = prometheus::render(&prometheus::Snapshot {
-            latest: timeline.windows.last(),
-            totals: &totals,
-            labels: &labels,
-            probes: &hooks,
-            drops: &drops,
-        });
-        tx.send_replace(Arc::new(NodeSnapshot {
-            processes: servers
-                .iter()
-                .map(|&p| redact::process(procfs::identity(p), args.show_cmdlines))
-                .collect(),
-            hooks,
-            losses,
-            scrape_error: scraper.as_ref().and_then(|s| s.last_error.clone()),
-            timeline: Some(timeline.clone()),
-            metrics_text,
-        }));
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-            break;
-        }
-    }
-    http.abort();
-    api_stop.cancel();
-    match tokio::time::timeout(Duration::from_secs(5), api_task).await {
-        Ok(Ok(Err(e))) => eprintln!("inferscope: {e}"),
-        Ok(_) => {}
-        Err(_) => eprintln!("inferscope: control API did not stop within 5s; leaving it"),
-    }
-    if let Some(x) = otlp {
+    let finished = node.run(shutdown).await;
+    stop.cancel();
+    join_servers(http, api_task).await;
+    if let Some(x) = otlp.and_then(Arc::into_inner) {
         let stats = tokio::task::spawn_blocking(move || x.shutdown()).await??;
-        println!("OTLP: {stats:?}");
+        println!(
+            "OTLP: {} spans delivered, {} dropped; {} metric pushes delivered, {} failed",
+            stats.spans_exported,
+            stats.spans_dropped(),
+            stats.metric_exports_ok,
+            stats.metric_exports_failed
+        );
     }
-    // Dropping the collector detaches every link; nothing is pinned, so nothing is left behind.
-    drop(kernel);
-    println!("inferscope daemon: stopped");
+    // The collectors stopped with the node: every link is detached, nothing was pinned.
+    println!(
+        "inferscope daemon: stopped after {} windows",
+        finished.timeline.windows.len()
+    );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The pipeline's options: what `args` asks for, the API's marks, and the OTLP export of every
+/// window and verdict.
+fn node_options(args: &Args, marks: Marks, otlp: Option<&Arc<OtlpExporter>>) -> NodeOptions {
+    let finder = args.finder();
+    let servers = finder.targets();
+    if servers.is_empty() {
+        println!("no inference server found yet; looking again every {REDISCOVER_EVERY} windows");
+    } else {
+        println!("watching server processes {}", pid_list(&servers));
+    }
+    let metrics_url = args.metrics_url.clone().or_else(|| {
+        args.ports
+            .first()
+            .map(|p| format!("http://127.0.0.1:{p}/metrics"))
+    });
+    match &metrics_url {
+        Some(url) => println!("scraping {url}"),
+        None => println!("server metrics: off (give --metrics-url or --port)"),
+    }
+    let mut opts = NodeOptions::new(SessionOptions {
+        servers,
+        loadgen: None,
+        cuda_targets: args.cuda_libs.clone(),
+        kernel_without_servers: true,
+        metrics_url,
+        window: args.interval,
+    });
+    opts.keep = args.keep.max(1);
+    opts.marks = Some(marks);
+    opts.discover = Some(Box::new(move || finder.targets()));
+    opts.rediscover_every = REDISCOVER_EVERY;
+    opts.keep_joins = false;
+    if let Some(x) = otlp {
+        let x = Arc::clone(x);
+        let labels = Labels::default();
+        opts.observers.push(Box::new(
+            move |w: &inferscope::collect::timeline::Window,
+                  v: &inferscope::attribute::WindowVerdict| {
+                x.record_window(w, &labels);
+                x.record_verdict(&v.verdict);
+            },
+        ));
+    }
+    opts
+}
+
+/// Waits (5 s at most each) for the HTTP servers to drain after the stop was signalled.
+async fn join_servers(
+    http: tokio::task::JoinHandle<std::io::Result<()>>,
+    api: tokio::task::JoinHandle<Result<(), inferscope::api::ApiError>>,
+) {
+    let http = async { http.await.map(|r| r.map_err(|e| e.to_string())) };
+    let api = async { api.await.map(|r| r.map_err(|e| e.to_string())) };
+    let (http, api) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(5), http),
+        tokio::time::timeout(Duration::from_secs(5), api)
+    );
+    for (what, result) in [("metrics", http), ("control API", api)] {
+        match result {
+            Ok(Ok(Err(e))) => eprintln!("inferscope: {what}: {e}"),
+            Ok(Err(e)) => eprintln!("inferscope: {what}: {e}"),
+            Ok(Ok(Ok(()))) => {}
+            Err(_) => eprintln!("inferscope: {what} did not stop within 5s; leaving it"),
+        }
+    }
+}
+
+fn pid_list(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -9,7 +9,8 @@ use inferscope::{
     attribute::PhaseLatency,
     collect::{
         discover, load,
-        session::{Session, SessionOptions},
+        node::{Node, NodeOptions},
+        session::SessionOptions,
         timeline::Quantiles,
     },
     export::report::{self, Report, RunMeta},
@@ -96,40 +97,47 @@ pub async fn run(
     } else {
         eprintln!("explain: watching server pids {servers:?}, scraping {metrics_url}");
     }
-    let mut session = Session::start(&SessionOptions {
+    let mut node_opts = NodeOptions::new(SessionOptions {
         servers,
+        loadgen: Some(std::process::id()),
+        cuda_targets: Vec::new(),
+        kernel_without_servers: false,
         metrics_url: Some(metrics_url),
         window: args.window,
     });
-    for m in &session.missing {
+    // The report covers the whole run, however long.
+    node_opts.keep = usize::MAX;
+    let (node, _handle) = Node::start(node_opts);
+    for m in node.missing() {
         eprintln!("explain: {m}");
     }
     let scenario_run = scenario.clone();
-    let mut run = tokio::spawn(async move { loadgen::run(&scenario_run, opts, cancel).await });
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + args.window, args.window);
-    let result = loop {
-        tokio::select! {
-            _ = tick.tick() => session.tick(),
-            r = &mut run => break r,
-        }
-    };
-    session.close_tail();
-    let server_side = session.finish();
+    let load_done = CancellationToken::new();
+    let done = load_done.clone();
+    let run = tokio::spawn(async move {
+        // Dropped when the load ends, even by a panic: the node must not wait forever.
+        let _done = done.drop_guard();
+        loadgen::run(&scenario_run, opts, cancel).await
+    });
+    // The node closes windows in step with the load and stops when it ends.
+    let finished = node.run(load_done.cancelled_owned()).await;
+    let result = run.await;
+    let server_side = &finished.server_side;
     let exchanges = &server_side.exchanges;
     let lg = result.context("the load generator task failed")??;
 
-    let mut timeline = session.timeline.clone();
+    let mut timeline = finished.timeline;
     let start_ms = lg.started_unix_ns / 1_000_000;
     // The windows were closed in step with the load, which started a few ms after the
     // collectors: label them so, and the load's last requests fall in the last window.
     timeline.realign(start_ms);
-    load::fold_records(&mut timeline, &lg, &server_side);
+    load::fold_records(&mut timeline, &lg, server_side);
     let end_ms = start_ms + (lg.elapsed_s * 1000.0) as u64;
     let meta = RunMeta::new(&lg.scenario, &lg.target, start_ms, end_ms, timeline.len_ms);
     let waterfalls = report::waterfall::build(&lg, exchanges, &timeline);
     let mut explained = Report::new(meta, timeline)
         .with_waterfalls(waterfalls)
-        .with_missing_evidence(session.missing.clone());
+        .with_missing_evidence(finished.missing);
     for p in &lg.phases {
         let q = |k: &str| {
             p.latency_ms

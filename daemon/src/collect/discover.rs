@@ -1,12 +1,17 @@
 //! Finding inference-server processes: by listening port, by name, or by a mapped libcuda.
 
-use std::{collections::HashSet, fs};
+use std::{
+    collections::{HashMap, HashSet},
+    fs,
+};
 
-/// Socket inodes listening on TCP `port` (IPv4 and IPv6), from `/proc/net/tcp{,6}`.
-fn listening_inodes(port: u16) -> HashSet<u64> {
+/// Socket inodes listening on TCP `port` (IPv4 and IPv6) in the network namespace of `pid`,
+/// from `/proc/<pid>/net/tcp{,6}`: a server in a pod without `hostNetwork` listens in its own
+/// namespace, which the daemon's `/proc/net/tcp` does not show.
+fn listening_inodes(pid: u32, port: u16) -> HashSet<u64> {
     let mut out = HashSet::new();
-    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        if let Ok(text) = fs::read_to_string(file) {
+    for file in ["tcp", "tcp6"] {
+        if let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{file}")) {
             out.extend(parse_listening(&text, port));
         }
     }
@@ -35,32 +40,40 @@ fn all_pids() -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Processes with a socket listening on TCP `port`.
+/// Processes with a socket listening on TCP `port`, in any network namespace. Each
+/// namespace's tables are read once (keyed by its `/proc/<pid>/ns/net` link).
 #[must_use]
 pub fn pids_listening_on(port: u16) -> Vec<u32> {
-    let inodes = listening_inodes(port);
-    if inodes.is_empty() {
-        return Vec::new();
-    }
+    let mut by_netns: HashMap<String, HashSet<u64>> = HashMap::new();
     all_pids()
         .into_iter()
-        .filter(|pid| {
-            fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.flatten().any(|fd| {
-                    fs::read_link(fd.path())
-                        .ok()
-                        .and_then(|l| {
-                            let l = l.to_str()?.to_string();
-                            l.strip_prefix("socket:[")?
-                                .strip_suffix(']')?
-                                .parse::<u64>()
-                                .ok()
-                        })
-                        .is_some_and(|ino| inodes.contains(&ino))
-                })
-            })
+        .filter(|&pid| {
+            let ns = fs::read_link(format!("/proc/{pid}/ns/net"))
+                .map_or_else(|_| format!("pid:{pid}"), |l| l.display().to_string());
+            let inodes = by_netns
+                .entry(ns)
+                .or_insert_with(|| listening_inodes(pid, port));
+            !inodes.is_empty() && holds_socket(pid, inodes)
         })
         .collect()
+}
+
+/// Whether `pid` has an open file descriptor on one of the socket `inodes`.
+fn holds_socket(pid: u32, inodes: &HashSet<u64>) -> bool {
+    fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten().any(|fd| {
+            fs::read_link(fd.path())
+                .ok()
+                .and_then(|l| {
+                    l.to_str()?
+                        .strip_prefix("socket:[")?
+                        .strip_suffix(']')?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .is_some_and(|ino| inodes.contains(&ino))
+        })
+    })
 }
 
 /// Processes whose comm or command line contains `name`.

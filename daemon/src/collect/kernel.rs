@@ -218,6 +218,13 @@ impl KernelCollector {
         &self.retransmits
     }
 
+    /// Forgets the exchanges and retransmits kept for joins: a node daemon without load
+    /// records to join them with calls it every window, so they cost no memory.
+    pub fn forget_joins(&mut self) {
+        self.exchanges.clear();
+        self.retransmits.clear();
+    }
+
     /// Per-process GPU memory totals.
     #[must_use]
     pub fn gpu_account(&self) -> &GpuMemAccount {

@@ -5,6 +5,7 @@ pub mod discover;
 pub mod join;
 pub mod kernel;
 pub mod load;
+pub mod node;
 pub mod procfs;
 pub mod runq;
 pub mod server;

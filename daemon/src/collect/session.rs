@@ -1,37 +1,65 @@
-//! An explained stress run's collectors: kernel probes on the target's processes (and the load
-//! generator's own), the target's `/metrics`, and NVML, closed into windows while the load runs.
-//! Whatever cannot start is recorded as missing evidence and the run goes on.
+//! The collectors of one time line: kernel probes on the server's processes (and the load
+//! generator's own), the server's `/metrics`, and NVML. Whatever cannot start is recorded as
+//! missing evidence and collection goes on; [`crate::collect::node::Node`] drives them.
 
-use std::time::{Duration, Instant};
+use std::{path::PathBuf, time::Duration};
 
 use super::{
-    kernel::{Exchange, KernelCollector, KernelOptions, Retransmit},
+    kernel::{Exchange, KernelCollector, KernelOptions, Losses, Retransmit},
     server::{NvmlCollector, ServerCollector},
-    timeline::{Timeline, now_unix_ms},
+    timeline::Window,
 };
+use crate::probes::HookStatus;
 
-/// What to watch during the run.
+/// What to watch.
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
-    /// The inference server's processes (empty: kernel evidence of the server is missing).
+    /// The inference server's processes (empty: none yet).
     pub servers: Vec<u32>,
+    /// The load generator's own process, when it runs in this one.
+    pub loadgen: Option<u32>,
+    /// Libraries or binaries exporting the CUDA driver API to hook besides discovered ones.
+    pub cuda_targets: Vec<PathBuf>,
+    /// Start the kernel probes even with no server yet (the daemon finds servers later);
+    /// otherwise no server means no kernel probes.
+    pub kernel_without_servers: bool,
     /// The server's Prometheus endpoint.
     pub metrics_url: Option<String>,
     /// Window length.
     pub window: Duration,
 }
 
-/// The live collectors and the time line they fill.
+/// A step of closing a window that failed; the window goes on without that part.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The kernel maps could not be read (the window has no kernel evidence).
+    #[error("kernel probes: {0}")]
+    Kernel(String),
+    /// Updating the probes' watch-list failed (e.g. the watch-list is full).
+    #[error("watching the new server processes: {0}")]
+    Watch(String),
+    /// The server's `/metrics` could not be scraped.
+    #[error("scraping the server's metrics: {0}")]
+    Scrape(String),
+}
+
+impl StepError {
+    /// A short name for the counter label: `kernel`, `watch` or `scrape`.
+    #[must_use]
+    pub fn step(&self) -> &'static str {
+        match self {
+            StepError::Kernel(_) => "kernel",
+            StepError::Watch(_) => "watch",
+            StepError::Scrape(_) => "scrape",
+        }
+    }
+}
+
+/// The live collectors.
 pub struct Session {
     kernel: Option<KernelCollector>,
     scraper: Option<ServerCollector>,
     nvml: NvmlCollector,
-    /// The time line, one window per tick.
-    pub timeline: Timeline,
-    /// Windows closed so far.
-    closed: u64,
-    /// When the last one was closed.
-    last_tick: Instant,
     /// Evidence that is missing and why, for the report.
     pub missing: Vec<String>,
 }
@@ -41,7 +69,7 @@ impl Session {
     #[must_use]
     pub fn start(opts: &SessionOptions) -> Self {
         let mut missing = Vec::new();
-        let kernel = if opts.servers.is_empty() {
+        let kernel = if opts.servers.is_empty() && !opts.kernel_without_servers {
             missing.push(
                 "kernel probes of the server: no server process found on this host (give --pid)"
                     .to_string(),
@@ -50,8 +78,8 @@ impl Session {
         } else {
             let ko = KernelOptions {
                 servers: opts.servers.clone(),
-                loadgen: Some(std::process::id()),
-                cuda_targets: Vec::new(),
+                loadgen: opts.loadgen,
+                cuda_targets: opts.cuda_targets.clone(),
                 discover_libcuda: true,
             };
             match KernelCollector::start(ko) {
@@ -88,9 +116,6 @@ impl Session {
             kernel,
             scraper,
             nvml,
-            timeline: Timeline::new(now_unix_ms(), opts.window.as_millis() as u64),
-            closed: 0,
-            last_tick: Instant::now(),
             missing,
         }
     }
@@ -101,33 +126,88 @@ impl Session {
         self.kernel.is_some()
     }
 
-    /// Closes the next window: call once per window length. Counted, not read from the clock:
-    /// a tick a millisecond early or late must neither close one window twice nor skip one
-    /// (an empty window reads as missing evidence).
-    pub fn tick(&mut self) {
-        let t = &mut self.timeline;
-        let w = t.at(t.origin_unix_ms + self.closed * t.len_ms + t.len_ms / 2);
-        self.closed += 1;
-        self.last_tick = Instant::now();
-        if let Some(k) = self.kernel.as_mut()
-            && let Err(e) = k.close_window(w)
-        {
-            self.missing.push(format!("kernel probes stopped: {e}"));
-            self.kernel = None;
+    /// Whether the server's metrics are scraped.
+    #[must_use]
+    pub fn has_scraper(&self) -> bool {
+        self.scraper.is_some()
+    }
+
+    /// NVML's status, in words.
+    #[must_use]
+    pub fn gpu_status(&self) -> String {
+        self.nvml.status().to_string()
+    }
+
+    /// The server processes watched now.
+    #[must_use]
+    pub fn servers(&self) -> Vec<u32> {
+        self.kernel
+            .as_ref()
+            .map(|k| k.options().servers.clone())
+            .unwrap_or_default()
+    }
+
+    /// Watches `servers` instead of the processes watched now.
+    pub fn watch(&mut self, servers: Vec<u32>) -> Result<(), StepError> {
+        let Some(k) = self.kernel.as_mut() else {
+            return Ok(());
+        };
+        let mut opts = k.options().clone();
+        opts.servers = servers;
+        k.watch(opts).map_err(|e| StepError::Watch(e.to_string()))
+    }
+
+    /// Fills `w` from every collector. A part that fails is left out of the window and
+    /// returned; the collectors keep running.
+    pub fn close_window(&mut self, w: &mut Window) -> Vec<StepError> {
+        let mut errors = Vec::new();
+        if let Some(k) = self.kernel.as_mut() {
+            if let Err(e) = k.close_window(w) {
+                errors.push(StepError::Kernel(e.to_string()));
+            }
+            if let Err(e) = k.prune() {
+                errors.push(StepError::Kernel(e.to_string()));
+            }
         }
         if let Some(s) = self.scraper.as_mut() {
             s.close_window(w);
+            if let Some(e) = &s.last_error {
+                errors.push(StepError::Scrape(e.clone()));
+            }
         }
         self.nvml.close_window(w);
+        errors
     }
 
-    /// Closes the window the load ended in when it ran for at least half of it. A shorter tail
-    /// (the run ending a few ms after a tick) makes no window: a few ms of evidence make no
-    /// verdict, and every source would read as missing.
-    pub fn close_tail(&mut self) {
-        if self.last_tick.elapsed() * 2 >= Duration::from_millis(self.timeline.len_ms) {
-            self.tick();
+    /// Forgets the kernel's exchanges and retransmits (nothing will join them).
+    pub fn forget_joins(&mut self) {
+        if let Some(k) = self.kernel.as_mut() {
+            k.forget_joins();
         }
+    }
+
+    /// Every hook and whether it is attached.
+    #[must_use]
+    pub fn hooks(&self) -> Vec<HookStatus> {
+        self.kernel
+            .as_ref()
+            .map(|k| k.hooks().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// What the kernel and the readers lost so far (zero without probes).
+    #[must_use]
+    pub fn losses(&self) -> Losses {
+        self.kernel
+            .as_ref()
+            .and_then(|k| k.losses().ok())
+            .unwrap_or_default()
+    }
+
+    /// Why the server's metrics are missing now, if they are.
+    #[must_use]
+    pub fn scrape_error(&self) -> Option<String> {
+        self.scraper.as_ref().and_then(|s| s.last_error.clone())
     }
 
     /// Stops collecting; returns what the kernel saw on the server's connections, to join with
@@ -144,8 +224,12 @@ impl Session {
             && let Ok(l) = k.losses()
             && l.runq + l.sockets + l.cuda + l.channels > 0
         {
-            self.missing.push(format!("kernel events lost: {l:?}"));
+            self.missing.push(format!(
+                "kernel events lost: run queue {}, sockets {}, CUDA {}, channels {}",
+                l.runq, l.sockets, l.cuda, l.channels
+            ));
         }
+        self.scraper = None;
         self.kernel
             .take()
             .map(|k| ServerSide {

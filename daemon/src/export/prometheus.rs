@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 
+use crate::attribute::{Cause, Verdict};
 use crate::collect::timeline::Window;
 use crate::export::signals::{Kind, Labels, SIGNALS, Totals};
 use crate::probes::HookStatus;
@@ -38,6 +39,8 @@ pub struct Snapshot<'a> {
     pub probes: &'a [HookStatus],
     /// Drop counters.
     pub drops: &'a [DropCounter],
+    /// The newest closed window's verdict, if attribution ran.
+    pub verdict: Option<&'a Verdict>,
 }
 
 /// Renders `snap` in the Prometheus text format 0.0.4.
@@ -89,6 +92,10 @@ pub fn render(snap: &Snapshot<'_>) -> String {
         );
     }
 
+    if let Some(v) = snap.verdict {
+        verdict(&mut out, v);
+    }
+
     if !snap.probes.is_empty() {
         let name = "inferscope_probe_attached";
         header(
@@ -123,6 +130,31 @@ pub fn render(snap: &Snapshot<'_>) -> String {
         sample(&mut out, name, &labels, &[], d.count as f64);
     }
     out
+}
+
+/// `inferscope_verdict{cause}` (1 for the verdict's cause, 0 for the others) and its
+/// confidence. Only the `cause` label: one series per cause, whatever the phase.
+fn verdict(out: &mut String, v: &Verdict) {
+    let name = "inferscope_verdict";
+    header(
+        out,
+        name,
+        "gauge",
+        "The newest closed window's verdict: 1 for its cause, 0 for every other cause.",
+    );
+    for cause in Cause::ALL {
+        let labels = [("cause", cause.name().to_owned())];
+        let value = if cause == v.cause { 1.0 } else { 0.0 };
+        sample(out, name, &labels, &[], value);
+    }
+    let name = "inferscope_verdict_confidence";
+    header(
+        out,
+        name,
+        "gauge",
+        "Confidence of the newest closed window's verdict, 0..1.",
+    );
+    sample(out, name, &[], &[], v.confidence);
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -225,6 +257,15 @@ mod tests {
             labels: &labels,
             probes: &probes,
             drops: &drops,
+            verdict: Some(&Verdict {
+                cause: Cause::KvCache,
+                signature: None,
+                confidence: 0.75,
+                evidence: Vec::new(),
+                contrary: Vec::new(),
+                runners_up: Vec::new(),
+                missing: Vec::new(),
+            }),
         });
         assert!(text.contains("# TYPE inferscope_load_requests_total counter\n"));
         assert!(text.contains(
@@ -236,6 +277,13 @@ mod tests {
             text.contains("inferscope_dropped_total{stage=\"kernel_ringbuf\",what=\"RUNQ\"} 3\n")
         );
         assert!(text.contains("inferscope_window_start_timestamp_seconds{"));
+        assert!(text.contains("inferscope_verdict{cause=\"kv_cache\"} 1\n"));
+        assert!(text.contains("inferscope_verdict{cause=\"none\"} 0\n"));
+        assert_eq!(
+            text.matches("inferscope_verdict{").count(),
+            Cause::ALL.len()
+        );
+        assert!(text.contains("inferscope_verdict_confidence 0.75\n"));
         // No GPU evidence: no GPU series at all.
         assert!(!text.contains("inferscope_gpu"));
         assert_eq!(format_value(f64::INFINITY), "+Inf");

@@ -8,6 +8,7 @@
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 
+use crate::attribute::{Cause, Verdict};
 use crate::collect::timeline::Window;
 use crate::export::otlp::spans::SampledRequest;
 use crate::export::signals::{Kind, Labels, SIGNALS, Signal};
@@ -60,7 +61,14 @@ pub(crate) struct Instruments {
     ttft: Histogram<f64>,
     tpot: Histogram<f64>,
     tokens: Histogram<u64>,
+    verdict: Gauge<f64>,
+    confidence: Gauge<f64>,
 }
+
+/// Name of the verdict gauge: 1 for the latest window's cause, 0 for every other cause.
+pub const VERDICT: &str = "inferscope.verdict";
+/// Name of the verdict confidence gauge.
+pub const VERDICT_CONFIDENCE: &str = "inferscope.verdict.confidence";
 
 impl Instruments {
     pub(crate) fn new(meter: &Meter) -> Self {
@@ -114,7 +122,28 @@ impl Instruments {
                 .with_description("Number of input and output tokens used per request.")
                 .with_boundaries(TOKEN_BUCKETS.to_vec())
                 .build(),
+            verdict: meter
+                .f64_gauge(VERDICT)
+                .with_description(
+                    "The latest window's verdict: 1 for its cause, 0 for every other cause.",
+                )
+                .build(),
+            confidence: meter
+                .f64_gauge(VERDICT_CONFIDENCE)
+                .with_description("Confidence of the latest window's verdict, 0..1.")
+                .build(),
         }
+    }
+
+    /// Records the verdict of the window just closed: one point per cause (1 for the verdict's,
+    /// 0 for the others), labelled by `cause` only, so the series stay bounded.
+    pub(crate) fn record_verdict(&self, verdict: &Verdict) {
+        for cause in Cause::ALL {
+            let v = if cause == verdict.cause { 1.0 } else { 0.0 };
+            self.verdict
+                .record(v, &[KeyValue::new("cause", cause.name())]);
+        }
+        self.confidence.record(verdict.confidence, &[]);
     }
 
     /// Records one closed window: counters add the window's counts, gauges take its levels.

@@ -45,7 +45,9 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 
 pub use accounting::ExportStats;
 pub use config::{OtlpConfig, OtlpOptions, Protocol};
-pub use instruments::{GEN_AI_TOKENS, GEN_AI_TPOT, GEN_AI_TTFT, HTTP_CLIENT_DURATION};
+pub use instruments::{
+    GEN_AI_TOKENS, GEN_AI_TPOT, GEN_AI_TTFT, HTTP_CLIENT_DURATION, VERDICT, VERDICT_CONFIDENCE,
+};
 pub use spans::{REQUEST_SPAN, SampledRequest, Stage};
 
 use crate::collect::timeline::Window;
@@ -188,6 +190,12 @@ impl OtlpExporter {
     /// Records one closed time-line window (call once per window).
     pub fn record_window(&self, window: &Window, labels: &Labels) {
         self.instruments.record_window(window, labels);
+    }
+
+    /// Records the verdict of the window just closed (`inferscope.verdict{cause}`, 1 for its
+    /// cause and 0 for the others, and `inferscope.verdict.confidence`).
+    pub fn record_verdict(&self, verdict: &crate::attribute::Verdict) {
+        self.instruments.record_verdict(verdict);
     }
 
     /// Records one request into the latency and token histograms (every request, not only

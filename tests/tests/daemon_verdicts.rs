@@ -1,0 +1,217 @@
+//! The node daemon names the bottleneck for a load generator it does not run: the sim under
+//! KV pressure, `inferscope daemon --port`, and a Python `http.client` generator that marks its
+//! `baseline` and `peak` phases on the control API. The peak's report says `kv_cache`, `/metrics`
+//! says so while the peak runs, the baseline is `none`; and the same when the daemon starts
+//! before the server and the server restarts between the phases.
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use inferscope_tests::{Sim, explain::loopback, free_port, http_get, inferscope_bin, root_or_skip};
+use serde_json::Value;
+
+const SIM_FLAGS: &[&str] = &["--num-gpu-blocks", "256"];
+
+struct Daemon {
+    child: Child,
+    metrics: SocketAddr,
+    api: SocketAddr,
+}
+
+impl Daemon {
+    /// `inferscope daemon --port PORT`; waits until `/metrics` answers.
+    fn start(port: u16) -> Self {
+        let metrics = loopback();
+        let api = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let child = Command::new(inferscope_bin())
+            .args(["daemon", "--port", &port.to_string(), "--interval", "1s"])
+            .args(["--metrics-listen", &metrics.to_string()])
+            .args(["--api-listen", &api.to_string(), "--duration", "180s"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn inferscope daemon");
+        let mut d = Self {
+            child,
+            metrics,
+            api,
+        };
+        let deadline = Instant::now() + Duration::from_mins(1);
+        while http_get(metrics, "/metrics").is_none() {
+            if let Some(st) = d.child.try_wait().unwrap() {
+                panic!("inferscope daemon exited at start: {st}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not serve /metrics"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        d
+    }
+
+    fn get(&self, path: &str) -> String {
+        http_get(self.metrics, path).unwrap_or_else(|| panic!("GET {path}: no answer"))
+    }
+
+    fn report(&self, phase: &str) -> Value {
+        let body = self.get(&format!("/api/v1/report?phase={phase}"));
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("report {phase}: {e}: {body}"))
+    }
+
+    /// SIGTERM; the daemon must stop by itself, cleanly.
+    fn stop(mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "the daemon exited with {st} on SIGTERM");
+                return;
+            }
+            assert!(Instant::now() < deadline, "the daemon ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Python generator running `phases` (`NAME:SECONDS:RATE`) against `sim`.
+fn generator(sim: &Sim, d: &Daemon, phases: &[&str]) -> Child {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/stream_marks.py");
+    // Debian's python3 (`cargo xtask setup` installs it); the script needs nothing else.
+    Command::new("python3")
+        .arg(script)
+        .arg(sim.url())
+        .arg(format!("http://{}", d.api))
+        .args(phases)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the Python generator")
+}
+
+/// Scrapes `/metrics` until `generator` exits; true when a scrape showed the `kv_cache` verdict for a
+/// window of the peak.
+fn watch_for_kv_in_peak(d: &Daemon, generator: &mut Child) -> bool {
+    let mut seen = false;
+    let deadline = Instant::now() + Duration::from_mins(2);
+    while generator.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the generator did not finish");
+        let m = d.get("/metrics");
+        seen |= m.contains("inferscope_verdict{cause=\"kv_cache\"} 1\n")
+            && m.contains("inferscope_window_start_timestamp_seconds{phase=\"peak\"}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = generator.wait_with_output_ref();
+    assert!(out.0.success(), "the Python generator failed: {}", out.1);
+    seen
+}
+
+trait WaitRef {
+    fn wait_with_output_ref(&mut self) -> (std::process::ExitStatus, String);
+}
+
+impl WaitRef for Child {
+    fn wait_with_output_ref(&mut self) -> (std::process::ExitStatus, String) {
+        use std::io::Read as _;
+        let mut out = String::new();
+        if let Some(s) = self.stdout.as_mut() {
+            let _ = s.read_to_string(&mut out);
+        }
+        (self.wait().unwrap(), out)
+    }
+}
+
+fn dominant(report: &Value, phase: &str) -> String {
+    let p = report["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == phase)
+        .unwrap_or_else(|| panic!("no phase {phase} in the report"));
+    p["dominant"].as_str().unwrap().to_owned()
+}
+
+fn assert_verdicts(d: &Daemon) {
+    let peak = d.report("peak");
+    assert_eq!(peak["schema_version"], 2);
+    assert_eq!(dominant(&peak, "peak"), "kv_cache", "{peak:#}");
+    let base = d.report("baseline");
+    assert_eq!(dominant(&base, "baseline"), "none", "{base:#}");
+    let verdicts: Value = serde_json::from_str(&d.get("/api/v1/verdicts?limit=5")).unwrap();
+    let list = verdicts.as_array().unwrap();
+    assert_eq!(list.len(), 5, "{verdicts:#}");
+    assert!(
+        list.iter()
+            .all(|v| v["verdict"]["cause"].is_string() && v["window"].is_object())
+    );
+    assert!(d.get("/api/v1/report.html?phase=peak").contains("<html"));
+    let missing = d.get("/api/v1/report?phase=nope");
+    assert!(missing.contains("phases on the time line"), "{missing}");
+    assert!(d.get("/api/v1/report?from=x").contains("?phase=NAME"));
+}
+
+#[test]
+fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
+    if !root_or_skip("an_external_generator_marks_phases_and_the_peak_is_kv_cache") {
+        return;
+    }
+    let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", loopback(), SIM_FLAGS);
+    let d = Daemon::start(sim.addr.port());
+    let mut g = generator(&sim, &d, &["baseline:8:2", "peak:12:16", "cooldown:3:2"]);
+    let seen = watch_for_kv_in_peak(&d, &mut g);
+    assert!(seen, "/metrics never showed kv_cache during the peak");
+    assert_verdicts(&d);
+    d.stop();
+}
+
+#[test]
+fn the_daemon_before_the_server_and_the_server_restarted() {
+    if !root_or_skip("the_daemon_before_the_server_and_the_server_restarted") {
+        return;
+    }
+    let addr = loopback();
+    let d = Daemon::start(addr.port());
+    std::thread::sleep(Duration::from_secs(2));
+    let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
+    let mut g = generator(&sim, &d, &["baseline:8:2"]);
+    assert!(g.wait_with_output_ref().0.success());
+    let first = sim.pid();
+    drop(sim);
+    let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
+    assert_ne!(first, sim.pid());
+    let mut g = generator(&sim, &d, &["peak:14:16", "cooldown:3:2"]);
+    let seen = watch_for_kv_in_peak(&d, &mut g);
+    assert!(seen, "/metrics never showed kv_cache during the peak");
+    assert_verdicts(&d);
+    // Rediscovery found the new server process.
+    let status: Value = serde_json::from_str(&d.get("/api/v1/timeline")).unwrap();
+    let watched: Vec<u64> = status["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["pid"].as_u64())
+        .collect();
+    assert!(watched.contains(&u64::from(sim.pid())), "{watched:?}");
+    d.stop();
+}
+
+#[test]
+fn port_discovery_sees_a_server_in_another_network_namespace() {
+    if !root_or_skip("port_discovery_sees_a_server_in_another_network_namespace") {
+        return;
+    }
+    let ns = inferscope_tests::NetNs::create_in("disc", [10, 213, 57]);
+    let addr = SocketAddr::from(([10, 213, 57, 2], free_port()));
+    let sim = Sim::start(&["ip", "netns", "exec", &ns.name], "healthy", addr, &[]);
+    let pids = inferscope::collect::discover::pids_listening_on(addr.port());
+    assert!(pids.contains(&sim.pid()), "{pids:?} lacks {}", sim.pid());
+}
