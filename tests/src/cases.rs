@@ -47,9 +47,9 @@ pub fn all() -> Vec<Case> {
             run: || nometrics(2, 30.0),
         },
         Case {
-            name: "queue-nometrics-mild",
-            mechanism: "Python server without /metrics, 4 slots, 2 -> 24 req/s",
-            expected: "queue",
+            name: "nagle-nometrics",
+            mechanism: "Python server without /metrics, 4 slots, 2 -> 24 req/s: never more than 4 in flight (no queue), the first token waits ~40 ms in the server's socket (Nagle and the client's delayed ACK)",
+            expected: "network",
             run: || nometrics(4, 24.0),
         },
         Case {
@@ -188,7 +188,9 @@ fn wait_for_connection(pid: u32, within: Duration) {
     }
 }
 
-fn loss_loopback(percent: u32) -> Value {
+/// The healthy sim and a run against it at `rps` (baseline, peak and cooldown alike), returned
+/// once the baseline phase has run: the caller makes the peak's fault.
+fn healthy_sim_past_baseline(name: &str, rps: f64, output_tokens: u32) -> (Sim, Stress) {
     let sim = Sim::start(
         &["nice", "-n", &FIRST.to_string()],
         "healthy",
@@ -196,22 +198,23 @@ fn loss_loopback(percent: u32) -> Value {
         &[],
     );
     let stress = Stress::start(
-        "loss",
-        &scenario("loss", &sim.url(), &llm(4.0, 4.0, 64)),
+        name,
+        &scenario(name, &sim.url(), &llm(rps, rps, output_tokens)),
         None,
         FIRST,
         &[],
     );
     sim.wait_for_load(Duration::from_mins(1));
     std::thread::sleep(BASELINE);
-    let r = {
-        let loss = RandomLoss::from_port(sim.addr.port(), percent);
-        std::thread::sleep(crate::explain::PEAK);
-        drop(loss);
-        stress.finish()
-    };
-    drop(sim);
-    r
+    (sim, stress)
+}
+
+fn loss_loopback(percent: u32) -> Value {
+    let (sim, stress) = healthy_sim_past_baseline("loss", 4.0, 64);
+    let loss = RandomLoss::from_port(sim.addr.port(), percent);
+    std::thread::sleep(crate::explain::PEAK);
+    drop(loss);
+    stress.finish()
 }
 
 fn loss_netns(percent: u32) -> Value {
@@ -271,47 +274,18 @@ fn vector_rebuild() -> Value {
 
 /// The sim at 8 req/s; its cgroup gets 5% of a CPU when the peak starts.
 fn cpu_quota() -> Value {
-    let sim = Sim::start(
-        &["nice", "-n", &FIRST.to_string()],
-        "healthy",
-        loopback(),
-        &[],
-    );
+    let (sim, stress) = healthy_sim_past_baseline("quota", 8.0, 32);
     let group = CpuQuota::holding(sim.pid());
-    let stress = Stress::start(
-        "quota",
-        &scenario("quota", &sim.url(), &llm(8.0, 8.0, 32)),
-        None,
-        FIRST,
-        &[],
-    );
-    sim.wait_for_load(Duration::from_mins(1));
-    std::thread::sleep(BASELINE);
     group.limit(5);
     std::thread::sleep(crate::explain::PEAK);
     drop(group);
-    let r = stress.finish();
-    drop(sim);
-    r
+    stress.finish()
 }
 
 /// The sim is killed 2 s into the peak; the run goes on against nothing.
 fn server_killed() -> Value {
-    let sim = Sim::start(
-        &["nice", "-n", &FIRST.to_string()],
-        "healthy",
-        loopback(),
-        &[],
-    );
-    let stress = Stress::start(
-        "killed",
-        &scenario("killed", &sim.url(), &llm(4.0, 4.0, 32)),
-        None,
-        FIRST,
-        &[],
-    );
-    sim.wait_for_load(Duration::from_mins(1));
-    std::thread::sleep(BASELINE + Duration::from_secs(2));
+    let (sim, stress) = healthy_sim_past_baseline("killed", 4.0, 32);
+    std::thread::sleep(Duration::from_secs(2));
     drop(sim);
     stress.finish_with_report()
 }

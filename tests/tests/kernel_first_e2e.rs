@@ -67,3 +67,8 @@ fn a_cpu_quota_on_the_server_is_cpu_runqueue() {
 fn a_server_killed_mid_run_is_errors_and_the_report_is_written() {
     check("errors-server-killed", &["error_rate"]);
 }
+
+#[test]
+fn a_first_token_held_in_the_servers_socket_is_network() {
+    check("nagle-nometrics", &["client_server_gap_ms"]);
+}

@@ -236,6 +236,20 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         cause: Cause::Network,
+        signature: "transit stall",
+        conditions: &[
+            // Written by the server, read late by the client, with the request itself read
+            // promptly (not a backlog): the first token sat in a socket queue. With the RTT flat
+            // this is the TCP stack, e.g. a small write held by Nagle until the peer's delayed
+            // ACK (40 ms on Linux).
+            trig(S::ClientServerGapMs, Rises { ratio: 1.5, min_delta: 10.0 }, 3.0),
+            need(S::ReadDelayMs, Flat { ratio: 1.5, slack: 5.0 }, 2.0),
+            supp(S::TtftP50Ms, LATENCY_UP, 1.0),
+            supp(S::TtftP99Ms, LATENCY_UP, 1.0),
+        ],
+    },
+    Rule {
+        cause: Cause::Network,
         signature: "loss",
         conditions: &[
             // Requests of this window whose connection retransmitted while they were in flight

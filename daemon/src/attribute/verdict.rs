@@ -83,7 +83,9 @@ impl Cause {
             }
             Cause::Network => {
                 "the network path adds latency: check the path, MTU, congestion and \
-                 retransmits between client and server"
+                 retransmits between client and server; a first-token transit that grows with \
+                 the RTT flat is small writes waiting for ACKs (Nagle with delayed ACKs): set \
+                 TCP_NODELAY on the server's sockets"
             }
             Cause::Loadgen => {
                 "the load generator cannot keep its schedule: give it more CPU or shard it \

@@ -90,6 +90,22 @@ pub struct Server {
 }
 
 impl Server {
+    /// `inferscope sim --zero-cost` with a small corpus on `cpu`, plus `extra` flags.
+    pub fn zero_cost_sim(cpu: usize, extra: &[&str]) -> anyhow::Result<Self> {
+        let addr = format!("127.0.0.1:{}", free_port()?);
+        let mut cmd = pinned(cpu, inferscope_bin());
+        cmd.args([
+            "sim",
+            "--zero-cost",
+            "--corpus-size",
+            "100",
+            "--listen",
+            &addr,
+        ])
+        .args(extra);
+        Self::start(cmd, addr, "inferscope sim --zero-cost")
+    }
+
     /// Spawns `cmd` and waits until `addr` accepts connections.
     pub fn start(mut cmd: Command, addr: String, what: &str) -> anyhow::Result<Self> {
         let child = cmd

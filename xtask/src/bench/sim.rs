@@ -24,18 +24,7 @@ pub fn run() -> anyhow::Result<()> {
          from `inferscope stress` on CPU {client_cpu}, {SECS} s x {ROUNDS} rounds (load average {})",
         procs::load_average()
     );
-    let addr = format!("127.0.0.1:{}", procs::free_port()?);
-    let mut cmd = procs::pinned(server_cpu, procs::inferscope_bin());
-    cmd.args([
-        "sim",
-        "--zero-cost",
-        "--corpus-size",
-        "100",
-        "--listen",
-        &addr,
-    ])
-    .args(["--max-num-seqs", &STREAMS.to_string()]);
-    let sim = Server::start(cmd, addr, "inferscope sim --zero-cost")?;
+    let sim = Server::zero_cost_sim(server_cpu, &["--max-num-seqs", &STREAMS.to_string()])?;
     let out = procs::out_dir()?.join("sim-overhead.json");
     let mut rows = Vec::new();
     for round in 1..=ROUNDS {

@@ -52,17 +52,7 @@ pub fn run() -> anyhow::Result<()> {
          (records budget {RECORDS_BUDGET_MIB} + fixed {FIXED_MIB}) (load average {})",
         procs::load_average()
     );
-    let addr = format!("127.0.0.1:{}", procs::free_port()?);
-    let mut cmd = procs::pinned(server_cpu, procs::inferscope_bin());
-    cmd.args([
-        "sim",
-        "--zero-cost",
-        "--corpus-size",
-        "100",
-        "--listen",
-        &addr,
-    ]);
-    let sim = Server::start(cmd, addr, "inferscope sim --zero-cost")?;
+    let sim = Server::zero_cost_sim(server_cpu, &[])?;
     let out = procs::out_dir()?.join("soak.json");
     let mut stress = procs::pinned(client_cpu, procs::inferscope_bin());
     stress
