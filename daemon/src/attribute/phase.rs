@@ -15,6 +15,10 @@ use crate::loadgen::ErrorClass;
 /// Least share of a phase's windows for a cause to be its dominant verdict.
 pub const DOMINANT_MIN_SHARE: f64 = 0.25;
 
+/// Least windows of a cause for it to explain a phase whose tail rose while it has less than
+/// [`DOMINANT_MIN_SHARE`] of the windows.
+pub const TAIL_MIN_WINDOWS: usize = 2;
+
 /// Wake-ups on a request's path to its first token (frontend receive, engine step, response
 /// write): each waits the server threads' mean run-queue delay, which is how the run-queue
 /// rise is turned into milliseconds of TTFT.
@@ -247,10 +251,12 @@ fn summarise_one(
             .iter()
             .find(|s| named(s.cause) && s.share >= DOMINANT_MIN_SHARE)
             .or_else(|| {
-                // Not in a baseline phase: it is the reference its own tail is judged by.
+                // Not in a baseline phase: it is the reference its own tail is judged by. One
+                // window is an anecdote: the cause needs two.
                 shares
                     .iter()
                     .find(|s| named(s.cause))
+                    .filter(|s| s.windows >= TAIL_MIN_WINDOWS)
                     .filter(|_| !is_baseline && base.is_some_and(|b| tail_rose(&phase_latency, b)))
             })
             .map(|s| s.cause)
