@@ -46,7 +46,9 @@ pub enum ReportError {
         source: std::io::Error,
     },
     /// A `report.json` of another schema version.
-    #[error("report schema version {found}, this build reads {SCHEMA_VERSION}")]
+    #[error(
+        "report schema version {found}, this build reads {SCHEMA_VERSION}: write it again with this build's stress --explain"
+    )]
     Schema {
         /// The version found.
         found: u32,
