@@ -61,7 +61,7 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
 
     let mut timeline = Timeline::new(now_unix_ms(), 1000);
     for _ in 0..3 {
-        let streams: Vec<_> = (0..24)
+        let streams: Vec<_> = (0..64)
             .map(|_| tokio::spawn(stream_chat(server.addr())))
             .collect();
         tokio::time::sleep(Duration::from_secs(1)).await;
