@@ -7,7 +7,10 @@ admission limit does); the others wait inside the server, after their request wa
 no CPU spent. With --sync it serves one connection at a time over HTTP/1.0 (a synchronous
 worker): the other requests wait unread, in the listen backlog. An admitted request "generates" its tokens with --token-ms of sleep each, so
 latency rises with queueing and not with CPU. Streams are Server-Sent Events over HTTP/1.1
-chunked encoding, one write per token, keep-alive.
+chunked encoding, one write per token, keep-alive. Like Python's http.server it leaves Nagle's
+algorithm on (a small write waits for the ACK of the one before: with the client's delayed ACK
+the first token can wait ~40 ms); --nodelay sets TCP_NODELAY, as asyncio servers (uvicorn, so
+vLLM) do.
 
     openai_nometrics.py --listen 127.0.0.1:8000 --slots 2 --token-ms 4
 """
@@ -26,11 +29,13 @@ def main():
     ap.add_argument("--token-ms", type=float, default=4.0)
     ap.add_argument("--model", default="nometrics")
     ap.add_argument("--sync", action="store_true")
+    ap.add_argument("--nodelay", action="store_true")
     args = ap.parse_args()
     slots = threading.Semaphore(args.slots)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0" if args.sync else "HTTP/1.1"
+        disable_nagle_algorithm = args.nodelay
 
         def log_message(self, *_):
             pass

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::{
     NetNs, Sim,
     explain::{BASELINE, FIRST, Load, Stress, loopback, run, scenario},
-    faults::{CpuQuota, NoMetricsServer, RandomLoss},
+    faults::{CpuQuota, NoMetricsServer, RandomLoss, Writes},
 };
 
 /// One case: how the bottleneck is made, and the verdict its peak phase must get.
@@ -44,13 +44,13 @@ pub fn all() -> Vec<Case> {
             name: "queue-nometrics",
             mechanism: "Python server without /metrics, 2 slots, 2 -> 30 req/s",
             expected: "queue",
-            run: || nometrics(2, 30.0),
+            run: || nometrics(2, 30.0, Writes::Nagle),
         },
         Case {
             name: "nagle-nometrics",
             mechanism: "Python server without /metrics, 4 slots, 2 -> 24 req/s: never more than 4 in flight (no queue), the first token waits ~40 ms in the server's socket (Nagle and the client's delayed ACK)",
             expected: "network",
-            run: || nometrics(4, 24.0),
+            run: || nometrics(4, 24.0, Writes::Nagle),
         },
         Case {
             name: "queue-backlog-nometrics",
@@ -72,9 +72,9 @@ pub fn all() -> Vec<Case> {
         },
         Case {
             name: "healthy-nometrics",
-            mechanism: "Python server without /metrics, 16 slots, 2 -> 8 req/s",
+            mechanism: "Python server without /metrics, 16 slots, TCP_NODELAY (as asyncio servers set it), 2 -> 8 req/s",
             expected: "none",
-            run: || nometrics(16, 8.0),
+            run: || nometrics(16, 8.0, Writes::NoDelay),
         },
         Case {
             name: "healthy-sim",
@@ -147,8 +147,8 @@ fn healthy_sim() -> Value {
 
 /// The Python server admits `slots` requests at a time, 32 tokens of 4 ms each (~8 req/s per
 /// slot): the peak's `peak_rps` overflows 2 slots, not 16.
-fn nometrics(slots: u32, peak_rps: f64) -> Value {
-    let server = NoMetricsServer::start(&[], loopback(), slots, 4.0);
+fn nometrics(slots: u32, peak_rps: f64, writes: Writes) -> Value {
+    let server = NoMetricsServer::start(&[], loopback(), slots, 4.0, writes);
     let yaml = scenario("nometrics", &server.url(), &llm(2.0, peak_rps, 32))
         .replace("model: inferscope-sim", "model: nometrics");
     let r = Stress::start("nometrics", &yaml, None, FIRST, &[]).finish();
@@ -220,7 +220,13 @@ fn loss_loopback(percent: u32) -> Value {
 fn loss_netns(percent: u32) -> Value {
     let ns = NetNs::create("loss");
     let addr = std::net::SocketAddr::from((NetNs::NS_ADDR, 8000));
-    let server = NoMetricsServer::start(&["ip", "netns", "exec", &ns.name], addr, 16, 4.0);
+    let server = NoMetricsServer::start(
+        &["ip", "netns", "exec", &ns.name],
+        addr,
+        16,
+        4.0,
+        Writes::Nagle,
+    );
     let pid = server.pid().to_string();
     let yaml = scenario("lossns", &server.url(), &llm(4.0, 4.0, 32))
         .replace("model: inferscope-sim", "model: nometrics");

@@ -6,6 +6,16 @@ use std::{net::SocketAddr, path::PathBuf, process::Child, time::Duration};
 
 use crate::{http_get, sh};
 
+/// How the Python server writes small answers.
+#[derive(Clone, Copy, Debug)]
+pub enum Writes {
+    /// Nagle's algorithm on (Python's `http.server` default): a small write waits for the ACK
+    /// of the one before, up to the client's delayed-ACK timer (~40 ms).
+    Nagle,
+    /// `TCP_NODELAY`, as asyncio servers (uvicorn, so vLLM) set it.
+    NoDelay,
+}
+
 /// The Python server without `/metrics`, killed when dropped.
 pub struct NoMetricsServer {
     child: Child,
@@ -17,17 +27,20 @@ impl NoMetricsServer {
     /// Starts it under `prefix` (e.g. `["ip", "netns", "exec", NS]`) with at most `slots`
     /// requests admitted at once and `token_ms` per generated token; waits until it answers.
     #[must_use]
-    pub fn start(prefix: &[&str], addr: SocketAddr, slots: u32, token_ms: f64) -> Self {
-        Self::start_with(
-            prefix,
-            addr,
-            &[
-                "--slots",
-                &slots.to_string(),
-                "--token-ms",
-                &token_ms.to_string(),
-            ],
-        )
+    pub fn start(
+        prefix: &[&str],
+        addr: SocketAddr,
+        slots: u32,
+        token_ms: f64,
+        writes: Writes,
+    ) -> Self {
+        let slots = slots.to_string();
+        let token_ms = token_ms.to_string();
+        let mut opts = vec!["--slots", &slots, "--token-ms", &token_ms];
+        if matches!(writes, Writes::NoDelay) {
+            opts.push("--nodelay");
+        }
+        Self::start_with(prefix, addr, &opts)
     }
 
     /// A synchronous worker: one connection at a time over HTTP/1.0, the other requests wait
