@@ -9,6 +9,9 @@ mod cli;
 #[derive(Parser)]
 #[command(name = "inferscope", version, about)]
 struct Cli {
+    /// Log lines on stderr as text or JSON (one object per event); `RUST_LOG` filters them.
+    #[arg(long, global = true, value_enum, default_value_t)]
+    log_format: cli::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -29,6 +32,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The daemon says what it attaches and watches; one-shot commands only what went wrong.
+    let default_filter = match cli.command {
+        Command::Daemon(_) => "warn,inferscope=info",
+        _ => "warn",
+    };
+    cli::logging::init(cli.log_format, default_filter);
     // Every connection (load generator) and watched process's file (daemon) is a descriptor.
     if let Err(e) = inferscope::loadgen::dial::raise_fd_limit() {
         eprintln!("inferscope: cannot raise the open-file limit: {e}");

@@ -68,3 +68,58 @@ fn bad_numbers_in_flags_are_one_line_errors_not_panics() {
     let (got, err) = inferscope(&["runqlat", "--interval", "0s"]);
     assert_eq!(got, Some(2), "{err}");
 }
+
+/// `--log-format json`: every line the daemon logs on stderr is one JSON object with a level and
+/// a message; a bad `RUST_LOG` is said once and the default filter used.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    if !is_root() {
+        eprintln!("skipped: the daemon needs root");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        .args([
+            "--log-format",
+            "json",
+            "daemon",
+            "--port",
+            "1",
+            "--duration",
+            "1s",
+            "--api-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "[[not a filter")
+        .output()
+        .expect("run the daemon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let mut lines = err.lines();
+    assert!(
+        lines.next().is_some_and(|l| l.contains("is not a filter")),
+        "{err}"
+    );
+    let events: Vec<serde_json::Value> = lines
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["fields"]["message"].as_str() == Some("capability CAP_BPF: yes")),
+        "{err}"
+    );
+    assert!(events.iter().all(|e| e["level"].is_string()), "{err}");
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}

@@ -53,6 +53,16 @@ pub enum Bind {
     Unix(PathBuf),
 }
 
+impl std::fmt::Display for Bind {
+    /// The form `from_str` reads.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Tcp(a) => write!(f, "{a}"),
+            Self::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
 impl std::str::FromStr for Bind {
     type Err = ApiError;
 

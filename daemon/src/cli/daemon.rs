@@ -143,7 +143,7 @@ fn report_capabilities() {
         ),
     ] {
         let has = caps & (1 << cap) != 0;
-        println!(
+        tracing::info!(
             "capability {name}: {}",
             if has {
                 "yes".to_string()
@@ -177,15 +177,14 @@ async fn start_api(
     ));
     let api = Api::bind(&config, launcher, marks).await?;
     match api.local_addr() {
-        Some(a) => println!("control API on http://{a}/api/v1/ (runs, marks)"),
-        None => println!("control API on {:?}", args.api_listen),
+        Some(a) => tracing::info!("control API on http://{a}/api/v1/ (runs, marks)"),
+        None => tracing::info!("control API on {}", args.api_listen),
     }
     Ok(tokio::spawn(api.serve(stop.cancelled_owned())))
 }
 
 /// Runs the daemon until SIGTERM, Ctrl-C or `--duration`.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    init_logging();
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(async {
         let duration = args.duration;
@@ -212,18 +211,6 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         })
         .await
     })
-}
-
-/// Logs to stderr, filtered by `RUST_LOG` (default: `info` for inferscope, `warn` for the rest).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,inferscope=info"));
-    // Err only when a subscriber is installed already (tests calling twice): keep that one.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
 }
 
 /// The daemon: the control API, the collection pipeline, `/metrics` and the read routes, until
@@ -269,11 +256,11 @@ pub async fn serve(
     }
     for h in node.session().hooks() {
         match &h.reason {
-            None => println!("probe {}: attached", h.probe),
-            Some(r) => println!("probe {}: not attached: {r}", h.probe),
+            None => tracing::info!("probe {}: attached", h.probe),
+            Some(r) => tracing::warn!("probe {}: not attached: {r}", h.probe),
         }
     }
-    println!("GPU (NVML): {}", node.session().gpu_status());
+    tracing::info!("GPU (NVML): {}", node.session().gpu_status());
 
     let otlp_drops: Option<node::ExtraDrops> = otlp.as_ref().map(|x| {
         let x = Arc::clone(x);
@@ -283,7 +270,7 @@ pub async fn serve(
     if let Some(token) = metrics_token {
         app = app.layer(axum::middleware::from_fn_with_state(token, require_token));
     }
-    println!(
+    tracing::info!(
         "serving http://{}/metrics and /api/v1/ (timeline, verdicts, report, report.html)",
         listener.local_addr()?
     );
@@ -300,7 +287,7 @@ pub async fn serve(
     join_servers(http, api_task).await;
     if let Some(x) = otlp.and_then(Arc::into_inner) {
         let stats = tokio::task::spawn_blocking(move || x.shutdown()).await??;
-        println!(
+        tracing::info!(
             "OTLP: {} spans delivered, {} dropped; {} metric pushes delivered, {} failed",
             stats.spans_exported,
             stats.spans_dropped(),
@@ -309,7 +296,7 @@ pub async fn serve(
         );
     }
     // The collectors stopped with the node: every link is detached, nothing was pinned.
-    println!(
+    tracing::info!(
         "inferscope daemon: stopped after {} windows",
         finished.timeline.windows.len()
     );
@@ -322,9 +309,11 @@ fn node_options(args: &Args, marks: Marks, otlp: Option<&Arc<OtlpExporter>>) -> 
     let finder = args.finder();
     let servers = finder.targets();
     if servers.is_empty() {
-        println!("no inference server found yet; looking again every {REDISCOVER_EVERY} windows");
+        tracing::info!(
+            "no inference server found yet; looking again every {REDISCOVER_EVERY} windows"
+        );
     } else {
-        println!("watching server processes {}", pid_list(&servers));
+        tracing::info!("watching server processes {}", pid_list(&servers));
     }
     let metrics_url = args.metrics_url.clone().or_else(|| {
         args.ports
@@ -332,8 +321,8 @@ fn node_options(args: &Args, marks: Marks, otlp: Option<&Arc<OtlpExporter>>) -> 
             .map(|p| format!("http://127.0.0.1:{p}/metrics"))
     });
     match &metrics_url {
-        Some(url) => println!("scraping {url}"),
-        None => println!("server metrics: off (give --metrics-url or --port)"),
+        Some(url) => tracing::info!("scraping {url}"),
+        None => tracing::info!("server metrics: off (give --metrics-url or --port)"),
     }
     let mut opts = NodeOptions::new(SessionOptions {
         servers,
@@ -375,10 +364,10 @@ async fn join_servers(
     );
     for (what, result) in [("metrics", http), ("control API", api)] {
         match result {
-            Ok(Ok(Err(e))) => eprintln!("inferscope: {what}: {e}"),
-            Ok(Err(e)) => eprintln!("inferscope: {what}: {e}"),
+            Ok(Ok(Err(e))) => tracing::warn!("{what}: {e}"),
+            Ok(Err(e)) => tracing::warn!("{what}: {e}"),
             Ok(Ok(Ok(()))) => {}
-            Err(_) => eprintln!("inferscope: {what} did not stop within 5s; leaving it"),
+            Err(_) => tracing::warn!("{what} did not stop within 5s; leaving it"),
         }
     }
 }

@@ -33,7 +33,7 @@ pub enum GpuStatus {
     /// No NVIDIA driver (no NVML library, or the kernel driver is not loaded).
     /// Not an error: the GPU section of a report says so.
     NoDriver {
-        /// What NVML said, for `--verbose` output.
+        /// What NVML said, logged at info level (`RUST_LOG=inferscope=info`).
         detail: String,
     },
     /// The driver is there but NVML refused (permissions, a lost GPU, ...).

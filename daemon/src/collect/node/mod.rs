@@ -194,7 +194,12 @@ impl Node {
             let now = discover();
             let was = self.session.servers();
             if now != was {
-                tracing::info!(servers = ?now, was = ?was, "watching new server processes");
+                let pids = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+                tracing::info!(
+                    servers = pids(&now),
+                    was = pids(&was),
+                    "the server processes changed; watching the new set"
+                );
                 if let Err(e) = self.session.watch(now) {
                     self.count(&e);
                 }
