@@ -176,10 +176,10 @@ async fn start_api(
         marks.clone(),
     ));
     let api = Api::bind(&config, launcher, marks).await?;
-    match api.local_addr() {
-        Some(a) => tracing::info!("control API on http://{a}/api/v1/ (runs, marks)"),
-        None => tracing::info!("control API on {}", args.api_listen),
-    }
+    let at = api
+        .local_addr()
+        .map_or_else(|| args.api_listen.to_string(), |a| format!("http://{a}/api/v1/"));
+    tracing::info!("control API on {at} (runs, marks)");
     Ok(tokio::spawn(api.serve(stop.cancelled_owned())))
 }
 
@@ -320,9 +320,10 @@ fn node_options(args: &Args, marks: Marks, otlp: Option<&Arc<OtlpExporter>>) -> 
             .first()
             .map(|p| format!("http://127.0.0.1:{p}/metrics"))
     });
-    match &metrics_url {
-        Some(url) => tracing::info!("scraping {url}"),
-        None => tracing::info!("server metrics: off (give --metrics-url or --port)"),
+    if let Some(url) = &metrics_url {
+        tracing::info!("scraping {url}");
+    } else {
+        tracing::info!("server metrics: off (give --metrics-url or --port)");
     }
     let mut opts = NodeOptions::new(SessionOptions {
         servers,
