@@ -3,7 +3,8 @@
 //! 1. Throughput of scheduler-heavy workloads (pipe ping-pong between two processes, loopback
 //!    TCP request/response) bare, with `inferscope daemon` attached, and with `bpftrace`
 //!    running an equivalent runqlat script; rounds interleaved, ratios printed.
-//! 2. The daemon's own CPU and RSS at idle.
+//! 2. The daemon's own CPU and RSS at idle, and with verdicts on every window of a served sim
+//!    under load: CPU per second, and RSS once its time line is full (3600 windows).
 //! 3. Loss counters under the heaviest workload, and the scheduler event rate it produced.
 //! 4. Cross-check: run-queue p50/p99 of inferscope vs bpftrace on the same workload.
 use std::{
@@ -42,6 +43,7 @@ pub fn run() -> anyhow::Result<()> {
     super::procs::build_release()?;
     overhead()?;
     idle_cost()?;
+    loaded_cost()?;
     cross_check()?;
     Ok(())
 }
@@ -79,9 +81,16 @@ fn tracer_cpu() -> usize {
 
 /// Starts the daemon watching pid 1 (every hook attached, programs run on every event).
 fn start_daemon() -> anyhow::Result<Child> {
+    start_daemon_with(&["--pid", "1"])
+}
+
+/// Starts the daemon with `args` (what to watch, the window); its logs are dropped.
+fn start_daemon_with(args: &[&str]) -> anyhow::Result<Child> {
     let child = inferscope()
-        .args(["daemon", "--pid", "1", "--listen", DAEMON_ADDR])
+        .args(["daemon", "--listen", DAEMON_ADDR, "--api-listen", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .context("starting inferscope daemon")?;
     wait_for(|| http_get(DAEMON_ADDR, "/api/v1/timeline").is_ok())?;
@@ -322,12 +331,7 @@ fn idle_cost() -> anyhow::Result<()> {
     std::thread::sleep(Duration::from_secs(10));
     // Share of one core over the 10 s, in percent.
     let cpu = (procs::cpu_seconds(d.id())? - t0) / 10.0 * 100.0;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", d.id()))?;
-    let rss_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    let rss_mib = procs::rss_mib(d.id())?;
     // The heaviest workload, twice in parallel, while the daemon counts what it loses.
     let rate = event_rate_under(|| {
         let a = std::thread::spawn(|| workload("pipe", SECS));
@@ -353,7 +357,7 @@ fn idle_cost() -> anyhow::Result<()> {
             ],
             vec![
                 "daemon RSS".into(),
-                format!("{:.1} MiB", rss_kib as f64 / 1024.0),
+                format!("{rss_mib:.1} MiB"),
                 "< 64 MiB".into(),
             ],
             vec![
@@ -365,6 +369,80 @@ fn idle_cost() -> anyhow::Result<()> {
                 "losses (kernel + channels)".into(),
                 format!("{losses}}}"),
                 "all 0".into(),
+            ],
+        ],
+    );
+    Ok(())
+}
+
+/// The daemon beside the sim (`--port`: probes on the server's sockets and threads, its metrics
+/// scraped, a verdict for every window) while `inferscope stress` loads the sim at 16 req/s.
+/// Twice: 1 s windows for the CPU it takes per second of load, then 10 ms windows for 38 s, so
+/// the time line fills its 3600 windows (an hour at 1 s), for the RSS it keeps.
+fn loaded_cost() -> anyhow::Result<()> {
+    let (server_cpu, client_cpu) = procs::cpus();
+    println!(
+        "\n== daemon cost with verdicts on, beside the sim under load (16 req/s from inferscope \
+         stress on CPU {client_cpu}; sim on CPU {server_cpu})"
+    );
+    let addr = format!("127.0.0.1:{}", procs::free_port()?);
+    let mut sim = procs::pinned(server_cpu, procs::inferscope_bin());
+    sim.args(["sim", "--profile", "healthy", "--corpus-size", "100"])
+        .args(["--listen", &addr]);
+    let sim = procs::Server::start(sim, addr, "inferscope sim")?;
+    let port = sim.addr.rsplit(':').next().unwrap_or_default().to_string();
+    let load = |secs: u64| -> anyhow::Result<Child> {
+        procs::pinned(client_cpu, procs::inferscope_bin())
+            .args(["stress", "--target", &format!("http://{}", sim.addr)])
+            .args(["--model", "inferscope-sim", "--max-tokens", "64", "--rate", "16"])
+            .args(["--duration", &format!("{secs}s"), "-q", "--no-records"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting inferscope stress")
+    };
+    let finish = |mut c: Child| -> anyhow::Result<()> {
+        let st = c.wait()?;
+        anyhow::ensure!(st.success(), "inferscope stress failed ({st})");
+        Ok(())
+    };
+
+    let d = start_daemon_with(&["--port", &port])?;
+    let stress = load(14)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = procs::cpu_seconds(d.id())?;
+    std::thread::sleep(Duration::from_secs(10));
+    let cpu = (procs::cpu_seconds(d.id())? - t0) / 10.0 * 100.0;
+    finish(stress)?;
+    let verdicts = http_get(DAEMON_ADDR, "/api/v1/verdicts")?.matches("\"cause\"").count();
+    stop(d)?;
+
+    let d = start_daemon_with(&["--port", &port, "--interval", "10ms"])?;
+    let stress = load(40)?;
+    std::thread::sleep(Duration::from_secs(38));
+    let rss = procs::rss_mib(d.id())?;
+    let timeline = http_get(DAEMON_ADDR, "/api/v1/timeline")?;
+    let windows = timeline
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(body).ok())
+        .and_then(|t| Some(t.get("windows")?.as_array()?.len()));
+    finish(stress)?;
+    stop(d)?;
+    table(
+        &["measure", "value", "target"],
+        &[
+            vec![
+                "daemon CPU, 1 s windows, under load".into(),
+                format!("{cpu:.2}% of a core ({verdicts} verdicts served)"),
+                "< 2%".into(),
+            ],
+            vec![
+                "daemon RSS, time line full (10 ms windows, 38 s)".into(),
+                format!(
+                    "{rss:.1} MiB ({} windows kept)",
+                    windows.map_or_else(|| "?".into(), |w| w.to_string())
+                ),
+                "< 64 MiB".into(),
             ],
         ],
     );

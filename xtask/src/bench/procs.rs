@@ -149,6 +149,18 @@ impl Drop for Server {
     }
 }
 
+/// Resident set size of `pid`, MiB.
+pub fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no VmRSS in /proc/PID/status")?;
+    Ok(kib / 1024.0)
+}
+
 /// CPU time (user + system) of a process so far, in seconds.
 pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))

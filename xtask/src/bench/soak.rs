@@ -27,19 +27,6 @@ fn env_u64(name: &str, default: u64) -> anyhow::Result<u64> {
     })
 }
 
-/// Resident set size of `pid`, MiB.
-fn rss_mib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(kb / 1024)
-}
-
 pub fn run() -> anyhow::Result<()> {
     let secs = env_u64("SOAK_SECS", 600)?;
     let rate = env_u64("SOAK_RATE", 1000)?;
@@ -78,11 +65,11 @@ pub fn run() -> anyhow::Result<()> {
         if let Some(st) = child.try_wait()? {
             break st;
         }
-        if let Some(mib) = rss_mib(child.id()) {
-            max = max.max(mib);
+        if let Ok(mib) = procs::rss_mib(child.id()) {
+            max = max.max(mib as u64);
             rows.push(vec![
                 format!("{:.0}", t0.elapsed().as_secs_f64()),
-                mib.to_string(),
+                format!("{mib:.0}"),
             ]);
         }
         std::thread::sleep(every);
