@@ -27,6 +27,7 @@ pub mod dataset;
 pub mod dial;
 pub mod engine;
 pub mod files;
+pub mod knee;
 pub mod limits;
 pub mod merge;
 pub mod metrics;

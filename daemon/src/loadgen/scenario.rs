@@ -14,7 +14,8 @@ pub use super::validate::is_loopback;
 use super::{
     dataset::{Dataset, DatasetSpec},
     limits::{
-        de_duration, de_opt_dimensions, de_opt_in_flight, de_opt_oversize, de_opt_tokens_per_s,
+        de_duration, de_opt_dimensions, de_opt_duration, de_opt_in_flight, de_opt_oversize,
+        de_opt_tokens_per_s,
     },
     record::Endpoint,
     slo::Slo,
@@ -61,6 +62,10 @@ pub struct Scenario {
     pub datasets: BTreeMap<String, DatasetSpec>,
     /// Phases, run one after the other.
     pub phases: Vec<Phase>,
+    /// Instead of running the phases: find the highest load of the first one that meets the
+    /// SLOs (`stress --find-max`; see `knee.rs`).
+    #[serde(default)]
+    pub search: Option<SearchBlock>,
     /// Datasets after loading (filled by [`Scenario::resolve`]).
     #[serde(skip)]
     pub loaded: BTreeMap<String, Arc<Dataset>>,
@@ -100,6 +105,28 @@ pub struct Phase {
     /// One-off requests at given offsets into the phase (e.g. trigger an index rebuild).
     #[serde(default)]
     pub events: Vec<EventSpec>,
+}
+
+/// `search:`: the knee search of the first phase's load.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBlock {
+    /// SLOs every step must meet (with the first phase's own).
+    #[serde(default, deserialize_with = "de_slos")]
+    pub slo: Vec<Slo>,
+    /// First load tried (default: the first phase's rate or users).
+    pub start: Option<f64>,
+    /// Highest load tried (default 10000 req/s, or 4096 users).
+    pub max: Option<f64>,
+    /// Length of each step (default 10s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub step: Option<Duration>,
+    /// The whole search at most (default 5m).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub budget: Option<Duration>,
+    /// Stop when the highest pass and lowest fail are within this share (default 5%).
+    #[serde(default, deserialize_with = "de_opt_ratio")]
+    pub tolerance: Option<f64>,
 }
 
 /// What happens to a request that a cap (in-flight or tokens/s) holds back.
