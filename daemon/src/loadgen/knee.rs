@@ -640,6 +640,45 @@ mod tests {
     }
 
     #[test]
+    fn a_scenario_search_block_sets_the_search_and_flags_override_it() {
+        let yaml = "target: http://127.0.0.1:9\nsearch: {slo: ['ttft_p95 < 1s'], max: 64, step: 3s, tolerance: 10%}\nphases:\n  - name: a\n    duration: 1s\n    load: {shape: concurrency, users: 2}\n    slo: ['error_rate < 1%']\n";
+        let sc = Scenario::from_yaml(yaml, "s.yaml", std::path::Path::new(".")).unwrap();
+        let spec = SearchSpec::for_scenario(&sc, Overrides::default()).unwrap();
+        assert_eq!(spec.knob, Knob::Users);
+        assert_eq!((spec.start, spec.ceiling), (2.0, 64.0));
+        assert_eq!(spec.step, Duration::from_secs(3));
+        assert!((spec.tolerance - 0.1).abs() < 1e-9);
+        let slos: Vec<&str> = spec.slos.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(slos, ["ttft_p95 < 1s", "error_rate < 1%"]);
+        let flags = Overrides {
+            max: Some(8.0),
+            step: Some(Duration::from_secs(1)),
+            ..Overrides::default()
+        };
+        let spec = SearchSpec::for_scenario(&sc, flags).unwrap();
+        assert_eq!((spec.ceiling, spec.step), (8.0, Duration::from_secs(1)));
+        let step = step_scenario(&sc, &spec, 5.0, 2);
+        assert!(matches!(
+            step.phases[0].load,
+            Load::Concurrency { users: 5 }
+        ));
+        assert_eq!(step.phases[0].name, "step-3");
+        assert!(step.search.is_none());
+
+        let none = sc.phases[0].clone();
+        let mut bare = sc.clone();
+        bare.search = None;
+        bare.phases = vec![phase_without_slo(none)];
+        let e = SearchSpec::for_scenario(&bare, Overrides::default()).unwrap_err();
+        assert!(e.contains("needs an SLO"), "{e}");
+    }
+
+    fn phase_without_slo(mut p: super::super::scenario::Phase) -> super::super::scenario::Phase {
+        p.slo.clear();
+        p
+    }
+
+    #[test]
     fn ceiling_and_nothing_passing_end_the_search() {
         let (_, p, stop) = run(Knob::Rate, 1.0, 50.0, 1e9);
         assert_eq!(stop, Stop::CeilingPassed);
