@@ -23,6 +23,7 @@ pub mod arrival;
 pub mod caps;
 pub mod client;
 pub mod collect;
+pub mod conversation;
 pub mod dataset;
 pub mod dial;
 pub mod engine;

@@ -185,6 +185,45 @@ pub struct RequestSpec {
     pub recall_sample: Option<f64>,
     /// Vector search: ground-truth path (default `/v1/vector/exact`).
     pub exact_path: Option<String>,
+    /// Chat only: multi-turn conversations instead of single requests (see
+    /// `conversation.rs`).
+    pub conversation: Option<ConversationSpec>,
+}
+
+/// `request.conversation`: each arrival (open loop) or each user in turn (closed loop) runs a
+/// conversation: its turns one after the other, each sending the history so far.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConversationSpec {
+    /// Turns per conversation: a `ShareGPT` conversation's own user turns, at most this many;
+    /// otherwise this many prompts (dataset rows or template renders). Default 4.
+    #[serde(default = "default_turns")]
+    pub turns: u32,
+    /// Pause between an answer and the next turn (a user reading and typing). Default 0s.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub think_time: Duration,
+    /// The assistant messages in the history: `model` (the answers this run got, default) or
+    /// `recorded` (the dataset's own replies; `ShareGPT` only).
+    #[serde(default)]
+    pub reply: ReplySource,
+    /// A system prompt of this many words, the same in every conversation (a shared prefix a
+    /// prefix cache can reuse). Default none.
+    pub system_prompt_words: Option<u32>,
+}
+
+/// Where the history's assistant messages come from.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplySource {
+    /// The answers the server gave in this run.
+    #[default]
+    Model,
+    /// The replies recorded in the dataset (`ShareGPT`'s `gpt` turns).
+    Recorded,
+}
+
+fn default_turns() -> u32 {
+    4
 }
 
 /// Fault knobs of a phase (fractions of its requests).
