@@ -470,11 +470,15 @@ async fn open_loop(
 }
 
 /// How a request ended, for the next turn of its conversation.
-enum Answered {
-    /// Failed: the conversation ends.
-    Failed,
-    /// Succeeded, with the answer's text when it was kept.
-    Ok(Option<String>),
+struct Answered {
+    /// No error: the conversation may go on.
+    ok: bool,
+    /// And its answer passed the phase's check (if any).
+    passed: bool,
+    /// The answer's text, when it was kept.
+    text: Option<String>,
+    /// Mean token entropy of the answer (when logprobs were asked).
+    entropy: Option<f64>,
 }
 
 /// The turns of a conversation after its first: each after the previous answer and the
@@ -498,21 +502,32 @@ impl Turns {
         let think = ctx.think_time().unwrap_or_default();
         let mut answered = first;
         let mut sent = 0;
-        while let Answered::Ok(text) = answered {
-            self.conv.answered(text);
-            let wake = Instant::now() + think;
-            if self.conv.remaining() == 0 || wake >= self.end {
-                break;
+        let mut passed = true;
+        let mut entropies = Vec::new();
+        let task = loop {
+            passed &= answered.ok && answered.passed;
+            entropies.extend(answered.entropy);
+            if !answered.ok {
+                break Some(false);
             }
-            tokio::select! { () = tokio::time::sleep_until(wake) => {}, () = cancel.cancelled() => break }
+            self.conv.answered(answered.text);
+            if self.conv.remaining() == 0 {
+                break Some(passed);
+            }
+            // Cut by the phase's end or a stop: not a task, neither succeeded nor failed.
+            let wake = Instant::now() + think;
+            if wake >= self.end {
+                break None;
+            }
+            tokio::select! { () = tokio::time::sleep_until(wake) => {}, () = cancel.cancelled() => break None }
             let Ok(Ok(permit)) =
                 tokio::time::timeout_at(self.end, shared.global.clone().acquire_owned()).await
             else {
-                break;
+                break None;
             };
             let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
             let Some(p) = ctx.prepare_turn(&mut self.rng, seq, &mut self.conv) else {
-                break;
+                break None;
             };
             // A follow-up turn is closed loop: it is due when it is sent.
             let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
@@ -526,6 +541,10 @@ impl Turns {
                 own.as_deref_mut(),
             )
             .await;
+        };
+        if let Some(ok) = task {
+            let ice = super::conversation::ice(&entropies);
+            let _ = shared.tx.send(Msg::Task(ctx.index, ok, ice)).await;
         }
         if own.is_none() {
             let _ = shared.tx.send(Msg::Scheduled(ctx.index, sent)).await;
@@ -620,10 +639,11 @@ async fn one(
             (base, None)
         }
     };
-    let answered = if rec.error.is_none() {
-        Answered::Ok(text)
-    } else {
-        Answered::Failed
+    let answered = Answered {
+        ok: rec.error.is_none(),
+        passed: rec.check != Some(false),
+        text,
+        entropy: rec.entropy,
     };
     let _ = shared.tx.send(Msg::Record(rec)).await;
     answered

@@ -21,6 +21,7 @@
 
 pub mod arrival;
 pub mod caps;
+pub mod check;
 pub mod client;
 pub mod collect;
 pub mod conversation;

@@ -185,6 +185,12 @@ pub struct RequestRecord {
     /// The 1-based turn of a multi-turn conversation this request was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
+    /// Whether the answer passed the phase's `check:` (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<bool>,
+    /// Mean token entropy of the answer from its `top_logprobs`, nats (when asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entropy: Option<f64>,
 }
 
 impl RequestRecord {
@@ -213,6 +219,8 @@ impl RequestRecord {
             chaos: None,
             good: false,
             turn: None,
+            check: None,
+            entropy: None,
         }
     }
 

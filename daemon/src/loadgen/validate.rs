@@ -233,6 +233,8 @@ fn check_phase(
                 "conversation turns must be 1..={}",
                 super::conversation::MAX_TURNS
             ))
+        } else if c.logprobs.is_some_and(|k| !(1..=20).contains(&k)) {
+            Some("conversation logprobs (top_logprobs per token) must be 1..=20".into())
         } else if c
             .system_prompt_words
             .is_some_and(|w| w > super::conversation::MAX_SYSTEM_WORDS)
@@ -255,6 +257,16 @@ fn check_phase(
             )
         } else {
             None
+        };
+        if let Some(why) = why {
+            return Err(err(&at, format!("phase `{}`: {why}", p.name)));
+        }
+    }
+    if let Some(c) = &p.request.check {
+        let why = if matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
+            super::check::Check::compile(c).err()
+        } else {
+            Some("`check:` needs an LLM endpoint (chat or completions)".into())
         };
         if let Some(why) = why {
             return Err(err(&at, format!("phase `{}`: {why}", p.name)));
