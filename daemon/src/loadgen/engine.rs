@@ -28,6 +28,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use super::{
     arrival::Schedule,
     caps::{Acquired, Permits, TokenBucket, acquire},
+    complexity::{self, Shaper},
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     collect::{self, Msg},
     record::{ErrorClass, RequestRecord},
@@ -377,18 +378,39 @@ async fn open_loop(
         *scheduled += left - 1;
         let _ = shared.tx.send(Msg::Dropped(ctx.index, left)).await;
     };
+    let mut shaper = phase
+        .load
+        .complexity_shaping()
+        .then(|| Shaper::new(phase.duration));
     while let Some(off) = offsets.next() {
+        // Complexity shaping renders the request before its gap, which its score stretches.
+        let mut early = None;
+        let off = match &mut shaper {
+            Some(shaper) => {
+                let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+                let prepared = ctx.prepare(rng, seq);
+                let score = complexity::of_request(&prepared.body).score;
+                let Some(off) = shaper.next(off, score) else {
+                    break;
+                };
+                early = Some((seq, prepared));
+                off
+            }
+            None => off,
+        };
         let deadline = start + off;
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
-        let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+        let (seq, prepared) = early.unwrap_or_else(|| {
+            let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+            (seq, ctx.prepare(rng, seq))
+        });
         // A dispatcher panic, injected by the test that checks it becomes a failed run.
         #[cfg(test)]
         assert!(
             !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
             "injected panic"
         );
-        let prepared = ctx.prepare(rng, seq);
         if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
             match (
                 b.reserve(f64::from(n), phase.when_capped),

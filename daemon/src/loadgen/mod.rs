@@ -23,6 +23,7 @@ pub mod arrival;
 pub mod caps;
 pub mod client;
 pub mod collect;
+pub mod complexity;
 pub mod dataset;
 pub mod dial;
 pub mod engine;
