@@ -37,7 +37,7 @@ struct BuildArgs {
     /// Seed of k-means and of the temperatures: the same seed gives the same bytes.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// OpenAI-compatible embeddings server (base URL, e.g. http://127.0.0.1:8000); default:
+    /// OpenAI-compatible embeddings server (base URL, e.g. `http://127.0.0.1:8000`); default:
     /// the local hashed n-gram TF-IDF embedding, which needs no model or server.
     #[arg(long, value_name = "URL", requires = "embed_model")]
     embed_url: Option<String>,

@@ -213,10 +213,15 @@ fn is_list_item(trimmed: &str) -> bool {
 /// Tool definitions and calls written into a text (see the module documentation).
 #[must_use]
 pub fn tool_mentions(text: &str) -> u32 {
-    ["\"parameters\"", "\"arguments\"", "<tool_call>", "<function="]
-        .iter()
-        .map(|p| text.matches(p).count() as u32)
-        .sum()
+    [
+        "\"parameters\"",
+        "\"arguments\"",
+        "<tool_call>",
+        "<function=",
+    ]
+    .iter()
+    .map(|p| text.matches(p).count() as u32)
+    .sum()
 }
 
 /// Estimated tokens: `max(words, ceil(chars / 4))`.
@@ -278,8 +283,9 @@ mod tests {
         assert_eq!(Complexity::from_factors(99, 99, u32::MAX).score, 100);
         assert_eq!(Complexity::from_factors(1, 0, 16).score, 5);
         assert_eq!(Complexity::from_factors(0, 1, 16).score, 5);
-        // 16 * 2^5.5 tokens is half of the context term.
-        assert_eq!(Complexity::from_factors(0, 0, 724).score, 18);
+        // 16 * 2^5.5 = 724.1 tokens is half of the context term (17.5 points).
+        assert_eq!(Complexity::from_factors(0, 0, 724).score, 17);
+        assert_eq!(Complexity::from_factors(0, 0, 725).score, 18);
         assert!((rate_factor(20) - 0.75).abs() < 1e-12);
         assert!((rate_factor(100) - 0.75f64.powi(5)).abs() < 1e-12);
         assert!((rate_factor(0) - 1.0).abs() < 1e-12);
@@ -308,7 +314,8 @@ mod tests {
             "tools":[{"type":"function","function":{"name":"w","parameters":{"type":"object"}}},{"type":"function","function":{"name":"x"}}]}"#;
         let c = of_request(tools);
         assert_eq!((c.tools, c.nesting), (2, 1), "{c:?}");
-        let completions = br#"{"prompt":"<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>"}"#;
+        let completions =
+            br#"{"prompt":"<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>"}"#;
         assert_eq!(of_request(completions).tools, 2);
         assert_eq!(of_request(b"not json ((("), of_text("not json ((("));
     }
@@ -342,7 +349,7 @@ mod tests {
     /// Arrivals over a phase of prompts of one score: `base * 0.75^(s/20) * duration`.
     #[test]
     fn shaped_counts_follow_the_formula() {
-        let d = Duration::from_secs(60);
+        let d = Duration::from_mins(1);
         for base in [20.0, 120.0] {
             for score in [0u8, 20, 40, 60, 100] {
                 let want = base * rate_factor(score) * d.as_secs_f64();
@@ -364,7 +371,10 @@ mod tests {
                         Arrival::Gamma { .. } => 3.0 * want.sqrt(),
                         _ => 1.0,
                     };
-                    assert!((n - want).abs() <= tol, "{arrival:?} s={score}: {n} for {want:.1}");
+                    assert!(
+                        (n - want).abs() <= tol,
+                        "{arrival:?} s={score}: {n} for {want:.1}"
+                    );
                 }
             }
         }

@@ -28,9 +28,9 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use super::{
     arrival::Schedule,
     caps::{Acquired, Permits, TokenBucket, acquire},
-    complexity::{self, Shaper},
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     collect::{self, Msg},
+    complexity::{self, Shaper},
     record::{ErrorClass, RequestRecord},
     report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
     request::{PhaseCtx, Prepared},

@@ -410,8 +410,10 @@ mod tests {
 
     #[test]
     fn reading_keys_blanks_duplicates_and_errors() {
-        let q = read("{\"prompt\":\"a\"}\n\n{\"text\":\"b\"}\n{\"prompt\":\" \"}\n{\"prompt\":\"a\"}\n")
-            .unwrap();
+        let q = read(
+            "{\"prompt\":\"a\"}\n\n{\"text\":\"b\"}\n{\"prompt\":\" \"}\n{\"prompt\":\"a\"}\n",
+        )
+        .unwrap();
         assert_eq!(q.distinct, ["a", "b"]);
         assert_eq!((q.read, q.blank), (3, 1));
         let q = read_queries("{\"q\":\"x\",\"prompt\":\"y\"}", Path::new("q"), Some("q")).unwrap();
@@ -420,9 +422,15 @@ mod tests {
             ("", "q.jsonl has no queries"),
             ("\n  \n", "has no queries"),
             ("{\"prompt\":\" \"}", "has no queries"),
-            ("{\"prompt\":\"a\"}\nnot json\n", "q.jsonl:2: not a JSON object"),
+            (
+                "{\"prompt\":\"a\"}\nnot json\n",
+                "q.jsonl:2: not a JSON object",
+            ),
             ("[1]", "q.jsonl:1: not a JSON object"),
-            ("{\"prompt\":3}", "q.jsonl:1: no string field `prompt`: pass --field"),
+            (
+                "{\"prompt\":3}",
+                "q.jsonl:1: no string field `prompt`: pass --field",
+            ),
             ("{\"other\":\"x\"}", "no string field `text`"),
         ] {
             let e = read(text).unwrap_err().to_string();

@@ -187,7 +187,12 @@ fn buckshot(vectors: &[Vec<f32>], k: usize, seed: u64) -> Array2<f32> {
 fn renumbered(c: Clusters) -> Clusters {
     let members = c.members();
     let mut order: Vec<usize> = (0..c.k).collect();
-    order.sort_by_key(|&j| (std::cmp::Reverse(members[j].len()), members[j].first().copied()));
+    order.sort_by_key(|&j| {
+        (
+            std::cmp::Reverse(members[j].len()),
+            members[j].first().copied(),
+        )
+    });
     let mut new_of = vec![0; c.k];
     for (new, old) in order.iter().enumerate() {
         new_of[*old] = new;
@@ -255,4 +260,3 @@ mod tests {
         ));
     }
 }
-

@@ -133,7 +133,8 @@ pub fn local(texts: &[String]) -> Vec<Vec<f32>> {
         .map(|f| {
             let mut v = vec![0f64; LOCAL_DIM];
             // Bucket sums in a fixed order: the same text gives the same bits everywhere.
-            let mut sorted: Vec<(&u64, &u32)> = f.iter().filter(|(h, _)| df[*h] >= min_df).collect();
+            let mut sorted: Vec<(&u64, &u32)> =
+                f.iter().filter(|(h, _)| df[*h] >= min_df).collect();
             sorted.sort_unstable();
             for (h, tf) in sorted {
                 let idf = ((1.0 + n) / (1.0 + f64::from(df[h]))).ln() + 1.0;

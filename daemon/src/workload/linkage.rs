@@ -9,6 +9,7 @@
 /// Groups `vectors` into `k` clusters (fewer when there are fewer vectors); returns each
 /// vector's group, `0..k`, numbered by the group's first member.
 #[must_use]
+#[allow(clippy::many_single_char_names)] // a, b, c, k, m as in the algorithm's description
 pub fn average_linkage(vectors: &[Vec<f32>], k: usize) -> Vec<usize> {
     let m = vectors.len();
     if m == 0 {
@@ -82,13 +83,6 @@ pub fn average_linkage(vectors: &[Vec<f32>], k: usize) -> Vec<usize> {
     }
     merges.sort_by(|x, y| y.0.total_cmp(&x.0));
     let mut parent: Vec<usize> = (0..m).collect();
-    fn root(parent: &mut [usize], mut i: usize) -> usize {
-        while parent[i] != i {
-            parent[i] = parent[parent[i]];
-            i = parent[i];
-        }
-        i
-    }
     for &(_, a, b) in merges.iter().take(m - k) {
         let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
         parent[ra.max(rb)] = ra.min(rb);
@@ -105,6 +99,15 @@ pub fn average_linkage(vectors: &[Vec<f32>], k: usize) -> Vec<usize> {
         label[i] = label[r];
     }
     label
+}
+
+/// Union-find root of `i`, halving paths on the way.
+fn root(parent: &mut [usize], mut i: usize) -> usize {
+    while parent[i] != i {
+        parent[i] = parent[parent[i]];
+        i = parent[i];
+    }
+    i
 }
 
 #[cfg(test)]
