@@ -1,7 +1,9 @@
 //! `cargo xtask demo`: the main job on the embedded default. Starts `inferscope sim` with a
 //! profile whose KV cache is sized for the baseline but not for the peak, runs the seed's test
 //! matrix (`examples/seed-matrix.yaml`: baseline -> peak -> chaos, LLM then vector search) with
-//! `--explain`, prints the report and writes `target/demo/report.{json,html}`.
+//! `--explain`, prints the report and writes `target/demo/report.{json,html}`; then searches the
+//! highest rate that keeps TTFT p95 under 500 ms (`--find-max`) and explains what breaks past it
+//! (`target/demo/knee/`).
 use std::{
     net::TcpStream,
     process::{Child, Command},
@@ -74,11 +76,31 @@ pub fn run() -> anyhow::Result<()> {
         .status()
         .context("running inferscope stress")?;
     // Exit code 2 means an SLO failed: expected at the peak, that is what the demo explains.
-    match status.code() {
-        Some(0 | 2) => {
-            println!("demo: open {}/report.html in a browser", out.display());
-            Ok(())
-        }
-        _ => bail!("inferscope stress failed ({status})"),
+    if !matches!(status.code(), Some(0 | 2)) {
+        bail!("inferscope stress failed ({status})");
     }
+    println!(
+        "\ndemo: the highest load that keeps TTFT p95 under 500 ms (knee search, at most 90 s), and why it breaks beyond"
+    );
+    let knee = out.join("knee");
+    let status = Command::new(&bin)
+        .args(["stress", "--target", &format!("http://{SIM_ADDR}")])
+        .args(["--model", "inferscope-sim", "--max-tokens", "256"])
+        .args(["--find-max", "ttft_p95 < 500ms", "--rate", "8"])
+        .args(["--step-duration", "5s", "--search-time", "90s"])
+        .args(["--explain", "--quiet", "--report-dir"])
+        .arg(&knee)
+        .arg("--out")
+        .arg(knee.join("search.json"))
+        .status()
+        .context("running inferscope stress --find-max")?;
+    if !status.success() {
+        bail!("inferscope stress --find-max failed ({status})");
+    }
+    println!(
+        "demo: open {}/report.html (the matrix) and {}/report.html (past the knee) in a browser",
+        out.display(),
+        knee.display()
+    );
+    Ok(())
 }

@@ -176,9 +176,10 @@ async fn start_api(
         marks.clone(),
     ));
     let api = Api::bind(&config, launcher, marks).await?;
-    let at = api
-        .local_addr()
-        .map_or_else(|| args.api_listen.to_string(), |a| format!("http://{a}/api/v1/"));
+    let at = api.local_addr().map_or_else(
+        || args.api_listen.to_string(),
+        |a| format!("http://{a}/api/v1/"),
+    );
     tracing::info!("control API on {at} (runs, marks)");
     Ok(tokio::spawn(api.serve(stop.cancelled_owned())))
 }

@@ -2,6 +2,7 @@
 pub mod args;
 pub mod daemon;
 pub mod explain;
+pub mod find_max;
 pub mod logging;
 pub mod otlp;
 pub mod report;

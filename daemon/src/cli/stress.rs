@@ -103,6 +103,8 @@ pub struct Args {
     shard: Option<Shard>,
     #[command(flatten)]
     explain: super::explain::ExplainArgs,
+    #[command(flatten)]
+    find_max: super::find_max::FindMaxArgs,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -184,6 +186,28 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--report-dir {} cannot be written", dir.display()))?;
     }
     let signalled = Arc::new(AtomicU8::new(0));
+    if args.find_max.wanted(&scenario) {
+        let spec = args.find_max.spec(&scenario)?;
+        let (_, code) = rt.block_on(async {
+            let cancel = CancellationToken::new();
+            watch_signals(scenario.grace, cancel.clone(), signalled.clone())?;
+            super::find_max::run(
+                &scenario,
+                &spec,
+                opts,
+                cancel,
+                &args.explain,
+                args.out.as_deref(),
+            )
+            .await
+        })?;
+        let signal = signalled.load(Ordering::Relaxed);
+        return Ok(if signal == 0 {
+            code
+        } else {
+            ExitCode::from(signal)
+        });
+    }
     let report = rt.block_on(async {
         let cancel = CancellationToken::new();
         let (c, sig) = (cancel.clone(), signalled.clone());
@@ -252,7 +276,10 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
             "give a scenario file or --target URL (e.g. --target http://127.0.0.1:8000 --rate 20 --duration 60s)"
         )
     };
-    let Some(duration) = args.duration else {
+    if args.duration.is_some() && args.find_max.find_max.is_some() {
+        bail!("--duration does not apply to --find-max: give --step-duration (and --search-time)");
+    }
+    let Some(duration) = args.duration.or_else(|| args.find_max.step()) else {
         bail!("--duration is required (e.g. --duration 60s): a run never goes on forever")
     };
     let load = match (args.rate, args.connections) {
@@ -267,6 +294,8 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
             ArrivalArg::Poisson => Load::Poisson { rate },
         },
         (None, Some(users)) => Load::Concurrency { users },
+        // A knee search starts at 1 req/s unless told.
+        (None, None) if args.find_max.find_max.is_some() => Load::Constant { rate: 1.0 },
         (None, None) => bail!("give --rate (open loop, requests/s) or --connections (closed loop)"),
     };
     let endpoint = match (args.endpoint, &args.method) {
@@ -334,6 +363,7 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         seed: args.seed,
         datasets: BTreeMap::new(),
         phases: vec![phase],
+        search: None,
         loaded: BTreeMap::new(),
     })
 }

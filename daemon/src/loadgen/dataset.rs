@@ -17,7 +17,29 @@ pub struct Row {
     /// Output length wanted for this prompt, when the source says (`ShareGPT` reply
     /// length, synthetic `output_tokens`); used as `max_tokens` unless the phase sets one.
     pub output_tokens: Option<u32>,
+    /// A `ShareGPT` conversation's turns in order (the first is `prompt`); empty for
+    /// single-prompt rows.
+    pub turns: Vec<Turn>,
     fields: Map<String, Value>,
+}
+
+/// One user message of a recorded conversation and the reply recorded after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// What the user said.
+    pub user: String,
+    /// What the assistant answered, when the dataset has it.
+    pub reply: Option<String>,
+}
+
+impl Turn {
+    /// The reply's length in whitespace words: its tokens, well enough for `max_tokens`.
+    #[must_use]
+    pub fn reply_tokens(&self) -> Option<u32> {
+        self.reply
+            .as_ref()
+            .map(|r| r.split_whitespace().count().max(1) as u32)
+    }
 }
 
 impl Row {
@@ -27,6 +49,7 @@ impl Row {
         Row {
             prompt,
             output_tokens,
+            turns: Vec::new(),
             fields: Map::new(),
         }
     }
@@ -306,6 +329,14 @@ impl Dataset {
     pub fn pick<R: Rng>(&self, rng: &mut R) -> &Row {
         &self.rows[rng.random_range(0..self.rows.len())]
     }
+
+    /// Whether rows carry recorded conversations with replies (`ShareGPT`).
+    #[must_use]
+    pub fn has_conversations(&self) -> bool {
+        self.rows
+            .iter()
+            .any(|r| r.turns.iter().any(|t| t.reply.is_some()))
+    }
 }
 
 fn parse_jsonl(text: &str, path: &Path, field: Option<&str>) -> Result<Vec<Row>, DatasetError> {
@@ -342,6 +373,7 @@ fn parse_jsonl(text: &str, path: &Path, field: Option<&str>) -> Result<Vec<Row>,
         rows.push(Row {
             prompt,
             output_tokens,
+            turns: Vec::new(),
             fields: v,
         });
     }
@@ -359,21 +391,38 @@ fn parse_sharegpt(text: &str, path: &Path) -> Result<Vec<Row>, DatasetError> {
         let Some(turns) = conv.get("conversations").and_then(Value::as_array) else {
             continue;
         };
-        let text_of = |from: &[&str]| {
-            turns.iter().find_map(|t| {
-                let who = t
-                    .get("from")
-                    .or_else(|| t.get("role"))
-                    .and_then(Value::as_str)?;
-                from.contains(&who)
-                    .then(|| t.get("value").or_else(|| t.get("content"))?.as_str())?
-            })
-        };
-        if let Some(prompt) = text_of(&["human", "user"]) {
-            // Reply length in whitespace words approximates its tokens well enough for max_tokens.
-            let output_tokens =
-                text_of(&["gpt", "assistant"]).map(|r| r.split_whitespace().count().max(1) as u32);
-            rows.push(Row::from_prompt(prompt.to_string(), output_tokens));
+        // Each user message, and the assistant message after it (the next one before the
+        // next user message), in order.
+        let mut parsed: Vec<Turn> = Vec::new();
+        for t in turns {
+            let who = t
+                .get("from")
+                .or_else(|| t.get("role"))
+                .and_then(Value::as_str);
+            let Some(text) = t
+                .get("value")
+                .or_else(|| t.get("content"))
+                .and_then(Value::as_str)
+            else {
+                continue;
+            };
+            match who {
+                Some("human" | "user") => parsed.push(Turn {
+                    user: text.to_string(),
+                    reply: None,
+                }),
+                Some("gpt" | "assistant") => {
+                    if let Some(last) = parsed.last_mut().filter(|l| l.reply.is_none()) {
+                        last.reply = Some(text.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(first) = parsed.first() {
+            let mut row = Row::from_prompt(first.user.clone(), first.reply_tokens());
+            row.turns = parsed;
+            rows.push(row);
         }
     }
     Ok(rows)
@@ -411,7 +460,15 @@ mod tests {
         assert_eq!(a.len(), 2);
         assert_eq!(a.rows[0].field("lang"), "en");
         let b = Dataset::load(&spec("b.json"), Files::Relative(&dir), &mut rng).unwrap();
-        assert_eq!(b.rows, vec![Row::from_prompt("q1".into(), Some(3))]);
+        assert_eq!(b.rows.len(), 1);
+        assert_eq!((b.rows[0].prompt.as_str(), b.rows[0].output_tokens), ("q1", Some(3)));
+        assert_eq!(
+            b.rows[0].turns,
+            vec![Turn {
+                user: "q1".into(),
+                reply: Some("a b c".into())
+            }]
+        );
         let e = Dataset::load(&spec("bad.jsonl"), Files::Relative(&dir), &mut rng)
             .unwrap_err()
             .to_string();

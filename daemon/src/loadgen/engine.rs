@@ -31,6 +31,7 @@ use super::{
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     collect::{self, Msg},
     complexity::{self, Shaper},
+    conversation::Conversation,
     record::{ErrorClass, RequestRecord},
     report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
     request::{PhaseCtx, Prepared},
@@ -352,7 +353,7 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
 }
 
 /// Open loop: sleep to each absolute deadline, apply the caps, spawn the request.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)] // one arrival's story, in order
 async fn open_loop(
     shared: &Arc<Shared>,
     ctx: &Arc<PhaseCtx>,
@@ -388,12 +389,14 @@ async fn open_loop(
         let off = match &mut shaper {
             Some(shaper) => {
                 let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-                let prepared = ctx.prepare(rng, seq);
+                let Some((conv, prepared)) = first_request(ctx, rng, seq) else {
+                    continue;
+                };
                 let score = complexity::of_request(&prepared.body).score;
                 let Some(off) = shaper.next(off, score) else {
                     break;
                 };
-                early = Some((seq, prepared));
+                early = Some((seq, conv, prepared));
                 off
             }
             None => off,
@@ -401,16 +404,21 @@ async fn open_loop(
         let deadline = start + off;
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
-        let (seq, prepared) = early.unwrap_or_else(|| {
+        let (seq, conv, prepared) = if let Some(e) = early {
+            e
+        } else {
             let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-            (seq, ctx.prepare(rng, seq))
-        });
-        // A dispatcher panic, injected by the test that checks it becomes a failed run.
-        #[cfg(test)]
-        assert!(
-            !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
-            "injected panic"
-        );
+            // A dispatcher panic, injected by the test that checks it becomes a failed run.
+            #[cfg(test)]
+            assert!(
+                !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
+                "injected panic"
+            );
+            let Some((conv, prepared)) = first_request(ctx, rng, seq) else {
+                continue;
+            };
+            (seq, conv, prepared)
+        };
         if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
             match (
                 b.reserve(f64::from(n), phase.when_capped),
@@ -453,16 +461,114 @@ async fn open_loop(
             .saturating_duration_since(shared.t0)
             .as_micros() as u64;
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, intended);
-        tracker.spawn(one(
-            shared.clone(),
-            ctx.clone(),
-            prepared,
-            rec,
-            permits,
-            None,
-        ));
+        match conv {
+            Some(conv) => {
+                let turns = Turns {
+                    conv,
+                    end,
+                    rng: SmallRng::seed_from_u64(rng.next_u64()),
+                };
+                let (shared, ctx, cancel) = (shared.clone(), ctx.clone(), cancel.clone());
+                tracker.spawn(async move {
+                    let first =
+                        one(shared.clone(), ctx.clone(), prepared, rec, permits, None).await;
+                    turns.follow(&shared, &ctx, first, &cancel, None).await;
+                });
+            }
+            None => {
+                tracker.spawn(one(
+                    shared.clone(),
+                    ctx.clone(),
+                    prepared,
+                    rec,
+                    permits,
+                    None,
+                ));
+            }
+        }
     }
     scheduled
+}
+
+/// The request of an arrival: the first turn of a new conversation (`None` when it has no
+/// turn to send), or a single request.
+fn first_request(
+    ctx: &PhaseCtx,
+    rng: &mut SmallRng,
+    seq: u64,
+) -> Option<(Option<Conversation>, Prepared)> {
+    // A conversation starts at each arrival; its later turns follow its answers.
+    let mut conv = ctx.start_conversation(rng, seq);
+    let prepared = match conv.as_mut() {
+        Some(c) => ctx.prepare_turn(rng, seq, c)?,
+        None => ctx.prepare(rng, seq),
+    };
+    Some((conv, prepared))
+}
+
+/// How a request ended, for the next turn of its conversation.
+enum Answered {
+    /// Failed: the conversation ends.
+    Failed,
+    /// Succeeded, with the answer's text when it was kept.
+    Ok(Option<String>),
+}
+
+/// The turns of a conversation after its first: each after the previous answer and the
+/// think time, until the conversation ends, a turn fails, or the phase ends.
+struct Turns {
+    conv: Conversation,
+    end: Instant,
+    rng: SmallRng,
+}
+
+impl Turns {
+    /// Sends the turns after `first`; each counts as scheduled. Returns the turns sent.
+    async fn follow(
+        mut self,
+        shared: &Arc<Shared>,
+        ctx: &Arc<PhaseCtx>,
+        first: Answered,
+        cancel: &CancellationToken,
+        mut own: Option<&mut OwnConn>,
+    ) -> u64 {
+        let think = ctx.think_time().unwrap_or_default();
+        let mut answered = first;
+        let mut sent = 0;
+        while let Answered::Ok(text) = answered {
+            self.conv.answered(text);
+            let wake = Instant::now() + think;
+            if self.conv.remaining() == 0 || wake >= self.end {
+                break;
+            }
+            tokio::select! { () = tokio::time::sleep_until(wake) => {}, () = cancel.cancelled() => break }
+            let Ok(Ok(permit)) =
+                tokio::time::timeout_at(self.end, shared.global.clone().acquire_owned()).await
+            else {
+                break;
+            };
+            let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+            let Some(p) = ctx.prepare_turn(&mut self.rng, seq, &mut self.conv) else {
+                break;
+            };
+            // A follow-up turn is closed loop: it is due when it is sent.
+            let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
+            sent += 1;
+            answered = one(
+                shared.clone(),
+                ctx.clone(),
+                p,
+                rec,
+                (permit, None),
+                own.as_deref_mut(),
+            )
+            .await;
+        }
+        if own.is_none() {
+            let _ = shared.tx.send(Msg::Scheduled(ctx.index, sent)).await;
+        }
+        sent
+    }
 }
 
 /// Closed loop: one virtual user sending its next request when the previous one ends.
@@ -484,9 +590,17 @@ async fn user(
             break;
         };
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-        let prepared = ctx.prepare(&mut rng, seq);
+        // A user runs one conversation at a time, turn after turn.
+        let mut conv = ctx.start_conversation(&mut rng, seq);
+        let prepared = match conv.as_mut() {
+            Some(c) => match ctx.prepare_turn(&mut rng, seq, c) {
+                Some(p) => p,
+                None => break,
+            },
+            None => ctx.prepare(&mut rng, seq),
+        };
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
-        one(
+        let first = one(
             shared.clone(),
             ctx.clone(),
             prepared,
@@ -496,6 +610,16 @@ async fn user(
         )
         .await;
         n += 1;
+        if let Some(conv) = conv {
+            let turns = Turns {
+                conv,
+                end,
+                rng: SmallRng::seed_from_u64(rng.next_u64()),
+            };
+            n += turns
+                .follow(&shared, &ctx, first, &cancel, Some(&mut conn))
+                .await;
+        }
     }
     let _ = shared.tx.send(Msg::Scheduled(ctx.index, n)).await;
 }
@@ -508,7 +632,7 @@ async fn one(
     mut rec: RequestRecord,
     _permits: Permits,
     own: Option<&mut OwnConn>,
-) {
+) -> Answered {
     let t0 = shared.t0;
     rec.actual_us = us_since(t0);
     let mut base = rec.clone();
@@ -518,22 +642,28 @@ async fn one(
             Some(conn) => Via::Own(conn),
             None => Via::Pool(&shared.client),
         };
-        ctx.execute(&mut via, &shared.target, p, &mut rec, t0).await;
-        rec
+        let text = ctx.execute(&mut via, &shared.target, p, &mut rec, t0).await;
+        (rec, text)
     };
-    let rec = tokio::select! {
+    let (rec, text) = tokio::select! {
         r = tokio::time::timeout(shared.timeout, fut) => r.unwrap_or_else(|_| {
             base.end_us = us_since(t0);
             base.fail(ErrorClass::Timeout, format!("no complete answer within {}", humantime::format_duration(shared.timeout)));
-            base
+            (base, None)
         }),
         () = shared.hard_stop.cancelled() => {
             base.end_us = us_since(t0);
             base.fail(ErrorClass::Aborted, "stopped before the answer completed (run interrupted)");
-            base
+            (base, None)
         }
     };
+    let answered = if rec.error.is_none() {
+        Answered::Ok(text)
+    } else {
+        Answered::Failed
+    };
     let _ = shared.tx.send(Msg::Record(rec)).await;
+    answered
 }
 
 async fn event(

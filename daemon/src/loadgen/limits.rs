@@ -36,6 +36,15 @@ pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
     Ok(v)
 }
 
+/// An optional [`de_duration`] that must be above zero.
+pub fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let v = de_duration(d)?;
+    if v.is_zero() {
+        return Err(D::Error::custom("duration must be above zero"));
+    }
+    Ok(Some(v))
+}
+
 /// An integer field in `1..=max`, or an error naming it.
 fn int_in<'de, D: Deserializer<'de>>(d: D, field: &str, max: u64) -> Result<u64, D::Error> {
     let v = u64::deserialize(d)?;

@@ -112,8 +112,10 @@ pub struct PhaseMetrics {
 }
 
 /// Histogram names, in report order.
-pub const HISTS: [&str; 8] = [
+pub const HISTS: [&str; 10] = [
     "ttft",
+    "ttft_first_turn",
+    "ttft_later_turns",
     "itl",
     "tpot",
     "e2e",
@@ -167,6 +169,13 @@ impl PhaseMetrics {
         if r.error.is_none() || r.chaos.is_some() {
             if let Some(t) = r.ttft_us() {
                 self.add("ttft", t);
+                // Conversations: the first turn against the later ones (whose prompts start
+                // with the history a prefix cache may hold).
+                match r.turn {
+                    Some(1) => self.add("ttft_first_turn", t),
+                    Some(_) => self.add("ttft_later_turns", t),
+                    None => {}
+                }
             }
             for gap in r.itl_us() {
                 self.add("itl", gap);

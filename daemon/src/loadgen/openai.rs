@@ -39,6 +39,9 @@ pub struct StreamState {
     pub finish_reason: Option<String>,
     /// `[DONE]` was seen.
     pub done: bool,
+    /// The answer's text, when kept (see [`StreamState::keeping_text`]); at most
+    /// [`super::conversation::MAX_REPLY_BYTES`].
+    pub text: Option<String>,
 }
 
 /// A stream that failed.
@@ -47,7 +50,8 @@ pub type StreamError = (ErrorClass, String);
 /// What one chunk says: whether it carries text, and the finish reason and usage if any.
 #[derive(Clone, Copy)]
 struct Summary<'a> {
-    has_text: bool,
+    /// The chunk's text, when not empty.
+    text: Option<&'a str>,
     finish_reason: Option<&'a str>,
     completion_tokens: Option<u64>,
     prompt_tokens: Option<u64>,
@@ -99,7 +103,7 @@ impl Chunk<'_> {
             .or_else(|| c.and_then(|c| c.text.as_deref()))
             .or_else(|| d.and_then(|d| d.reasoning_content.as_deref()));
         Summary {
-            has_text: text.is_some_and(|t| !t.is_empty()),
+            text: text.filter(|t| !t.is_empty()),
             finish_reason: c.and_then(|c| c.finish_reason.as_deref()),
             completion_tokens: self.usage.as_ref().and_then(|u| u.completion_tokens),
             prompt_tokens: self.usage.as_ref().and_then(|u| u.prompt_tokens),
@@ -108,6 +112,15 @@ impl Chunk<'_> {
 }
 
 impl StreamState {
+    /// A state that keeps the answer's text.
+    #[must_use]
+    pub fn keeping_text() -> Self {
+        Self {
+            text: Some(String::new()),
+            ..Self::default()
+        }
+    }
+
     /// Feeds a piece of the body received at `now_us`.
     pub fn feed(&mut self, piece: &[u8], now_us: u64) -> Result<(), StreamError> {
         self.parser
@@ -175,7 +188,7 @@ impl StreamState {
         let get = |k: &str| u.and_then(|u| u.get(k)).and_then(Value::as_u64);
         self.apply(
             Summary {
-                has_text: text.is_some_and(|t| !t.is_empty()),
+                text: text.filter(|t| !t.is_empty()),
                 finish_reason: c
                     .and_then(|c| c.get("finish_reason"))
                     .and_then(Value::as_str),
@@ -187,8 +200,16 @@ impl StreamState {
     }
 
     fn apply(&mut self, s: Summary<'_>, now_us: Option<u64>) {
-        if let (true, Some(now)) = (s.has_text, now_us) {
+        if let (Some(_), Some(now)) = (s.text, now_us) {
             self.token_us.push(now);
+        }
+        if let (Some(t), Some(kept)) = (s.text, self.text.as_mut()) {
+            let room = super::conversation::MAX_REPLY_BYTES.saturating_sub(kept.len());
+            let mut end = t.len().min(room);
+            while !t.is_char_boundary(end) {
+                end -= 1;
+            }
+            kept.push_str(&t[..end]);
         }
         if let Some(f) = s.finish_reason {
             self.finish_reason = Some(f.to_string());
@@ -225,16 +246,48 @@ impl StreamState {
     }
 }
 
-/// Sends a chat/completions request and reads the answer into `rec`.
-/// `abort_after_first`: the chaos knob that closes the stream after the first token.
+/// How to read an answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    /// Server-sent events, else one JSON answer.
+    pub stream: bool,
+    /// The chaos knob that closes the stream after the first token.
+    pub abort_after_first: bool,
+    /// Keep the answer's text (a conversation's history).
+    pub keep_text: bool,
+}
+
+/// Sends a chat/completions request and reads the answer into `rec`; the answer's text when
+/// `how.keep_text`.
 pub async fn call(
     via: &mut Via<'_>,
     req: Request<Full<Bytes>>,
     rec: &mut RequestRecord,
     t0: Instant,
-    stream: bool,
-    abort_after_first: bool,
+    how: Call,
+) -> Option<String> {
+    let mut st = if how.keep_text {
+        StreamState::keeping_text()
+    } else {
+        StreamState::default()
+    };
+    read_answer(via, req, rec, t0, how, &mut st).await;
+    st.text
+}
+
+async fn read_answer(
+    via: &mut Via<'_>,
+    req: Request<Full<Bytes>>,
+    rec: &mut RequestRecord,
+    t0: Instant,
+    how: Call,
+    st: &mut StreamState,
 ) {
+    let Call {
+        stream,
+        abort_after_first,
+        ..
+    } = how;
     let Ok(resp) = send(via, req, rec, t0).await else {
         return;
     };
@@ -246,7 +299,6 @@ pub async fn call(
         }
         return;
     }
-    let mut st = StreamState::default();
     if !stream {
         let Some(body) = read_body(resp, rec, t0).await else {
             return;

@@ -182,6 +182,9 @@ pub struct RequestRecord {
     pub chaos: Option<Chaos>,
     /// Succeeded and met every per-request SLO of its phase (counts toward goodput).
     pub good: bool,
+    /// The 1-based turn of a multi-turn conversation this request was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
 }
 
 impl RequestRecord {
@@ -209,6 +212,7 @@ impl RequestRecord {
             recall: None,
             chaos: None,
             good: false,
+            turn: None,
         }
     }
 

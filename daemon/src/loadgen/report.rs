@@ -202,6 +202,13 @@ impl PhaseReport {
             latency_ms: ["ttft", "itl", "tpot", "e2e", "e2e_from_send", "send_lag"]
                 .iter()
                 .map(|n| ((*n).to_string(), m.summary(n)))
+                // Per-turn TTFT only for conversations.
+                .chain(
+                    ["ttft_first_turn", "ttft_later_turns"]
+                        .iter()
+                        .map(|n| ((*n).to_string(), m.summary(n)))
+                        .filter(|(_, s)| s.count > 0),
+                )
                 .collect(),
             stream_tokens_per_s: m.summary("stream_tokens_per_s"),
             recall: m.summary("recall"),

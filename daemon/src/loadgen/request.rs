@@ -12,7 +12,8 @@ use serde_json::{Map, Value, json};
 
 use super::{
     client::{Target, TargetError, Via, plain},
-    dataset::{Dataset, Row},
+    conversation::{Conversation, TurnRequest, system_prompt},
+    dataset::{Dataset, Row, Turn},
     openai,
     record::{Chaos, Endpoint, RequestRecord},
     scenario::{ChaosSpec, Phase, RequestSpec},
@@ -43,6 +44,8 @@ pub struct PhaseCtx {
     /// The phase's SLOs (per-request ones decide goodput).
     pub slos: Vec<Slo>,
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// The shared system prompt of the phase's conversations.
+    system: Option<String>,
 }
 
 /// One request ready to go.
@@ -58,6 +61,10 @@ pub struct Prepared {
     pub stream: bool,
     /// Vector: whether this query is sampled for recall.
     pub sample_recall: bool,
+    /// The 1-based turn of a conversation this request is.
+    pub turn: Option<u32>,
+    /// Keep the answer's text (a conversation's history needs it).
+    pub keep_text: bool,
 }
 
 impl PhaseCtx {
@@ -102,8 +109,69 @@ impl PhaseCtx {
             chaos: phase.chaos.clone(),
             slos: phase.slo.clone(),
             headers,
+            system: phase
+                .request
+                .conversation
+                .as_ref()
+                .and_then(|c| c.system_prompt_words)
+                .map(system_prompt),
             spec,
         })
+    }
+
+    /// Whether this phase runs conversations, and their think time.
+    #[must_use]
+    pub fn think_time(&self) -> Option<std::time::Duration> {
+        self.spec.conversation.as_ref().map(|c| c.think_time)
+    }
+
+    /// A new conversation: a recorded conversation's turns (`ShareGPT`), else `turns` prompts
+    /// (dataset rows or template renders).
+    pub fn start_conversation(&self, rng: &mut SmallRng, seq: u64) -> Option<Conversation> {
+        let spec = self.spec.conversation.as_ref()?;
+        let row = self.dataset.as_ref().map(|d| d.pick(rng).clone());
+        let turns = match row {
+            Some(r) if !r.turns.is_empty() && self.prompt.is_none() => r.turns,
+            first => {
+                let mut turns = Vec::new();
+                let mut row = first;
+                for _ in 0..spec.turns {
+                    let mut ctx = Ctx {
+                        rng,
+                        row: row.as_ref(),
+                        seq,
+                    };
+                    let user = match (&self.prompt, &row) {
+                        (Some(t), _) => t.render(&mut ctx),
+                        (None, Some(r)) => r.prompt.clone(),
+                        (None, None) => DEFAULT_PROMPT.to_string(),
+                    };
+                    turns.push(Turn { user, reply: None });
+                    row = self.dataset.as_ref().map(|d| d.pick(rng).clone());
+                }
+                turns
+            }
+        };
+        Some(Conversation::new(spec, self.system.as_deref(), turns))
+    }
+
+    /// Renders the next turn of `conv`; `None` when it has no turn left.
+    pub fn prepare_turn(
+        &self,
+        rng: &mut SmallRng,
+        seq: u64,
+        conv: &mut Conversation,
+    ) -> Option<Prepared> {
+        let turn = conv.next_turn()?;
+        let mut ctx = Ctx {
+            rng,
+            row: None,
+            seq,
+        };
+        let keep_text = conv.wants_model_text();
+        let mut p = self.prepare_llm(&mut ctx, None, Some(turn));
+        p.keep_text = keep_text;
+        Some(p)
     }
 
     /// Renders request `seq`.
@@ -115,7 +183,9 @@ impl PhaseCtx {
             seq,
         };
         match self.endpoint {
-            Endpoint::Chat | Endpoint::Completions => self.prepare_llm(&mut ctx, row.as_ref()),
+            Endpoint::Chat | Endpoint::Completions => {
+                self.prepare_llm(&mut ctx, row.as_ref(), None)
+            }
             Endpoint::VectorSearch => {
                 let mut body = Map::new();
                 if let Some(t) = &self.spec.text {
@@ -139,6 +209,8 @@ impl PhaseCtx {
                     max_tokens: None,
                     stream: false,
                     sample_recall,
+                    turn: None,
+                    keep_text: false,
                 }
             }
             Endpoint::Http => {
@@ -153,12 +225,21 @@ impl PhaseCtx {
                     max_tokens: None,
                     stream: false,
                     sample_recall: false,
+                    turn: None,
+                    keep_text: false,
                 }
             }
         }
     }
 
-    fn prepare_llm(&self, ctx: &mut Ctx<'_, SmallRng>, row: Option<&Row>) -> Prepared {
+    /// A chat or completions request: `turn` (a conversation's) gives the messages, else the
+    /// prompt is the template, the row's, or the default.
+    fn prepare_llm(
+        &self,
+        ctx: &mut Ctx<'_, SmallRng>,
+        row: Option<&Row>,
+        turn: Option<TurnRequest>,
+    ) -> Prepared {
         let u: f64 = ctx.rng.random();
         let c = &self.chaos;
         let chaos = if u < c.max_tokens_one {
@@ -185,6 +266,7 @@ impl PhaseCtx {
             self.spec
                 .max_tokens
                 .or(row.as_ref().and_then(|r| r.output_tokens))
+                .or(turn.as_ref().and_then(|t| t.reply_tokens))
         };
         let stream = self.spec.stream.unwrap_or(true);
         let mut body = Map::new();
@@ -192,7 +274,10 @@ impl PhaseCtx {
             "model".into(),
             json!(self.spec.model.as_deref().unwrap_or("default")),
         );
-        if self.endpoint == Endpoint::Chat {
+        let turn_no = turn.as_ref().map(|t| t.turn);
+        if let Some(t) = turn {
+            body.insert("messages".into(), Value::Array(t.messages));
+        } else if self.endpoint == Endpoint::Chat {
             body.insert(
                 "messages".into(),
                 json!([{"role": "user", "content": prompt}]),
@@ -224,10 +309,13 @@ impl PhaseCtx {
             max_tokens,
             stream,
             sample_recall: false,
+            turn: turn_no,
+            keep_text: false,
         }
     }
 
-    /// Executes a prepared request into `rec` (no timeout here; the engine adds it).
+    /// Executes a prepared request into `rec` (no timeout here; the engine adds it); the
+    /// answer's text when `p.keep_text` and it succeeded.
     pub async fn execute(
         &self,
         via: &mut Via<'_>,
@@ -235,20 +323,19 @@ impl PhaseCtx {
         p: Prepared,
         rec: &mut RequestRecord,
         t0: Instant,
-    ) {
+    ) -> Option<String> {
         rec.chaos = p.chaos;
+        rec.turn = p.turn;
+        let mut text = None;
         match self.endpoint {
             Endpoint::Chat | Endpoint::Completions => {
                 let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
-                openai::call(
-                    via,
-                    req,
-                    rec,
-                    t0,
-                    p.stream,
-                    p.chaos == Some(Chaos::AbortMidStream),
-                )
-                .await;
+                let how = openai::Call {
+                    stream: p.stream,
+                    abort_after_first: p.chaos == Some(Chaos::AbortMidStream),
+                    keep_text: p.keep_text,
+                };
+                text = openai::call(via, req, rec, t0, how).await;
             }
             Endpoint::VectorSearch => {
                 let call = VectorCall {
@@ -266,6 +353,7 @@ impl PhaseCtx {
         }
         rec.good =
             rec.error.is_none() && self.slos.iter().all(|s| s.request_ok(rec).unwrap_or(true));
+        text.filter(|_| rec.error.is_none())
     }
 }
 

@@ -14,7 +14,8 @@ pub use super::validate::is_loopback;
 use super::{
     dataset::{Dataset, DatasetSpec},
     limits::{
-        de_duration, de_opt_dimensions, de_opt_in_flight, de_opt_oversize, de_opt_tokens_per_s,
+        de_duration, de_opt_dimensions, de_opt_duration, de_opt_in_flight, de_opt_oversize,
+        de_opt_tokens_per_s,
     },
     record::Endpoint,
     slo::Slo,
@@ -61,6 +62,10 @@ pub struct Scenario {
     pub datasets: BTreeMap<String, DatasetSpec>,
     /// Phases, run one after the other.
     pub phases: Vec<Phase>,
+    /// Instead of running the phases: find the highest load of the first one that meets the
+    /// SLOs (`stress --find-max`; see `knee.rs`).
+    #[serde(default)]
+    pub search: Option<SearchBlock>,
     /// Datasets after loading (filled by [`Scenario::resolve`]).
     #[serde(skip)]
     pub loaded: BTreeMap<String, Arc<Dataset>>,
@@ -100,6 +105,28 @@ pub struct Phase {
     /// One-off requests at given offsets into the phase (e.g. trigger an index rebuild).
     #[serde(default)]
     pub events: Vec<EventSpec>,
+}
+
+/// `search:`: the knee search of the first phase's load.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBlock {
+    /// SLOs every step must meet (with the first phase's own).
+    #[serde(default, deserialize_with = "de_slos")]
+    pub slo: Vec<Slo>,
+    /// First load tried (default: the first phase's rate or users).
+    pub start: Option<f64>,
+    /// Highest load tried (default 10000 req/s, or 4096 users).
+    pub max: Option<f64>,
+    /// Length of each step (default 10s).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub step: Option<Duration>,
+    /// The whole search at most (default 5m).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub budget: Option<Duration>,
+    /// Stop when the highest pass and lowest fail are within this share (default 5%).
+    #[serde(default, deserialize_with = "de_opt_ratio")]
+    pub tolerance: Option<f64>,
 }
 
 /// What happens to a request that a cap (in-flight or tokens/s) holds back.
@@ -158,6 +185,45 @@ pub struct RequestSpec {
     pub recall_sample: Option<f64>,
     /// Vector search: ground-truth path (default `/v1/vector/exact`).
     pub exact_path: Option<String>,
+    /// Chat only: multi-turn conversations instead of single requests (see
+    /// `conversation.rs`).
+    pub conversation: Option<ConversationSpec>,
+}
+
+/// `request.conversation`: each arrival (open loop) or each user in turn (closed loop) runs a
+/// conversation: its turns one after the other, each sending the history so far.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConversationSpec {
+    /// Turns per conversation: a `ShareGPT` conversation's own user turns, at most this many;
+    /// otherwise this many prompts (dataset rows or template renders). Default 4.
+    #[serde(default = "default_turns")]
+    pub turns: u32,
+    /// Pause between an answer and the next turn (a user reading and typing). Default 0s.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub think_time: Duration,
+    /// The assistant messages in the history: `model` (the answers this run got, default) or
+    /// `recorded` (the dataset's own replies; `ShareGPT` only).
+    #[serde(default)]
+    pub reply: ReplySource,
+    /// A system prompt of this many words, the same in every conversation (a shared prefix a
+    /// prefix cache can reuse). Default none.
+    pub system_prompt_words: Option<u32>,
+}
+
+/// Where the history's assistant messages come from.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplySource {
+    /// The answers the server gave in this run.
+    #[default]
+    Model,
+    /// The replies recorded in the dataset (`ShareGPT`'s `gpt` turns).
+    Recorded,
+}
+
+fn default_turns() -> u32 {
+    4
 }
 
 /// Fault knobs of a phase (fractions of its requests).

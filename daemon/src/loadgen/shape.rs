@@ -185,6 +185,30 @@ impl Load {
         })
     }
 
+    /// The load without its complexity shaping (itself when it has none).
+    #[must_use]
+    pub fn unshaped(&self) -> &Load {
+        match self {
+            Load::Shaped(base) => base,
+            other => other,
+        }
+    }
+
+    /// `load`, complexity-shaped when `self` is and `load` is an open-loop rate that can be
+    /// (a knee search's steps keep their phase's shaping).
+    #[must_use]
+    pub fn shaped_like(&self, load: Load) -> Load {
+        let shapeable = matches!(
+            load,
+            Load::Constant { .. } | Load::Poisson { .. } | Load::Gamma { .. } | Load::Ramp { .. }
+        );
+        if self.complexity_shaping() && shapeable {
+            Load::Shaped(Box::new(load))
+        } else {
+            load
+        }
+    }
+
     /// Whether arrivals are spaced by each request's complexity score.
     #[must_use]
     pub fn complexity_shaping(&self) -> bool {

@@ -225,6 +225,41 @@ fn check_phase(
             ),
         ));
     }
+    if let Some(c) = &p.request.conversation {
+        let why = if endpoint != Endpoint::Chat {
+            Some("`conversation:` needs `endpoint: chat` (a history is a list of messages)".into())
+        } else if !(1..=super::conversation::MAX_TURNS).contains(&c.turns) {
+            Some(format!(
+                "conversation turns must be 1..={}",
+                super::conversation::MAX_TURNS
+            ))
+        } else if c
+            .system_prompt_words
+            .is_some_and(|w| w > super::conversation::MAX_SYSTEM_WORDS)
+        {
+            Some(format!(
+                "conversation system_prompt_words must be at most {}",
+                super::conversation::MAX_SYSTEM_WORDS
+            ))
+        } else if c.reply == super::scenario::ReplySource::Recorded
+            && !p
+                .request
+                .dataset
+                .as_ref()
+                .and_then(|d| loaded.get(d))
+                .is_some_and(|d| d.has_conversations())
+        {
+            Some(
+                "`reply: recorded` needs a ShareGPT dataset with replies (`request.dataset`)"
+                    .into(),
+            )
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(err(&at, format!("phase `{}`: {why}", p.name)));
+        }
+    }
     if endpoint == Endpoint::VectorSearch
         && p.request.text.is_none()
         && p.request.dimensions.is_none()

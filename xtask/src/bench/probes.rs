@@ -87,7 +87,13 @@ fn start_daemon() -> anyhow::Result<Child> {
 /// Starts the daemon with `args` (what to watch, the window); its logs are dropped.
 fn start_daemon_with(args: &[&str]) -> anyhow::Result<Child> {
     let child = inferscope()
-        .args(["daemon", "--listen", DAEMON_ADDR, "--api-listen", "127.0.0.1:0"])
+        .args([
+            "daemon",
+            "--listen",
+            DAEMON_ADDR,
+            "--api-listen",
+            "127.0.0.1:0",
+        ])
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -394,7 +400,14 @@ fn loaded_cost() -> anyhow::Result<()> {
     let load = |secs: u64| -> anyhow::Result<Child> {
         procs::pinned(client_cpu, procs::inferscope_bin())
             .args(["stress", "--target", &format!("http://{}", sim.addr)])
-            .args(["--model", "inferscope-sim", "--max-tokens", "64", "--rate", "16"])
+            .args([
+                "--model",
+                "inferscope-sim",
+                "--max-tokens",
+                "64",
+                "--rate",
+                "16",
+            ])
             .args(["--duration", &format!("{secs}s"), "-q", "--no-records"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -414,7 +427,9 @@ fn loaded_cost() -> anyhow::Result<()> {
     std::thread::sleep(Duration::from_secs(10));
     let cpu = (procs::cpu_seconds(d.id())? - t0) / 10.0 * 100.0;
     finish(stress)?;
-    let verdicts = http_get(DAEMON_ADDR, "/api/v1/verdicts")?.matches("\"cause\"").count();
+    let verdicts = http_get(DAEMON_ADDR, "/api/v1/verdicts")?
+        .matches("\"cause\"")
+        .count();
     stop(d)?;
 
     let d = start_daemon_with(&["--port", &port, "--interval", "10ms"])?;

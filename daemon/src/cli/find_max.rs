@@ -1,0 +1,182 @@
+//! `stress --find-max SLO` (or a scenario's `search:` block): the knee search of
+//! `loadgen::knee`, its sweep table, and with `--explain` the verdict just past the knee.
+
+use std::{path::Path, process::ExitCode, time::Duration};
+
+use anyhow::Context as _;
+use inferscope::{
+    export::atomic,
+    loadgen::{
+        Options, Scenario,
+        knee::{self, Knob, Outcome, Overrides, SearchSpec, Stop},
+        scenario::Load,
+        slo::Slo,
+    },
+};
+use tokio_util::sync::CancellationToken;
+
+use super::explain::ExplainArgs;
+
+/// Flags of the knee search.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FindMaxArgs {
+    /// Find the highest load that meets this SLO (and every --slo), e.g. 'ttft_p95 < 500ms':
+    /// short steps of the load, doubled until one fails, then bisected. The load starts at
+    /// --rate (open loop, default 1 req/s) or --connections (closed loop: users).
+    #[arg(long, value_name = "SLO")]
+    pub find_max: Option<String>,
+    /// With --find-max: the highest load tried (default 10000 req/s, or 4096 users).
+    #[arg(long, value_name = "LOAD")]
+    max_load: Option<f64>,
+    /// With --find-max: length of each step (default 10s).
+    #[arg(long, value_parser = super::args::positive_duration)]
+    step_duration: Option<Duration>,
+    /// With --find-max: the whole search at most, pauses included (default 5m).
+    #[arg(long, value_parser = super::args::positive_duration)]
+    search_time: Option<Duration>,
+}
+
+impl FindMaxArgs {
+    /// Whether this run is a search: the flag, or a scenario with `search:`.
+    pub fn wanted(&self, scenario: &Scenario) -> bool {
+        self.find_max.is_some() || scenario.search.is_some()
+    }
+
+    /// The step length when a search runs from flags alone (a phase's duration).
+    pub fn step(&self) -> Option<Duration> {
+        self.find_max
+            .as_ref()
+            .map(|_| self.step_duration.unwrap_or(knee::DEFAULT_STEP))
+    }
+
+    /// The search of `scenario` with these flags.
+    pub fn spec(&self, scenario: &Scenario) -> anyhow::Result<SearchSpec> {
+        let slos = self
+            .find_max
+            .iter()
+            .map(|s| Slo::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        SearchSpec::for_scenario(
+            scenario,
+            Overrides {
+                slos,
+                max: self.max_load,
+                step: self.step_duration,
+                budget: self.search_time,
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+}
+
+/// Runs the search, prints the table (rows live, then sorted) and the answer, writes the
+/// outcome to `out`; with `--explain`, explains a baseline step and the first failing load.
+pub async fn run(
+    scenario: &Scenario,
+    spec: &SearchSpec,
+    opts: Options,
+    cancel: CancellationToken,
+    explain: &ExplainArgs,
+    out: Option<&Path>,
+) -> anyhow::Result<(Outcome, ExitCode)> {
+    if scenario.phases.len() > 1 {
+        eprintln!(
+            "find-max: the search loads the first phase ({}) only; the other {} phases do not run",
+            scenario.phases[0].name,
+            scenario.phases.len() - 1
+        );
+    }
+    let slos: Vec<&str> = spec.slos.iter().map(|s| s.text.as_str()).collect();
+    eprintln!(
+        "find-max: {} steps of {} from {} {u} up to {} {u} (at most {}; {} of warm-up first), SLOs: {}",
+        match spec.knob {
+            Knob::Rate => "open-loop",
+            Knob::Users => "closed-loop",
+        },
+        humantime::format_duration(spec.step),
+        spec.start,
+        spec.ceiling,
+        humantime::format_duration(spec.budget),
+        humantime::format_duration(spec.warmup),
+        slos.join(", "),
+        u = spec.knob.unit(),
+    );
+    let outcome = knee::search(scenario, spec, &opts, &cancel, |s| {
+        eprintln!(
+            "  {} {}: {:.1} req/s finished -> {}{}",
+            knee::fmt_load(s.load),
+            spec.knob.unit(),
+            s.achieved_rps,
+            if s.pass {
+                "pass".into()
+            } else {
+                format!("FAIL ({})", s.why.join("; "))
+            },
+            if s.marginal { " (marginal)" } else { "" }
+        );
+    })
+    .await?;
+    print!("{}", outcome.table());
+    if let Some(path) = out {
+        atomic::write_bytes(path, serde_json::to_string_pretty(&outcome)?.as_bytes())
+            .with_context(|| format!("writing the search to {}", path.display()))?;
+        eprintln!("search written to {}", path.display());
+    }
+    if explain.explain && !cancel.is_cancelled() {
+        explain_knee(scenario, spec, &outcome, opts, cancel.clone(), explain).await?;
+    }
+    let code = match outcome.stopped {
+        Stop::Interrupted => ExitCode::from(130),
+        Stop::NothingPassed => ExitCode::from(2),
+        _ => ExitCode::SUCCESS,
+    };
+    Ok((outcome, code))
+}
+
+/// Runs two explained phases, `baseline` at the lowest passing load and `beyond` at the lowest
+/// failing one, and says what the bottleneck is beyond the knee.
+async fn explain_knee(
+    scenario: &Scenario,
+    spec: &SearchSpec,
+    outcome: &Outcome,
+    opts: Options,
+    cancel: CancellationToken,
+    args: &ExplainArgs,
+) -> anyhow::Result<()> {
+    let low = outcome
+        .steps
+        .iter()
+        .filter(|s| s.pass)
+        .map(|s| s.load)
+        .min_by(f64::total_cmp);
+    let (Some(low), Some(max_pass), Some(fail)) = (low, outcome.max_pass, outcome.min_fail) else {
+        eprintln!("find-max: no passing and failing load to compare; nothing to explain");
+        return Ok(());
+    };
+    let mut two = knee::step_scenario(scenario, spec, low, 0);
+    two.phases[0].name = "baseline".into();
+    let mut beyond = knee::step_scenario(scenario, spec, fail, 1)
+        .phases
+        .remove(0);
+    beyond.name = "beyond".into();
+    two.phases.push(beyond);
+    eprintln!(
+        "find-max: explaining: baseline at {low} {u}, then beyond the knee at {fail} {u}",
+        u = spec.knob.unit()
+    );
+    let (_, explained) = super::explain::run(two, opts, cancel, args).await?;
+    if let Some(p) = explained.phase("beyond") {
+        let unit = spec.knob.unit();
+        let load = match &scenario.phases[0].load {
+            Load::Concurrency { .. } => format!("{max_pass:.0} {unit}"),
+            _ => format!("{max_pass} {unit}"),
+        };
+        println!(
+            "beyond {load} the bottleneck is {} (confidence {:.2}): {}",
+            p.dominant.name(),
+            p.confidence,
+            p.hint
+        );
+    }
+    Ok(())
+}

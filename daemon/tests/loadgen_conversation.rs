@@ -1,0 +1,175 @@
+//! Multi-turn conversations: what the server received, turn by turn. A recording chat server
+//! (real HTTP and SSE, in process) keeps every request's `messages` and answers
+//! `echo:<last user message>`, so each history can be checked against the answers given.
+
+use std::{
+    path::Path,
+    sync::{Arc, Mutex},
+};
+
+use axum::{Json, Router, extract::State, response::IntoResponse, routing::post};
+use inferscope::loadgen::{self, Options, Scenario};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+type Seen = Arc<Mutex<Vec<Vec<Value>>>>;
+
+async fn chat(State(seen): State<Seen>, Json(body): Json<Value>) -> impl IntoResponse {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    seen.lock().unwrap().push(messages);
+    let chunk = |content: &str| json!({"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
+    let done = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                      "usage": {"prompt_tokens": 4, "completion_tokens": 2}});
+    let sse = format!(
+        "data: {}\n\ndata: {}\n\ndata: {done}\n\ndata: [DONE]\n\n",
+        chunk("echo:"),
+        chunk(&last)
+    );
+    ([("content-type", "text/event-stream")], sse)
+}
+
+async fn server() -> (String, Seen) {
+    let seen: Seen = Arc::default();
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .with_state(seen.clone());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (format!("http://{addr}"), seen)
+}
+
+const SHAREGPT: &str = r#"[
+ {"conversations": [{"from": "human", "value": "a1"}, {"from": "gpt", "value": "r a1"},
+                    {"from": "human", "value": "a2"}, {"from": "gpt", "value": "r a2"},
+                    {"from": "human", "value": "a3"}, {"from": "gpt", "value": "r a3"}]},
+ {"conversations": [{"from": "system", "value": "ignored"},
+                    {"from": "human", "value": "b1"}, {"from": "gpt", "value": "r b1"},
+                    {"from": "human", "value": "b2"}, {"from": "gpt", "value": "r b2"}]}
+]"#;
+
+fn user(c: &str) -> Value {
+    json!({"role": "user", "content": c})
+}
+
+fn assistant(c: &str) -> Value {
+    json!({"role": "assistant", "content": c})
+}
+
+async fn run(yaml: &str, dir: &Path) -> (loadgen::Report, Vec<Vec<Value>>, Seen) {
+    let (target, seen) = server().await;
+    let yaml = yaml.replace("TARGET", &target);
+    let s = Scenario::from_yaml(&yaml, "conv.yaml", dir).unwrap();
+    let r = loadgen::run(&s, Options::new(), CancellationToken::new())
+        .await
+        .unwrap();
+    let got = seen.lock().unwrap().clone();
+    (r, got, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharegpt_replayed_turn_by_turn_with_recorded_replies() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("chats.json"), SHAREGPT).unwrap();
+    let yaml = "target: TARGET\nseed: 7\ndatasets: {chats: {path: chats.json}}\nphases:\n  - name: p\n    duration: 1s\n    load: {shape: concurrency, users: 1}\n    request: {dataset: chats, max_tokens: 8, conversation: {turns: 8, reply: recorded}}\n";
+    let (r, got, _) = run(yaml, dir.path()).await;
+    let a = [
+        user("a1"),
+        assistant("r a1"),
+        user("a2"),
+        assistant("r a2"),
+        user("a3"),
+    ];
+    let b = [user("b1"), assistant("r b1"), user("b2")];
+    // Every request is a conversation's history up to one of its user turns.
+    let prefixes: Vec<&[Value]> = vec![&a[..1], &a[..3], &a[..5], &b[..1], &b[..3]];
+    assert!(got.len() >= 10, "{} requests", got.len());
+    for m in &got {
+        assert!(prefixes.contains(&m.as_slice()), "unexpected history {m:?}");
+    }
+    // One user, one conversation at a time: a turn k+1 always follows turn k of the same one.
+    for w in got.windows(2) {
+        if w[1].len() > 1 {
+            assert_eq!(w[1][..w[1].len() - 2], w[0][..], "{w:?}");
+        }
+    }
+    let recs = &r.records;
+    assert!(recs.iter().all(|x| x.turn.is_some() && x.error.is_none()));
+    let lat = &r.phases[0].latency_ms;
+    assert!(lat["ttft_first_turn"].count > 0 && lat["ttft_later_turns"].count > 0);
+    assert_eq!(
+        lat["ttft_first_turn"].count + lat["ttft_later_turns"].count,
+        lat["ttft"].count
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synthetic_sessions_carry_the_model_answers_and_a_shared_system_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "target: TARGET\nseed: 3\nphases:\n  - name: p\n    duration: 2s\n    load: {shape: constant, rate: 10}\n    request:\n      prompt: 'question ${seq} ${choice(x,y,z)}'\n      max_tokens: 4\n      conversation: {turns: 3, think_time: 50ms, system_prompt_words: 40}\n";
+    let (r, got, _) = run(yaml, dir.path()).await;
+    let system = got[0][0].clone();
+    assert_eq!(system["role"], "system");
+    assert_eq!(system["content"].as_str().unwrap().split(' ').count(), 40);
+    let mut by_len = [0usize; 8];
+    for m in &got {
+        // The same system prompt first, then user/assistant pairs, each answer the echo of
+        // the user message before it: the history holds what the server said.
+        assert_eq!(m[0], system, "{m:?}");
+        for pair in m[1..].chunks(2) {
+            if let [u, a] = pair {
+                let said = format!("echo:{}", u["content"].as_str().unwrap());
+                assert_eq!(a, &assistant(&said), "{m:?}");
+            }
+        }
+        by_len[m.len()] += 1;
+    }
+    // 20 conversations of 3 turns (2, 4, 6 messages), the last ones cut by the phase's end.
+    assert!(
+        (18..=21).contains(&by_len[2]),
+        "conversations started: {by_len:?}"
+    );
+    assert!(
+        by_len[4] >= by_len[2] - 2 && by_len[6] >= by_len[2] - 3,
+        "{by_len:?}"
+    );
+    // Every turn counts as scheduled: nothing looks dropped.
+    let p = &r.phases[0];
+    assert_eq!(p.counts.dropped, 0);
+    assert_eq!(p.counts.finished, got.len() as u64);
+    assert!(p.counts.scheduled >= p.counts.finished, "{:?}", p.counts);
+    let turns: Vec<u32> = r.records.iter().filter_map(|x| x.turn).collect();
+    assert_eq!(turns.len(), got.len());
+    assert!(turns.contains(&3));
+}
+
+#[test]
+fn conversations_refuse_what_they_cannot_do() {
+    let dir = tempfile::tempdir().unwrap();
+    for (request, want) in [
+        (
+            "{endpoint: completions, conversation: {turns: 2}}",
+            "needs `endpoint: chat`",
+        ),
+        ("{conversation: {turns: 0}}", "turns must be 1..=1000"),
+        (
+            "{conversation: {reply: recorded}}",
+            "`reply: recorded` needs a ShareGPT dataset",
+        ),
+    ] {
+        let yaml = format!(
+            "target: http://127.0.0.1:9\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 1}}\n    request: {request}\n"
+        );
+        let e = Scenario::from_yaml(&yaml, "c.yaml", dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{request}: {e}");
+    }
+}
