@@ -391,6 +391,21 @@ mod tests {
         assert_eq!(l.level(), "rate=10/s complexity-shaped");
         let l = parse("{shape: constant, rate: 10, complexity_shaping: false}").unwrap();
         assert!(!l.complexity_shaping());
+        // A knee search's step keeps the shaping of its phase, on rates only.
+        let g = parse("{shape: gamma, rate: 4, burstiness: 2, complexity_shaping: true}").unwrap();
+        assert!(matches!(g.unshaped(), Load::Gamma { .. }));
+        assert!(
+            g.shaped_like(Load::Constant { rate: 3.0 })
+                .complexity_shaping()
+        );
+        assert!(
+            !g.shaped_like(Load::Concurrency { users: 2 })
+                .complexity_shaping()
+        );
+        assert!(
+            !l.shaped_like(Load::Constant { rate: 3.0 })
+                .complexity_shaping()
+        );
         for bad in [
             "{shape: concurrency, users: 2, complexity_shaping: true}",
             "{shape: trace, path: t.txt, complexity_shaping: true}",
