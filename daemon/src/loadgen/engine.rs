@@ -30,6 +30,7 @@ use super::{
     caps::{Acquired, Permits, TokenBucket, acquire},
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     collect::{self, Msg},
+    complexity::{self, Shaper},
     conversation::Conversation,
     record::{ErrorClass, RequestRecord},
     report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
@@ -352,7 +353,7 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
 }
 
 /// Open loop: sleep to each absolute deadline, apply the caps, spawn the request.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)] // one arrival's story, in order
 async fn open_loop(
     shared: &Arc<Shared>,
     ctx: &Arc<PhaseCtx>,
@@ -378,25 +379,45 @@ async fn open_loop(
         *scheduled += left - 1;
         let _ = shared.tx.send(Msg::Dropped(ctx.index, left)).await;
     };
+    let mut shaper = phase
+        .load
+        .complexity_shaping()
+        .then(|| Shaper::new(phase.duration));
     while let Some(off) = offsets.next() {
+        // Complexity shaping renders the request before its gap, which its score stretches.
+        let mut early = None;
+        let off = match &mut shaper {
+            Some(shaper) => {
+                let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+                let Some((conv, prepared)) = first_request(ctx, rng, seq) else {
+                    continue;
+                };
+                let score = complexity::of_request(&prepared.body).score;
+                let Some(off) = shaper.next(off, score) else {
+                    break;
+                };
+                early = Some((seq, conv, prepared));
+                off
+            }
+            None => off,
+        };
         let deadline = start + off;
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
-        let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-        // A dispatcher panic, injected by the test that checks it becomes a failed run.
-        #[cfg(test)]
-        assert!(
-            !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
-            "injected panic"
-        );
-        // A conversation starts at each arrival; its later turns follow its answers.
-        let mut conv = ctx.start_conversation(rng, seq);
-        let prepared = match conv.as_mut() {
-            Some(c) => match ctx.prepare_turn(rng, seq, c) {
-                Some(p) => p,
-                None => continue,
-            },
-            None => ctx.prepare(rng, seq),
+        let (seq, conv, prepared) = if let Some(e) = early {
+            e
+        } else {
+            let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+            // A dispatcher panic, injected by the test that checks it becomes a failed run.
+            #[cfg(test)]
+            assert!(
+                !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
+                "injected panic"
+            );
+            let Some((conv, prepared)) = first_request(ctx, rng, seq) else {
+                continue;
+            };
+            (seq, conv, prepared)
         };
         if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
             match (
@@ -467,6 +488,22 @@ async fn open_loop(
         }
     }
     scheduled
+}
+
+/// The request of an arrival: the first turn of a new conversation (`None` when it has no
+/// turn to send), or a single request.
+fn first_request(
+    ctx: &PhaseCtx,
+    rng: &mut SmallRng,
+    seq: u64,
+) -> Option<(Option<Conversation>, Prepared)> {
+    // A conversation starts at each arrival; its later turns follow its answers.
+    let mut conv = ctx.start_conversation(rng, seq);
+    let prepared = match conv.as_mut() {
+        Some(c) => ctx.prepare_turn(rng, seq, c)?,
+        None => ctx.prepare(rng, seq),
+    };
+    Some((conv, prepared))
 }
 
 /// How a request ended, for the next turn of its conversation.

@@ -24,6 +24,7 @@ pub mod caps;
 pub mod check;
 pub mod client;
 pub mod collect;
+pub mod complexity;
 pub mod conversation;
 pub mod dataset;
 pub mod dial;
