@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 use crate::{
     collect::timeline::now_unix_ms,
-    loadgen::{self, Options, Scenario, scenario::is_loopback},
+    loadgen::{self, Options, Scenario, models, scenario::is_loopback},
+    tls::TlsOptions,
 };
 
 /// Finished runs kept for `GET /api/v1/runs/{id}`; older ones are forgotten.
@@ -60,9 +61,14 @@ struct State {
 /// below `data_dir` (the daemon's `--data-dir`; none without one: inline `prompts:` and
 /// synthetic datasets still work), regular files of bounded size, read off the async workers.
 /// Reports leave per-request records out, so a long run costs bounded memory.
+///
+/// As `inferscope stress` does, a run whose LLM phases name no model uses the first model of
+/// the target's `/v1/models`; a model the target does not list fails the run before any
+/// request is sent, with the served models in its error.
 pub struct LoadgenLauncher {
     allow_remote: bool,
     data_dir: Option<PathBuf>,
+    tls: TlsOptions,
     state: Arc<Mutex<State>>,
 }
 
@@ -74,8 +80,17 @@ impl LoadgenLauncher {
         Self {
             allow_remote,
             data_dir,
+            tls: TlsOptions::default(),
             state: Arc::default(),
         }
+    }
+
+    /// The same launcher checking `https://` targets with `tls` (the daemon's `--ca-file`,
+    /// `--insecure`) instead of the system's roots alone.
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -110,7 +125,7 @@ fn key(id: &str) -> Option<u64> {
 
 impl RunLauncher for LoadgenLauncher {
     fn start(&self, text: &str) -> Result<RunHandle, LaunchError> {
-        let scenario =
+        let mut scenario =
             off_workers(|| Scenario::from_posted_yaml(text, "scenario", self.data_dir.as_deref()))
                 .map_err(|e| LaunchError::InvalidScenario(e.to_string()))?;
         let host = scenario.target_host().unwrap_or_default();
@@ -167,20 +182,32 @@ impl RunLauncher for LoadgenLauncher {
         let opts = Options {
             allow_remote: self.allow_remote,
             keep_records: false,
+            tls: self.tls.clone(),
             ..Options::new()
         };
         let state = self.state.clone();
+        let run_id = id.clone();
         tokio::spawn(async move {
             // A panic must end the run as failed, never leave it `Running` (every later
             // POST would get 409).
-            let result = AssertUnwindSafe(loadgen::run(&scenario, opts, cancel.clone()))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|p| {
-                    Err(loadgen::RunError::Internal(loadgen::engine::panic_message(
-                        &*p,
-                    )))
-                });
+            let result = AssertUnwindSafe(async {
+                match models::discover(&mut scenario, &opts).await {
+                    Ok(found) => {
+                        if let Some(line) = found.note() {
+                            tracing::info!("{run_id}: {line}");
+                        }
+                    }
+                    Err(e) => return Err(loadgen::RunError::Invalid(e.to_string())),
+                }
+                loadgen::run(&scenario, opts, cancel.clone()).await
+            })
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|p| {
+                Err(loadgen::RunError::Internal(loadgen::engine::panic_message(
+                    &*p,
+                )))
+            });
             let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
             let Some(run) = st.runs.get_mut(&n) else {
                 return;

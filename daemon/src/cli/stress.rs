@@ -1,9 +1,14 @@
 //! `inferscope stress`: run a load scenario (YAML) or a one-phase load from flags.
 //!
-//! Exit status: 0 all SLOs held; 2 an SLO failed; 3 aborted (error rate above
-//! `abort_error_rate`); 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (the report is
-//! still written; a second signal exits at once without it); 1 bad input, setup failure or
-//! a failed run (its report is written).
+//! Without a model (no `--model`, no `model:`), LLM phases use the first model the target's
+//! `/v1/models` lists (`loadgen::models`); a model it does not list stops the run before it
+//! starts.
+//!
+//! Exit status: 0 all SLOs held; 2 an SLO failed, or the model asked for is not served;
+//! 3 aborted (error rate above `abort_error_rate`); 130 interrupted by SIGINT (Ctrl-C), 143 by
+//! SIGTERM (the report is still written; a second signal exits at once without it); 1 bad
+//! input, setup failure, or a failed run: one that broke, or in which not one request
+//! succeeded (its report is written).
 
 use std::{
     collections::BTreeMap, io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration,
@@ -19,6 +24,7 @@ use inferscope::export::atomic;
 use inferscope::loadgen::{
     self, Endpoint, Options, Scenario, Shard,
     client::Target,
+    failures, models,
     scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
     slo::Slo,
     template::{JsonTemplate, Template},
@@ -102,6 +108,8 @@ pub struct Args {
     #[arg(long, value_name = "i/N")]
     shard: Option<Shard>,
     #[command(flatten)]
+    tls: super::tls::TlsArgs,
+    #[command(flatten)]
     explain: super::explain::ExplainArgs,
 }
 
@@ -153,12 +161,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .map_or_else(|| "flags".into(), |p| format!("{} with flags", p.display()));
         anyhow::anyhow!("{from}: {e}")
     })?;
+    let tls = args.tls.options()?;
+    if args.tls.insecure() {
+        eprintln!("inferscope: {}", super::tls::INSECURE_WARNING);
+    }
     let opts = Options {
         allow_remote: args.allow_remote,
         keep_records: !args.no_records,
         observer: None,
         progress: !args.quiet && std::io::stderr().is_terminal(),
         shard: args.shard.unwrap_or(Shard::WHOLE),
+        tls,
         ..Options::new()
     };
     // One CPU to run on (a pinned run, a one-core container): the single-threaded scheduler
@@ -183,6 +196,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         atomic::check_output_dir(dir)
             .with_context(|| format!("--report-dir {} cannot be written", dir.display()))?;
     }
+    // The model is settled before the run: a wrong one ends it here, not in N failed requests.
+    match rt.block_on(models::discover(&mut scenario, &opts)) {
+        Ok(found) => {
+            if let Some(line) = found.note() {
+                eprintln!("inferscope: {line}");
+            }
+        }
+        Err(e) => {
+            eprintln!("inferscope: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    }
     let signalled = Arc::new(AtomicU8::new(0));
     let report = rt.block_on(async {
         let cancel = CancellationToken::new();
@@ -206,6 +231,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing the report to {}", out.display()))?;
         eprintln!("report written to {}", out.display());
     }
+    for line in failures::by_class(&report) {
+        eprintln!("inferscope: {line}");
+    }
     let signal = signalled.load(Ordering::Relaxed);
     Ok(match &report.stopped {
         Some(why) if why.starts_with("aborted") => ExitCode::from(3),
@@ -215,6 +243,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         }
         Some(_) => ExitCode::from(130),
+        None if failures::nothing_succeeded(&report) => {
+            eprintln!("inferscope: the run failed: not one request succeeded");
+            ExitCode::FAILURE
+        }
         None if !report.slo_pass => ExitCode::from(2),
         None => ExitCode::SUCCESS,
     })
