@@ -55,7 +55,15 @@ fn the_quick_start_finds_the_model_and_a_wrong_one_stops_before_the_run() {
 
     // The README's quick start, shortened: no model anywhere.
     let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
-        .args(["stress", "--target", &sim.url, "--rate", "10", "--duration", "2s"])
+        .args([
+            "stress",
+            "--target",
+            &sim.url,
+            "--rate",
+            "10",
+            "--duration",
+            "2s",
+        ])
         .arg("--out")
         .arg(&out_path)
         .output()
@@ -79,7 +87,15 @@ fn the_quick_start_finds_the_model_and_a_wrong_one_stops_before_the_run() {
     let wrong = dir.path().join("wrong.json");
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
-        .args(["stress", "--target", &sim.url, "--rate", "10", "--duration", "30s"])
+        .args([
+            "stress",
+            "--target",
+            &sim.url,
+            "--rate",
+            "10",
+            "--duration",
+            "30s",
+        ])
         .args(["--model", "llama-3-8b", "--out"])
         .arg(&wrong)
         .output()
@@ -97,10 +113,18 @@ fn the_quick_start_finds_the_model_and_a_wrong_one_stops_before_the_run() {
     );
     assert!(!wrong.exists());
 
-    // Vector search needs no model: nothing is asked, nothing is said.
+    // Plain HTTP needs no model: nothing is asked, nothing is said.
     let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
-        .args(["stress", "--target", &sim.url, "--rate", "5", "--duration", "1s"])
-        .args(["--endpoint", "vector-search", "--quiet"])
+        .args(["stress", "--target", &format!("{}/health", sim.url)])
+        .args([
+            "--method",
+            "GET",
+            "--rate",
+            "5",
+            "--duration",
+            "1s",
+            "--quiet",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -122,10 +146,15 @@ fn an_unreachable_model_list_changes_nothing_but_is_said() {
         .find(|l| l.contains("/v1/models"))
         .unwrap_or_else(|| panic!("{err}"));
     assert!(
-        note.starts_with("inferscope: no model given and http://127.0.0.1:9/v1/models did not list one ("),
+        note.starts_with(
+            "inferscope: no model given and http://127.0.0.1:9/v1/models did not list one ("
+        ),
         "{note}"
     );
-    assert!(note.ends_with("sending model \"default\" (give --model)"), "{note}");
+    assert!(
+        note.ends_with("sending model \"default\" (give --model)"),
+        "{note}"
+    );
     assert!(err.contains("failed with `connect` errors"), "{err}");
     assert_eq!(out.status.code(), Some(1), "{err}");
 }

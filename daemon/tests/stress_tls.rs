@@ -15,9 +15,7 @@ use inferscope::{
     scrape::{ScrapeConfig, ScrapeError, Scraper},
     tls::TlsOptions,
 };
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
 /// A test CA and a server certificate it signed (`ca.pem`, `server.pem`, `server.key`), and
 /// an unrelated CA (`other.pem`) that stands in for the system's roots, so that the tests do
@@ -50,8 +48,7 @@ impl Pki {
         let issuer = Issuer::new(params, ca_key);
         let key = KeyPair::generate().unwrap();
         let mut leaf =
-            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-                .unwrap();
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
         leaf.distinguished_name
             .push(DnType::CommonName, "inferscope sim");
         let cert = leaf.signed_by(&key, &issuer).unwrap();
@@ -121,7 +118,11 @@ fn stress(dir: &Path, target: &str, extra: &[&str]) -> (Option<i32>, String, Rep
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     println!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
     let text = std::fs::read(&out_path).unwrap_or_else(|e| panic!("no report ({e}): {stderr}"));
-    (out.status.code(), stderr, serde_json::from_slice(&text).unwrap())
+    (
+        out.status.code(),
+        stderr,
+        serde_json::from_slice(&text).unwrap(),
+    )
 }
 
 fn assert_clean(r: &Report, stderr: &str) {
@@ -129,7 +130,11 @@ fn assert_clean(r: &Report, stderr: &str) {
     assert!(p.counts.finished >= 10, "{:?}\n{stderr}", p.counts);
     assert!(p.counts.errors.is_empty(), "{:?}\n{stderr}", p.counts);
     assert_eq!(p.counts.ok, p.counts.finished);
-    assert!(p.output_tokens >= p.counts.ok * 8, "real tokens: {}", p.output_tokens);
+    assert!(
+        p.output_tokens >= p.counts.ok * 8,
+        "real tokens: {}",
+        p.output_tokens
+    );
 }
 
 #[test]
@@ -233,11 +238,9 @@ fn bad_tls_files_are_one_line_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scraper_reads_https_metrics() {
     let pki = Pki::new();
-    let server = inferscope::tls::server::server_config(
-        &pki.path("server.pem"),
-        &pki.path("server.key"),
-    )
-    .unwrap();
+    let server =
+        inferscope::tls::server::server_config(&pki.path("server.pem"), &pki.path("server.key"))
+            .unwrap();
     let mut cfg = inferscope::sim::profile("healthy").unwrap();
     cfg.vector.corpus_size = 10;
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -255,11 +258,7 @@ async fn the_scraper_reads_https_metrics() {
     // Trusting another CA only: one line that says what to do.
     let mut config = ScrapeConfig::new(sim.url());
     config.tls.ca_file = Some(pki.path("other.pem"));
-    let e = Scraper::new(config)
-        .unwrap()
-        .fetch()
-        .await
-        .unwrap_err();
+    let e = Scraper::new(config).unwrap().fetch().await.unwrap_err();
     assert!(matches!(e, ScrapeError::Tls { .. }), "{e:?}");
     let e = e.to_string();
     assert!(e.contains("/metrics: TLS handshake with 127.0.0.1:"), "{e}");

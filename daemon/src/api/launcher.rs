@@ -46,6 +46,35 @@ impl Run {
         }
         s
     }
+
+    /// Records how the run ended: its state, error and report.
+    fn finish(&mut self, result: Result<loadgen::Report, loadgen::RunError>) {
+        self.status.finished_unix_ms = Some(now_unix_ms());
+        self.status.phase = None;
+        match result.map(|r| serde_json::to_value(&r)) {
+            Ok(Ok(report)) if failure(&report).is_some() => {
+                self.status.state = RunState::Failed;
+                self.status.error = failure(&report);
+                self.report = Some(report);
+            }
+            Ok(Ok(report)) => {
+                self.status.state = if self.status.state == RunState::Stopping {
+                    RunState::Stopped
+                } else {
+                    RunState::Finished
+                };
+                self.report = Some(report);
+            }
+            Ok(Err(e)) => {
+                self.status.state = RunState::Failed;
+                self.status.error = Some(format!("encoding the report: {e}"));
+            }
+            Err(e) => {
+                self.status.state = RunState::Failed;
+                self.status.error = Some(e.to_string());
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -119,6 +148,23 @@ fn off_workers<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Settles the model (`loadgen::models`: a model the target does not serve fails the run
+/// before any request), then runs the scenario.
+async fn discover_and_run(
+    id: &str,
+    scenario: &mut Scenario,
+    opts: Options,
+    cancel: CancellationToken,
+) -> Result<loadgen::Report, loadgen::RunError> {
+    let found = models::discover(scenario, &opts)
+        .await
+        .map_err(|e| loadgen::RunError::Invalid(e.to_string()))?;
+    if let Some(line) = found.note() {
+        tracing::info!("{id}: {line}");
+    }
+    loadgen::run(scenario, opts, cancel).await
+}
+
 fn key(id: &str) -> Option<u64> {
     id.strip_prefix("run-")?.parse().ok()
 }
@@ -190,53 +236,19 @@ impl RunLauncher for LoadgenLauncher {
         tokio::spawn(async move {
             // A panic must end the run as failed, never leave it `Running` (every later
             // POST would get 409).
-            let result = AssertUnwindSafe(async {
-                match models::discover(&mut scenario, &opts).await {
-                    Ok(found) => {
-                        if let Some(line) = found.note() {
-                            tracing::info!("{run_id}: {line}");
-                        }
-                    }
-                    Err(e) => return Err(loadgen::RunError::Invalid(e.to_string())),
-                }
-                loadgen::run(&scenario, opts, cancel.clone()).await
-            })
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|p| {
-                Err(loadgen::RunError::Internal(loadgen::engine::panic_message(
-                    &*p,
-                )))
-            });
+            let result = AssertUnwindSafe(discover_and_run(&run_id, &mut scenario, opts, cancel))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|p| {
+                    Err(loadgen::RunError::Internal(loadgen::engine::panic_message(
+                        &*p,
+                    )))
+                });
             let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
             let Some(run) = st.runs.get_mut(&n) else {
                 return;
             };
-            run.status.finished_unix_ms = Some(now_unix_ms());
-            run.status.phase = None;
-            match result.map(|r| serde_json::to_value(&r)) {
-                Ok(Ok(report)) if failure(&report).is_some() => {
-                    run.status.state = RunState::Failed;
-                    run.status.error = failure(&report);
-                    run.report = Some(report);
-                }
-                Ok(Ok(report)) => {
-                    run.status.state = if run.status.state == RunState::Stopping {
-                        RunState::Stopped
-                    } else {
-                        RunState::Finished
-                    };
-                    run.report = Some(report);
-                }
-                Ok(Err(e)) => {
-                    run.status.state = RunState::Failed;
-                    run.status.error = Some(format!("encoding the report: {e}"));
-                }
-                Err(e) => {
-                    run.status.state = RunState::Failed;
-                    run.status.error = Some(e.to_string());
-                }
-            }
+            run.finish(result);
         });
         Ok(RunHandle { id })
     }

@@ -173,16 +173,14 @@ async fn start_api(
     // Posted scenarios read dataset and trace files only below --data-dir; their phases are
     // marked on the time line.
     let launcher = Arc::new(MarkingLauncher::new(
-        Arc::new(
-            LoadgenLauncher::new(args.allow_remote, args.data_dir.clone())
-                .with_tls(tls),
-        ),
+        Arc::new(LoadgenLauncher::new(args.allow_remote, args.data_dir.clone()).with_tls(tls)),
         marks.clone(),
     ));
     let api = Api::bind(&config, launcher, marks).await?;
-    let at = api
-        .local_addr()
-        .map_or_else(|| args.api_listen.to_string(), |a| format!("http://{a}/api/v1/"));
+    let at = api.local_addr().map_or_else(
+        || args.api_listen.to_string(),
+        |a| format!("http://{a}/api/v1/"),
+    );
     tracing::info!("control API on {at} (runs, marks)");
     Ok(tokio::spawn(api.serve(stop.cancelled_owned())))
 }

@@ -197,16 +197,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--report-dir {} cannot be written", dir.display()))?;
     }
     // The model is settled before the run: a wrong one ends it here, not in N failed requests.
-    match rt.block_on(models::discover(&mut scenario, &opts)) {
-        Ok(found) => {
-            if let Some(line) = found.note() {
-                eprintln!("inferscope: {line}");
-            }
-        }
-        Err(e) => {
-            eprintln!("inferscope: {e}");
-            return Ok(ExitCode::from(2));
-        }
+    if let Err(e) = rt.block_on(settle_model(&mut scenario, &opts)) {
+        eprintln!("inferscope: {e}");
+        return Ok(ExitCode::from(2));
     }
     let signalled = Arc::new(AtomicU8::new(0));
     let report = rt.block_on(async {
@@ -234,8 +227,26 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     for line in failures::by_class(&report) {
         eprintln!("inferscope: {line}");
     }
-    let signal = signalled.load(Ordering::Relaxed);
-    Ok(match &report.stopped {
+    Ok(exit_code(&report, signalled.load(Ordering::Relaxed)))
+}
+
+/// The model of the LLM phases: the first `/v1/models` lists when none is given (said on
+/// stderr), or an error when the one given is not served.
+async fn settle_model(
+    scenario: &mut Scenario,
+    opts: &Options,
+) -> Result<(), models::ModelNotServed> {
+    let found = models::discover(scenario, opts).await?;
+    if let Some(line) = found.note() {
+        eprintln!("inferscope: {line}");
+    }
+    Ok(())
+}
+
+/// The exit status of a finished run (see the module's documentation); `signal` is the code
+/// of the signal that stopped it, 0 when none did.
+fn exit_code(report: &loadgen::Report, signal: u8) -> ExitCode {
+    match &report.stopped {
         Some(why) if why.starts_with("aborted") => ExitCode::from(3),
         Some(_) if signal != 0 => ExitCode::from(signal),
         Some(why) if why.starts_with("failed") => {
@@ -243,13 +254,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         }
         Some(_) => ExitCode::from(130),
-        None if failures::nothing_succeeded(&report) => {
+        None if failures::nothing_succeeded(report) => {
             eprintln!("inferscope: the run failed: not one request succeeded");
             ExitCode::FAILURE
         }
         None if !report.slo_pass => ExitCode::from(2),
         None => ExitCode::SUCCESS,
-    })
+    }
 }
 
 /// SIGTERM (Kubernetes, `timeout`) and SIGINT (Ctrl-C) stop sending and leave `grace` for

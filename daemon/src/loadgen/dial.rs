@@ -173,7 +173,10 @@ pub fn host_port(uri: &Uri) -> Result<(String, u16), DialError> {
     let host = uri
         .host()
         .ok_or_else(|| DialError::NoHost(uri.to_string()))?;
-    Ok((host.to_string(), uri.port_u16().unwrap_or(default_port(uri))))
+    Ok((
+        host.to_string(),
+        uri.port_u16().unwrap_or(default_port(uri)),
+    ))
 }
 
 /// The port of a scheme when the URI writes none: 443 for `https`, else 80.

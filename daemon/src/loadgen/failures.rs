@@ -132,7 +132,11 @@ mod tests {
         );
         assert!(nothing_succeeded(&r));
         assert!(!nothing_succeeded(&report(1, &[("tls", 3)], Vec::new())));
-        assert!(!nothing_succeeded(&report(0, &[("aborted", 3)], Vec::new())));
+        assert!(!nothing_succeeded(&report(
+            0,
+            &[("aborted", 3)],
+            Vec::new()
+        )));
         assert!(!nothing_succeeded(&report(0, &[], Vec::new())));
     }
 }

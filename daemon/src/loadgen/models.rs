@@ -15,7 +15,7 @@
 //! # Ok(()) }
 //! ```
 
-use std::time::Duration;
+use std::{fmt::Write as _, time::Duration};
 
 use http_body_util::{BodyExt as _, Limited};
 use hyper::Method;
@@ -109,7 +109,7 @@ fn quoted(names: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     if names.len() > SHOWN {
-        s.push_str(&format!(" and {} more", names.len() - SHOWN));
+        let _ = write!(s, " and {} more", names.len() - SHOWN);
     }
     s
 }
@@ -158,7 +158,10 @@ pub async fn discover(
     opts: &Options,
 ) -> Result<Discovery, ModelNotServed> {
     let asks: Vec<Wants> = scenario.phases.iter().map(wants).collect();
-    if asks.iter().all(|w| matches!(w, Wants::Nothing | Wants::Templated)) {
+    if asks
+        .iter()
+        .all(|w| matches!(w, Wants::Nothing | Wants::Templated))
+    {
         return Ok(Discovery::NotNeeded);
     }
     // A target the run will refuse is not asked either: the run says why.
@@ -214,7 +217,11 @@ fn base_url(target: &str) -> Option<String> {
 }
 
 /// GETs the model list: the ids in `data`, in the server's order. Errors are one line.
-async fn list(scenario: &Scenario, opts: &Options, timeout: Duration) -> Result<Vec<String>, String> {
+async fn list(
+    scenario: &Scenario,
+    opts: &Options,
+    timeout: Duration,
+) -> Result<Vec<String>, String> {
     let target = Target::new(&scenario.target, &scenario.headers)
         .and_then(|t| t.with_tls(&opts.tls))
         .map_err(|e| e.to_string())?;
@@ -224,10 +231,8 @@ async fn list(scenario: &Scenario, opts: &Options, timeout: Duration) -> Result<
         .map_err(|e| e.to_string())?;
     let ask = async {
         let resp = client.request(req).await.map_err(|e| {
-            crate::tls::ConnectError::tls_in(&e).map_or_else(
-                || super::client::error_chain(&e),
-                ToString::to_string,
-            )
+            crate::tls::ConnectError::tls_in(&e)
+                .map_or_else(|| super::client::error_chain(&e), ToString::to_string)
         })?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_LIST_BYTES)
@@ -287,7 +292,10 @@ mod tests {
         assert!(parse(b"<html>").unwrap_err().contains("not JSON"));
         assert!(parse(b"{}").unwrap_err().contains("`data`"));
         let t = "http://127.0.0.1:9";
-        assert_eq!(wants(&scenario(t, "{endpoint: chat}").phases[0]), Wants::Unset);
+        assert_eq!(
+            wants(&scenario(t, "{endpoint: chat}").phases[0]),
+            Wants::Unset
+        );
         assert_eq!(
             wants(&scenario(t, "{model: m}").phases[0]),
             Wants::Named("m".into())
@@ -322,24 +330,39 @@ mod tests {
         let found = discover(&mut s, &Options::new()).await.unwrap();
         assert_eq!(s.phases[0].request.model.as_deref(), Some("inferscope-sim"));
         let note = found.note().unwrap();
-        assert!(note.contains("using \"inferscope-sim\" (the first of 1 served by"), "{note}");
+        assert!(
+            note.contains("using \"inferscope-sim\" (the first of 1 served by"),
+            "{note}"
+        );
 
         let mut s = scenario(&url, "{model: inferscope-sim}");
-        assert_eq!(discover(&mut s, &Options::new()).await, Ok(Discovery::Given));
+        assert_eq!(
+            discover(&mut s, &Options::new()).await,
+            Ok(Discovery::Given)
+        );
 
         let mut s = scenario(&url, "{model: llama}");
-        let e = discover(&mut s, &Options::new()).await.unwrap_err().to_string();
+        let e = discover(&mut s, &Options::new())
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("model \"llama\" is not served by"), "{e}");
         assert!(e.contains("(it serves \"inferscope-sim\")"), "{e}");
 
         let mut s = scenario(&url, "{endpoint: http, path: /health}");
-        assert_eq!(discover(&mut s, &Options::new()).await, Ok(Discovery::NotNeeded));
+        assert_eq!(
+            discover(&mut s, &Options::new()).await,
+            Ok(Discovery::NotNeeded)
+        );
         sim.shutdown().await.unwrap();
 
         // Nothing listens any more: the run goes on as before, with a note.
         let mut s = scenario(&url, "{endpoint: chat}");
         let found = discover(&mut s, &Options::new()).await.unwrap();
-        assert!(matches!(found, Discovery::Unanswered { fallback: true, .. }), "{found:?}");
+        assert!(
+            matches!(found, Discovery::Unanswered { fallback: true, .. }),
+            "{found:?}"
+        );
         assert_eq!(s.phases[0].request.model, None);
         assert!(found.note().unwrap().contains("sending model \"default\""));
     }

@@ -5,11 +5,7 @@
 use std::{future::Future, io, sync::Arc, time::Duration};
 
 use axum::Router;
-use hyper_util::{
-    rt::TokioIo,
-    server::graceful::GracefulShutdown,
-    service::TowerToHyperService,
-};
+use hyper_util::{rt::TokioIo, server::graceful::GracefulShutdown, service::TowerToHyperService};
 use tokio::net::TcpListener;
 
 /// A client that connects and says nothing gets this long to finish its handshake.

@@ -180,17 +180,16 @@ async fn start_with(
             let _ = stopped.await;
         };
         let served = async {
-            match tls {
-                Some(tls) => https::serve(listener, app, tls, stopped).await,
-                None => {
-                    let listener = listener.tap_io(|tcp| {
-                        // Token streams are many small writes: do not let Nagle batch them.
-                        let _ = tcp.set_nodelay(true);
-                    });
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped)
-                        .await
-                }
+            if let Some(tls) = tls {
+                https::serve(listener, app, tls, stopped).await
+            } else {
+                let listener = listener.tap_io(|tcp| {
+                    // Token streams are many small writes: do not let Nagle batch them.
+                    let _ = tcp.set_nodelay(true);
+                });
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
             }
         };
         tokio::select! {

@@ -177,10 +177,7 @@ pub async fn handshake(
         }
         Err(_) => Err(HandshakeError {
             host: at,
-            reason: format!(
-                "no answer within {}",
-                humantime::format_duration(timeout)
-            ),
+            reason: format!("no answer within {}", humantime::format_duration(timeout)),
             hint: Hint::NotTls,
         }),
     }
@@ -245,7 +242,10 @@ mod tests {
             hint: Hint::UnknownCa,
         }
         .to_string();
-        assert!(e.starts_with("TLS handshake with h:1 failed: invalid peer"), "{e}");
+        assert!(
+            e.starts_with("TLS handshake with h:1 failed: invalid peer"),
+            "{e}"
+        );
         assert!(e.contains("--ca-file"), "{e}");
         assert!(!e.contains('\n'));
     }
