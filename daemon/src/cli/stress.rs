@@ -63,7 +63,8 @@ pub struct Args {
     /// Request body (JSON; templated). For LLM endpoints: extra fields merged into the body.
     #[arg(long)]
     body: Option<String>,
-    /// `model` field.
+    /// `model` field (default: the first model the target's /v1/models lists; one it does not
+    /// list stops before the run).
     #[arg(long)]
     model: Option<String>,
     /// Prompt template, e.g. "Tell me about ${choice(cats,dogs)}".

@@ -164,18 +164,24 @@ pub async fn discover(
     {
         return Ok(Discovery::NotNeeded);
     }
-    // A target the run will refuse is not asked either: the run says why.
+    // A target the run will refuse (not loopback, a bad URL, an unusable TLS setup) is not
+    // asked either: the run says why.
     let host = scenario.target_host().unwrap_or_default();
     if !opts.allow_remote && !is_loopback(&host) {
         return Ok(Discovery::NotNeeded);
     }
+    let Ok(target) =
+        Target::new(&scenario.target, &scenario.headers).and_then(|t| t.with_tls(&opts.tls))
+    else {
+        return Ok(Discovery::NotNeeded);
+    };
     let url = format!(
         "{}{MODELS_PATH}",
         base_url(&scenario.target).unwrap_or_else(|| scenario.target.clone())
     );
     let fallback = asks.contains(&Wants::Unset);
     let timeout = scenario.timeout.min(DISCOVERY_TIMEOUT);
-    let served = match list(scenario, opts, timeout).await {
+    let served = match list(&target, opts.allow_remote, timeout).await {
         Ok(served) if !served.is_empty() => served,
         Ok(_) => {
             let why = "the list is empty".to_string();
@@ -218,14 +224,11 @@ fn base_url(target: &str) -> Option<String> {
 
 /// GETs the model list: the ids in `data`, in the server's order. Errors are one line.
 async fn list(
-    scenario: &Scenario,
-    opts: &Options,
+    target: &Target,
+    allow_remote: bool,
     timeout: Duration,
 ) -> Result<Vec<String>, String> {
-    let target = Target::new(&scenario.target, &scenario.headers)
-        .and_then(|t| t.with_tls(&opts.tls))
-        .map_err(|e| e.to_string())?;
-    let client = build_client(&target, timeout, opts.allow_remote);
+    let client = build_client(target, timeout, allow_remote);
     let req = target
         .request(&Method::GET, MODELS_PATH, bytes::Bytes::new(), &[])
         .map_err(|e| e.to_string())?;
