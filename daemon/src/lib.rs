@@ -11,4 +11,5 @@ pub mod loadgen;
 pub mod probes;
 pub mod scrape;
 pub mod sim;
+pub mod tls;
 pub mod workload;

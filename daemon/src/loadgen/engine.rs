@@ -62,6 +62,8 @@ pub struct Options {
     pub progress: bool,
     /// This process's share of the load (`--shard i/N`); [`Shard::WHOLE`] for all of it.
     pub shard: Shard,
+    /// Whom an `https://` target's certificate must come from (`--ca-file`, `--insecure`).
+    pub tls: crate::tls::TlsOptions,
 }
 
 impl Default for Options {
@@ -73,6 +75,7 @@ impl Default for Options {
             observer: None,
             progress: false,
             shard: Shard::WHOLE,
+            tls: crate::tls::TlsOptions::default(),
         }
     }
 }
@@ -130,7 +133,7 @@ pub async fn run(
         return Err(RunError::Remote(scenario.target.clone()));
     }
     super::limits::check(scenario).map_err(RunError::Invalid)?;
-    let target = Target::new(&scenario.target, &scenario.headers)?;
+    let target = Target::new(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
     let event_uris = scenario
         .phases
         .iter()
@@ -183,7 +186,7 @@ pub async fn run(
         .map_or(0, |d| d.as_nanos() as u64);
     let started_monotonic_ns = crate::probes::clock::monotonic_ns();
     let shared = Arc::new(Shared {
-        client: build_client(scenario.timeout, opts.allow_remote),
+        client: build_client(&target, scenario.timeout, opts.allow_remote),
         allow_remote: opts.allow_remote,
         shard: share,
         target,

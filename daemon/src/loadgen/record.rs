@@ -53,6 +53,9 @@ impl Endpoint {
 pub enum ErrorClass {
     /// TCP connect failed (refused, unreachable, connect timeout).
     Connect,
+    /// The TLS handshake of an `https://` target failed (unknown CA, wrong host name,
+    /// expired certificate, a server that does not speak TLS): the message says what to do.
+    Tls,
     /// The per-request timeout expired.
     Timeout,
     /// The server answered with a non-2xx status.
@@ -88,8 +91,9 @@ impl RequestRecord {
 
 impl ErrorClass {
     /// All classes, in report order.
-    pub const ALL: [ErrorClass; 8] = [
+    pub const ALL: [ErrorClass; 9] = [
         ErrorClass::Connect,
+        ErrorClass::Tls,
         ErrorClass::Timeout,
         ErrorClass::HttpStatus,
         ErrorClass::MalformedStream,
@@ -104,6 +108,7 @@ impl ErrorClass {
     pub fn name(self) -> &'static str {
         match self {
             ErrorClass::Connect => "connect",
+            ErrorClass::Tls => "tls",
             ErrorClass::Timeout => "timeout",
             ErrorClass::HttpStatus => "http_status",
             ErrorClass::MalformedStream => "malformed_stream",

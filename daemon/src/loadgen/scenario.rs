@@ -150,7 +150,8 @@ pub struct RequestSpec {
     pub path: Option<String>,
     /// HTTP method for `http` (default GET, or POST when a body is given).
     pub method: Option<String>,
-    /// `model` field (default `default`).
+    /// `model` field (default: the first model of the target's `/v1/models`, see
+    /// `models.rs`; `default` when it lists none).
     pub model: Option<String>,
     /// Prompt template (default `${dataset.prompt}` with a dataset, else a fixed prompt).
     #[serde(default, deserialize_with = "de_opt_template")]

@@ -86,6 +86,16 @@ impl Template {
         Ok(Template { parts })
     }
 
+    /// The text, when the template has no placeholder.
+    #[must_use]
+    pub fn literal(&self) -> Option<&str> {
+        match self.parts.as_slice() {
+            [] => Some(""),
+            [Part::Lit(s)] => Some(s),
+            _ => None,
+        }
+    }
+
     /// Whether the template uses `${dataset.*}`.
     #[must_use]
     pub fn uses_dataset(&self) -> bool {
