@@ -216,8 +216,7 @@ async fn checks_give_semantic_throughput_and_logprobs_give_ice() {
     assert!(answers.tokens_per_s > answers.output_tokens_per_s);
     // Requests that succeed but fail the check are not semantic throughput.
     assert_eq!((never.tasks, never.tasks_succeeded), (20, 0));
-    assert_eq!(never.error_rate, 0.0);
-    assert_eq!(never.semantic_tasks_per_s, 0.0);
+    assert!(never.error_rate < 1e-12 && never.semantic_tasks_per_s < 1e-12);
     // Conversations: a task per finished conversation, an ICE per conversation.
     assert!(
         chats.tasks >= 2 && chats.tasks_succeeded == chats.tasks,

@@ -20,7 +20,7 @@ use super::explain::ExplainArgs;
 /// Flags of the knee search.
 #[derive(clap::Args, Debug, Clone)]
 pub struct FindMaxArgs {
-    /// Find the highest load that meets this SLO (and every --slo), e.g. 'ttft_p95 < 500ms':
+    /// Find the highest load that meets this SLO (and every --slo), e.g. `ttft_p95 < 500ms`:
     /// short steps of the load, doubled until one fails, then bisected. The load starts at
     /// --rate (open loop, default 1 req/s) or --connections (closed loop: users).
     #[arg(long, value_name = "SLO")]

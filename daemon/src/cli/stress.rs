@@ -130,7 +130,8 @@ enum EndpointArg {
     Http,
 }
 
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+/// The scenario to run: the file, or one phase from the flags, with the flags' overrides.
+fn scenario(args: &Args) -> anyhow::Result<Scenario> {
     let mut scenario = match &args.scenario {
         Some(path) => {
             if args.rate.is_some()
@@ -164,6 +165,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .map_or_else(|| "flags".into(), |p| format!("{} with flags", p.display()));
         anyhow::anyhow!("{from}: {e}")
     })?;
+    Ok(scenario)
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let mut scenario = scenario(args)?;
     let tls = args.tls.options()?;
     if args.tls.insecure() {
         eprintln!("inferscope: {}", super::tls::INSECURE_WARNING);

@@ -500,7 +500,7 @@ fn first_request(
     rng: &mut SmallRng,
     seq: u64,
 ) -> Option<(Option<Conversation>, Prepared)> {
-    // A conversation starts at each arrival; its later turns follow its answers.
+    // A conversation starts here; its later turns follow its answers.
     let mut conv = ctx.start_conversation(rng, seq);
     let prepared = match conv.as_mut() {
         Some(c) => ctx.prepare_turn(rng, seq, c)?,
@@ -602,7 +602,7 @@ async fn user(
     cancel: CancellationToken,
 ) {
     // Each user owns one connection, as a wrk/oha connection does.
-    let mut conn = OwnConn::new(&shared.target, shared.timeout, shared.allow_remote);
+    let mut own = OwnConn::new(&shared.target, shared.timeout, shared.allow_remote);
     let mut n = 0;
     while Instant::now() < end && !cancel.is_cancelled() {
         // Waiting for room never runs past the phase's end.
@@ -613,13 +613,8 @@ async fn user(
         };
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
         // A user runs one conversation at a time, turn after turn.
-        let mut conv = ctx.start_conversation(&mut rng, seq);
-        let prepared = match conv.as_mut() {
-            Some(c) => match ctx.prepare_turn(&mut rng, seq, c) {
-                Some(p) => p,
-                None => break,
-            },
-            None => ctx.prepare(&mut rng, seq),
+        let Some((conv, prepared)) = first_request(&ctx, &mut rng, seq) else {
+            break;
         };
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
         let first = one(
@@ -628,7 +623,7 @@ async fn user(
             prepared,
             rec,
             (permit, None),
-            Some(&mut conn),
+            Some(&mut own),
         )
         .await;
         n += 1;
@@ -639,7 +634,7 @@ async fn user(
                 rng: SmallRng::seed_from_u64(rng.next_u64()),
             };
             n += turns
-                .follow(&shared, &ctx, first, &cancel, Some(&mut conn))
+                .follow(&shared, &ctx, first, &cancel, Some(&mut own))
                 .await;
         }
     }

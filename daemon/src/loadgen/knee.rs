@@ -216,12 +216,6 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The step that ran at `load`.
-    #[must_use]
-    pub fn step_at(&self, load: f64) -> Option<&Step> {
-        self.steps.iter().find(|s| s.load == load)
-    }
-
     /// The sweep table and the answer, for a terminal.
     #[must_use]
     pub fn table(&self) -> String {
@@ -417,7 +411,7 @@ impl Planner {
                 if close {
                     Err(Stop::Converged)
                 } else {
-                    Ok(round((p + f) / 2.0))
+                    Ok(round(f64::midpoint(p, f)))
                 }
             }
         }

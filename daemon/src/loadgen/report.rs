@@ -318,32 +318,7 @@ impl Report {
                     p.recall.mean, p.recall.p50, p.recall.count
                 );
             }
-            // Semantic throughput where tasks are more than requests (checks, conversations).
-            if p.tasks_succeeded < p.tasks || p.tasks < p.counts.finished {
-                let _ = writeln!(
-                    s,
-                    "  tasks: {} of {} succeeded, sTPS {:.2}; token QPS {:.0} (input + output)",
-                    p.tasks_succeeded, p.tasks, p.semantic_tasks_per_s, p.tokens_per_s
-                );
-            }
-            if let (Some(first), Some(later)) = (
-                p.latency_ms.get("ttft_first_turn"),
-                p.latency_ms.get("ttft_later_turns"),
-            ) {
-                let _ = writeln!(
-                    s,
-                    "  TTFT p50 turn 1 {}, later turns {}",
-                    fmt_ms(first.p50),
-                    fmt_ms(later.p50)
-                );
-            }
-            if p.ice.count > 0 {
-                let _ = writeln!(
-                    s,
-                    "  ICE (std of turn entropies): p50 {:.3}, p95 {:.3} nats over {} conversations",
-                    p.ice.p50, p.ice.p95, p.ice.count
-                );
-            }
+            conversation_lines(&mut s, p);
             for r in p.slo.iter().filter(|r| !r.pass) {
                 let obs = r
                     .observed
@@ -365,5 +340,35 @@ fn fmt_ms(v: f64) -> String {
         format!("{v:.0}ms")
     } else {
         format!("{v:.2}ms")
+    }
+}
+
+/// The lines of tasks (checks, conversations), per-turn TTFT and ICE, when a phase has them.
+fn conversation_lines(s: &mut String, p: &PhaseReport) {
+    // Semantic throughput where tasks are more than requests (checks, conversations).
+    if p.tasks_succeeded < p.tasks || p.tasks < p.counts.finished {
+        let _ = writeln!(
+            s,
+            "  tasks: {} of {} succeeded, sTPS {:.2}; token QPS {:.0} (input + output)",
+            p.tasks_succeeded, p.tasks, p.semantic_tasks_per_s, p.tokens_per_s
+        );
+    }
+    if let (Some(first), Some(later)) = (
+        p.latency_ms.get("ttft_first_turn"),
+        p.latency_ms.get("ttft_later_turns"),
+    ) {
+        let _ = writeln!(
+            s,
+            "  TTFT p50 turn 1 {}, later turns {}",
+            fmt_ms(first.p50),
+            fmt_ms(later.p50)
+        );
+    }
+    if p.ice.count > 0 {
+        let _ = writeln!(
+            s,
+            "  ICE (std of turn entropies): p50 {:.3}, p95 {:.3} nats over {} conversations",
+            p.ice.p50, p.ice.p95, p.ice.count
+        );
     }
 }

@@ -226,52 +226,8 @@ fn check_phase(
             ),
         ));
     }
-    if let Some(c) = &p.request.conversation {
-        let why = if endpoint != Endpoint::Chat {
-            Some("`conversation:` needs `endpoint: chat` (a history is a list of messages)".into())
-        } else if !(1..=super::conversation::MAX_TURNS).contains(&c.turns) {
-            Some(format!(
-                "conversation turns must be 1..={}",
-                super::conversation::MAX_TURNS
-            ))
-        } else if c.logprobs.is_some_and(|k| !(1..=20).contains(&k)) {
-            Some("conversation logprobs (top_logprobs per token) must be 1..=20".into())
-        } else if c
-            .system_prompt_words
-            .is_some_and(|w| w > super::conversation::MAX_SYSTEM_WORDS)
-        {
-            Some(format!(
-                "conversation system_prompt_words must be at most {}",
-                super::conversation::MAX_SYSTEM_WORDS
-            ))
-        } else if c.reply == super::scenario::ReplySource::Recorded
-            && !p
-                .request
-                .dataset
-                .as_ref()
-                .and_then(|d| loaded.get(d))
-                .is_some_and(|d| d.has_conversations())
-        {
-            Some(
-                "`reply: recorded` needs a ShareGPT dataset with replies (`request.dataset`)"
-                    .into(),
-            )
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(err(&at, format!("phase `{}`: {why}", p.name)));
-        }
-    }
-    if let Some(c) = &p.request.check {
-        let why = if matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
-            super::check::Check::compile(c).err()
-        } else {
-            Some("`check:` needs an LLM endpoint (chat or completions)".into())
-        };
-        if let Some(why) = why {
-            return Err(err(&at, format!("phase `{}`: {why}", p.name)));
-        }
+    if let Some(why) = llm_extras_problem(p, endpoint, loaded) {
+        return Err(err(&at, format!("phase `{}`: {why}", p.name)));
     }
     if endpoint == Endpoint::VectorSearch
         && p.request.text.is_none()
@@ -286,6 +242,50 @@ fn check_phase(
         ));
     }
     Ok(())
+}
+
+/// What is wrong with a phase's `conversation:` or `check:`, if anything.
+fn llm_extras_problem(
+    p: &Phase,
+    endpoint: Endpoint,
+    loaded: &BTreeMap<String, Arc<Dataset>>,
+) -> Option<String> {
+    use super::conversation::{MAX_SYSTEM_WORDS, MAX_TURNS};
+    if let Some(c) = &p.request.conversation {
+        if endpoint != Endpoint::Chat {
+            return Some(
+                "`conversation:` needs `endpoint: chat` (a history is a list of messages)".into(),
+            );
+        }
+        if !(1..=MAX_TURNS).contains(&c.turns) {
+            return Some(format!("conversation turns must be 1..={MAX_TURNS}"));
+        }
+        if c.logprobs.is_some_and(|k| !(1..=20).contains(&k)) {
+            return Some("conversation logprobs (top_logprobs per token) must be 1..=20".into());
+        }
+        if c.system_prompt_words.is_some_and(|w| w > MAX_SYSTEM_WORDS) {
+            return Some(format!(
+                "conversation system_prompt_words must be at most {MAX_SYSTEM_WORDS}"
+            ));
+        }
+        let recorded = p
+            .request
+            .dataset
+            .as_ref()
+            .and_then(|d| loaded.get(d))
+            .is_some_and(|d| d.has_conversations());
+        if c.reply == super::scenario::ReplySource::Recorded && !recorded {
+            return Some(
+                "`reply: recorded` needs a ShareGPT dataset with replies (`request.dataset`)"
+                    .into(),
+            );
+        }
+    }
+    let check = p.request.check.as_ref()?;
+    if !matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
+        return Some("`check:` needs an LLM endpoint (chat or completions)".into());
+    }
+    super::check::Check::compile(check).err()
 }
 
 /// Every path of a phase (request, ground truth, events) must be absolute: glued to the base
