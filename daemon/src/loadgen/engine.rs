@@ -352,6 +352,11 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
         duration_s: p.duration.as_secs_f64(),
         elapsed_s,
         slos: p.slo.clone(),
+        retry_t_max_ms: p
+            .request
+            .retry
+            .as_ref()
+            .map(super::resilience::RetrySpec::t_max_ms),
     }
 }
 
@@ -641,15 +646,53 @@ async fn user(
     let _ = shared.tx.send(Msg::Scheduled(ctx.index, n)).await;
 }
 
-/// One request: executed under the timeout, aborted by the hard stop, then reported.
+/// One request, and its retries under the phase's retry policy: each attempt reported as it
+/// ends. A request outside a conversation with a policy is a task decided by its last attempt.
 async fn one(
     shared: Arc<Shared>,
     ctx: Arc<PhaseCtx>,
     p: Prepared,
     mut rec: RequestRecord,
     _permits: Permits,
-    own: Option<&mut OwnConn>,
+    mut own: Option<&mut OwnConn>,
 ) -> Answered {
+    let Some(policy) = ctx.retry() else {
+        let (rec, answered) = attempt(&shared, &ctx, p, rec, own).await;
+        let _ = shared.tx.send(Msg::Record(rec)).await;
+        return answered;
+    };
+    let mut n = 1;
+    rec.attempt = Some(n);
+    loop {
+        let (done, answered) = attempt(&shared, &ctx, p.clone(), rec, own.as_deref_mut()).await;
+        let again = policy.retries(&done, n);
+        let single = done.turn.is_none();
+        let _ = shared.tx.send(Msg::Record(done)).await;
+        let wait = policy.wait_after(n);
+        if !again || shared.hard_stop.is_cancelled() {
+            if single {
+                let ok = answered.ok && answered.passed;
+                let _ = shared.tx.send(Msg::Task(ctx.index, ok, None)).await;
+            }
+            return answered;
+        }
+        tokio::select! { () = tokio::time::sleep(wait) => {}, () = shared.hard_stop.cancelled() => {} }
+        n += 1;
+        let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+        // A retry is due when it is sent: its own latency, apart from first attempts'.
+        rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
+        rec.attempt = Some(n);
+    }
+}
+
+/// One attempt: executed under the timeout, aborted by the hard stop.
+async fn attempt(
+    shared: &Arc<Shared>,
+    ctx: &PhaseCtx,
+    p: Prepared,
+    mut rec: RequestRecord,
+    own: Option<&mut OwnConn>,
+) -> (RequestRecord, Answered) {
     let t0 = shared.t0;
     rec.actual_us = us_since(t0);
     let mut base = rec.clone();
@@ -680,8 +723,7 @@ async fn one(
         text,
         entropy: rec.entropy,
     };
-    let _ = shared.tx.send(Msg::Record(rec)).await;
-    answered
+    (rec, answered)
 }
 
 async fn event(

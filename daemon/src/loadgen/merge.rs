@@ -123,6 +123,7 @@ pub fn phase_info(p: &PhaseReport, elapsed_s: f64) -> Result<PhaseInfo, String> 
         duration_s: p.duration_s,
         elapsed_s,
         slos,
+        retry_t_max_ms: None,
     })
 }
 

@@ -113,6 +113,8 @@ pub struct PhaseMetrics {
     pub tasks: u64,
     /// Tasks that succeeded (see `check.rs`).
     pub tasks_ok: u64,
+    /// Outages and retries (see `resilience.rs`).
+    pub resilience: super::resilience::Tracker,
 }
 
 /// Histogram names, in report order.
@@ -148,6 +150,7 @@ impl Default for PhaseMetrics {
             input_tokens: 0,
             tasks: 0,
             tasks_ok: 0,
+            resilience: super::resilience::Tracker::default(),
         }
     }
 }
@@ -170,9 +173,17 @@ impl PhaseMetrics {
 
     /// Adds one finished request.
     pub fn record(&mut self, r: &RequestRecord) {
+        let outage = super::resilience::RetryOn::of(r).is_some();
+        self.resilience.observe(outage, r.end_us);
+        // A retry is counted apart: first attempts alone make latencies and error rates.
+        if r.attempt.is_some_and(|a| a > 1) {
+            self.resilience.retry(r.error.is_none(), r.end_us);
+            return;
+        }
         self.finished += 1;
-        // A request outside a conversation is a task of its own.
-        if r.turn.is_none() {
+        // A request outside a conversation and without retries is a task of its own (with
+        // retries the engine reports the task after its last attempt).
+        if r.turn.is_none() && r.attempt.is_none() {
             self.task(r.error.is_none() && r.check != Some(false), None);
         }
         self.add("send_lag", r.send_lag_us());

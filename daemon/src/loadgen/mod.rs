@@ -41,6 +41,7 @@ pub mod progress;
 pub mod record;
 pub mod report;
 pub mod request;
+pub mod resilience;
 pub mod scenario;
 pub mod shape;
 pub mod shard;

@@ -196,6 +196,9 @@ pub struct RequestRecord {
     /// Mean token entropy of the answer from its `top_logprobs`, nats (when asked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entropy: Option<f64>,
+    /// Under a retry policy: 1 for the first attempt, then 2, 3, ... for the retries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 impl RequestRecord {
@@ -226,6 +229,7 @@ impl RequestRecord {
             turn: None,
             check: None,
             entropy: None,
+            attempt: None,
         }
     }
 

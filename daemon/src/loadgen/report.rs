@@ -81,6 +81,9 @@ pub struct PhaseReport {
     /// Inference consistency entropy per conversation (nats; conversations with logprobs).
     #[serde(default)]
     pub ice: Summary,
+    /// Retries, outages and the MSR (phases with a retry policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resilience: Option<super::resilience::Resilience>,
     /// Latency summaries in milliseconds: ttft, itl, tpot, e2e (from intended start),
     /// `e2e_from_send` (uncorrected, for comparison), `send_lag`.
     pub latency_ms: BTreeMap<String, Summary>,
@@ -169,6 +172,9 @@ pub struct PhaseInfo {
     pub elapsed_s: f64,
     /// SLOs.
     pub slos: Vec<super::slo::Slo>,
+    /// `T_max` (ms) of the phase's retry policy; `None` without one (or after a merge:
+    /// shards' outages do not add up).
+    pub retry_t_max_ms: Option<f64>,
 }
 
 impl PhaseReport {
@@ -218,6 +224,7 @@ impl PhaseReport {
             tasks_succeeded: m.tasks_ok,
             semantic_tasks_per_s: m.tasks_ok as f64 / el,
             ice: m.summary("ice"),
+            resilience: info.retry_t_max_ms.map(|t| m.resilience.finish(t)),
             input_tokens: m.input_tokens,
             latency_ms: ["ttft", "itl", "tpot", "e2e", "e2e_from_send", "send_lag"]
                 .iter()
@@ -362,6 +369,20 @@ fn conversation_lines(s: &mut String, p: &PhaseReport) {
             "  TTFT p50 turn 1 {}, later turns {}",
             fmt_ms(first.p50),
             fmt_ms(later.p50)
+        );
+    }
+    if let Some(r) = &p.resilience {
+        let _ = writeln!(
+            s,
+            "  resilience: MSR {:.2} ({}): failover {:.0} ms of T_max {:.0} over {} outages{}, retries {} of {} succeeded",
+            r.msr,
+            r.grade.name(),
+            r.failover_ms,
+            r.t_max_ms,
+            r.outages,
+            if r.unrecovered { " (unrecovered)" } else { "" },
+            r.retries_succeeded,
+            r.retries
         );
     }
     if p.ice.count > 0 {

@@ -51,7 +51,7 @@ pub struct PhaseCtx {
 }
 
 /// One request ready to go.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Prepared {
     /// The JSON (or raw) body.
     pub body: Bytes,
@@ -127,6 +127,12 @@ impl PhaseCtx {
                 .map(system_prompt),
             spec,
         })
+    }
+
+    /// The phase's retry policy.
+    #[must_use]
+    pub fn retry(&self) -> Option<&super::resilience::RetrySpec> {
+        self.spec.retry.as_ref()
     }
 
     /// Whether this phase runs conversations, and their think time.

@@ -191,6 +191,9 @@ pub struct RequestSpec {
     pub conversation: Option<ConversationSpec>,
     /// LLM: whether an answer did its task (semantic throughput; see `check.rs`).
     pub check: Option<super::check::CheckSpec>,
+    /// Resend requests that failed the way an outage does; gives the phase's MSR (see
+    /// `resilience.rs`).
+    pub retry: Option<super::resilience::RetrySpec>,
 }
 
 /// `request.conversation`: each arrival (open loop) or each user in turn (closed loop) runs a

@@ -281,6 +281,14 @@ fn llm_extras_problem(
             );
         }
     }
+    if let Some(r) = &p.request.retry {
+        if !(1..=10).contains(&r.max) {
+            return Some("retry max (retries after the first attempt) must be 1..=10".into());
+        }
+        if r.on.is_empty() {
+            return Some("retry on: name at least one of connect, 5xx, timeout".into());
+        }
+    }
     let check = p.request.check.as_ref()?;
     if !matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
         return Some("`check:` needs an LLM endpoint (chat or completions)".into());

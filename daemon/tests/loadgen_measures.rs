@@ -1,4 +1,5 @@
-//! Multi-turn conversations: what the server received, turn by turn. A recording chat server
+//! Multi-turn conversations (what the server received, turn by turn), task checks and sTPS,
+//! ICE from logprobs, and retries with the MSR of a server restarted mid-run. A recording chat server
 //! (real HTTP and SSE, in process) keeps every request's `messages` and answers
 //! `echo:<last user message>`, so each history can be checked against the answers given.
 
@@ -231,4 +232,60 @@ async fn checks_give_semantic_throughput_and_logprobs_give_ice() {
         .count();
     assert!(with_entropy >= 6, "{with_entropy}");
     sim.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restarted_mid_run_gives_a_failover_time_and_an_msr() {
+    let mut cfg = inferscope::sim::profile("healthy").unwrap();
+    cfg.vector.corpus_size = 10;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let first = inferscope::sim::start(cfg.clone(), l).await.unwrap();
+    let yaml = format!(
+        "target: http://{addr}\ntimeout: 2s\nseed: 1\nphases:
+  - name: p
+    duration: 3s
+    load: {{shape: constant, rate: 20}}
+    request: {{model: inferscope-sim, max_tokens: 4, retry: {{max: 6, backoff: 100ms}}}}
+"
+    );
+    let s = Scenario::from_yaml(&yaml, "r.yaml", Path::new(".")).unwrap();
+    let run =
+        tokio::spawn(
+            async move { loadgen::run(&s, Options::new(), CancellationToken::new()).await },
+        );
+    // Down from 1.0 s to 1.5 s of the run.
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    first.shutdown().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let l = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let second = inferscope::sim::start(cfg, l).await.unwrap();
+    let r = run.await.unwrap().unwrap();
+    second.shutdown().await.unwrap();
+    let p = &r.phases[0];
+    let res = p
+        .resilience
+        .as_ref()
+        .expect("a phase with a retry policy reports resilience");
+    assert!(res.outages >= 1 && !res.unrecovered, "{res:?}");
+    // The outage lasted about the 500 ms the server was away.
+    assert!((300.0..1500.0).contains(&res.failover_ms), "{res:?}");
+    assert!(res.retries > 0 && res.retries_succeeded > 0, "{res:?}");
+    let want = (1.0 - res.failover_ms / 800.0).clamp(0.0, 1.0) * res.r_retry;
+    assert!((res.msr - want).abs() < 1e-9, "{res:?}");
+    assert_eq!(
+        res.grade,
+        inferscope::loadgen::resilience::Grade::of(res.msr)
+    );
+    // First attempts alone are the phase's requests; every task ended in a success.
+    assert_eq!(p.counts.finished, 60, "{:?}", p.counts);
+    assert_eq!(p.tasks, 60);
+    assert_eq!(p.tasks_succeeded, 60, "{res:?} {:?}", p.counts);
+    assert!(p.error_rate > 0.0);
+    let retries = r
+        .records
+        .iter()
+        .filter(|x| x.attempt.is_some_and(|a| a > 1))
+        .count();
+    assert_eq!(retries as u64, res.retries);
 }
