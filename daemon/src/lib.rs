@@ -11,3 +11,4 @@ pub mod loadgen;
 pub mod probes;
 pub mod scrape;
 pub mod sim;
+pub mod triggers;

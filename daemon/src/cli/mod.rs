@@ -9,3 +9,4 @@ pub mod report;
 pub mod runqlat;
 pub mod sim;
 pub mod stress;
+pub mod triggers;
