@@ -118,7 +118,7 @@ pub enum Unit {
 
 impl Metric {
     /// The metric called `name`: a signal's or extra field's name, with or without its unit
-    /// suffix (`ttft_p95` is `ttft_p95_ms`).
+    /// suffix (`ttft_p95` is `ttft_p95_ms`) or `_mean` (`recall` is `recall_mean`).
     #[must_use]
     pub fn parse(name: &str) -> Option<Self> {
         if name == "verdict_confidence" {
@@ -139,6 +139,7 @@ impl Metric {
         exact(name)
             .or_else(|| exact(&format!("{name}_ms")))
             .or_else(|| exact(&format!("{name}_us")))
+            .or_else(|| exact(&format!("{name}_mean")))
     }
 
     /// Every metric name, for error messages.

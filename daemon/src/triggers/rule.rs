@@ -514,7 +514,8 @@ mod tests {
             ("kv_usage > 5ms", "percentage"),
             ("verdict == slow", "unknown verdict"),
             ("verdict > kv_cache", "`==` or `!=`"),
-            ("ttft_p95 rises_by -3ms", "value >= 0"),
+            ("ttft_p95 rises_by -3ms", "bad value `-3ms`"),
+            ("ttft_p95 rises_by -3%", "value >= 0"),
         ] {
             let e = parse_condition(text).unwrap_err();
             assert!(e.contains(says), "{text}: {e}");

@@ -222,3 +222,20 @@ async fn the_observer_counts_and_the_runner_returns_outcomes() {
     assert_eq!(firings[0].window_start_unix_ms, 1000);
     assert!(firings.iter().all(|f| f.outcome.as_ref().is_some_and(Outcome::ok)));
 }
+
+#[test]
+fn a_scenario_carries_its_rules_and_points_at_a_bad_one() {
+    let base = "target: http://127.0.0.1:8000\nphases:\n  - name: p\n    duration: 1s\n    load: {shape: constant, rate: 1}\n";
+    let good = format!(
+        "{base}triggers:\n  - name: kv\n    when: [verdict == kv_cache]\n    for: 3s\n    run: [/bin/true]\n"
+    );
+    let s = crate::loadgen::Scenario::from_yaml(&good, "s.yaml", Path::new(".")).unwrap();
+    assert_eq!(s.triggers.len(), 1);
+    assert_eq!(s.triggers[0].hold, std::time::Duration::from_secs(3));
+    let bad = format!(
+        "{base}triggers:\n  - name: kv\n    when:\n      - kv_usage >= 0.9\n      - kv_usage is high\n    run: [/bin/true]\n"
+    );
+    let e = crate::loadgen::Scenario::from_yaml(&bad, "s.yaml", Path::new(".")).unwrap_err();
+    assert_eq!(e.line.map(|l| l.0), Some(10), "{e}");
+    assert!(e.msg.contains("condition `kv_usage is high`"), "{e}");
+}
