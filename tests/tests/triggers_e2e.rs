@@ -46,7 +46,8 @@ fn webhook_server() -> (String, mpsc::Receiver<String>) {
             let mut body = vec![0; len];
             r.read_exact(&mut body).unwrap();
             assert!(first.starts_with("POST /hook "), "{first}");
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
             let _ = tx.send(String::from_utf8(body).unwrap());
         }
     });
@@ -80,13 +81,23 @@ fn triggers(script: &str, url: &str) -> String {
     )
 }
 
-fn run(name: &str, profile: &str, sim_flags: &[&str], load: &Load) -> (Value, Vec<String>, Vec<String>) {
+fn run(
+    name: &str,
+    profile: &str,
+    sim_flags: &[&str],
+    load: &Load,
+) -> (Value, Vec<String>, Vec<String>) {
     let dir = std::env::temp_dir().join(format!("inferscope-trig-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let fired_file = dir.join("fired");
     let (url, bodies) = webhook_server();
-    let sim = Sim::start(&["nice", "-n", &FIRST.to_string()], profile, loopback(), sim_flags);
+    let sim = Sim::start(
+        &["nice", "-n", &FIRST.to_string()],
+        profile,
+        loopback(),
+        sim_flags,
+    );
     let yaml = format!(
         "{}{}",
         scenario(name, &sim.url(), load),
@@ -108,7 +119,9 @@ fn kv_pressure_fires_the_command_and_the_webhook_once() {
     if !root_or_skip("kv_pressure_fires_the_command_and_the_webhook_once") {
         return;
     }
-    let _one = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     // As explain_e2e's kv_pressure_is_kv_cache: the cache fills at the 16 req/s peak.
     let (report, lines, bodies) = run(
         "trig-kv",
@@ -131,7 +144,10 @@ fn kv_pressure_fires_the_command_and_the_webhook_once() {
     assert_eq!(bodies.len(), 1, "one webhook body: {bodies:?}");
     let body: Value = serde_json::from_str(&bodies[0]).unwrap();
     assert_eq!(body["rule"], "kv-hook");
-    assert!(body["values"]["kv_usage"].as_f64().unwrap() >= 0.9, "{body}");
+    assert!(
+        body["values"]["kv_usage"].as_f64().unwrap() >= 0.9,
+        "{body}"
+    );
     assert!(body["verdict"]["cause"].is_string(), "{body}");
     assert!(body["verdict"]["evidence"].is_array(), "{body}");
     assert!(body["window_start_unix_ms"].as_u64().unwrap() > 0);
@@ -158,7 +174,9 @@ fn a_healthy_run_fires_nothing() {
     if !root_or_skip("a_healthy_run_fires_nothing") {
         return;
     }
-    let _one = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (report, lines, bodies) = run(
         "trig-healthy",
         "healthy",

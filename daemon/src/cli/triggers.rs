@@ -17,7 +17,11 @@ use super::explain::ExplainArgs;
 
 /// The scenario's rules and the file's, checked: unique names, webhooks on loopback unless
 /// `allow_remote`.
-fn rules(scenario: &Scenario, file: Option<&Path>, allow_remote: bool) -> anyhow::Result<Vec<Rule>> {
+fn rules(
+    scenario: &Scenario,
+    file: Option<&Path>,
+    allow_remote: bool,
+) -> anyhow::Result<Vec<Rule>> {
     let mut rules = scenario.triggers.clone();
     if let Some(path) = file {
         for r in triggers::load_file(path)? {
@@ -71,7 +75,10 @@ pub fn start_for_stress(
         engine = engine.with_live(live);
     }
     let say: OnDone = Arc::new(|f: &Firing| {
-        let outcome = f.outcome.as_ref().map_or(String::new(), |o| o.line());
+        let outcome = f
+            .outcome
+            .as_ref()
+            .map_or(String::new(), triggers::Outcome::line);
         eprintln!(
             "trigger {} fired: {}; {}: {outcome}",
             f.rule,
@@ -121,7 +128,10 @@ fn attributes(f: &Firing) -> Vec<(String, String)> {
             "inferscope.trigger.window_start_unix_ms".to_owned(),
             f.window_start_unix_ms.to_string(),
         ),
-        ("inferscope.verdict".to_owned(), f.verdict.cause.name().to_owned()),
+        (
+            "inferscope.verdict".to_owned(),
+            f.verdict.cause.name().to_owned(),
+        ),
         (
             "inferscope.verdict.evidence".to_owned(),
             f.verdict.evidence_line(),
@@ -129,7 +139,9 @@ fn attributes(f: &Firing) -> Vec<(String, String)> {
         ("inferscope.trigger.action".to_owned(), f.action.clone()),
         (
             "inferscope.trigger.outcome".to_owned(),
-            f.outcome.as_ref().map_or(String::new(), |o| o.line()),
+            f.outcome
+                .as_ref()
+                .map_or(String::new(), triggers::Outcome::line),
         ),
     ];
     a.extend(

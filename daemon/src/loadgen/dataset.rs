@@ -451,7 +451,10 @@ mod tests {
         assert_eq!(a.rows[0].field("lang"), "en");
         let b = Dataset::load(&spec("b.json"), Files::Relative(&dir), &mut rng).unwrap();
         assert_eq!(b.rows.len(), 1);
-        assert_eq!((b.rows[0].prompt.as_str(), b.rows[0].output_tokens), ("q1", Some(3)));
+        assert_eq!(
+            (b.rows[0].prompt.as_str(), b.rows[0].output_tokens),
+            ("q1", Some(3))
+        );
         assert_eq!(
             b.rows[0].turns,
             vec![Turn {

@@ -73,9 +73,7 @@ pub async fn serve(mut rx: mpsc::Receiver<Job>, on_done: Option<OnDone>) -> Vec<
             finish(f, &mut done);
         }
     }
-    done.sort_by(|a, b| {
-        (a.window_start_unix_ms, &a.rule).cmp(&(b.window_start_unix_ms, &b.rule))
-    });
+    done.sort_by(|a, b| (a.window_start_unix_ms, &a.rule).cmp(&(b.window_start_unix_ms, &b.rule)));
     done
 }
 
@@ -99,13 +97,13 @@ async fn execute(job: Job) -> Firing {
 }
 
 async fn run(argv: &[String], timeout: Duration, f: &Firing) -> Outcome {
-    let Some((program, args)) = argv.split_first() else {
+    let Some((program, rest)) = argv.split_first() else {
         return Outcome::SpawnFailed {
             error: "empty argv".into(),
         };
     };
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
+    cmd.args(rest)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -265,7 +263,12 @@ mod tests {
         let argv = vec!["sleep".into(), "5".into()];
         let o = run(&argv, Duration::from_millis(100), &firing()).await;
         assert_eq!(o, Outcome::TimedOut { after_ms: 100 });
-        let o = run(&["/nonexistent/x".into()], Duration::from_secs(1), &firing()).await;
+        let o = run(
+            &["/nonexistent/x".into()],
+            Duration::from_secs(1),
+            &firing(),
+        )
+        .await;
         assert!(matches!(o, Outcome::SpawnFailed { .. }), "{o:?}");
     }
 
@@ -309,9 +312,6 @@ mod tests {
             .port();
         let dead = format!("http://127.0.0.1:{port}/hook");
         let o = webhook(&dead, Duration::from_millis(200), &firing()).await;
-        assert!(
-            matches!(o, Outcome::Failed { attempts: 4, .. }),
-            "{o:?}"
-        );
+        assert!(matches!(o, Outcome::Failed { attempts: 4, .. }), "{o:?}");
     }
 }

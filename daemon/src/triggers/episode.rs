@@ -28,7 +28,7 @@ impl Episode {
         start_ms: u64,
         len_ms: u64,
         held: bool,
-        hold: Duration,
+        for_at_least: Duration,
         cooldown: Duration,
     ) -> bool {
         let end_ms = start_ms + len_ms;
@@ -55,7 +55,7 @@ impl Episode {
         let cooled = self
             .last_fired_ms
             .is_none_or(|f| Duration::from_millis(end_ms.saturating_sub(f)) >= cooldown);
-        if held_for >= hold && cooled {
+        if held_for >= for_at_least && cooled {
             self.fired = true;
             self.last_fired_ms = Some(end_ms);
             return true;

@@ -73,7 +73,7 @@ fn fold(records: &[RequestRecord], len_ms: u64) -> LoadSignals {
         .collect();
     let mut e2e: Vec<f64> = records.iter().map(|r| ms(r.e2e_us())).collect();
     let mut lag: Vec<f64> = records.iter().map(|r| ms(r.send_lag_us())).collect();
-    let len_s = len_ms.max(1) as f64 / 1000.0;
+    let secs = len_ms.max(1) as f64 / 1000.0;
     let mut endpoints: BTreeMap<_, usize> = BTreeMap::new();
     let mut error_classes = BTreeMap::new();
     for r in records {
@@ -91,21 +91,26 @@ fn fold(records: &[RequestRecord], len_ms: u64) -> LoadSignals {
         requests: records.len() as u64,
         errors: error_classes.values().sum(),
         target_rps: None,
-        achieved_rps: records.len() as f64 / len_s,
+        achieved_rps: records.len() as f64 / secs,
         in_flight_max: 0,
         ttft_ms: quantiles(&mut ttft),
         itl_ms: quantiles(&mut itl),
         e2e_ms: quantiles(&mut e2e),
         send_lag_ms: quantiles(&mut lag),
-        output_tokens_per_s: tokens as f64 / len_s,
-        endpoint: endpoints.into_iter().max_by_key(|(_, n)| *n).map(|(e, _)| e),
+        output_tokens_per_s: tokens as f64 / secs,
+        endpoint: endpoints
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(e, _)| e),
         error_classes,
-        recall_mean: (!recalls.is_empty()).then(|| recalls.iter().sum::<f64>() / recalls.len() as f64),
+        recall_mean: (!recalls.is_empty())
+            .then(|| recalls.iter().sum::<f64>() / recalls.len() as f64),
         phase_events_before: 0,
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)]
 mod tests {
     use super::*;
     use crate::loadgen::{Endpoint, ErrorClass};

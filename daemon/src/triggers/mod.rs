@@ -33,6 +33,7 @@ pub mod rule;
 
 use std::{
     collections::BTreeMap,
+    fmt::Write as _,
     path::Path,
     sync::{
         Arc,
@@ -231,19 +232,21 @@ impl Counts {
              # TYPE inferscope_trigger_firings_total counter\n",
         );
         for (name, n) in self.get() {
-            s.push_str(&format!(
-                "inferscope_trigger_firings_total{{rule=\"{}\"}} {n}\n",
+            let _ = writeln!(
+                s,
+                "inferscope_trigger_firings_total{{rule=\"{}\"}} {n}",
                 escape_label(&name)
-            ));
+            );
         }
         s.push_str(
             "# HELP inferscope_trigger_actions_dropped_total Firings whose action was not run (the action queue was full).\n\
              # TYPE inferscope_trigger_actions_dropped_total counter\n",
         );
-        s.push_str(&format!(
-            "inferscope_trigger_actions_dropped_total {}\n",
+        let _ = writeln!(
+            s,
+            "inferscope_trigger_actions_dropped_total {}",
             self.dropped.load(Ordering::Relaxed)
-        ));
+        );
         s
     }
 }
@@ -370,7 +373,11 @@ fn holds(
     verdict: &Verdict,
 ) -> bool {
     match *c {
-        Condition::Compare { metric, op, value: t } => value(metric).is_some_and(|x| op.holds(x, t)),
+        Condition::Compare {
+            metric,
+            op,
+            value: t,
+        } => value(metric).is_some_and(|x| op.holds(x, t)),
         Condition::Change {
             metric,
             rise,

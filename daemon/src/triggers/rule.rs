@@ -205,7 +205,10 @@ impl RawRule {
             needle: needle.to_owned(),
             msg,
         };
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
         {
             return Err(err(
                 &at,
@@ -225,9 +228,8 @@ impl RawRule {
         let when = when_text
             .iter()
             .map(|t| {
-                parse_condition(t).map_err(|why| {
-                    quoted(t, format!("condition `{t}` of trigger `{name}`: {why}"))
-                })
+                parse_condition(t)
+                    .map_err(|why| quoted(t, format!("condition `{t}` of trigger `{name}`: {why}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let duration = |field: &str, v: Option<&str>, default: Duration| match v {
@@ -528,13 +530,18 @@ mod tests {
 
     #[test]
     fn rules_check_their_action_and_durations() {
-        let r = raw("{name: rb, when: [kv_usage >= 0.95], for: 2m, cooldown: 10m, run: [rollback, --now]}")
-            .parse()
-            .unwrap();
+        let r = raw(
+            "{name: rb, when: [kv_usage >= 0.95], for: 2m, cooldown: 10m, run: [rollback, --now]}",
+        )
+        .parse()
+        .unwrap();
         assert_eq!(r.hold, Duration::from_mins(2));
         assert_eq!(r.cooldown, Duration::from_mins(10));
         assert_eq!(r.timeout, RUN_TIMEOUT);
-        assert_eq!(r.action, Action::Run(vec!["rollback".into(), "--now".into()]));
+        assert_eq!(
+            r.action,
+            Action::Run(vec!["rollback".into(), "--now".into()])
+        );
         let w = raw("{name: w, when: verdict == queue, webhook: 'http://[::1]:9/h'}")
             .parse()
             .unwrap();
@@ -552,8 +559,14 @@ mod tests {
                 "{name: a, when: [kv_usage > 1], webhook: 'https://h/'}",
                 "only http://",
             ),
-            ("{name: a, when: [kv_usage > 1], for: soon, run: [x]}", "not a duration"),
-            ("{name: 'a b', when: [kv_usage > 1], run: [x]}", "name must be"),
+            (
+                "{name: a, when: [kv_usage > 1], for: soon, run: [x]}",
+                "not a duration",
+            ),
+            (
+                "{name: 'a b', when: [kv_usage > 1], run: [x]}",
+                "name must be",
+            ),
         ] {
             let e = raw(yaml).parse().unwrap_err();
             assert!(e.msg.contains(says), "{yaml}: {e}");

@@ -1,4 +1,5 @@
 //! The engine on synthetic window sequences.
+#![allow(clippy::float_cmp)]
 
 use super::*;
 use crate::attribute::Cause;
@@ -192,23 +193,31 @@ fn files_are_checked_with_their_lines() {
     )
     .unwrap_err();
     assert_eq!(e.line, Some((5, 9)), "{e}");
-    assert!(e.to_string().starts_with("t.yaml:5:9: condition `ttft_p95 300ms`"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("t.yaml:5:9: condition `ttft_p95 300ms`"),
+        "{e}"
+    );
     let e = parse_yaml("triggers:\n  - name: a\n    wen: []\n", "t.yaml").unwrap_err();
     assert!(e.to_string().contains("unknown field `wen`"), "{e}");
     assert_eq!(e.line.map(|l| l.0), Some(3));
     let e = parse_yaml("triggers: []\n", "t.yaml").unwrap_err();
     assert!(e.msg.contains("is empty"), "{e}");
-    let remote = rules("triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://10.0.0.1/h'}\n");
+    let remote =
+        rules("triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://10.0.0.1/h'}\n");
     let e = check_remote(&remote, false).unwrap_err();
     assert!(e.contains("--allow-remote"), "{e}");
     check_remote(&remote, true).unwrap();
-    let local = rules("triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://localhost:9/h'}\n");
+    let local = rules(
+        "triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://localhost:9/h'}\n",
+    );
     check_remote(&local, false).unwrap();
 }
 
 #[tokio::test]
 async fn the_observer_counts_and_the_runner_returns_outcomes() {
-    let r = rules("triggers:\n  - {name: kv, when: [kv_usage >= 0.9], run: [/bin/sh, -c, 'exit 0']}\n");
+    let r =
+        rules("triggers:\n  - {name: kv, when: [kv_usage >= 0.9], run: [/bin/sh, -c, 'exit 0']}\n");
     let started = start(Engine::new(r), None);
     let mut observer = started.observer;
     for i in 0..4 {
@@ -220,7 +229,11 @@ async fn the_observer_counts_and_the_runner_returns_outcomes() {
     let firings = started.runner.await.unwrap();
     assert_eq!(firings.len(), 2);
     assert_eq!(firings[0].window_start_unix_ms, 1000);
-    assert!(firings.iter().all(|f| f.outcome.as_ref().is_some_and(Outcome::ok)));
+    assert!(
+        firings
+            .iter()
+            .all(|f| f.outcome.as_ref().is_some_and(Outcome::ok))
+    );
 }
 
 #[test]

@@ -42,7 +42,10 @@ pub fn render(report: &Report) -> String {
     }
     for f in &report.triggers {
         let at = f.window_start_unix_ms.saturating_sub(run.start_unix_ms) as f64 / 1000.0;
-        let outcome = f.outcome.as_ref().map_or("no outcome".into(), |o| o.line());
+        let outcome = f
+            .outcome
+            .as_ref()
+            .map_or("no outcome".into(), crate::triggers::Outcome::line);
         let _ = writeln!(
             out,
             "trigger {} fired at +{} s: {}; {}: {outcome}",
