@@ -11,4 +11,6 @@ pub mod loadgen;
 pub mod probes;
 pub mod scrape;
 pub mod sim;
+pub mod tls;
 pub mod triggers;
+pub mod workload;

@@ -28,6 +28,8 @@ enum Command {
     Stress(Box<cli::stress::Args>),
     /// Work with stress reports: `report merge a.json b.json ... --out merged.json`.
     Report(cli::report::Args),
+    /// Build workloads: `workload build --from queries.jsonl --out dataset.jsonl`.
+    Workload(cli::workload::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => cli::sim::run(&args),
         Command::Stress(args) => cli::stress::run(&args),
         Command::Report(args) => cli::report::run(&args),
+        Command::Workload(args) => cli::workload::run(&args),
     };
     match result {
         Ok(code) => code,

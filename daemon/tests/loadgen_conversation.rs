@@ -173,3 +173,63 @@ fn conversations_refuse_what_they_cannot_do() {
         assert!(e.contains(want), "{request}: {e}");
     }
 }
+
+/// The sim (real HTTP, in process) for the checks and the logprobs.
+async fn sim() -> (String, inferscope::sim::SimServer) {
+    let mut cfg = inferscope::sim::profile("healthy").unwrap();
+    cfg.vector.corpus_size = 10;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim = inferscope::sim::start(cfg, l).await.unwrap();
+    (format!("http://{}", sim.addr()), sim)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_give_semantic_throughput_and_logprobs_give_ice() {
+    let (target, sim) = sim().await;
+    let yaml = format!(
+        "target: {target}\nseed: 5\nphases:
+  - name: answers
+    duration: 2s
+    load: {{shape: constant, rate: 10}}
+    request: {{model: inferscope-sim, max_tokens: 8, check: {{regex: '\\S', max_latency: 10s}}}}
+    slo: ['stps > 5', 'task_success_rate >= 99%']
+  - name: never
+    duration: 2s
+    load: {{shape: constant, rate: 10}}
+    request: {{model: inferscope-sim, max_tokens: 8, check: {{contains: [never-said-by-the-sim]}}}}
+  - name: chats
+    duration: 3s
+    load: {{shape: concurrency, users: 2}}
+    request: {{model: inferscope-sim, max_tokens: 6, conversation: {{turns: 3, logprobs: 5}}}}
+"
+    );
+    let s = Scenario::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap();
+    let r = loadgen::run(&s, Options::new(), CancellationToken::new())
+        .await
+        .unwrap();
+    let (answers, never, chats) = (&r.phases[0], &r.phases[1], &r.phases[2]);
+    // Every answer has a non-space character: sTPS is the request rate.
+    assert_eq!(answers.tasks, 20, "{:?}", answers.counts);
+    assert_eq!(answers.tasks_succeeded, 20);
+    assert!((answers.semantic_tasks_per_s - 10.0).abs() < 1.0);
+    assert!(answers.slo.iter().all(|s| s.pass), "{:?}", answers.slo);
+    assert!(answers.tokens_per_s > answers.output_tokens_per_s);
+    // Requests that succeed but fail the check are not semantic throughput.
+    assert_eq!((never.tasks, never.tasks_succeeded), (20, 0));
+    assert_eq!(never.error_rate, 0.0);
+    assert_eq!(never.semantic_tasks_per_s, 0.0);
+    // Conversations: a task per finished conversation, an ICE per conversation.
+    assert!(
+        chats.tasks >= 2 && chats.tasks_succeeded == chats.tasks,
+        "{chats:?}"
+    );
+    assert!(chats.ice.count >= 2, "{:?}", chats.ice);
+    assert!(chats.ice.max.is_finite() && chats.ice.p50 >= 0.0);
+    let with_entropy = r
+        .records
+        .iter()
+        .filter(|x| x.phase == 2 && x.entropy.is_some_and(|h| h > 0.0))
+        .count();
+    assert!(with_entropy >= 6, "{with_entropy}");
+    sim.shutdown().await.unwrap();
+}

@@ -102,7 +102,7 @@ pub fn all() -> Vec<Case> {
         },
         Case {
             name: "errors",
-            mechanism: "peak requests an unknown model (HTTP 404)",
+            mechanism: "peak requests a route the server does not have (HTTP 404)",
             expected: "errors",
             run: errors,
         },
@@ -304,13 +304,14 @@ fn errors() -> Value {
         &[],
     );
     let yaml = scenario("errors", &sim.url(), &llm(4.0, 4.0, 32));
-    // The peak asks for a model the server does not serve: every request fails with 404.
+    // The peak posts to a route the server does not have: every request fails with 404. (Not
+    // an unknown model: `stress` checks the model against /v1/models and would not start.)
     let yaml = yaml.replacen(
         "  - name: peak\n    duration: 10s\n    load: {shape: constant, rate: 4}\n    request: {endpoint: chat, model: inferscope-sim",
-        "  - name: peak\n    duration: 10s\n    load: {shape: constant, rate: 4}\n    request: {endpoint: chat, model: no-such-model",
+        "  - name: peak\n    duration: 10s\n    load: {shape: constant, rate: 4}\n    request: {endpoint: chat, path: /v1/no-such-route, model: inferscope-sim",
         1,
     );
-    assert!(yaml.contains("no-such-model"), "{yaml}");
+    assert!(yaml.contains("no-such-route"), "{yaml}");
     let r = Stress::start("errors", &yaml, None, FIRST, &[]).finish_with_report();
     drop(sim);
     r

@@ -57,7 +57,12 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
     let server = sim::start(sim::profile("kv-pressure").unwrap(), listener)
         .await
         .unwrap();
-    let mut scraper = ServerCollector::start(&server.url(), Duration::from_millis(250)).unwrap();
+    let mut scraper = ServerCollector::start(
+        &server.url(),
+        Duration::from_millis(250),
+        &inferscope::tls::TlsOptions::default(),
+    )
+    .unwrap();
 
     let mut timeline = Timeline::new(now_unix_ms(), 1000);
     for _ in 0..3 {

@@ -165,7 +165,7 @@ fn nothing_reaches_a_non_loopback_listener_without_allow_remote() {
 
         // The connector itself: the pool and a closed-loop user's own connection.
         let target = Target::new(&format!("http://{remote}"), []).expect("target");
-        let client = build_client(Duration::from_secs(2), false);
+        let client = build_client(&target, Duration::from_secs(2), false);
         let e = client
             .request(get(&target, "/"))
             .await

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 use crate::{
     collect::timeline::now_unix_ms,
-    loadgen::{self, Options, Scenario, scenario::is_loopback},
+    loadgen::{self, Options, Scenario, models, scenario::is_loopback},
+    tls::TlsOptions,
 };
 
 /// Finished runs kept for `GET /api/v1/runs/{id}`; older ones are forgotten.
@@ -45,6 +46,35 @@ impl Run {
         }
         s
     }
+
+    /// Records how the run ended: its state, error and report.
+    fn finish(&mut self, result: Result<loadgen::Report, loadgen::RunError>) {
+        self.status.finished_unix_ms = Some(now_unix_ms());
+        self.status.phase = None;
+        match result.map(|r| serde_json::to_value(&r)) {
+            Ok(Ok(report)) if failure(&report).is_some() => {
+                self.status.state = RunState::Failed;
+                self.status.error = failure(&report);
+                self.report = Some(report);
+            }
+            Ok(Ok(report)) => {
+                self.status.state = if self.status.state == RunState::Stopping {
+                    RunState::Stopped
+                } else {
+                    RunState::Finished
+                };
+                self.report = Some(report);
+            }
+            Ok(Err(e)) => {
+                self.status.state = RunState::Failed;
+                self.status.error = Some(format!("encoding the report: {e}"));
+            }
+            Err(e) => {
+                self.status.state = RunState::Failed;
+                self.status.error = Some(e.to_string());
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -60,9 +90,14 @@ struct State {
 /// below `data_dir` (the daemon's `--data-dir`; none without one: inline `prompts:` and
 /// synthetic datasets still work), regular files of bounded size, read off the async workers.
 /// Reports leave per-request records out, so a long run costs bounded memory.
+///
+/// As `inferscope stress` does, a run whose LLM phases name no model uses the first model of
+/// the target's `/v1/models`; a model the target does not list fails the run before any
+/// request is sent, with the served models in its error.
 pub struct LoadgenLauncher {
     allow_remote: bool,
     data_dir: Option<PathBuf>,
+    tls: TlsOptions,
     state: Arc<Mutex<State>>,
 }
 
@@ -74,8 +109,17 @@ impl LoadgenLauncher {
         Self {
             allow_remote,
             data_dir,
+            tls: TlsOptions::default(),
             state: Arc::default(),
         }
+    }
+
+    /// The same launcher checking `https://` targets with `tls` (the daemon's `--ca-file`,
+    /// `--insecure`) instead of the system's roots alone.
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -104,13 +148,30 @@ fn off_workers<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Settles the model (`loadgen::models`: a model the target does not serve fails the run
+/// before any request), then runs the scenario.
+async fn discover_and_run(
+    id: &str,
+    scenario: &mut Scenario,
+    opts: Options,
+    cancel: CancellationToken,
+) -> Result<loadgen::Report, loadgen::RunError> {
+    let found = models::discover(scenario, &opts)
+        .await
+        .map_err(|e| loadgen::RunError::Invalid(e.to_string()))?;
+    if let Some(line) = found.note() {
+        tracing::info!("{id}: {line}");
+    }
+    loadgen::run(scenario, opts, cancel).await
+}
+
 fn key(id: &str) -> Option<u64> {
     id.strip_prefix("run-")?.parse().ok()
 }
 
 impl RunLauncher for LoadgenLauncher {
     fn start(&self, text: &str) -> Result<RunHandle, LaunchError> {
-        let scenario =
+        let mut scenario =
             off_workers(|| Scenario::from_posted_yaml(text, "scenario", self.data_dir.as_deref()))
                 .map_err(|e| LaunchError::InvalidScenario(e.to_string()))?;
         let host = scenario.target_host().unwrap_or_default();
@@ -167,13 +228,15 @@ impl RunLauncher for LoadgenLauncher {
         let opts = Options {
             allow_remote: self.allow_remote,
             keep_records: false,
+            tls: self.tls.clone(),
             ..Options::new()
         };
         let state = self.state.clone();
+        let run_id = id.clone();
         tokio::spawn(async move {
             // A panic must end the run as failed, never leave it `Running` (every later
             // POST would get 409).
-            let result = AssertUnwindSafe(loadgen::run(&scenario, opts, cancel.clone()))
+            let result = AssertUnwindSafe(discover_and_run(&run_id, &mut scenario, opts, cancel))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|p| {
@@ -185,31 +248,7 @@ impl RunLauncher for LoadgenLauncher {
             let Some(run) = st.runs.get_mut(&n) else {
                 return;
             };
-            run.status.finished_unix_ms = Some(now_unix_ms());
-            run.status.phase = None;
-            match result.map(|r| serde_json::to_value(&r)) {
-                Ok(Ok(report)) if failure(&report).is_some() => {
-                    run.status.state = RunState::Failed;
-                    run.status.error = failure(&report);
-                    run.report = Some(report);
-                }
-                Ok(Ok(report)) => {
-                    run.status.state = if run.status.state == RunState::Stopping {
-                        RunState::Stopped
-                    } else {
-                        RunState::Finished
-                    };
-                    run.report = Some(report);
-                }
-                Ok(Err(e)) => {
-                    run.status.state = RunState::Failed;
-                    run.status.error = Some(format!("encoding the report: {e}"));
-                }
-                Err(e) => {
-                    run.status.state = RunState::Failed;
-                    run.status.error = Some(e.to_string());
-                }
-            }
+            run.finish(result);
         });
         Ok(RunHandle { id })
     }

@@ -75,6 +75,9 @@ pub struct Args {
     /// folder (without it: inline `prompts:` and synthetic datasets only).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// TLS for an https:// --metrics-url and for the targets of runs posted to the control API.
+    #[command(flatten)]
+    tls: super::tls::TlsArgs,
     /// Show watched processes' full command lines in /api/v1/timeline (they may hold API
     /// keys; by default only the program is shown).
     #[arg(long)]
@@ -162,6 +165,7 @@ fn report_capabilities() {
 /// `stop` is cancelled.
 async fn start_api(
     args: &Args,
+    tls: inferscope::tls::TlsOptions,
     marks: Marks,
     stop: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<(), inferscope::api::ApiError>>> {
@@ -173,10 +177,7 @@ async fn start_api(
     // Posted scenarios read dataset and trace files only below --data-dir; their phases are
     // marked on the time line.
     let launcher = Arc::new(MarkingLauncher::new(
-        Arc::new(LoadgenLauncher::new(
-            args.allow_remote,
-            args.data_dir.clone(),
-        )),
+        Arc::new(LoadgenLauncher::new(args.allow_remote, args.data_dir.clone()).with_tls(tls)),
         marks.clone(),
     ));
     let api = Api::bind(&config, launcher, marks).await?;
@@ -225,6 +226,11 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<ExitCode> {
     report_capabilities();
+    // A bad --ca-file stops the daemon here, before anything is bound or attached.
+    let tls = args.tls.options()?;
+    if args.tls.insecure() {
+        tracing::warn!("{}", super::tls::INSECURE_WARNING);
+    }
     if !args.metrics_listen.ip().is_loopback() && args.metrics_token_file.is_none() {
         anyhow::bail!(
             "--metrics-listen {} is not loopback: give --metrics-token-file with a bearer token",
@@ -243,13 +249,13 @@ pub async fn serve(
     // Bound first: a refused bind (no token) fails before any probe is attached.
     let marks = Marks::default();
     let stop = CancellationToken::new();
-    let api_task = start_api(args, marks.clone(), stop.clone()).await?;
+    let api_task = start_api(args, tls.clone(), marks.clone(), stop.clone()).await?;
     let listener = tokio::net::TcpListener::bind(args.metrics_listen)
         .await
         .with_context(|| format!("binding --metrics-listen {}", args.metrics_listen))?;
 
     let otlp = args.otlp.start()?.map(Arc::new);
-    let mut opts = node_options(args, marks, otlp.as_ref());
+    let mut opts = node_options(args, tls, marks, otlp.as_ref());
     let triggers = args
         .triggers
         .as_deref()
@@ -323,7 +329,12 @@ pub async fn serve(
 
 /// The pipeline's options: what `args` asks for, the API's marks, and the OTLP export of every
 /// window and verdict.
-fn node_options(args: &Args, marks: Marks, otlp: Option<&Arc<OtlpExporter>>) -> NodeOptions {
+fn node_options(
+    args: &Args,
+    tls: inferscope::tls::TlsOptions,
+    marks: Marks,
+    otlp: Option<&Arc<OtlpExporter>>,
+) -> NodeOptions {
     let finder = args.finder();
     let servers = finder.targets();
     if servers.is_empty() {
@@ -349,6 +360,7 @@ fn node_options(args: &Args, marks: Marks, otlp: Option<&Arc<OtlpExporter>>) -> 
         cuda_targets: args.cuda_libs.clone(),
         kernel_without_servers: true,
         metrics_url,
+        tls,
         window: args.interval,
     });
     opts.keep = args.keep.max(1);

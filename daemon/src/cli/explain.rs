@@ -32,7 +32,8 @@ pub struct ExplainArgs {
     /// With --explain: a cgroup (path under /sys/fs/cgroup, or absolute) holding the server.
     #[arg(long, value_name = "PATH")]
     cgroup: Option<PathBuf>,
-    /// With --explain: the server's Prometheus endpoint (default: `<target>/metrics`).
+    /// With --explain: the server's Prometheus endpoint (default: `<target>/metrics`; an
+    /// https:// one is checked with --ca-file/--insecure as the target is).
     #[arg(long, value_name = "URL")]
     metrics_url: Option<String>,
     /// With --explain: where `report.json` and `report.html` are written.
@@ -112,6 +113,8 @@ pub async fn run(
         cuda_targets: Vec::new(),
         kernel_without_servers: false,
         metrics_url: Some(metrics_url),
+        // The target's --ca-file/--insecure hold for its metrics endpoint too.
+        tls: opts.tls.clone(),
         window: args.window,
     });
     // The report covers the whole run, however long.

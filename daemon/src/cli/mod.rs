@@ -9,4 +9,6 @@ pub mod report;
 pub mod runqlat;
 pub mod sim;
 pub mod stress;
+pub mod tls;
 pub mod triggers;
+pub mod workload;

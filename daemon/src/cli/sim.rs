@@ -62,6 +62,12 @@ pub struct Args {
     /// Latency spike of vector queries during an index rebuild (ms).
     #[arg(long)]
     rebuild_spike_ms: Option<u64>,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 fn set<T>(dst: &mut T, v: Option<T>) {
@@ -104,12 +110,20 @@ fn config(a: &Args) -> anyhow::Result<SimConfig> {
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let cfg = config(args)?;
+    // A bad certificate or key stops here, before the port is taken.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(inferscope::tls::server::server_config(cert, key)?),
+        _ => None,
+    };
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        let srv = sim::start(cfg.clone(), listener).await?;
+        let srv = match tls {
+            Some(tls) => sim::start_tls(cfg.clone(), listener, tls).await?,
+            None => sim::start(cfg.clone(), listener).await?,
+        };
         eprintln!(
             "inferscope sim: serving model {:?} on {} ({} KV blocks, max_num_seqs {}, device {} MiB{}); this is a simulation, no GPU is used",
             cfg.model,

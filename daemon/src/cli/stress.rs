@@ -1,9 +1,14 @@
 //! `inferscope stress`: run a load scenario (YAML) or a one-phase load from flags.
 //!
-//! Exit status: 0 all SLOs held; 2 an SLO failed; 3 aborted (error rate above
-//! `abort_error_rate`); 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM (the report is
-//! still written; a second signal exits at once without it); 1 bad input, setup failure or
-//! a failed run (its report is written).
+//! Without a model (no `--model`, no `model:`), LLM phases use the first model the target's
+//! `/v1/models` lists (`loadgen::models`); a model it does not list stops the run before it
+//! starts.
+//!
+//! Exit status: 0 all SLOs held; 2 an SLO failed, or the model asked for is not served;
+//! 3 aborted (error rate above `abort_error_rate`); 130 interrupted by SIGINT (Ctrl-C), 143 by
+//! SIGTERM (the report is still written; a second signal exits at once without it); 1 bad
+//! input, setup failure, or a failed run: one that broke, or in which not one request
+//! succeeded (its report is written).
 
 use std::{
     collections::BTreeMap, io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration,
@@ -19,6 +24,7 @@ use inferscope::export::atomic;
 use inferscope::loadgen::{
     self, Endpoint, Options, Scenario, Shard,
     client::Target,
+    failures, models,
     scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
     slo::Slo,
     template::{JsonTemplate, Template},
@@ -57,7 +63,8 @@ pub struct Args {
     /// Request body (JSON; templated). For LLM endpoints: extra fields merged into the body.
     #[arg(long)]
     body: Option<String>,
-    /// `model` field.
+    /// `model` field (default: the first model the target's /v1/models lists; one it does not
+    /// list stops before the run).
     #[arg(long)]
     model: Option<String>,
     /// Prompt template, e.g. "Tell me about ${choice(cats,dogs)}".
@@ -101,6 +108,8 @@ pub struct Args {
     /// `inferscope report merge`.
     #[arg(long, value_name = "i/N")]
     shard: Option<Shard>,
+    #[command(flatten)]
+    tls: super::tls::TlsArgs,
     #[command(flatten)]
     explain: super::explain::ExplainArgs,
     #[command(flatten)]
@@ -155,12 +164,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .map_or_else(|| "flags".into(), |p| format!("{} with flags", p.display()));
         anyhow::anyhow!("{from}: {e}")
     })?;
+    let tls = args.tls.options()?;
+    if args.tls.insecure() {
+        eprintln!("inferscope: {}", super::tls::INSECURE_WARNING);
+    }
     let opts = Options {
         allow_remote: args.allow_remote,
         keep_records: !args.no_records,
         observer: None,
         progress: !args.quiet && std::io::stderr().is_terminal(),
         shard: args.shard.unwrap_or(Shard::WHOLE),
+        tls,
         ..Options::new()
     };
     // One CPU to run on (a pinned run, a one-core container): the single-threaded scheduler
@@ -185,6 +199,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let dir = args.explain.report_dir();
         atomic::check_output_dir(dir)
             .with_context(|| format!("--report-dir {} cannot be written", dir.display()))?;
+    }
+    // The model is settled before the run: a wrong one ends it here, not in N failed requests.
+    if let Err(e) = rt.block_on(settle_model(&mut scenario, &opts)) {
+        eprintln!("inferscope: {e}");
+        return Ok(ExitCode::from(2));
     }
     let signalled = Arc::new(AtomicU8::new(0));
     if args.find_max.wanted(&scenario) {
@@ -231,8 +250,29 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing the report to {}", out.display()))?;
         eprintln!("report written to {}", out.display());
     }
-    let signal = signalled.load(Ordering::Relaxed);
-    Ok(match &report.stopped {
+    for line in failures::by_class(&report) {
+        eprintln!("inferscope: {line}");
+    }
+    Ok(exit_code(&report, signalled.load(Ordering::Relaxed)))
+}
+
+/// The model of the LLM phases: the first `/v1/models` lists when none is given (said on
+/// stderr), or an error when the one given is not served.
+async fn settle_model(
+    scenario: &mut Scenario,
+    opts: &Options,
+) -> Result<(), models::ModelNotServed> {
+    let found = models::discover(scenario, opts).await?;
+    if let Some(line) = found.note() {
+        eprintln!("inferscope: {line}");
+    }
+    Ok(())
+}
+
+/// The exit status of a finished run (see the module's documentation); `signal` is the code
+/// of the signal that stopped it, 0 when none did.
+fn exit_code(report: &loadgen::Report, signal: u8) -> ExitCode {
+    match &report.stopped {
         Some(why) if why.starts_with("aborted") => ExitCode::from(3),
         Some(_) if signal != 0 => ExitCode::from(signal),
         Some(why) if why.starts_with("failed") => {
@@ -240,9 +280,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         }
         Some(_) => ExitCode::from(130),
+        None if failures::nothing_succeeded(report) => {
+            eprintln!("inferscope: the run failed: not one request succeeded");
+            ExitCode::FAILURE
+        }
         None if !report.slo_pass => ExitCode::from(2),
         None => ExitCode::SUCCESS,
-    })
+    }
 }
 
 /// SIGTERM (Kubernetes, `timeout`) and SIGINT (Ctrl-C) stop sending and leave `grace` for

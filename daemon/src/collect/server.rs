@@ -21,10 +21,16 @@ pub struct ServerCollector {
 }
 
 impl ServerCollector {
-    /// Starts scraping `url` every `interval`. Needs a tokio runtime.
-    pub fn start(url: &str, interval: Duration) -> Result<Self, ScrapeError> {
+    /// Starts scraping `url` every `interval` (`tls` for an `https://` URL). Needs a tokio
+    /// runtime.
+    pub fn start(
+        url: &str,
+        interval: Duration,
+        tls: &crate::tls::TlsOptions,
+    ) -> Result<Self, ScrapeError> {
         let mut cfg = ScrapeConfig::new(url);
         cfg.interval = interval;
+        cfg.tls = tls.clone();
         Ok(Self {
             task: client::spawn(cfg, 64)?,
             builder: WindowBuilder::new(),

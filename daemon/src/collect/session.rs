@@ -25,6 +25,8 @@ pub struct SessionOptions {
     pub kernel_without_servers: bool,
     /// The server's Prometheus endpoint.
     pub metrics_url: Option<String>,
+    /// Whom an `https://` metrics endpoint's certificate must come from.
+    pub tls: crate::tls::TlsOptions,
     /// Window length.
     pub window: Duration,
 }
@@ -101,7 +103,8 @@ impl Session {
         };
         let scraper = match &opts.metrics_url {
             Some(url) => {
-                match ServerCollector::start(url, opts.window.min(Duration::from_secs(1)) / 2) {
+                let every = opts.window.min(Duration::from_secs(1)) / 2;
+                match ServerCollector::start(url, every, &opts.tls) {
                     Ok(s) => Some(s),
                     Err(e) => {
                         missing.push(format!("server metrics off: {e}"));

@@ -1,8 +1,10 @@
 //! The HTTP client shared by every request of a run: hyper 1 over a pooled connector
-//! with keep-alive and `TCP_NODELAY`, plus plain-HTTP requests (health checks, benchmarks).
+//! with keep-alive and `TCP_NODELAY`, TLS for `https://` targets (`crate::tls`), plus
+//! plain-HTTP requests (health checks, benchmarks).
 
 use std::{
     net::SocketAddr,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -20,15 +22,17 @@ use super::{
     dial::{self, GuardedConnector},
     record::{ErrorClass, RequestRecord},
 };
+use crate::tls::{self, ConnectError, TlsConnector, TlsError, TlsOptions};
 
 /// The pooled client type.
-pub type HttpClient = Client<GuardedConnector, Full<Bytes>>;
+pub type HttpClient = Client<TlsConnector<GuardedConnector>, Full<Bytes>>;
 
-/// A client with keep-alive, `TCP_NODELAY`, a connect timeout and an unbounded idle pool
-/// (the engine's in-flight caps bound the number of connections). Every connection goes
-/// through the loopback guardrail ([`dial`]); `allow_remote` lifts it.
+/// A client for `target` with keep-alive, `TCP_NODELAY`, a connect timeout (the TLS
+/// handshake of an `https://` target gets as long again) and an unbounded idle pool (the
+/// engine's in-flight caps bound the number of connections). Every connection goes through
+/// the loopback guardrail ([`dial`]); `allow_remote` lifts it.
 #[must_use]
-pub fn build_client(connect_timeout: Duration, allow_remote: bool) -> HttpClient {
+pub fn build_client(target: &Target, connect_timeout: Duration, allow_remote: bool) -> HttpClient {
     let conn = GuardedConnector {
         allow_remote,
         timeout: connect_timeout,
@@ -36,16 +40,19 @@ pub fn build_client(connect_timeout: Duration, allow_remote: bool) -> HttpClient
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(usize::MAX)
-        .build(conn)
+        .build(TlsConnector::new(conn, target.tls.clone(), connect_timeout))
 }
 
-/// Where requests go: scheme and authority of the target plus default headers.
+/// Where requests go: scheme and authority of the target, its TLS configuration
+/// (`https://`), plus default headers.
 #[derive(Debug, Clone)]
 pub struct Target {
+    https: bool,
     authority: hyper::http::uri::Authority,
     host: String,
     port: u16,
     headers: Vec<(hyper::header::HeaderName, HeaderValue)>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// A target that cannot be used.
@@ -54,15 +61,21 @@ pub enum TargetError {
     /// Not an absolute `http://host:port` URL.
     #[error("bad target URL {0:?}: write e.g. http://127.0.0.1:8000")]
     Url(String),
-    /// `https` is not supported by this build.
-    #[error("target {0:?}: only http:// is supported (put a TLS-terminating proxy in front)")]
+    /// A scheme other than `http` and `https`.
+    #[error("target {0:?}: write an http:// or https:// URL")]
     Scheme(String),
+    /// The TLS configuration of an `https://` target cannot be built.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// A header name or value is not valid HTTP.
     #[error("bad header {0:?}")]
     Header(String),
     /// A request path that is not an absolute path (it could name another host).
     #[error("bad path {0:?}: a path must start with `/`, e.g. /v1/chat/completions")]
     Path(String),
+    /// A phase's `check:` that does not compile.
+    #[error("{0}")]
+    Check(String),
 }
 
 /// Checks a request path: absolute (`/...`) and valid in a request line. A path such as
@@ -84,15 +97,17 @@ impl Target {
         let scheme = uri
             .scheme_str()
             .ok_or_else(|| TargetError::Url(url.into()))?;
-        if scheme != "http" {
-            return Err(TargetError::Scheme(url.into()));
-        }
+        let https = match scheme {
+            "http" => false,
+            "https" => true,
+            _ => return Err(TargetError::Scheme(url.into())),
+        };
         let authority = uri
             .authority()
             .ok_or_else(|| TargetError::Url(url.into()))?
             .clone();
         let host = uri.host().unwrap_or_default().to_string();
-        let port = uri.port_u16().unwrap_or(80);
+        let port = uri.port_u16().unwrap_or(dial::default_port(&uri));
         let headers = headers
             .into_iter()
             .map(|(k, v)| {
@@ -103,11 +118,28 @@ impl Target {
             })
             .collect::<Result<_, TargetError>>()?;
         Ok(Target {
+            https,
             authority,
             host,
             port,
             headers,
+            tls: None,
         })
+    }
+
+    /// The same target with the TLS configuration `opts` describe, built when the target is
+    /// `https://` (a plain target needs none and reads no file).
+    pub fn with_tls(mut self, opts: &TlsOptions) -> Result<Self, TargetError> {
+        if self.https {
+            self.tls = Some(opts.client_config()?);
+        }
+        Ok(self)
+    }
+
+    /// Whether the target is `https://`.
+    #[must_use]
+    pub fn is_https(&self) -> bool {
+        self.https
     }
 
     /// The path part of the URL, when one was given (`/` counts as none).
@@ -122,7 +154,7 @@ impl Target {
     /// the authority.
     pub fn uri(&self, path: &str) -> Result<Uri, TargetError> {
         Uri::builder()
-            .scheme("http")
+            .scheme(if self.https { "https" } else { "http" })
             .authority(self.authority.clone())
             .path_and_query(check_path(path)?)
             .build()
@@ -188,6 +220,7 @@ pub struct OwnConn {
     allow_remote: bool,
     host: HeaderValue,
     connect_timeout: Duration,
+    tls: Option<tokio_rustls::TlsConnector>,
     conn: Option<(http1::SendRequest<Full<Bytes>>, SocketAddr, SocketAddr)>,
 }
 
@@ -203,6 +236,7 @@ impl OwnConn {
             port: target.port,
             allow_remote,
             connect_timeout,
+            tls: target.tls.clone().map(tokio_rustls::TlsConnector::from),
             conn: None,
         }
     }
@@ -217,6 +251,18 @@ impl OwnConn {
         .await
         .map_err(|e| (connect_class(&e), e.to_string()))?;
         let (local, remote) = (stream.local_addr(), stream.peer_addr());
+        let stream = match &self.tls {
+            Some(tls) => tls::stream::handshake(
+                tls,
+                &self.host_name,
+                self.port,
+                stream,
+                self.connect_timeout,
+            )
+            .await
+            .map_err(|e| (ErrorClass::Tls, e.to_string()))?,
+            None => tls::Stream::Plain(stream),
+        };
         let (sender, conn) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| (ErrorClass::Connect, error_chain(&e)))?;
@@ -279,6 +325,10 @@ impl Via<'_> {
                     Ok((resp, addrs))
                 }
                 Err(e) => {
+                    if let Some(h) = ConnectError::tls_in(&e) {
+                        // The handshake's own line says it all; hyper's wrapping adds nothing.
+                        return Err((ErrorClass::Tls, h.to_string()));
+                    }
                     let class = if fd_limit_in(&e) {
                         ErrorClass::ClientFdLimit
                     } else if e.is_connect() {

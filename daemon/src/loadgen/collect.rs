@@ -27,6 +27,9 @@ pub enum Msg {
     Dropped(u32, u64),
     /// An `events:` request finished.
     Event(EventRecord),
+    /// A conversation of a phase ended: whether its task succeeded, and its inference
+    /// consistency entropy (ICE) when its turns carried logprobs.
+    Task(u32, bool, Option<f64>),
 }
 
 /// Settings of the collector.
@@ -85,6 +88,7 @@ pub async fn run(mut rx: mpsc::Receiver<Msg>, cfg: Config, cancel: CancellationT
                 Some(Msg::Scheduled(i, n)) => out.metrics[i as usize].scheduled += n,
                 Some(Msg::Dropped(i, n)) => out.metrics[i as usize].dropped += n,
                 Some(Msg::Event(e)) => out.events.push(e),
+                Some(Msg::Task(i, ok, ice)) => out.metrics[i as usize].task(ok, ice),
                 Some(Msg::Record(r)) => {
                     out.metrics[r.phase as usize].record(&r);
                     win_fin += 1;

@@ -56,6 +56,23 @@ pub fn system_prompt(words: u32) -> String {
     s
 }
 
+/// Inference consistency entropy of a conversation: the standard deviation (population) of
+/// its turns' mean token entropies; `None` below two turns with entropies.
+#[must_use]
+pub fn ice(turn_entropies: &[f64]) -> Option<f64> {
+    let n = turn_entropies.len();
+    if n < 2 {
+        return None;
+    }
+    let mean = turn_entropies.iter().sum::<f64>() / n as f64;
+    let var = turn_entropies
+        .iter()
+        .map(|h| (h - mean).powi(2))
+        .sum::<f64>()
+        / n as f64;
+    Some(var.sqrt())
+}
+
 /// One conversation in progress.
 #[derive(Debug, Clone)]
 pub struct Conversation {
@@ -144,6 +161,7 @@ mod tests {
             think_time: std::time::Duration::ZERO,
             reply,
             system_prompt_words: None,
+            logprobs: None,
         }
     }
 
@@ -194,6 +212,17 @@ mod tests {
             json!({"role": "assistant", "content": "a1"})
         );
         assert_eq!(c.remaining(), 0);
+    }
+
+    #[test]
+    fn ice_is_the_spread_of_turn_entropies() {
+        assert_eq!(ice(&[1.0]), None);
+        assert_eq!(ice(&[0.5, 0.5, 0.5]), Some(0.0));
+        // Mean 2, deviations -1 and 1: population standard deviation 1.
+        assert!((ice(&[1.0, 3.0]).unwrap() - 1.0).abs() < 1e-12);
+        // 2, 4, 4, 4, 5, 5, 7, 9: the textbook population standard deviation 2.
+        let v = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0];
+        assert!((ice(&v).unwrap() - 2.0).abs() < 1e-12);
     }
 
     #[test]

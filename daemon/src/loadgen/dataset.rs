@@ -54,6 +54,16 @@ impl Row {
         }
     }
 
+    /// A field as JSON, keeping its type (a `temperature` column stays a number).
+    #[must_use]
+    pub fn value(&self, name: &str) -> Option<Value> {
+        match name {
+            "prompt" => Some(Value::String(self.prompt.clone())),
+            "output_tokens" => self.output_tokens.map(Value::from),
+            other => self.fields.get(other).cloned(),
+        }
+    }
+
     /// `${dataset.NAME}`: `prompt`, `output_tokens`, or any top-level key of the row.
     #[must_use]
     pub fn field(&self, name: &str) -> String {

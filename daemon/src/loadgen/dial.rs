@@ -168,15 +168,29 @@ pub async fn dial(
     Ok(stream)
 }
 
-/// Host and port of an `http://` URI (port 80 when none is written).
+/// Host and port of an `http://` or `https://` URI (80 or 443 when none is written).
 pub fn host_port(uri: &Uri) -> Result<(String, u16), DialError> {
     let host = uri
         .host()
         .ok_or_else(|| DialError::NoHost(uri.to_string()))?;
-    Ok((host.to_string(), uri.port_u16().unwrap_or(80)))
+    Ok((
+        host.to_string(),
+        uri.port_u16().unwrap_or(default_port(uri)),
+    ))
 }
 
-/// The pooled client's connector: every new connection goes through [`dial`].
+/// The port of a scheme when the URI writes none: 443 for `https`, else 80.
+#[must_use]
+pub fn default_port(uri: &Uri) -> u16 {
+    if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    }
+}
+
+/// The pooled client's TCP connector: every new connection goes through [`dial`]
+/// (`crate::tls::TlsConnector` adds TLS on top for `https://` targets).
 #[derive(Debug, Clone)]
 pub struct GuardedConnector {
     /// Allow addresses outside loopback.

@@ -30,6 +30,7 @@ use super::{
     caps::{Acquired, Permits, TokenBucket, acquire},
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     collect::{self, Msg},
+    complexity::{self, Shaper},
     conversation::Conversation,
     record::{ErrorClass, RequestRecord},
     report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
@@ -61,6 +62,8 @@ pub struct Options {
     pub progress: bool,
     /// This process's share of the load (`--shard i/N`); [`Shard::WHOLE`] for all of it.
     pub shard: Shard,
+    /// Whom an `https://` target's certificate must come from (`--ca-file`, `--insecure`).
+    pub tls: crate::tls::TlsOptions,
 }
 
 impl Default for Options {
@@ -72,6 +75,7 @@ impl Default for Options {
             observer: None,
             progress: false,
             shard: Shard::WHOLE,
+            tls: crate::tls::TlsOptions::default(),
         }
     }
 }
@@ -129,7 +133,7 @@ pub async fn run(
         return Err(RunError::Remote(scenario.target.clone()));
     }
     super::limits::check(scenario).map_err(RunError::Invalid)?;
-    let target = Target::new(&scenario.target, &scenario.headers)?;
+    let target = Target::new(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
     let event_uris = scenario
         .phases
         .iter()
@@ -182,7 +186,7 @@ pub async fn run(
         .map_or(0, |d| d.as_nanos() as u64);
     let started_monotonic_ns = crate::probes::clock::monotonic_ns();
     let shared = Arc::new(Shared {
-        client: build_client(scenario.timeout, opts.allow_remote),
+        client: build_client(&target, scenario.timeout, opts.allow_remote),
         allow_remote: opts.allow_remote,
         shard: share,
         target,
@@ -352,7 +356,7 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
 }
 
 /// Open loop: sleep to each absolute deadline, apply the caps, spawn the request.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)] // one arrival's story, in order
 async fn open_loop(
     shared: &Arc<Shared>,
     ctx: &Arc<PhaseCtx>,
@@ -378,25 +382,45 @@ async fn open_loop(
         *scheduled += left - 1;
         let _ = shared.tx.send(Msg::Dropped(ctx.index, left)).await;
     };
+    let mut shaper = phase
+        .load
+        .complexity_shaping()
+        .then(|| Shaper::new(phase.duration));
     while let Some(off) = offsets.next() {
+        // Complexity shaping renders the request before its gap, which its score stretches.
+        let mut early = None;
+        let off = match &mut shaper {
+            Some(shaper) => {
+                let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+                let Some((conv, prepared)) = first_request(ctx, rng, seq) else {
+                    continue;
+                };
+                let score = complexity::of_request(&prepared.body).score;
+                let Some(off) = shaper.next(off, score) else {
+                    break;
+                };
+                early = Some((seq, conv, prepared));
+                off
+            }
+            None => off,
+        };
         let deadline = start + off;
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
-        let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-        // A dispatcher panic, injected by the test that checks it becomes a failed run.
-        #[cfg(test)]
-        assert!(
-            !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
-            "injected panic"
-        );
-        // A conversation starts at each arrival; its later turns follow its answers.
-        let mut conv = ctx.start_conversation(rng, seq);
-        let prepared = match conv.as_mut() {
-            Some(c) => match ctx.prepare_turn(rng, seq, c) {
-                Some(p) => p,
-                None => continue,
-            },
-            None => ctx.prepare(rng, seq),
+        let (seq, conv, prepared) = if let Some(e) = early {
+            e
+        } else {
+            let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+            // A dispatcher panic, injected by the test that checks it becomes a failed run.
+            #[cfg(test)]
+            assert!(
+                !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
+                "injected panic"
+            );
+            let Some((conv, prepared)) = first_request(ctx, rng, seq) else {
+                continue;
+            };
+            (seq, conv, prepared)
         };
         if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
             match (
@@ -469,12 +493,32 @@ async fn open_loop(
     scheduled
 }
 
+/// The request of an arrival: the first turn of a new conversation (`None` when it has no
+/// turn to send), or a single request.
+fn first_request(
+    ctx: &PhaseCtx,
+    rng: &mut SmallRng,
+    seq: u64,
+) -> Option<(Option<Conversation>, Prepared)> {
+    // A conversation starts at each arrival; its later turns follow its answers.
+    let mut conv = ctx.start_conversation(rng, seq);
+    let prepared = match conv.as_mut() {
+        Some(c) => ctx.prepare_turn(rng, seq, c)?,
+        None => ctx.prepare(rng, seq),
+    };
+    Some((conv, prepared))
+}
+
 /// How a request ended, for the next turn of its conversation.
-enum Answered {
-    /// Failed: the conversation ends.
-    Failed,
-    /// Succeeded, with the answer's text when it was kept.
-    Ok(Option<String>),
+struct Answered {
+    /// No error: the conversation may go on.
+    ok: bool,
+    /// And its answer passed the phase's check (if any).
+    passed: bool,
+    /// The answer's text, when it was kept.
+    text: Option<String>,
+    /// Mean token entropy of the answer (when logprobs were asked).
+    entropy: Option<f64>,
 }
 
 /// The turns of a conversation after its first: each after the previous answer and the
@@ -498,21 +542,32 @@ impl Turns {
         let think = ctx.think_time().unwrap_or_default();
         let mut answered = first;
         let mut sent = 0;
-        while let Answered::Ok(text) = answered {
-            self.conv.answered(text);
-            let wake = Instant::now() + think;
-            if self.conv.remaining() == 0 || wake >= self.end {
-                break;
+        let mut passed = true;
+        let mut entropies = Vec::new();
+        let task = loop {
+            passed &= answered.ok && answered.passed;
+            entropies.extend(answered.entropy);
+            if !answered.ok {
+                break Some(false);
             }
-            tokio::select! { () = tokio::time::sleep_until(wake) => {}, () = cancel.cancelled() => break }
+            self.conv.answered(answered.text);
+            if self.conv.remaining() == 0 {
+                break Some(passed);
+            }
+            // Cut by the phase's end or a stop: not a task, neither succeeded nor failed.
+            let wake = Instant::now() + think;
+            if wake >= self.end {
+                break None;
+            }
+            tokio::select! { () = tokio::time::sleep_until(wake) => {}, () = cancel.cancelled() => break None }
             let Ok(Ok(permit)) =
                 tokio::time::timeout_at(self.end, shared.global.clone().acquire_owned()).await
             else {
-                break;
+                break None;
             };
             let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
             let Some(p) = ctx.prepare_turn(&mut self.rng, seq, &mut self.conv) else {
-                break;
+                break None;
             };
             // A follow-up turn is closed loop: it is due when it is sent.
             let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
@@ -526,6 +581,10 @@ impl Turns {
                 own.as_deref_mut(),
             )
             .await;
+        };
+        if let Some(ok) = task {
+            let ice = super::conversation::ice(&entropies);
+            let _ = shared.tx.send(Msg::Task(ctx.index, ok, ice)).await;
         }
         if own.is_none() {
             let _ = shared.tx.send(Msg::Scheduled(ctx.index, sent)).await;
@@ -620,10 +679,11 @@ async fn one(
             (base, None)
         }
     };
-    let answered = if rec.error.is_none() {
-        Answered::Ok(text)
-    } else {
-        Answered::Failed
+    let answered = Answered {
+        ok: rec.error.is_none(),
+        passed: rec.check != Some(false),
+        text,
+        entropy: rec.entropy,
     };
     let _ = shared.tx.send(Msg::Record(rec)).await;
     answered

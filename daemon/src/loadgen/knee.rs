@@ -101,13 +101,14 @@ impl SearchSpec {
             .first()
             .ok_or("a knee search needs a phase to take the request from")?;
         let block = scenario.search.clone().unwrap_or_default();
-        let (knob, from_phase, ceiling) = match &phase.load {
+        let (knob, from_phase, ceiling) = match phase.load.unshaped() {
             Load::Concurrency { users } => (Knob::Users, *users as f64, 4096.0),
             Load::Constant { rate } | Load::Poisson { rate } | Load::Gamma { rate, .. } => {
                 (Knob::Rate, *rate, 10_000.0)
             }
             Load::Ramp { from, .. } => (Knob::Rate, *from, 10_000.0),
-            Load::Trace { .. } => {
+            // `unshaped` never returns a shaped load.
+            Load::Trace { .. } | Load::Shaped(_) => {
                 return Err(
                     "a knee search turns a rate or a number of users, not a trace replay: give the first phase `shape: constant` or `concurrency`".into(),
                 );
@@ -502,7 +503,7 @@ pub fn step_scenario(base: &Scenario, spec: &SearchSpec, load: f64, index: usize
     phase.name = format!("step-{}", index + 1);
     phase.label = Some("knee-search".into());
     phase.duration = spec.step;
-    phase.load = match (spec.knob, &phase.load) {
+    let step_load = match (spec.knob, phase.load.unshaped()) {
         // The arrival process stays what the phase said; only its rate changes.
         (Knob::Rate, Load::Poisson { .. }) => Load::Poisson { rate: load },
         (Knob::Rate, Load::Gamma { burstiness, .. }) => Load::Gamma {
@@ -514,6 +515,8 @@ pub fn step_scenario(base: &Scenario, spec: &SearchSpec, load: f64, index: usize
             users: load as usize,
         },
     };
+    // Complexity shaping, when the phase has it, stays too.
+    phase.load = phase.load.shaped_like(step_load);
     phase.slo.clone_from(&spec.slos);
     s.phases = vec![phase];
     s.search = None;

@@ -130,8 +130,8 @@ pub fn phase_info(p: &PhaseReport, elapsed_s: f64) -> Result<PhaseInfo, String> 
 pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
     for name in HISTS {
         let Some(enc) = p.histograms.get(name) else {
-            // Reports written before per-turn TTFT existed have none: nothing to add.
-            if name.ends_with("_turn") || name.ends_with("_turns") {
+            // Reports written before per-turn TTFT and ICE existed have none: nothing to add.
+            if name.ends_with("_turn") || name.ends_with("_turns") || name == "ice" {
                 continue;
             }
             return Err(format!("histogram `{name}` is missing"));
@@ -161,6 +161,8 @@ pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
     m.counted_errors += (p.error_rate * c.finished as f64).round() as u64;
     m.output_tokens += p.output_tokens;
     m.input_tokens += p.input_tokens;
+    m.tasks += p.tasks;
+    m.tasks_ok += p.tasks_succeeded;
     Ok(())
 }
 

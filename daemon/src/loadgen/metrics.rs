@@ -109,10 +109,14 @@ pub struct PhaseMetrics {
     pub output_tokens: u64,
     /// Prompt tokens reported by the server.
     pub input_tokens: u64,
+    /// Tasks ended: single requests, and conversations that ran to their end or failed.
+    pub tasks: u64,
+    /// Tasks that succeeded (see `check.rs`).
+    pub tasks_ok: u64,
 }
 
 /// Histogram names, in report order.
-pub const HISTS: [&str; 10] = [
+pub const HISTS: [&str; 11] = [
     "ttft",
     "ttft_first_turn",
     "ttft_later_turns",
@@ -123,7 +127,11 @@ pub const HISTS: [&str; 10] = [
     "send_lag",
     "stream_tokens_per_s",
     "recall",
+    "ice",
 ];
+
+/// ICE values are stored x this (+1, so that 0 is kept).
+pub const ICE_SCALE: f64 = 10_000.0;
 
 impl Default for PhaseMetrics {
     fn default() -> Self {
@@ -138,6 +146,8 @@ impl Default for PhaseMetrics {
             counted_errors: 0,
             output_tokens: 0,
             input_tokens: 0,
+            tasks: 0,
+            tasks_ok: 0,
         }
     }
 }
@@ -149,9 +159,22 @@ impl PhaseMetrics {
         }
     }
 
+    /// Adds one ended task (a conversation's, or a single request's from [`Self::record`]).
+    pub fn task(&mut self, ok: bool, ice: Option<f64>) {
+        self.tasks += 1;
+        self.tasks_ok += u64::from(ok);
+        if let Some(v) = ice {
+            self.add("ice", (v * ICE_SCALE).round() as u64 + 1);
+        }
+    }
+
     /// Adds one finished request.
     pub fn record(&mut self, r: &RequestRecord) {
         self.finished += 1;
+        // A request outside a conversation is a task of its own.
+        if r.turn.is_none() {
+            self.task(r.error.is_none() && r.check != Some(false), None);
+        }
         self.add("send_lag", r.send_lag_us());
         if let Some(class) = r.error {
             *self.errors.entry(class).or_default() += 1;
@@ -208,34 +231,28 @@ impl PhaseMetrics {
         }
     }
 
-    /// Summary of a histogram in display units (ms, tokens/s, recall fraction).
+    /// Summary of a histogram in display units (ms, tokens/s, recall fraction, ICE nats).
     #[must_use]
     pub fn summary(&self, name: &str) -> Summary {
         let Some(h) = self.hists.get(name) else {
             return Summary::default();
         };
-        match name {
-            "stream_tokens_per_s" => summarize(h, TOKS_SCALE),
-            "recall" => {
-                let mut s = summarize(h, RECALL_SCALE);
-                let off = 1.0 / RECALL_SCALE;
-                if s.count > 0 {
-                    for v in [
-                        &mut s.mean,
-                        &mut s.p50,
-                        &mut s.p90,
-                        &mut s.p95,
-                        &mut s.p99,
-                        &mut s.p999,
-                        &mut s.max,
-                    ] {
-                        *v -= off;
-                    }
-                }
-                s
+        let (div, off) = units(name);
+        let mut s = summarize(h, div);
+        if s.count > 0 {
+            for v in [
+                &mut s.mean,
+                &mut s.p50,
+                &mut s.p90,
+                &mut s.p95,
+                &mut s.p99,
+                &mut s.p999,
+                &mut s.max,
+            ] {
+                *v -= off;
             }
-            _ => summarize(h, 1000.0),
         }
+        s
     }
 
     /// The value an SLO compares (ms, fraction, per second); `elapsed_s` is the phase length.
@@ -247,18 +264,8 @@ impl PhaseMetrics {
                 Stat::Max => sum.max,
                 Stat::Mean => sum.mean,
                 Stat::Quantile(q) => {
-                    let h = &self.hists[name];
-                    let div = match name {
-                        "stream_tokens_per_s" => TOKS_SCALE,
-                        "recall" => RECALL_SCALE,
-                        _ => 1000.0,
-                    };
-                    let off = if name == "recall" {
-                        1.0 / RECALL_SCALE
-                    } else {
-                        0.0
-                    };
-                    h.value_at_quantile(q) as f64 / div - off
+                    let (div, off) = units(name);
+                    self.hists[name].value_at_quantile(q) as f64 / div - off
                 }
             })
         };
@@ -285,7 +292,24 @@ impl PhaseMetrics {
             Metric::StreamTokensPerS(s) => stat("stream_tokens_per_s", s),
             Metric::Rps => per_s(self.finished),
             Metric::OutputTokensPerS => per_s(self.output_tokens),
+            Metric::TokensPerS => per_s(self.input_tokens + self.output_tokens),
+            Metric::SemanticTasksPerS => per_s(self.tasks_ok),
+            Metric::TaskSuccessRate => {
+                (self.tasks > 0).then(|| self.tasks_ok as f64 / self.tasks as f64)
+            }
+            Metric::Ice(s) => stat("ice", s),
         }
+    }
+}
+
+/// How a histogram's stored values map to display units: divide by the first, subtract the
+/// second (the +1 that keeps a 0 in an HDR histogram).
+fn units(name: &str) -> (f64, f64) {
+    match name {
+        "stream_tokens_per_s" => (TOKS_SCALE, 0.0),
+        "recall" => (RECALL_SCALE, 1.0 / RECALL_SCALE),
+        "ice" => (ICE_SCALE, 1.0 / ICE_SCALE),
+        _ => (1000.0, 0.0),
     }
 }
 

@@ -21,17 +21,21 @@
 
 pub mod arrival;
 pub mod caps;
+pub mod check;
 pub mod client;
 pub mod collect;
+pub mod complexity;
 pub mod conversation;
 pub mod dataset;
 pub mod dial;
 pub mod engine;
+pub mod failures;
 pub mod files;
 pub mod knee;
 pub mod limits;
 pub mod merge;
 pub mod metrics;
+pub mod models;
 pub mod openai;
 pub mod progress;
 pub mod record;

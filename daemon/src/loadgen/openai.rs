@@ -42,6 +42,8 @@ pub struct StreamState {
     /// The answer's text, when kept (see [`StreamState::keeping_text`]); at most
     /// [`super::conversation::MAX_REPLY_BYTES`].
     pub text: Option<String>,
+    /// Sum and count of the tokens' entropies from their `top_logprobs` (nats).
+    entropy: (f64, u64),
 }
 
 /// A stream that failed.
@@ -71,6 +73,8 @@ struct Chunk<'a> {
 
 #[derive(serde::Deserialize)]
 struct ChunkChoice<'a> {
+    #[serde(default)]
+    logprobs: Option<ChunkLogprobs>,
     #[serde(default, borrow)]
     delta: Option<ChunkDelta<'a>>,
     #[serde(default, borrow)]
@@ -87,6 +91,50 @@ struct ChunkDelta<'a> {
     reasoning_content: Option<Cow<'a, str>>,
 }
 
+/// `choices[0].logprobs` of a chat answer: per token, the top alternatives.
+#[derive(serde::Deserialize)]
+struct ChunkLogprobs {
+    #[serde(default)]
+    content: Option<Vec<TokenLogprobs>>,
+}
+
+#[derive(serde::Deserialize)]
+struct TokenLogprobs {
+    #[serde(default)]
+    top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(serde::Deserialize)]
+struct TopLogprob {
+    logprob: f64,
+}
+
+/// Entropy (nats) of one token's distribution from its top-k log-probabilities, the mass
+/// outside the top k counted as one more outcome: a lower bound of the true entropy (the tail's
+/// own spread is not seen), exact when the top k hold all the mass.
+#[must_use]
+pub fn token_entropy(logprobs: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut h = 0.0;
+    let mut mass = 0.0;
+    let mut n = 0;
+    for lp in logprobs {
+        let p = lp.exp();
+        if p.is_finite() && p > 0.0 {
+            h -= p * p.ln();
+            mass += p;
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return None;
+    }
+    let rest = 1.0 - mass;
+    if rest > 1e-12 {
+        h -= rest * rest.ln();
+    }
+    Some(h.max(0.0))
+}
+
 #[derive(serde::Deserialize)]
 struct ChunkUsage {
     completion_tokens: Option<u64>,
@@ -94,6 +142,16 @@ struct ChunkUsage {
 }
 
 impl Chunk<'_> {
+    /// Entropies of the tokens this chunk carries logprobs for.
+    fn entropies(&self) -> impl Iterator<Item = f64> + '_ {
+        self.choices
+            .first()
+            .and_then(|c| c.logprobs.as_ref()?.content.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|t| token_entropy(t.top_logprobs.iter().map(|x| x.logprob)))
+    }
+
     fn summary(&self) -> Summary<'_> {
         let c = self.choices.first();
         let d = c.and_then(|c| c.delta.as_ref());
@@ -149,6 +207,9 @@ impl StreamState {
             if let Ok(c) = serde_json::from_str::<Chunk<'_>>(data)
                 && c.error.is_none()
             {
+                for h in c.entropies() {
+                    self.add_entropy(h);
+                }
                 self.apply(c.summary(), Some(now_us));
                 continue;
             }
@@ -170,9 +231,27 @@ impl StreamState {
         Ok(())
     }
 
+    fn add_entropy(&mut self, h: f64) {
+        self.entropy.0 += h;
+        self.entropy.1 += 1;
+    }
+
     /// Reads one chunk (or a whole non-streamed answer when `now_us` is `None`).
     fn absorb(&mut self, v: &Value, now_us: Option<u64>) {
         let c = v.get("choices").and_then(|c| c.get(0));
+        let tokens = c
+            .and_then(|c| c.pointer("/logprobs/content"))
+            .and_then(Value::as_array);
+        for t in tokens.into_iter().flatten() {
+            let top = t.get("top_logprobs").and_then(Value::as_array);
+            let lps = top
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x.get("logprob").and_then(Value::as_f64));
+            if let Some(h) = token_entropy(lps) {
+                self.add_entropy(h);
+            }
+        }
         // The first of these that is a string (null counts as absent).
         let text = c.and_then(|c| {
             [
@@ -233,6 +312,7 @@ impl StreamState {
 
     /// Copies tokens, usage and finish reason into the record.
     pub fn fill(&self, rec: &mut RequestRecord) {
+        rec.entropy = (self.entropy.1 > 0).then(|| self.entropy.0 / self.entropy.1 as f64);
         rec.token_us.clone_from(&self.token_us);
         rec.finish_reason.clone_from(&self.finish_reason);
         rec.input_tokens = self.usage_input;
@@ -379,6 +459,28 @@ data: {\"choices\":[{\"delta\":{\"content\":\"lo\"},\"finish_reason\":null}]}\n\
 data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n\
 data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3}}\n\n\
 data: [DONE]\n\n";
+
+    #[test]
+    fn token_entropy_from_top_logprobs() {
+        let ln = f64::ln;
+        // Two equal outcomes holding all the mass: ln 2.
+        let h = token_entropy([ln(0.5), ln(0.5)]).unwrap();
+        assert!((h - 2f64.ln()).abs() < 1e-12);
+        // One sure outcome: 0.
+        assert!(token_entropy([0.0]).unwrap().abs() < 1e-12);
+        // 0.5 seen, 0.5 outside the top k as one outcome: ln 2 (a lower bound).
+        let h = token_entropy([ln(0.5)]).unwrap();
+        assert!((h - 2f64.ln()).abs() < 1e-12);
+        assert_eq!(token_entropy([]), None);
+        // A chunk's logprobs feed the record's mean entropy.
+        let (st, r) = run(
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"logprobs\":{\"content\":[{\"token\":\"a\",\"logprob\":-0.69,\"top_logprobs\":[{\"token\":\"a\",\"logprob\":-0.6931471805599453},{\"token\":\"b\",\"logprob\":-0.6931471805599453}]}]},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+        );
+        r.unwrap();
+        let mut rec = RequestRecord::new(0, 0, crate::loadgen::Endpoint::Chat, 0);
+        st.fill(&mut rec);
+        assert!((rec.entropy.unwrap() - 2f64.ln()).abs() < 1e-9);
+    }
 
     #[test]
     fn chat_stream_with_usage() {

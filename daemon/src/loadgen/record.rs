@@ -53,6 +53,9 @@ impl Endpoint {
 pub enum ErrorClass {
     /// TCP connect failed (refused, unreachable, connect timeout).
     Connect,
+    /// The TLS handshake of an `https://` target failed (unknown CA, wrong host name,
+    /// expired certificate, a server that does not speak TLS): the message says what to do.
+    Tls,
     /// The per-request timeout expired.
     Timeout,
     /// The server answered with a non-2xx status.
@@ -88,8 +91,9 @@ impl RequestRecord {
 
 impl ErrorClass {
     /// All classes, in report order.
-    pub const ALL: [ErrorClass; 8] = [
+    pub const ALL: [ErrorClass; 9] = [
         ErrorClass::Connect,
+        ErrorClass::Tls,
         ErrorClass::Timeout,
         ErrorClass::HttpStatus,
         ErrorClass::MalformedStream,
@@ -104,6 +108,7 @@ impl ErrorClass {
     pub fn name(self) -> &'static str {
         match self {
             ErrorClass::Connect => "connect",
+            ErrorClass::Tls => "tls",
             ErrorClass::Timeout => "timeout",
             ErrorClass::HttpStatus => "http_status",
             ErrorClass::MalformedStream => "malformed_stream",
@@ -185,6 +190,12 @@ pub struct RequestRecord {
     /// The 1-based turn of a multi-turn conversation this request was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
+    /// Whether the answer passed the phase's `check:` (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<bool>,
+    /// Mean token entropy of the answer from its `top_logprobs`, nats (when asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entropy: Option<f64>,
 }
 
 impl RequestRecord {
@@ -213,6 +224,8 @@ impl RequestRecord {
             chaos: None,
             good: false,
             turn: None,
+            check: None,
+            entropy: None,
         }
     }
 

@@ -66,6 +66,21 @@ pub struct PhaseReport {
     pub output_tokens_per_s: f64,
     /// Prompt tokens (from usage).
     pub input_tokens: u64,
+    /// Input plus output tokens per second (token QPS).
+    #[serde(default)]
+    pub tokens_per_s: f64,
+    /// Tasks that ended (single requests; conversations that completed or failed).
+    #[serde(default)]
+    pub tasks: u64,
+    /// Tasks that succeeded (no error, every answer passed `check:`).
+    #[serde(default)]
+    pub tasks_succeeded: u64,
+    /// Semantic throughput: succeeded tasks per second (sTPS).
+    #[serde(default)]
+    pub semantic_tasks_per_s: f64,
+    /// Inference consistency entropy per conversation (nats; conversations with logprobs).
+    #[serde(default)]
+    pub ice: Summary,
     /// Latency summaries in milliseconds: ttft, itl, tpot, e2e (from intended start),
     /// `e2e_from_send` (uncorrected, for comparison), `send_lag`.
     pub latency_ms: BTreeMap<String, Summary>,
@@ -198,6 +213,11 @@ impl PhaseReport {
             goodput_per_s: m.good as f64 / el,
             output_tokens: m.output_tokens,
             output_tokens_per_s: m.output_tokens as f64 / el,
+            tokens_per_s: (m.input_tokens + m.output_tokens) as f64 / el,
+            tasks: m.tasks,
+            tasks_succeeded: m.tasks_ok,
+            semantic_tasks_per_s: m.tasks_ok as f64 / el,
+            ice: m.summary("ice"),
             input_tokens: m.input_tokens,
             latency_ms: ["ttft", "itl", "tpot", "e2e", "e2e_from_send", "send_lag"]
                 .iter()
@@ -296,6 +316,32 @@ impl Report {
                     s,
                     "  recall@k: mean {:.3}, p50 {:.3} over {} sampled queries",
                     p.recall.mean, p.recall.p50, p.recall.count
+                );
+            }
+            // Semantic throughput where tasks are more than requests (checks, conversations).
+            if p.tasks_succeeded < p.tasks || p.tasks < p.counts.finished {
+                let _ = writeln!(
+                    s,
+                    "  tasks: {} of {} succeeded, sTPS {:.2}; token QPS {:.0} (input + output)",
+                    p.tasks_succeeded, p.tasks, p.semantic_tasks_per_s, p.tokens_per_s
+                );
+            }
+            if let (Some(first), Some(later)) = (
+                p.latency_ms.get("ttft_first_turn"),
+                p.latency_ms.get("ttft_later_turns"),
+            ) {
+                let _ = writeln!(
+                    s,
+                    "  TTFT p50 turn 1 {}, later turns {}",
+                    fmt_ms(first.p50),
+                    fmt_ms(later.p50)
+                );
+            }
+            if p.ice.count > 0 {
+                let _ = writeln!(
+                    s,
+                    "  ICE (std of turn entropies): p50 {:.3}, p95 {:.3} nats over {} conversations",
+                    p.ice.p50, p.ice.p95, p.ice.count
                 );
             }
             for r in p.slo.iter().filter(|r| !r.pass) {

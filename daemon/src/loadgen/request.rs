@@ -46,6 +46,8 @@ pub struct PhaseCtx {
     headers: Vec<(HeaderName, HeaderValue)>,
     /// The shared system prompt of the phase's conversations.
     system: Option<String>,
+    /// What an answer must be for its task to succeed.
+    check: Option<super::check::Check>,
 }
 
 /// One request ready to go.
@@ -109,6 +111,14 @@ impl PhaseCtx {
             chaos: phase.chaos.clone(),
             slos: phase.slo.clone(),
             headers,
+            // Validated when the scenario was loaded; a programmatic one fails the same way.
+            check: phase
+                .request
+                .check
+                .as_ref()
+                .map(super::check::Check::compile)
+                .transpose()
+                .map_err(TargetError::Check)?,
             system: phase
                 .request
                 .conversation
@@ -170,7 +180,7 @@ impl PhaseCtx {
         };
         let keep_text = conv.wants_model_text();
         let mut p = self.prepare_llm(&mut ctx, None, Some(turn));
-        p.keep_text = keep_text;
+        p.keep_text |= keep_text;
         Some(p)
     }
 
@@ -291,6 +301,10 @@ impl PhaseCtx {
         if let Some(t) = &self.spec.temperature {
             body.insert("temperature".into(), t.render(ctx));
         }
+        if let Some(k) = self.spec.conversation.as_ref().and_then(|c| c.logprobs) {
+            body.insert("logprobs".into(), json!(true));
+            body.insert("top_logprobs".into(), json!(k));
+        }
         body.insert("stream".into(), json!(stream));
         if stream {
             body.insert("stream_options".into(), json!({"include_usage": true}));
@@ -310,7 +324,7 @@ impl PhaseCtx {
             stream,
             sample_recall: false,
             turn: turn_no,
-            keep_text: false,
+            keep_text: self.check.is_some(),
         }
     }
 
@@ -353,6 +367,11 @@ impl PhaseCtx {
         }
         rec.good =
             rec.error.is_none() && self.slos.iter().all(|s| s.request_ok(rec).unwrap_or(true));
+        if let Some(c) = &self.check {
+            rec.check = Some(
+                rec.error.is_none() && c.passes(text.as_deref().unwrap_or_default(), rec.e2e_us()),
+            );
+        }
         text.filter(|_| rec.error.is_none())
     }
 }

@@ -153,7 +153,8 @@ pub struct RequestSpec {
     pub path: Option<String>,
     /// HTTP method for `http` (default GET, or POST when a body is given).
     pub method: Option<String>,
-    /// `model` field (default `default`).
+    /// `model` field (default: the first model of the target's `/v1/models`, see
+    /// `models.rs`; `default` when it lists none).
     pub model: Option<String>,
     /// Prompt template (default `${dataset.prompt}` with a dataset, else a fixed prompt).
     #[serde(default, deserialize_with = "de_opt_template")]
@@ -191,6 +192,8 @@ pub struct RequestSpec {
     /// Chat only: multi-turn conversations instead of single requests (see
     /// `conversation.rs`).
     pub conversation: Option<ConversationSpec>,
+    /// LLM: whether an answer did its task (semantic throughput; see `check.rs`).
+    pub check: Option<super::check::CheckSpec>,
 }
 
 /// `request.conversation`: each arrival (open loop) or each user in turn (closed loop) runs a
@@ -212,6 +215,9 @@ pub struct ConversationSpec {
     /// A system prompt of this many words, the same in every conversation (a shared prefix a
     /// prefix cache can reuse). Default none.
     pub system_prompt_words: Option<u32>,
+    /// Ask for this many `top_logprobs` per token (1..=20) and report the inference
+    /// consistency entropy (ICE) of each conversation. Default none.
+    pub logprobs: Option<u32>,
 }
 
 /// Where the history's assistant messages come from.

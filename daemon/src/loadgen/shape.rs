@@ -51,6 +51,11 @@ pub enum Load {
         /// Number of concurrent users (connections).
         users: usize,
     },
+    /// `complexity_shaping: true` on an open-loop shape (constant, poisson, gamma, ramp): the
+    /// gap before each request is stretched by its prompt's complexity score, so its
+    /// effective rate is `base * 0.75^(score/20)` (see `loadgen::complexity`). Never wraps
+    /// a trace, concurrency or another `Shaped`.
+    Shaped(Box<Load>),
 }
 
 #[derive(Deserialize)]
@@ -64,6 +69,7 @@ struct LoadRaw {
     path: Option<PathBuf>,
     speed: Option<f64>,
     users: Option<usize>,
+    complexity_shaping: Option<bool>,
 }
 
 impl TryFrom<LoadRaw> for Load {
@@ -108,7 +114,7 @@ impl TryFrom<LoadRaw> for Load {
                 allowed.join(", ")
             ));
         }
-        Ok(match r.shape.as_str() {
+        let load = match r.shape.as_str() {
             "constant" => Load::Constant {
                 rate: rate_ok("rate", r.rate)?,
             },
@@ -142,7 +148,15 @@ impl TryFrom<LoadRaw> for Load {
             _ => Load::Concurrency {
                 users: r.users.ok_or("shape `concurrency` needs `users:`")?,
             },
-        })
+        };
+        match (r.complexity_shaping, &load) {
+            (Some(true), Load::Trace { .. } | Load::Concurrency { .. }) => Err(format!(
+                "shape `{}` does not take `complexity_shaping` (a trace replays recorded times and a closed loop has no gaps): use constant, poisson, gamma or ramp",
+                r.shape
+            )),
+            (Some(true), _) => Ok(Load::Shaped(Box::new(load))),
+            _ => Ok(load),
+        }
     }
 }
 
@@ -167,7 +181,38 @@ impl Load {
             },
             Load::Trace { offsets, .. } => Arrival::Trace(offsets.clone()),
             Load::Concurrency { .. } => return None,
+            Load::Shaped(base) => return base.arrival(),
         })
+    }
+
+    /// The load without its complexity shaping (itself when it has none).
+    #[must_use]
+    pub fn unshaped(&self) -> &Load {
+        match self {
+            Load::Shaped(base) => base,
+            other => other,
+        }
+    }
+
+    /// `load`, complexity-shaped when `self` is and `load` is an open-loop rate that can be
+    /// (a knee search's steps keep their phase's shaping).
+    #[must_use]
+    pub fn shaped_like(&self, load: Load) -> Load {
+        let shapeable = matches!(
+            load,
+            Load::Constant { .. } | Load::Poisson { .. } | Load::Gamma { .. } | Load::Ramp { .. }
+        );
+        if self.complexity_shaping() && shapeable {
+            Load::Shaped(Box::new(load))
+        } else {
+            load
+        }
+    }
+
+    /// Whether arrivals are spaced by each request's complexity score.
+    #[must_use]
+    pub fn complexity_shaping(&self) -> bool {
+        matches!(self, Load::Shaped(_))
     }
 
     /// The `load_level` label: `rate=20/s`, `ramp=10..120/s`, `trace`, `concurrency=32`.
@@ -180,10 +225,12 @@ impl Load {
             Load::Ramp { from, to } => format!("ramp={from}..{to}/s"),
             Load::Trace { speed, .. } => format!("trace x{speed}"),
             Load::Concurrency { users } => format!("concurrency={users}"),
+            Load::Shaped(base) => format!("{} complexity-shaped", base.level()),
         }
     }
 
-    /// Target requests per second (mean), when open-loop.
+    /// Target requests per second (mean), when open-loop. For a complexity-shaped load, the
+    /// base rate: the rate a prompt of score 0 is sent at, an upper bound of the achieved one.
     #[must_use]
     pub fn target_rate(&self, duration: Duration) -> Option<f64> {
         match self {
@@ -193,6 +240,7 @@ impl Load {
             Load::Ramp { from, to } => Some(f64::midpoint(*from, *to)),
             Load::Trace { offsets, .. } => Some(offsets.len() as f64 / duration.as_secs_f64()),
             Load::Concurrency { .. } => None,
+            Load::Shaped(base) => base.target_rate(duration),
         }
     }
 }

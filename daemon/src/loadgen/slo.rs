@@ -6,7 +6,9 @@
 //!   duration (`250us`, `500ms`, `1.5s`);
 //! - `error_rate`, `drop_rate`, `goodput_ratio`: VALUE a percentage (`1%`) or fraction;
 //! - `recall` (mean) or `recall_pNN`: percentage or fraction;
-//! - `stream_tokens_per_s_pNN|_mean`, `rps`, `output_tokens_per_s`: a plain number.
+//! - `stream_tokens_per_s_pNN|_mean`, `rps`, `output_tokens_per_s`, `tokens_per_s` (input +
+//!   output), `stps` (succeeded tasks per second): a plain number;
+//! - `task_success_rate`: percentage or fraction; `ice` (mean) or `ice_pNN`: nats.
 //!
 //! Latency SLOs with `<`/`<=` on `ttft`, `tpot`, `e2e` or `itl` also define goodput: a
 //! request is good when it succeeded and its own TTFT, TPOT, E2E (and largest ITL gap)
@@ -61,6 +63,14 @@ pub enum Metric {
     Rps,
     /// Output tokens per second, all streams together.
     OutputTokensPerS,
+    /// Input plus output tokens per second (token QPS).
+    TokensPerS,
+    /// Succeeded tasks per second (sTPS; see `check.rs`).
+    SemanticTasksPerS,
+    /// Succeeded / ended tasks.
+    TaskSuccessRate,
+    /// Inference consistency entropy of conversations (nats).
+    Ice(Stat),
 }
 
 /// Comparison.
@@ -130,9 +140,11 @@ impl Slo {
         let metric = parse_metric(name).ok_or_else(|| err(&format!("unknown metric `{name}`")))?;
         let threshold = match metric {
             Metric::Latency(..) => parse_ms(value),
-            Metric::ErrorRate | Metric::DropRate | Metric::GoodputRatio | Metric::Recall(_) => {
-                parse_ratio(value)
-            }
+            Metric::ErrorRate
+            | Metric::DropRate
+            | Metric::GoodputRatio
+            | Metric::TaskSuccessRate
+            | Metric::Recall(_) => parse_ratio(value),
             _ => value.parse::<f64>().ok(),
         }
         .filter(|v| v.is_finite())
@@ -203,6 +215,10 @@ fn parse_metric(name: &str) -> Option<Metric> {
         "recall" => return Some(Metric::Recall(Stat::Mean)),
         "rps" => return Some(Metric::Rps),
         "output_tokens_per_s" => return Some(Metric::OutputTokensPerS),
+        "tokens_per_s" => return Some(Metric::TokensPerS),
+        "stps" => return Some(Metric::SemanticTasksPerS),
+        "task_success_rate" => return Some(Metric::TaskSuccessRate),
+        "ice" => return Some(Metric::Ice(Stat::Mean)),
         _ => {}
     }
     let (base, stat) = name.rsplit_once('_')?;
@@ -215,6 +231,7 @@ fn parse_metric(name: &str) -> Option<Metric> {
         "send_lag" => Metric::Latency(Series::SendLag, stat),
         "recall" => Metric::Recall(stat),
         "stream_tokens_per_s" => Metric::StreamTokensPerS(stat),
+        "ice" => Metric::Ice(stat),
         _ => return None,
     })
 }

@@ -9,7 +9,9 @@
 //! - `${seq}`: the request's sequence number.
 //!
 //! `$${` writes a literal `${`. A JSON string that is exactly one numeric placeholder
-//! renders as a JSON number, so `temperature: "${random_float(0.3,0.8)}"` sends a number.
+//! renders as a JSON number, so `temperature: "${random_float(0.3,0.8)}"` sends a number;
+//! one that is exactly `${dataset.FIELD}` renders as the row's value with its JSON type, so
+//! `temperature: "${dataset.temperature}"` sends the row's number.
 
 use rand::{Rng, seq::IndexedRandom};
 use serde_json::Value;
@@ -84,6 +86,16 @@ impl Template {
         Ok(Template { parts })
     }
 
+    /// The text, when the template has no placeholder.
+    #[must_use]
+    pub fn literal(&self) -> Option<&str> {
+        match self.parts.as_slice() {
+            [] => Some(""),
+            [Part::Lit(s)] => Some(s),
+            _ => None,
+        }
+    }
+
     /// Whether the template uses `${dataset.*}`.
     #[must_use]
     pub fn uses_dataset(&self) -> bool {
@@ -99,8 +111,14 @@ impl Template {
         out
     }
 
-    /// Renders to JSON: a lone numeric placeholder gives a number, anything else a string.
+    /// Renders to JSON: a lone numeric placeholder gives a number, a lone `${dataset.FIELD}`
+    /// the row's value with its JSON type, anything else a string.
     pub fn render_json<R: Rng>(&self, ctx: &mut Ctx<'_, R>) -> Value {
+        if let [Part::Field(name)] = self.parts.as_slice()
+            && let Some(v) = ctx.row.and_then(|r| r.value(name))
+        {
+            return v;
+        }
         let s = self.render(ctx);
         if let [Part::Int(..) | Part::Float(..) | Part::Seq] = self.parts.as_slice()
             && let Ok(v) = serde_json::from_str::<serde_json::Number>(&s)
@@ -309,6 +327,32 @@ mod tests {
         assert!((0.3..0.8).contains(&temp));
         assert_eq!(v["n"], 1);
         assert_eq!(v["s"], "x3");
+    }
+
+    #[test]
+    fn a_lone_dataset_field_keeps_its_json_type() {
+        use crate::loadgen::{dataset::Dataset, files::Files};
+        let dir = tempfile::tempdir().unwrap();
+        let line = r#"{"prompt":"p","temperature":0.42,"tools":[{"type":"function"}]}"#;
+        std::fs::write(dir.path().join("d.jsonl"), line).unwrap();
+        let spec = serde_yaml::from_str("path: d.jsonl").unwrap();
+        let mut rng = SmallRng::seed_from_u64(1);
+        let ds = Dataset::load(&spec, Files::Relative(dir.path()), &mut rng).unwrap();
+        let row = ds.pick(&mut rng).clone();
+        let t = JsonTemplate::compile(&serde_json::json!({
+            "temperature": "${dataset.temperature}", "tools": "${dataset.tools}",
+            "s": "t=${dataset.temperature}", "missing": "${dataset.nope}"
+        }))
+        .unwrap();
+        let v = t.render(&mut Ctx {
+            rng: &mut rng,
+            row: Some(&row),
+            seq: 0,
+        });
+        assert_eq!(v["temperature"], 0.42);
+        assert_eq!(v["tools"][0]["type"], "function");
+        assert_eq!(v["s"], "t=0.42");
+        assert_eq!(v["missing"], "");
     }
 
     #[test]

@@ -125,13 +125,14 @@ impl Scenario {
             .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
     }
 
-    /// Port of the target (80 when an `http://` URL names none); `None` for other schemes or
-    /// an unparseable URL.
+    /// Port of the target (80 or 443 when an `http://` or `https://` URL names none);
+    /// `None` for other schemes or an unparseable URL.
     #[must_use]
     pub fn target_port(&self) -> Option<u16> {
         let uri: hyper::Uri = self.target.parse().ok()?;
         match (uri.scheme_str(), uri.port_u16()) {
             (Some("http"), port) => Some(port.unwrap_or(80)),
+            (Some("https"), port) => Some(port.unwrap_or(443)),
             _ => None,
         }
     }
@@ -233,6 +234,8 @@ fn check_phase(
                 "conversation turns must be 1..={}",
                 super::conversation::MAX_TURNS
             ))
+        } else if c.logprobs.is_some_and(|k| !(1..=20).contains(&k)) {
+            Some("conversation logprobs (top_logprobs per token) must be 1..=20".into())
         } else if c
             .system_prompt_words
             .is_some_and(|w| w > super::conversation::MAX_SYSTEM_WORDS)
@@ -255,6 +258,16 @@ fn check_phase(
             )
         } else {
             None
+        };
+        if let Some(why) = why {
+            return Err(err(&at, format!("phase `{}`: {why}", p.name)));
+        }
+    }
+    if let Some(c) = &p.request.check {
+        let why = if matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
+            super::check::Check::compile(c).err()
+        } else {
+            Some("`check:` needs an LLM endpoint (chat or completions)".into())
         };
         if let Some(why) = why {
             return Err(err(&at, format!("phase `{}`: {why}", p.name)));
@@ -429,6 +442,8 @@ mod tests {
         );
         assert_eq!(with_target("http://localhost:9/v1").target_port(), Some(9));
         assert_eq!(with_target("http://vllm/").target_port(), Some(80));
-        assert_eq!(with_target("https://vllm:8443").target_port(), None);
+        assert_eq!(with_target("https://vllm:8443").target_port(), Some(8443));
+        assert_eq!(with_target("https://vllm").target_port(), Some(443));
+        assert_eq!(with_target("ftp://vllm").target_port(), None);
     }
 }

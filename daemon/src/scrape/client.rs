@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use super::error::ScrapeError;
 use super::prom_text::{self, Exposition, LineError};
 use super::signals::{self, ServerKind, SignalOptions, Signals};
+use crate::tls::{ConnectError, TlsConnector, TlsOptions};
 
 /// Where and how to scrape.
 #[derive(Debug, Clone)]
@@ -33,6 +34,8 @@ pub struct ScrapeConfig {
     pub body_limit: usize,
     /// Facts the exposition does not carry.
     pub options: SignalOptions,
+    /// Whom an `https://` endpoint's certificate must come from (`--ca-file`, `--insecure`).
+    pub tls: TlsOptions,
 }
 
 impl ScrapeConfig {
@@ -45,6 +48,7 @@ impl ScrapeConfig {
             timeout: Duration::from_secs(2),
             body_limit: 16 << 20,
             options: SignalOptions::default(),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -64,23 +68,38 @@ pub struct Scrape {
     pub line_errors: Vec<LineError>,
 }
 
-/// A reusable HTTP/1 scraper for one URL.
+/// A reusable HTTP/1 scraper for one URL (`http://` or `https://`).
 #[derive(Debug, Clone)]
 pub struct Scraper {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<TlsConnector<HttpConnector>, Empty<Bytes>>,
     uri: Uri,
     config: ScrapeConfig,
     tgi_info: Arc<OnceCell<Option<u64>>>,
 }
 
 impl Scraper {
-    /// Validates the URL and builds the client.
+    /// Validates the URL and builds the client (with its TLS configuration for an
+    /// `https://` URL: the system's roots plus `config.tls`).
     pub fn new(config: ScrapeConfig) -> Result<Self, ScrapeError> {
         let uri = metrics_uri(&config.url)?;
+        let tls = if uri.scheme_str() == Some("https") {
+            Some(config.tls.client_config().map_err(|e| ScrapeError::Tls {
+                url: uri.to_string(),
+                reason: e.to_string(),
+            })?)
+        } else {
+            None
+        };
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.timeout));
-        let client = Client::builder(TokioExecutor::new()).build(connector);
+        // The TLS layer above takes https:// URIs; the TCP connector only connects.
+        connector.enforce_http(false);
+        let client = Client::builder(TokioExecutor::new()).build(TlsConnector::new(
+            connector,
+            tls,
+            config.timeout,
+        ));
         Ok(Self {
             client,
             uri,
@@ -310,13 +329,8 @@ fn metrics_uri(url: &str) -> Result<Uri, ScrapeError> {
         .parse()
         .map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(invalid(
-                "https is not supported; scrape the plain-HTTP metrics port",
-            ));
-        }
-        _ => return Err(invalid("expected http://host:port[/path]")),
+        Some("http" | "https") => {}
+        _ => return Err(invalid("expected http://host:port[/path] or https://...")),
     }
     if uri.authority().is_none() {
         return Err(invalid("no host"));
@@ -330,10 +344,11 @@ fn metrics_uri(url: &str) -> Result<Uri, ScrapeError> {
     Ok(uri)
 }
 
-/// `http://host:port/anything` -> `http://host:port/info`.
+/// `http://host:port/anything` -> `http://host:port/info` (same scheme).
 fn info_uri(metrics: &Uri) -> Option<Uri> {
     let authority = metrics.authority()?;
-    format!("http://{authority}/info").parse().ok()
+    let scheme = metrics.scheme_str().unwrap_or("http");
+    format!("{scheme}://{authority}/info").parse().ok()
 }
 
 /// `max_batch_total_tokens` from TGI's `/info` JSON, when it is a positive number.
@@ -350,6 +365,12 @@ fn is_text_exposition(content_type: &str) -> bool {
 }
 
 fn connect_error(url: &str, e: &hyper_util::client::legacy::Error) -> ScrapeError {
+    if let Some(h) = ConnectError::tls_in(e) {
+        return ScrapeError::Tls {
+            url: url.to_owned(),
+            reason: h.to_string(),
+        };
+    }
     let mut source = e.source();
     while let Some(s) = source {
         if let Some(io) = s.downcast_ref::<std::io::Error>()
@@ -394,10 +415,16 @@ mod tests {
             metrics_uri("http://h:9/custom/path").unwrap().to_string(),
             "http://h:9/custom/path"
         );
-        assert!(matches!(
-            metrics_uri("https://h:9"),
-            Err(ScrapeError::InvalidUrl { .. })
-        ));
+        assert_eq!(
+            metrics_uri("https://h:9").unwrap().to_string(),
+            "https://h:9/metrics"
+        );
+        assert_eq!(
+            info_uri(&metrics_uri("https://h:9").unwrap())
+                .unwrap()
+                .to_string(),
+            "https://h:9/info"
+        );
         assert!(matches!(
             metrics_uri("localhost:8000"),
             Err(ScrapeError::InvalidUrl { .. })

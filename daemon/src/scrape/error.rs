@@ -27,6 +27,14 @@ pub enum ScrapeError {
         /// The innermost cause.
         reason: String,
     },
+    /// The TLS configuration or handshake of an `https://` endpoint failed.
+    #[error("{url}: {reason}")]
+    Tls {
+        /// The metrics URL.
+        url: String,
+        /// The handshake's or the configuration's one-line error, with what to do.
+        reason: String,
+    },
     /// The request did not complete in time.
     #[error("{url}: no complete response within {timeout:?}")]
     Timeout {

@@ -4,8 +4,8 @@
 //! CPU time per step and takes its memory from a simulated CUDA device whose driver-API symbols
 //! the GPU probes can hook. See `profiles` for the named bottleneck profiles.
 //!
-//! Start it in-process with [`start`] (tests, demos) or [`serve`] (runs until the future is
-//! dropped).
+//! Start it in-process with [`start`] (tests, demos), [`start_tls`] (over HTTPS) or [`serve`]
+//! (runs until the future is dropped).
 
 pub mod allocator;
 pub mod bench;
@@ -17,6 +17,7 @@ pub mod faults;
 pub mod fixed;
 pub mod format;
 pub mod http;
+mod https;
 pub mod kv_cache;
 pub mod metrics;
 pub mod openai;
@@ -63,6 +64,7 @@ pub enum SimError {
 #[derive(Debug)]
 pub struct SimServer {
     addr: SocketAddr,
+    tls: bool,
     state: Arc<AppState>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), std::io::Error>>>,
@@ -75,10 +77,11 @@ impl SimServer {
         self.addr
     }
 
-    /// Base URL, e.g. `http://127.0.0.1:8000`.
+    /// Base URL, e.g. `http://127.0.0.1:8000` (`https://` when started with [`start_tls`]).
     #[must_use]
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// KV blocks in use right now.
@@ -125,6 +128,23 @@ impl Drop for SimServer {
 
 /// Starts the simulator on `listener` (bind port 0 for tests) and returns once it accepts.
 pub async fn start(config: SimConfig, listener: TcpListener) -> Result<SimServer, SimError> {
+    start_with(config, listener, None).await
+}
+
+/// Starts the simulator serving HTTPS with `tls` (see `crate::tls::server::server_config`).
+pub async fn start_tls(
+    config: SimConfig,
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+) -> Result<SimServer, SimError> {
+    start_with(config, listener, Some(tls)).await
+}
+
+async fn start_with(
+    config: SimConfig,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Result<SimServer, SimError> {
     config.validate()?;
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared::new(&config));
@@ -143,10 +163,7 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<SimServer
     let state = Arc::new(AppState::new(config, engine, shared, vector.clone()));
     let app = http::router(state.clone());
     let (stop, stopped) = oneshot::channel::<()>();
-    let listener = listener.tap_io(|tcp| {
-        // Token streams are many small writes: do not let Nagle batch them.
-        let _ = tcp.set_nodelay(true);
-    });
+    let https = tls.is_some();
     let task = tokio::spawn(async move {
         let rebuilds = async {
             if auto == 0 {
@@ -159,13 +176,30 @@ pub async fn start(config: SimConfig, listener: TcpListener) -> Result<SimServer
                 vector.start_rebuild();
             }
         };
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        let served = async {
+            if let Some(tls) = tls {
+                https::serve(listener, app, tls, stopped).await
+            } else {
+                let listener = listener.tap_io(|tcp| {
+                    // Token streams are many small writes: do not let Nagle batch them.
+                    let _ = tcp.set_nodelay(true);
+                });
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            }
+        };
         tokio::select! {
-            r = axum::serve(listener, app).with_graceful_shutdown(async { let _ = stopped.await; }) => r,
+            r = served => r,
             () = rebuilds => Ok(()),
         }
     });
     Ok(SimServer {
         addr,
+        tls: https,
         state,
         stop: Some(stop),
         task: Some(task),

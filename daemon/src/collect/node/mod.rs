@@ -13,6 +13,7 @@
 //!     cuda_targets: Vec::new(),
 //!     kernel_without_servers: true,
 //!     metrics_url: Some("http://127.0.0.1:8000/metrics".into()),
+//!     tls: Default::default(),
 //!     window: Duration::from_secs(1),
 //! }));
 //! let task = tokio::spawn(node.run(tokio::time::sleep(Duration::from_secs(10))));
@@ -287,6 +288,7 @@ mod tests {
             cuda_targets: Vec::new(),
             kernel_without_servers: false,
             metrics_url: None,
+            tls: crate::tls::TlsOptions::default(),
             window: Duration::from_millis(100),
         });
         opts.marks = Some(marks);

@@ -1,0 +1,372 @@
+//! Which model to ask for: before a run, `GET {target}/v1/models` (what vLLM's bench and
+//! guidellm do). LLM phases that name no model get the first model served; a model named but
+//! not served fails the run before it starts, listing what is served. A target that does not
+//! answer (or not with the `OpenAI` list) changes nothing: phases without a model send
+//! [`FALLBACK_MODEL`]. Vector-search and plain-HTTP phases need no model, and a scenario
+//! made only of them asks nothing.
+//!
+//! ```no_run
+//! # async fn demo(mut scenario: inferscope::loadgen::Scenario) -> Result<(), Box<dyn std::error::Error>> {
+//! use inferscope::loadgen::{Options, models};
+//! let found = models::discover(&mut scenario, &Options::new()).await?;
+//! if let Some(line) = found.note() {
+//!     eprintln!("inferscope: {line}");
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::{fmt::Write as _, time::Duration};
+
+use http_body_util::{BodyExt as _, Limited};
+use hyper::Method;
+
+use super::{
+    Options, Scenario,
+    client::{Target, build_client},
+    record::Endpoint,
+    scenario::{Phase, is_loopback},
+    template::JsonTemplate,
+};
+
+/// Where the `OpenAI` API lists its models.
+pub const MODELS_PATH: &str = "/v1/models";
+/// The `model` sent when none is given and none could be discovered.
+pub const FALLBACK_MODEL: &str = "default";
+/// The longest wait for `/v1/models` (less when the scenario's timeout is shorter).
+pub const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest `/v1/models` answer read.
+const MAX_LIST_BYTES: usize = 4 << 20;
+
+/// What discovery found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Discovery {
+    /// No phase calls an LLM endpoint (or the target is refused anyway): nothing was asked.
+    NotNeeded,
+    /// Every LLM phase names a model and the server serves it (or could not say).
+    Given,
+    /// The phases that named no model now ask for `model`, the first of `served` models.
+    Chosen {
+        /// The model now used.
+        model: String,
+        /// How many models the server listed.
+        served: usize,
+        /// The URL asked.
+        url: String,
+    },
+    /// `url` did not answer with a model list (`why`); phases without a model send
+    /// [`FALLBACK_MODEL`].
+    Unanswered {
+        /// The URL asked.
+        url: String,
+        /// Why there is no list, on one line.
+        why: String,
+        /// Whether some phase named no model (then the fallback is used and worth a note).
+        fallback: bool,
+    },
+}
+
+impl Discovery {
+    /// The line to tell the user, when there is something to tell.
+    #[must_use]
+    pub fn note(&self) -> Option<String> {
+        match self {
+            Discovery::Chosen { model, served, url } => Some(format!(
+                "no model given; using {model:?} (the first of {served} served by {url})"
+            )),
+            Discovery::Unanswered {
+                url,
+                why,
+                fallback: true,
+            } => Some(format!(
+                "no model given and {url} did not list one ({why}); sending model {FALLBACK_MODEL:?} (give --model)"
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A model the scenario names that the target does not serve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "model {model:?} is not served by {url} (it serves {}); give --model (or `model:` in the scenario) one of them",
+    quoted(served)
+)]
+pub struct ModelNotServed {
+    /// The model asked for.
+    pub model: String,
+    /// The URL asked.
+    pub url: String,
+    /// What the server lists.
+    pub served: Vec<String>,
+}
+
+fn quoted(names: &[String]) -> String {
+    const SHOWN: usize = 20;
+    let mut s = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        let _ = write!(s, " and {} more", names.len() - SHOWN);
+    }
+    s
+}
+
+/// What a phase says about its model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Wants {
+    /// Not an LLM endpoint.
+    Nothing,
+    /// No model anywhere in the request.
+    Unset,
+    /// This model (from `model:`, or a literal `model` in `body:`).
+    Named(String),
+    /// A templated `model` in `body:`: known only per request.
+    Templated,
+}
+
+fn wants(p: &Phase) -> Wants {
+    let r = &p.request;
+    if !matches!(
+        r.endpoint.unwrap_or(Endpoint::Chat),
+        Endpoint::Chat | Endpoint::Completions
+    ) {
+        return Wants::Nothing;
+    }
+    // `body:` fields are merged last, so a `model` there wins over `model:`.
+    if let Some(JsonTemplate::Object(fields)) = &r.body
+        && let Some((_, v)) = fields.iter().rev().find(|(k, _)| k == "model")
+    {
+        return match v {
+            JsonTemplate::Leaf(serde_json::Value::String(m)) => Wants::Named(m.clone()),
+            JsonTemplate::Str(t) => t
+                .literal()
+                .map_or(Wants::Templated, |m| Wants::Named(m.to_string())),
+            _ => Wants::Templated,
+        };
+    }
+    r.model.clone().map_or(Wants::Unset, Wants::Named)
+}
+
+/// Asks the target for its models when an LLM phase needs one, fills in the phases that name
+/// none, and checks the ones that do. Connects as the run will (`opts`: loopback guardrail,
+/// TLS), with the scenario's headers.
+pub async fn discover(
+    scenario: &mut Scenario,
+    opts: &Options,
+) -> Result<Discovery, ModelNotServed> {
+    let asks: Vec<Wants> = scenario.phases.iter().map(wants).collect();
+    if asks
+        .iter()
+        .all(|w| matches!(w, Wants::Nothing | Wants::Templated))
+    {
+        return Ok(Discovery::NotNeeded);
+    }
+    // A target the run will refuse (not loopback, a bad URL, an unusable TLS setup) is not
+    // asked either: the run says why.
+    let host = scenario.target_host().unwrap_or_default();
+    if !opts.allow_remote && !is_loopback(&host) {
+        return Ok(Discovery::NotNeeded);
+    }
+    let Ok(target) =
+        Target::new(&scenario.target, &scenario.headers).and_then(|t| t.with_tls(&opts.tls))
+    else {
+        return Ok(Discovery::NotNeeded);
+    };
+    let url = format!(
+        "{}{MODELS_PATH}",
+        base_url(&scenario.target).unwrap_or_else(|| scenario.target.clone())
+    );
+    let fallback = asks.contains(&Wants::Unset);
+    let timeout = scenario.timeout.min(DISCOVERY_TIMEOUT);
+    let served = match list(&target, opts.allow_remote, timeout).await {
+        Ok(served) if !served.is_empty() => served,
+        Ok(_) => {
+            let why = "the list is empty".to_string();
+            return Ok(Discovery::Unanswered { url, why, fallback });
+        }
+        Err(why) => return Ok(Discovery::Unanswered { url, why, fallback }),
+    };
+    for w in &asks {
+        if let Wants::Named(m) = w
+            && !served.contains(m)
+        {
+            return Err(ModelNotServed {
+                model: m.clone(),
+                url,
+                served,
+            });
+        }
+    }
+    if !fallback {
+        return Ok(Discovery::Given);
+    }
+    let model = served[0].clone();
+    for (p, w) in scenario.phases.iter_mut().zip(&asks) {
+        if *w == Wants::Unset {
+            p.request.model = Some(model.clone());
+        }
+    }
+    Ok(Discovery::Chosen {
+        model,
+        served: served.len(),
+        url,
+    })
+}
+
+/// `scheme://authority` of a URL (the models list lives at the server's root).
+fn base_url(target: &str) -> Option<String> {
+    let uri: hyper::Uri = target.parse().ok()?;
+    Some(format!("{}://{}", uri.scheme_str()?, uri.authority()?))
+}
+
+/// GETs the model list: the ids in `data`, in the server's order. Errors are one line.
+async fn list(
+    target: &Target,
+    allow_remote: bool,
+    timeout: Duration,
+) -> Result<Vec<String>, String> {
+    let client = build_client(target, timeout, allow_remote);
+    let req = target
+        .request(&Method::GET, MODELS_PATH, bytes::Bytes::new(), &[])
+        .map_err(|e| e.to_string())?;
+    let ask = async {
+        let resp = client.request(req).await.map_err(|e| {
+            crate::tls::ConnectError::tls_in(&e)
+                .map_or_else(|| super::client::error_chain(&e), ToString::to_string)
+        })?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), MAX_LIST_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(format!("HTTP {}", status.as_u16()));
+        }
+        parse(&body)
+    };
+    tokio::time::timeout(timeout, ask)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no answer within {}",
+                humantime::format_duration(timeout)
+            ))
+        })
+}
+
+/// The model ids of an `OpenAI` list answer: `{"object": "list", "data": [{"id": ..}, ..]}`.
+fn parse(body: &[u8]) -> Result<Vec<String>, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|_| "the answer is not JSON".to_string())?;
+    let data = v
+        .get("data")
+        .and_then(serde_json::Value::as_array)
+        .ok_or_else(|| "the answer has no `data` list".to_string())?;
+    Ok(data
+        .iter()
+        .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
+        .map(str::to_string)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn scenario(target: &str, request: &str) -> Scenario {
+        let yaml = format!(
+            "target: {target}\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 1}}\n    request: {request}\n"
+        );
+        Scenario::from_yaml(&yaml, "t.yaml", Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn lists_parse_and_what_phases_want() {
+        assert_eq!(
+            parse(br#"{"object":"list","data":[{"id":"a"},{"id":"b"}]}"#).unwrap(),
+            ["a", "b"]
+        );
+        assert!(parse(b"<html>").unwrap_err().contains("not JSON"));
+        assert!(parse(b"{}").unwrap_err().contains("`data`"));
+        let t = "http://127.0.0.1:9";
+        assert_eq!(
+            wants(&scenario(t, "{endpoint: chat}").phases[0]),
+            Wants::Unset
+        );
+        assert_eq!(
+            wants(&scenario(t, "{model: m}").phases[0]),
+            Wants::Named("m".into())
+        );
+        assert_eq!(
+            wants(&scenario(t, "{model: m, body: {model: n}}").phases[0]),
+            Wants::Named("n".into())
+        );
+        assert_eq!(
+            wants(&scenario(t, "{body: {model: '${choice(a,b)}'}}").phases[0]),
+            Wants::Templated
+        );
+        assert_eq!(
+            wants(&scenario(t, "{endpoint: http, path: /health}").phases[0]),
+            Wants::Nothing
+        );
+        assert_eq!(
+            base_url("https://h:8443/v1").as_deref(),
+            Some("https://h:8443")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sims_model_is_found_checked_and_a_dead_target_changes_nothing() {
+        let mut cfg = crate::sim::profile("healthy").unwrap();
+        cfg.vector.corpus_size = 10;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sim = crate::sim::start(cfg, l).await.unwrap();
+        let url = sim.url();
+
+        let mut s = scenario(&url, "{endpoint: completions}");
+        let found = discover(&mut s, &Options::new()).await.unwrap();
+        assert_eq!(s.phases[0].request.model.as_deref(), Some("inferscope-sim"));
+        let note = found.note().unwrap();
+        assert!(
+            note.contains("using \"inferscope-sim\" (the first of 1 served by"),
+            "{note}"
+        );
+
+        let mut s = scenario(&url, "{model: inferscope-sim}");
+        assert_eq!(
+            discover(&mut s, &Options::new()).await,
+            Ok(Discovery::Given)
+        );
+
+        let mut s = scenario(&url, "{model: llama}");
+        let e = discover(&mut s, &Options::new())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("model \"llama\" is not served by"), "{e}");
+        assert!(e.contains("(it serves \"inferscope-sim\")"), "{e}");
+
+        let mut s = scenario(&url, "{endpoint: http, path: /health}");
+        assert_eq!(
+            discover(&mut s, &Options::new()).await,
+            Ok(Discovery::NotNeeded)
+        );
+        sim.shutdown().await.unwrap();
+
+        // Nothing listens any more: the run goes on as before, with a note.
+        let mut s = scenario(&url, "{endpoint: chat}");
+        let found = discover(&mut s, &Options::new()).await.unwrap();
+        assert!(
+            matches!(found, Discovery::Unanswered { fallback: true, .. }),
+            "{found:?}"
+        );
+        assert_eq!(s.phases[0].request.model, None);
+        assert!(found.note().unwrap().contains("sending model \"default\""));
+    }
+}
