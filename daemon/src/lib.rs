@@ -12,4 +12,5 @@ pub mod probes;
 pub mod scrape;
 pub mod sim;
 pub mod tls;
+pub mod triggers;
 pub mod workload;

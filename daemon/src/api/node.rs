@@ -40,16 +40,30 @@ use crate::{
 /// Drop counters of a stage outside the node (the OTLP export), read at every scrape.
 pub type ExtraDrops = Arc<dyn Fn() -> Vec<DropCounter> + Send + Sync>;
 
+/// More Prometheus text for `/metrics` (the trigger rules' counters), read at every scrape.
+pub type ExtraMetrics = Arc<dyn Fn() -> String + Send + Sync>;
+
 #[derive(Clone)]
 struct St {
     node: NodeHandle,
     extra_drops: Option<ExtraDrops>,
+    extra_metrics: Option<ExtraMetrics>,
     show_cmdlines: bool,
 }
 
 /// Routes answered by `node`; `/metrics` adds `extra_drops`' counters; `/api/v1/timeline`
 /// shows watched processes' full command lines only with `show_cmdlines` (see [`super::redact`]).
 pub fn routes(node: NodeHandle, extra_drops: Option<ExtraDrops>, show_cmdlines: bool) -> Router {
+    routes_with(node, extra_drops, None, show_cmdlines)
+}
+
+/// [`routes`], with `extra_metrics`' text appended to `/metrics`.
+pub fn routes_with(
+    node: NodeHandle,
+    extra_drops: Option<ExtraDrops>,
+    extra_metrics: Option<ExtraMetrics>,
+    show_cmdlines: bool,
+) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/api/v1/timeline", get(timeline))
@@ -59,6 +73,7 @@ pub fn routes(node: NodeHandle, extra_drops: Option<ExtraDrops>, show_cmdlines: 
         .with_state(St {
             node,
             extra_drops,
+            extra_metrics,
             show_cmdlines,
         })
 }
@@ -73,7 +88,10 @@ fn gone(e: NodeGone) -> Response {
 
 async fn metrics(
     State(St {
-        node, extra_drops, ..
+        node,
+        extra_drops,
+        extra_metrics,
+        ..
     }): State<St>,
 ) -> Response {
     let latest = match node.latest().await {
@@ -117,6 +135,10 @@ async fn metrics(
         drops: &drops,
         verdict: latest.verdict.as_ref().map(|v| &v.verdict),
     });
+    let text = match &extra_metrics {
+        Some(f) => text + &f(),
+        None => text,
+    };
     ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], text).into_response()
 }
 

@@ -82,6 +82,10 @@ pub struct Args {
     /// keys; by default only the program is shown).
     #[arg(long)]
     show_cmdlines: bool,
+    /// Trigger rules (YAML `triggers:`; see deploy/README.md, "Triggers") judged on every
+    /// window; their webhooks go to loopback only unless --allow-remote.
+    #[arg(long, value_name = "FILE")]
+    triggers: Option<PathBuf>,
     #[command(flatten)]
     otlp: OtlpArgs,
 }
@@ -251,7 +255,12 @@ pub async fn serve(
         .with_context(|| format!("binding --metrics-listen {}", args.metrics_listen))?;
 
     let otlp = args.otlp.start()?.map(Arc::new);
-    let opts = node_options(args, tls, marks, otlp.as_ref());
+    let mut opts = node_options(args, tls, marks, otlp.as_ref());
+    let triggers = args
+        .triggers
+        .as_deref()
+        .map(|f| super::triggers::start_for_daemon(f, args.allow_remote, otlp.as_ref(), &mut opts))
+        .transpose()?;
     let (node, handle) = Node::start(opts);
     if !node.session().has_kernel() {
         anyhow::bail!(
@@ -273,7 +282,11 @@ pub async fn serve(
         let x = Arc::clone(x);
         Arc::new(move || x.stats().drop_counters()) as node::ExtraDrops
     });
-    let mut app = node::routes(handle, otlp_drops, args.show_cmdlines);
+    let trigger_metrics: Option<node::ExtraMetrics> = triggers.as_ref().map(|(_, counts)| {
+        let c = Arc::clone(counts);
+        Arc::new(move || c.prometheus()) as node::ExtraMetrics
+    });
+    let mut app = node::routes_with(handle, otlp_drops, trigger_metrics, args.show_cmdlines);
     if let Some(token) = metrics_token {
         app = app.layer(axum::middleware::from_fn_with_state(token, require_token));
     }
@@ -290,6 +303,10 @@ pub async fn serve(
     ));
 
     let finished = node.run(shutdown).await;
+    if let Some((runner, _)) = triggers {
+        let fired = super::triggers::finish(runner).await?;
+        tracing::info!("triggers: {} firing(s) this run", fired.len());
+    }
     stop.cancel();
     join_servers(http, api_task).await;
     if let Some(x) = otlp.and_then(Arc::into_inner) {

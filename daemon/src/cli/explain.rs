@@ -42,9 +42,18 @@ pub struct ExplainArgs {
     /// With --explain: length of a time-line window.
     #[arg(long, default_value = "1s", value_parser = super::args::positive_duration)]
     window: Duration,
+    /// With --explain: trigger rules (YAML `triggers:`; see docs/stress.md, "Triggers"),
+    /// evaluated on every window with the scenario's own `triggers:`.
+    #[arg(long, value_name = "FILE")]
+    triggers: Option<PathBuf>,
 }
 
 impl ExplainArgs {
+    /// `--triggers`, when given.
+    pub fn triggers_file(&self) -> Option<&std::path::Path> {
+        self.triggers.as_deref()
+    }
+
     /// `--report-dir`, for checking it before the run starts.
     pub fn report_dir(&self) -> &std::path::Path {
         &self.report_dir
@@ -110,6 +119,13 @@ pub async fn run(
     });
     // The report covers the whole run, however long.
     node_opts.keep = usize::MAX;
+    let mut opts = opts;
+    let firings = super::triggers::start_for_stress(
+        &scenario,
+        args.triggers.as_deref(),
+        &mut opts,
+        &mut node_opts,
+    )?;
     let (node, _handle) = Node::start(node_opts);
     for m in node.missing() {
         eprintln!("explain: {m}");
@@ -138,9 +154,14 @@ pub async fn run(
     let end_ms = start_ms + (lg.elapsed_s * 1000.0) as u64;
     let meta = RunMeta::new(&lg.scenario, &lg.target, start_ms, end_ms, timeline.len_ms);
     let waterfalls = report::waterfall::build(&lg, exchanges, &timeline);
+    let firings = match firings {
+        Some(runner) => runner.await.context("the trigger action task failed")?,
+        None => Vec::new(),
+    };
     let mut explained = Report::new(meta, timeline)
         .with_waterfalls(waterfalls)
-        .with_missing_evidence(finished.missing);
+        .with_missing_evidence(finished.missing)
+        .with_triggers(firings);
     for p in &lg.phases {
         let q = |k: &str| {
             p.latency_ms

@@ -10,4 +10,5 @@ pub mod runqlat;
 pub mod sim;
 pub mod stress;
 pub mod tls;
+pub mod triggers;
 pub mod workload;

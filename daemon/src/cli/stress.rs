@@ -200,6 +200,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         atomic::check_output_file(out)
             .with_context(|| format!("--out {} cannot be written", out.display()))?;
     }
+    super::triggers::check_stress(&scenario, &args.explain, args.allow_remote)?;
     if args.explain.explain {
         let dir = args.explain.report_dir();
         atomic::check_output_dir(dir)
@@ -414,6 +415,7 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         datasets: BTreeMap::new(),
         phases: vec![phase],
         search: None,
+        triggers: Vec::new(),
         loaded: BTreeMap::new(),
     })
 }

@@ -66,6 +66,9 @@ pub struct Scenario {
     /// SLOs (`stress --find-max`; see `knee.rs`).
     #[serde(default)]
     pub search: Option<SearchBlock>,
+    /// Trigger rules evaluated on each window under `stress --explain` (`triggers/`).
+    #[serde(default, deserialize_with = "crate::triggers::de_rules")]
+    pub triggers: Vec<crate::triggers::Rule>,
     /// Datasets after loading (filled by [`Scenario::resolve`]).
     #[serde(skip)]
     pub loaded: BTreeMap<String, Arc<Dataset>>,

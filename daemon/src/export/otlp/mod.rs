@@ -210,6 +210,12 @@ impl OtlpExporter {
         spans::emit(&self.tracer, req, labels);
     }
 
+    /// Emits a trigger firing as an `inferscope.trigger` span with a `trigger.fired` event at
+    /// `at`, carrying `attributes` (e.g. `inferscope.trigger.rule`). Never blocks.
+    pub fn record_trigger(&self, at: std::time::SystemTime, attributes: &[(String, String)]) {
+        spans::emit_trigger(&self.tracer, at, attributes);
+    }
+
     /// Deliveries and losses so far.
     #[must_use]
     pub fn stats(&self) -> ExportStats {

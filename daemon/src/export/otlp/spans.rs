@@ -116,3 +116,24 @@ pub(crate) fn emit(tracer: &SdkTracer, req: &SampledRequest, labels: &Labels) {
     }
     cx.span().end_with_timestamp(req.end);
 }
+
+/// Name of the span that carries a trigger firing.
+pub const TRIGGER_SPAN: &str = "inferscope.trigger";
+
+/// Emits a trigger firing as a zero-length span with a `trigger.fired` event, both carrying
+/// `attributes` (rule, window, values, verdict, outcome).
+pub(crate) fn emit_trigger(tracer: &SdkTracer, at: SystemTime, attributes: &[(String, String)]) {
+    let attrs: Vec<KeyValue> = attributes
+        .iter()
+        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+        .collect();
+    let span = tracer
+        .span_builder(TRIGGER_SPAN)
+        .with_kind(SpanKind::Internal)
+        .with_start_time(at)
+        .with_attributes(attrs.clone())
+        .with_events(vec![Event::new("trigger.fired", at, attrs, 0)])
+        .start_with_context(tracer, &Context::new());
+    let cx = Context::new().with_span(span);
+    cx.span().end_with_timestamp(at);
+}

@@ -112,6 +112,9 @@ pub struct Report {
     pub waterfalls: Vec<Waterfall>,
     /// Evidence the run lacked, e.g. `no root: kernel probes off`.
     pub missing_evidence: Vec<String>,
+    /// Trigger rules that fired during the run, with their actions' outcomes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub triggers: Vec<crate::triggers::Firing>,
 }
 
 impl Report {
@@ -130,7 +133,15 @@ impl Report {
             phases: a.phases,
             waterfalls: Vec::new(),
             missing_evidence,
+            triggers: Vec::new(),
         }
+    }
+
+    /// Adds the trigger firings of the run.
+    #[must_use]
+    pub fn with_triggers(mut self, triggers: Vec<crate::triggers::Firing>) -> Self {
+        self.triggers = triggers;
+        self
     }
 
     /// Adds sampled requests' waterfalls.

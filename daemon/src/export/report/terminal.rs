@@ -40,6 +40,21 @@ pub fn render(report: &Report) -> String {
         out.push('\n');
         phase(&mut out, p);
     }
+    for f in &report.triggers {
+        let at = f.window_start_unix_ms.saturating_sub(run.start_unix_ms) as f64 / 1000.0;
+        let outcome = f
+            .outcome
+            .as_ref()
+            .map_or("no outcome".into(), crate::triggers::Outcome::line);
+        let _ = writeln!(
+            out,
+            "trigger {} fired at +{} s: {}; {}: {outcome}",
+            f.rule,
+            fmt_num(at),
+            f.values_line(),
+            f.action
+        );
+    }
     out
 }
 

@@ -1,0 +1,317 @@
+//! Doing what a rule says, off the window loop: a task receives firings and runs each action
+//! in a task of its own (a slow command or webhook never delays collection, nor another
+//! rule's action); each firing comes back with its outcome.
+//!
+//! - `run: [argv...]`: the program is spawned without a shell, stdin and stdout closed,
+//!   stderr kept (its last [`STDERR_TAIL`] bytes go into the outcome). The environment adds
+//!   `INFERSCOPE_TRIGGER` (the rule), `INFERSCOPE_VERDICT` and `INFERSCOPE_VERDICT_CONFIDENCE`,
+//!   `INFERSCOPE_WINDOW_START_UNIX_MS`, `INFERSCOPE_METRIC_<NAME>` for each metric the rule's
+//!   conditions read (e.g. `INFERSCOPE_METRIC_KV_USAGE`) and `INFERSCOPE_EVIDENCE`: the firing
+//!   as JSON, as a webhook receives it. Killed at its timeout.
+//! - `webhook: URL`: the firing as a JSON body, `POST`ed; each attempt has the timeout; a
+//!   connection error, a timeout, a 429 or a 5xx is retried [`RETRIES`] times after 0.25 s,
+//!   0.5 s and 1 s; other statuses are final.
+
+use std::{process::Stdio, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use tokio::{sync::mpsc, task::JoinSet};
+
+use super::{Firing, Outcome, rule::Action};
+
+/// Retries of a webhook after its first attempt.
+pub const RETRIES: u32 = 3;
+/// Bytes of a command's stderr kept in its outcome.
+pub const STDERR_TAIL: usize = 1024;
+/// First pause before a webhook retry; doubled each time.
+const BACKOFF: Duration = Duration::from_millis(250);
+
+/// One firing and what to do about it.
+pub struct Job {
+    /// The rule's action.
+    pub action: Action,
+    /// Its timeout.
+    pub timeout: Duration,
+    /// The firing, without an outcome yet.
+    pub firing: Firing,
+}
+
+/// Called with each firing once its action is done (the daemon logs and exports it).
+pub type OnDone = Arc<dyn Fn(&Firing) + Send + Sync>;
+
+/// Runs jobs until the sender is dropped and every action is done; returns the firings with
+/// their outcomes, in firing order.
+pub async fn serve(mut rx: mpsc::Receiver<Job>, on_done: Option<OnDone>) -> Vec<Firing> {
+    let mut running = JoinSet::new();
+    let mut done = Vec::new();
+    let finish = |f: Firing, done: &mut Vec<Firing>| {
+        log(&f);
+        if let Some(cb) = &on_done {
+            cb(&f);
+        }
+        done.push(f);
+    };
+    loop {
+        tokio::select! {
+            job = rx.recv() => match job {
+                Some(job) => {
+                    running.spawn(execute(job));
+                }
+                None => break,
+            },
+            Some(r) = running.join_next(), if !running.is_empty() => {
+                if let Ok(f) = r {
+                    finish(f, &mut done);
+                }
+            }
+        }
+    }
+    while let Some(r) = running.join_next().await {
+        if let Ok(f) = r {
+            finish(f, &mut done);
+        }
+    }
+    done.sort_by(|a, b| (a.window_start_unix_ms, &a.rule).cmp(&(b.window_start_unix_ms, &b.rule)));
+    done
+}
+
+fn log(f: &Firing) {
+    let outcome = f.outcome.as_ref().map_or_else(String::new, Outcome::line);
+    if f.outcome.as_ref().is_some_and(Outcome::ok) {
+        tracing::info!(rule = %f.rule, "trigger fired: {}; {outcome}", f.values_line());
+    } else {
+        tracing::warn!(rule = %f.rule, "trigger fired: {}; {outcome}", f.values_line());
+    }
+}
+
+async fn execute(job: Job) -> Firing {
+    let mut firing = job.firing;
+    let outcome = match &job.action {
+        Action::Run(argv) => run(argv, job.timeout, &firing).await,
+        Action::Webhook(url) => webhook(url, job.timeout, &firing).await,
+    };
+    firing.outcome = Some(outcome);
+    firing
+}
+
+async fn run(argv: &[String], timeout: Duration, f: &Firing) -> Outcome {
+    let Some((program, rest)) = argv.split_first() else {
+        return Outcome::SpawnFailed {
+            error: "empty argv".into(),
+        };
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(rest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .env("INFERSCOPE_TRIGGER", &f.rule)
+        .env("INFERSCOPE_VERDICT", f.verdict.cause.name())
+        .env(
+            "INFERSCOPE_VERDICT_CONFIDENCE",
+            f.verdict.confidence.to_string(),
+        )
+        .env(
+            "INFERSCOPE_WINDOW_START_UNIX_MS",
+            f.window_start_unix_ms.to_string(),
+        )
+        .env("INFERSCOPE_EVIDENCE", f.json());
+    for (name, v) in &f.values {
+        cmd.env(
+            format!("INFERSCOPE_METRIC_{}", name.to_ascii_uppercase()),
+            v.to_string(),
+        );
+    }
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome::SpawnFailed {
+                error: format!("{program}: {e}"),
+            };
+        }
+    };
+    // On timeout the future (and the child with it) is dropped: kill_on_drop ends it.
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(out)) => {
+            use std::os::unix::process::ExitStatusExt as _;
+            let tail = &out.stderr[out.stderr.len().saturating_sub(STDERR_TAIL)..];
+            Outcome::Exited {
+                code: out.status.code(),
+                signal: out.status.signal(),
+                stderr: String::from_utf8_lossy(tail).trim_end().to_owned(),
+            }
+        }
+        Ok(Err(e)) => Outcome::SpawnFailed {
+            error: format!("{program}: waiting: {e}"),
+        },
+        Err(_) => Outcome::TimedOut {
+            after_ms: timeout.as_millis() as u64,
+        },
+    }
+}
+
+async fn webhook(url: &str, timeout: Duration, f: &Firing) -> Outcome {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let body = Bytes::from(f.json());
+    let mut last = String::new();
+    for attempt in 0..=RETRIES {
+        if attempt > 0 {
+            tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
+        }
+        let req = match hyper::Request::post(url)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::USER_AGENT, "inferscope-trigger")
+            .body(Full::new(body.clone()))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                return Outcome::Failed {
+                    error: format!("bad request to {url}: {e}"),
+                    attempts: attempt + 1,
+                };
+            }
+        };
+        match tokio::time::timeout(timeout, client.request(req)).await {
+            Ok(Ok(resp)) => {
+                let status = resp.status();
+                if status.is_success() {
+                    return Outcome::Delivered {
+                        status: status.as_u16(),
+                        attempts: attempt + 1,
+                    };
+                }
+                last = format!("HTTP {}", status.as_u16());
+                if !(status.is_server_error() || status.as_u16() == 429) {
+                    return Outcome::Failed {
+                        error: last,
+                        attempts: attempt + 1,
+                    };
+                }
+            }
+            Ok(Err(e)) => last = format!("{e}"),
+            Err(_) => last = format!("no answer within {}", humantime::format_duration(timeout)),
+        }
+    }
+    Outcome::Failed {
+        error: format!("{url}: {last}"),
+        attempts: RETRIES + 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::attribute::{Cause, Verdict};
+
+    fn firing() -> Firing {
+        Firing {
+            rule: "kv".into(),
+            window_start_unix_ms: 1000,
+            window_len_ms: 1000,
+            phase: Some("peak".into()),
+            conditions: vec!["kv_usage >= 0.9".into()],
+            values: [("kv_usage".to_owned(), 0.97)].into(),
+            baselines: std::collections::BTreeMap::new(),
+            verdict: Verdict {
+                cause: Cause::KvCache,
+                signature: None,
+                confidence: 0.8,
+                evidence: Vec::new(),
+                contrary: Vec::new(),
+                runners_up: Vec::new(),
+                missing: Vec::new(),
+            },
+            action: "run".into(),
+            outcome: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_gets_the_environment_and_its_exit_status_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("env");
+        let script = format!(
+            "echo \"$INFERSCOPE_TRIGGER $INFERSCOPE_VERDICT $INFERSCOPE_METRIC_KV_USAGE\" > {}; echo \"$INFERSCOPE_EVIDENCE\" >> {}; echo oops >&2; exit 3",
+            out.display(),
+            out.display()
+        );
+        let argv = vec!["sh".into(), "-c".into(), script];
+        let o = run(&argv, Duration::from_secs(10), &firing()).await;
+        assert_eq!(
+            o,
+            Outcome::Exited {
+                code: Some(3),
+                signal: None,
+                stderr: "oops".into()
+            }
+        );
+        let text = std::fs::read_to_string(&out).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("kv kv_cache 0.97"));
+        let json: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+        assert_eq!(json["rule"], "kv");
+        assert_eq!(json["verdict"]["cause"], "kv_cache");
+    }
+
+    #[tokio::test]
+    async fn a_command_past_its_timeout_is_killed_and_a_missing_one_is_reported() {
+        let argv = vec!["sleep".into(), "5".into()];
+        let o = run(&argv, Duration::from_millis(100), &firing()).await;
+        assert_eq!(o, Outcome::TimedOut { after_ms: 100 });
+        let o = run(
+            &["/nonexistent/x".into()],
+            Duration::from_secs(1),
+            &firing(),
+        )
+        .await;
+        assert!(matches!(o, Outcome::SpawnFailed { .. }), "{o:?}");
+    }
+
+    #[tokio::test]
+    async fn a_webhook_is_retried_on_5xx_and_delivered() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let c = calls.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: String| {
+                let c = c.clone();
+                async move {
+                    let n = c.fetch_add(1, Ordering::SeqCst);
+                    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                    assert_eq!(v["values"]["kv_usage"], 0.97);
+                    if n < 2 {
+                        axum::http::StatusCode::BAD_GATEWAY
+                    } else {
+                        axum::http::StatusCode::NO_CONTENT
+                    }
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+        let url = format!("http://{addr}/hook");
+        let o = webhook(&url, Duration::from_secs(2), &firing()).await;
+        assert_eq!(
+            o,
+            Outcome::Delivered {
+                status: 204,
+                attempts: 3
+            }
+        );
+        // Nobody listens: every attempt fails, then it gives up.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dead = format!("http://127.0.0.1:{port}/hook");
+        let o = webhook(&dead, Duration::from_millis(200), &firing()).await;
+        assert!(matches!(o, Outcome::Failed { attempts: 4, .. }), "{o:?}");
+    }
+}

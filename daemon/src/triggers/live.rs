@@ -1,0 +1,142 @@
+//! The load generator's side of a window while the run is still going (`stress --explain`):
+//! the collection pipeline folds the generator's records into the time line only after the
+//! run, so triggers on client metrics (TTFT, error rate) read the records that *finished*
+//! since the last window closed, as the generator hands them over
+//! ([`crate::loadgen::Options::observer`]). The report's time line keeps its own fold by
+//! intended start; the two differ by the requests' latency.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::mpsc;
+
+use crate::collect::{
+    stats::quantiles,
+    timeline::{LoadSignals, Window},
+};
+use crate::loadgen::RequestRecord;
+
+/// Records waiting between two windows at most; a fuller channel slows the generator's
+/// record collector (never its requests) until the next window drains it.
+pub const CHANNEL: usize = 1 << 16;
+
+/// Finished records not yet folded, and the scenario's phase names.
+pub struct LiveLoad {
+    rx: mpsc::Receiver<RequestRecord>,
+    phases: Vec<String>,
+}
+
+impl LiveLoad {
+    /// A channel for [`crate::loadgen::Options::observer`] and the reader of its other end;
+    /// `phases` names the scenario's phases by index.
+    #[must_use]
+    pub fn channel(phases: Vec<String>) -> (mpsc::Sender<RequestRecord>, Self) {
+        let (tx, rx) = mpsc::channel(CHANNEL);
+        (tx, Self { rx, phases })
+    }
+
+    /// `w` with the load of the records that finished since the last call when it has none,
+    /// and the phase most of them belonged to when it has none.
+    #[must_use]
+    pub fn fill(&mut self, w: &Window) -> Window {
+        let mut out = w.clone();
+        let mut records = Vec::new();
+        while let Ok(r) = self.rx.try_recv() {
+            records.push(r);
+        }
+        if records.is_empty() {
+            return out;
+        }
+        if out.phase.is_none() {
+            let mut count: BTreeMap<u32, usize> = BTreeMap::new();
+            for r in &records {
+                *count.entry(r.phase).or_default() += 1;
+            }
+            out.phase = count
+                .into_iter()
+                .max_by_key(|(_, n)| *n)
+                .and_then(|(p, _)| self.phases.get(p as usize).cloned());
+        }
+        if out.load.is_none() {
+            out.load = Some(fold(&records, w.len_ms));
+        }
+        out
+    }
+}
+
+/// The window's load signals from the records that finished in it.
+fn fold(records: &[RequestRecord], len_ms: u64) -> LoadSignals {
+    let ms = |us: u64| us as f64 / 1000.0;
+    let mut ttft: Vec<f64> = records.iter().filter_map(|r| r.ttft_us().map(ms)).collect();
+    let mut itl: Vec<f64> = records
+        .iter()
+        .flat_map(|r| r.itl_us().map(ms).collect::<Vec<_>>())
+        .collect();
+    let mut e2e: Vec<f64> = records.iter().map(|r| ms(r.e2e_us())).collect();
+    let mut lag: Vec<f64> = records.iter().map(|r| ms(r.send_lag_us())).collect();
+    let secs = len_ms.max(1) as f64 / 1000.0;
+    let mut endpoints: BTreeMap<_, usize> = BTreeMap::new();
+    let mut error_classes = BTreeMap::new();
+    for r in records {
+        *endpoints.entry(r.endpoint).or_default() += 1;
+        if let Some(c) = r.error.filter(|_| r.counts_as_error()) {
+            *error_classes.entry(c).or_default() += 1;
+        }
+    }
+    let recalls: Vec<f64> = records.iter().filter_map(|r| r.recall).collect();
+    let tokens: u64 = records
+        .iter()
+        .map(|r| u64::from(r.output_tokens.unwrap_or(0)))
+        .sum();
+    LoadSignals {
+        requests: records.len() as u64,
+        errors: error_classes.values().sum(),
+        target_rps: None,
+        achieved_rps: records.len() as f64 / secs,
+        in_flight_max: 0,
+        ttft_ms: quantiles(&mut ttft),
+        itl_ms: quantiles(&mut itl),
+        e2e_ms: quantiles(&mut e2e),
+        send_lag_ms: quantiles(&mut lag),
+        output_tokens_per_s: tokens as f64 / secs,
+        endpoint: endpoints
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(e, _)| e),
+        error_classes,
+        recall_mean: (!recalls.is_empty())
+            .then(|| recalls.iter().sum::<f64>() / recalls.len() as f64),
+        phase_events_before: 0,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::float_cmp)]
+mod tests {
+    use super::*;
+    use crate::loadgen::{Endpoint, ErrorClass};
+
+    #[tokio::test]
+    async fn finished_records_fill_a_window_without_load() {
+        let (tx, mut live) = LiveLoad::channel(vec!["baseline".into(), "peak".into()]);
+        let w = Window {
+            len_ms: 1000,
+            ..Window::default()
+        };
+        assert_eq!(live.fill(&w), w, "nothing finished: unchanged");
+        for i in 0..4u64 {
+            let mut r = RequestRecord::new(i, 1, Endpoint::Chat, 0);
+            r.end_us = 100_000 * (i + 1);
+            if i == 3 {
+                r.fail(ErrorClass::Timeout, "slow");
+            }
+            tx.send(r).await.unwrap();
+        }
+        let got = live.fill(&w);
+        assert_eq!(got.phase.as_deref(), Some("peak"));
+        let l = got.load.unwrap();
+        assert_eq!((l.requests, l.errors), (4, 1));
+        assert_eq!(l.e2e_ms.unwrap().max, 400.0);
+        assert_eq!(l.ttft_ms.unwrap().max, 300.0, "the failed one has no TTFT");
+        assert!(live.fill(&w).load.is_none(), "drained");
+    }
+}
