@@ -255,7 +255,7 @@ async fn a_server_restarted_mid_run_gives_a_failover_time_and_an_msr() {
             async move { loadgen::run(&s, Options::new(), CancellationToken::new()).await },
         );
     // Down from 1.0 s to 1.5 s of the run.
-    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     first.shutdown().await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let l = tokio::net::TcpListener::bind(addr).await.unwrap();

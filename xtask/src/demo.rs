@@ -80,14 +80,14 @@ pub fn run() -> anyhow::Result<()> {
         bail!("inferscope stress failed ({status})");
     }
     println!(
-        "\ndemo: the highest load that keeps TTFT p95 under 500 ms (knee search, at most 90 s), and why it breaks beyond"
+        "\ndemo: the highest load that keeps TTFT p95 under 500 ms (knee search, at most 60 s), and why it breaks beyond"
     );
     let knee = out.join("knee");
     let status = Command::new(&bin)
         .args(["stress", "--target", &format!("http://{SIM_ADDR}")])
         .args(["--model", "inferscope-sim", "--max-tokens", "256"])
         .args(["--find-max", "ttft_p95 < 500ms", "--rate", "8"])
-        .args(["--step-duration", "5s", "--search-time", "90s"])
+        .args(["--step-duration", "5s", "--search-time", "60s"])
         .args(["--explain", "--quiet", "--report-dir"])
         .arg(&knee)
         .arg("--out")
