@@ -1,10 +1,11 @@
 //! The built `inferscope` binary: `inferscope sim` serves, and the simulated CUDA driver
 //! functions are in its symbol table, where uprobes attach by name.
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
-};
+mod sim_process;
+
+use std::process::Command;
+
+use sim_process::SimProcess;
 
 /// Names of the defined function symbols in an ELF64 little-endian file's `.symtab`.
 fn elf_function_symbols(path: &str) -> Vec<String> {
@@ -57,27 +58,8 @@ fn simulated_cuda_symbols_are_exported_by_name() {
 
 #[test]
 fn sim_subcommand_serves_on_an_ephemeral_port() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_inferscope"))
-        .args([
-            "sim",
-            "--listen",
-            "127.0.0.1:0",
-            "--profile",
-            "kv-pressure",
-            "--corpus-size",
-            "200",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"));
+    let sim = SimProcess::start(["--profile", "kv-pressure", "--corpus-size", "200"]);
+    let (url, line) = (&sim.url, &sim.banner);
     assert!(line.contains("64 KV blocks"), "{line}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let status = rt.block_on(async {
@@ -88,8 +70,7 @@ fn sim_subcommand_serves_on_an_ephemeral_port() {
             .unwrap()
             .status()
     });
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(sim);
     assert_eq!(status, 200);
 }
 

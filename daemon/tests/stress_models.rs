@@ -3,53 +3,25 @@
 //! says so; a model the target does not serve stops the run before it starts, listing what
 //! is served; runs posted to the control API do the same. Loopback only; no root needed.
 
+mod sim_process;
+
 use std::{
-    io::{BufRead as _, BufReader},
-    process::{Child, Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
+
+use sim_process::SimProcess;
 
 use inferscope::{
     api::{LoadgenLauncher, RunLauncher as _, RunState},
     loadgen::report::Report,
 };
 
-/// `inferscope sim` (default profile) on an ephemeral loopback port, killed when dropped.
-struct Sim {
-    child: Child,
-    url: String,
-}
-
-impl Sim {
-    fn start() -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_inferscope"))
-            .args(["sim", "--listen", "127.0.0.1:0", "--corpus-size", "50"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_string();
-        Sim { child, url }
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn the_quick_start_finds_the_model_and_a_wrong_one_stops_before_the_run() {
-    let sim = Sim::start();
+    let sim = SimProcess::start(["--corpus-size", "50"]);
+    // The model the run must discover is the one the sim says it serves.
+    assert!(sim.banner.contains("\"inferscope-sim\""), "{}", sim.banner);
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("r.json");
 

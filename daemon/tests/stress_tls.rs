@@ -4,11 +4,15 @@
 //! without it; accepted, with a loud warning, under `--insecure`. The `/metrics` scraper reads
 //! the same endpoint over TLS. Loopback only; no root needed.
 
+mod sim_process;
+
 use std::{
-    io::{BufRead as _, BufReader},
+    ffi::OsStr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Command,
 };
+
+use sim_process::SimProcess;
 
 use inferscope::{
     loadgen::report::Report,
@@ -63,43 +67,24 @@ impl Pki {
     }
 }
 
-/// `inferscope sim` over TLS on an ephemeral loopback port, killed when dropped.
-struct Sim {
-    child: Child,
-    url: String,
-}
-
-impl Sim {
-    fn start(pki: &Pki) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_inferscope"))
-            .args(["sim", "--listen", "127.0.0.1:0", "--corpus-size", "50"])
-            // Fixed timing: exact token times and next to no CPU, on a small test machine.
-            .args(["--ttft-ms", "5", "--itl-ms", "2"])
-            .arg("--tls-cert")
-            .arg(pki.path("server.pem"))
-            .arg("--tls-key")
-            .arg(pki.path("server.key"))
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("https://"))
-            .unwrap_or_else(|| panic!("no https:// URL in {line:?}"))
-            .to_string();
-        Sim { child, url }
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `inferscope sim` over TLS on an ephemeral loopback port, with fixed timing: exact token
+/// times and next to no CPU, on a small test machine.
+fn tls_sim(pki: &Pki) -> SimProcess {
+    let (cert, key) = (pki.path("server.pem"), pki.path("server.key"));
+    let sim = SimProcess::start([
+        OsStr::new("--corpus-size"),
+        OsStr::new("50"),
+        OsStr::new("--ttft-ms"),
+        OsStr::new("5"),
+        OsStr::new("--itl-ms"),
+        OsStr::new("2"),
+        OsStr::new("--tls-cert"),
+        cert.as_os_str(),
+        OsStr::new("--tls-key"),
+        key.as_os_str(),
+    ]);
+    assert!(sim.url.starts_with("https://"), "{}", sim.banner);
+    sim
 }
 
 /// `inferscope stress` against `target` for 2 s at 10/s with `extra` flags: (exit code,
@@ -140,7 +125,7 @@ fn assert_clean(r: &Report, stderr: &str) {
 #[test]
 fn https_targets_are_trusted_refused_or_accepted_loudly() {
     let pki = Pki::new();
-    let sim = Sim::start(&pki);
+    let sim = tls_sim(&pki);
     let ca = pki.path("ca.pem");
     let ca = ca.to_str().unwrap();
     let dir = pki.dir.path();

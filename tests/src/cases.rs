@@ -118,7 +118,9 @@ pub fn named(name: &str) -> Case {
         .unwrap_or_else(|| panic!("no case {name}"))
 }
 
-fn llm(baseline_rps: f64, peak_rps: f64, output_tokens: u32) -> Load {
+/// A baseline and peak of `output_tokens`-token answers to 128-token prompts.
+#[must_use]
+pub fn llm(baseline_rps: f64, peak_rps: f64, output_tokens: u32) -> Load {
     Load {
         baseline_rps,
         peak_rps,
@@ -128,13 +130,18 @@ fn llm(baseline_rps: f64, peak_rps: f64, output_tokens: u32) -> Load {
     }
 }
 
+/// The sim flags and load of the KV-pressure case: a cache of 256 blocks fills at the 16
+/// req/s peak of 384-token answers.
+pub const KV_PRESSURE_SIM: [&str; 2] = ["--num-gpu-blocks", "256"];
+
+/// See [`KV_PRESSURE_SIM`].
+#[must_use]
+pub fn kv_pressure_load() -> Load {
+    llm(2.0, 16.0, 384)
+}
+
 fn kv_pressure() -> Value {
-    run(
-        "kv",
-        "kv-pressure",
-        &["--num-gpu-blocks", "256"],
-        &llm(2.0, 16.0, 384),
-    )
+    run("kv", "kv-pressure", &KV_PRESSURE_SIM, &kv_pressure_load())
 }
 
 fn queue_sim() -> Value {

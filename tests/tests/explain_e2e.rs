@@ -42,14 +42,8 @@ fn kv_pressure_is_kv_cache() {
     let report = run(
         "kv",
         "kv-pressure",
-        &["--num-gpu-blocks", "256"],
-        &Load {
-            baseline_rps: 2.0,
-            peak_rps: 16.0,
-            input_tokens: 128,
-            output_tokens: 384,
-            peak_input_tokens: None,
-        },
+        &inferscope_tests::cases::KV_PRESSURE_SIM,
+        &inferscope_tests::cases::kv_pressure_load(),
     );
     assert_peak(&report, "kv_cache", &[], &["kv_usage", "preemptions_per_s"]);
 }

@@ -126,14 +126,8 @@ fn kv_pressure_fires_the_command_and_the_webhook_once() {
     let (report, lines, bodies) = run(
         "trig-kv",
         "kv-pressure",
-        &["--num-gpu-blocks", "256"],
-        &Load {
-            baseline_rps: 2.0,
-            peak_rps: 16.0,
-            input_tokens: 128,
-            output_tokens: 384,
-            peak_input_tokens: None,
-        },
+        &inferscope_tests::cases::KV_PRESSURE_SIM,
+        &inferscope_tests::cases::kv_pressure_load(),
     );
     let firings = report["triggers"].as_array().cloned().unwrap_or_default();
     println!("fired: {lines:?}\nreport triggers: {firings:#?}");

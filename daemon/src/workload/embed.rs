@@ -21,7 +21,7 @@ use std::{collections::HashMap, time::Duration};
 
 use serde_json::{Value, json};
 
-use crate::sim::tokenizer::fnv1a;
+use crate::{loadgen::client::error_chain, sim::tokenizer::fnv1a};
 
 /// Dimensions of the local embedding.
 pub const LOCAL_DIM: usize = 1024;
@@ -259,17 +259,6 @@ fn parse_answer(text: &str, n: usize) -> Result<Vec<Vec<f32>>, String> {
         return Err("vectors of different dimensions in one answer".into());
     }
     Ok(vectors)
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
 }
 
 #[cfg(test)]
