@@ -90,7 +90,7 @@ pub fn all() -> Vec<Case> {
         },
         Case {
             name: "loss-netns-nometrics",
-            mechanism: "Python server in a netns, nftables drops 5% both ways on its veth",
+            mechanism: "Python server (TCP_NODELAY) in a netns, nftables drops 5% both ways on its veth",
             expected: "network",
             run: || loss_netns(5),
         },
@@ -227,12 +227,14 @@ fn loss_loopback(percent: u32) -> Value {
 fn loss_netns(percent: u32) -> Value {
     let ns = NetNs::create("loss");
     let addr = std::net::SocketAddr::from((NetNs::NS_ADDR, 8000));
+    // TCP_NODELAY: the stalls are the loss's own (retransmissions), not small writes that
+    // Nagle holds for a delayed ACK (the nagle-nometrics case), which loss makes more likely.
     let server = NoMetricsServer::start(
         &["ip", "netns", "exec", &ns.name],
         addr,
         16,
         4.0,
-        Writes::Nagle,
+        Writes::NoDelay,
     );
     let pid = server.pid().to_string();
     let yaml = scenario("lossns", &server.url(), &llm(4.0, 4.0, 32))

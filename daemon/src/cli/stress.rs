@@ -170,6 +170,12 @@ fn scenario(args: &Args) -> anyhow::Result<Scenario> {
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut scenario = scenario(args)?;
+    // A search that cannot run is said before anything is asked of the target.
+    let search = if args.find_max.wanted(&scenario) {
+        Some(args.find_max.spec(&scenario)?)
+    } else {
+        None
+    };
     let tls = args.tls.options()?;
     if args.tls.insecure() {
         eprintln!("inferscope: {}", super::tls::INSECURE_WARNING);
@@ -212,8 +218,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     let signalled = Arc::new(AtomicU8::new(0));
-    if args.find_max.wanted(&scenario) {
-        let spec = args.find_max.spec(&scenario)?;
+    if let Some(spec) = search {
         let (_, code) = rt.block_on(async {
             let cancel = CancellationToken::new();
             watch_signals(scenario.grace, cancel.clone(), signalled.clone())?;
