@@ -89,13 +89,7 @@ fn healthy_at_low_load_is_none() {
         "none",
         "healthy",
         &[],
-        &Load {
-            baseline_rps: 2.0,
-            peak_rps: 4.0,
-            input_tokens: 128,
-            output_tokens: 32,
-            peak_input_tokens: None,
-        },
+        &inferscope_tests::cases::llm(2.0, 4.0, 32),
     );
     let p = assert_peak(&report, "none", &[], &[]);
     assert_eq!(p["untrustworthy"], false, "{}", describe(p));

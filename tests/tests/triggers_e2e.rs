@@ -175,13 +175,7 @@ fn a_healthy_run_fires_nothing() {
         "trig-healthy",
         "healthy",
         &[],
-        &Load {
-            baseline_rps: 2.0,
-            peak_rps: 4.0,
-            input_tokens: 128,
-            output_tokens: 32,
-            peak_input_tokens: None,
-        },
+        &inferscope_tests::cases::llm(2.0, 4.0, 32),
     );
     assert!(lines.is_empty(), "{lines:?}");
     assert!(bodies.is_empty(), "{bodies:?}");
