@@ -2,6 +2,7 @@
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, and the downward-API `K8S_*` variables the
 //! `DaemonSet` sets. One test in its own binary, because it sets the process environment.
 
+#[path = "it/otlp_collector_double/mod.rs"]
 mod otlp_collector_double;
 
 use std::time::{Duration, SystemTime};

@@ -4,15 +4,29 @@ pub mod cases;
 pub mod explain;
 pub mod faults;
 
-/// True when running as root; otherwise prints why the calling test is skipped.
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The machine, held by one root test at a time: the tests share its two CPUs, and the
+/// verdict and latency tests read contention from another test as a bottleneck.
+pub struct Machine(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+/// Takes the machine for the calling test (waits for the test that holds it).
 #[must_use]
-pub fn root_or_skip(test: &str) -> bool {
+pub fn machine() -> Machine {
+    static ONE: Mutex<()> = Mutex::new(());
+    Machine(ONE.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// The machine when running as root; otherwise prints why the calling test is skipped.
+#[must_use]
+pub fn root_or_skip(test: &str) -> Option<Machine> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
         println!("skipping {test}: needs root (eBPF); CI runs it as root");
+        return None;
     }
-    root
+    Some(machine())
 }
 
 /// Child processes that busy-loop until dropped.

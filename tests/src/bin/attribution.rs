@@ -10,9 +10,9 @@ use inferscope_tests::{cases, root_or_skip};
 use serde_json::Value;
 
 fn main() -> ExitCode {
-    if !root_or_skip("bench attribution") {
+    let Some(_machine) = root_or_skip("bench attribution") else {
         return ExitCode::SUCCESS;
-    }
+    };
     let only: Vec<String> = std::env::args().skip(1).collect();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-attribution");
     if let Err(e) = std::fs::create_dir_all(&dir) {

@@ -1,6 +1,6 @@
 //! The simulator's HTTP API against an in-process server on an ephemeral port.
 
-mod sim_common;
+use crate::sim_common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! `target/venv` with `openai`; Debian packages `curl` and `prometheus`). A missing tool fails
 //! the test: it never passes silently.
 
-mod sim_common;
+use crate::sim_common;
 
 use std::{
     path::PathBuf,

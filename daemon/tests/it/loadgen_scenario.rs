@@ -1,7 +1,7 @@
 //! Scenario files and guardrails through the real binary, and one end-to-end LLM +
 //! vector run against the local test server.
 
-mod loadgen_support;
+use crate::loadgen_support;
 
 use std::{
     path::{Path, PathBuf},

@@ -3,7 +3,7 @@
 //! 127.0.0.1 record what arrives. A third run exports with the collector down.
 //! No root needed.
 
-mod otlp_collector_double;
+use crate::otlp_collector_double;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};

@@ -2,7 +2,7 @@
 //! threads compete for every CPU. Asserts on the numbers the daemon's own API returns.
 use std::{
     sync::{
-        Arc, Mutex, MutexGuard,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -45,15 +45,7 @@ fn measure(probe: &Probes, dur: Duration) -> RunqHist {
     after.since(&before)
 }
 
-/// The tests start CPU hogs; run in parallel, one test's hogs would spoil another's "idle"
-/// baseline, so each test holds this lock.
-static SERIAL: Mutex<()> = Mutex::new(());
 
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 fn attach(watch: &[u32]) -> Probes {
     let mut p = Probes::load().unwrap();
@@ -71,10 +63,9 @@ fn attach_variant(watch: &[u32], variant: Variant) -> Probes {
 
 #[test]
 fn sleeper_delay_grows_under_cpu_contention() {
-    if !root_or_skip("sleeper_delay_grows_under_cpu_contention") {
+    let Some(_machine) = root_or_skip("sleeper_delay_grows_under_cpu_contention") else {
         return;
-    }
-    let _serial = serial();
+    };
     let probe = attach(&[std::process::id()]);
     let idle = measure(&probe, Duration::from_secs(2));
     let busy = {
@@ -124,10 +115,9 @@ fn sleeper_delay_grows_under_cpu_contention() {
 
 #[test]
 fn watch_list_excludes_other_processes() {
-    if !root_or_skip("watch_list_excludes_other_processes") {
+    let Some(_machine) = root_or_skip("watch_list_excludes_other_processes") else {
         return;
-    }
-    let _serial = serial();
+    };
     let me = std::process::id();
     let probe = attach(&[me]);
     let _hogs = Hogs::start(2, 0);
@@ -144,10 +134,9 @@ fn watch_list_excludes_other_processes() {
 /// one attached, and only it: the classic programs would double-count.
 #[test]
 fn raw_tracepoints_are_chosen_on_this_kernel() {
-    if !root_or_skip("raw_tracepoints_are_chosen_on_this_kernel") {
+    let Some(_machine) = root_or_skip("raw_tracepoints_are_chosen_on_this_kernel") else {
         return;
-    }
-    let _serial = serial();
+    };
     let probe = attach(&[std::process::id()]);
     let names: Vec<(&str, bool)> = probe
         .hooks()
@@ -170,10 +159,9 @@ fn raw_tracepoints_are_chosen_on_this_kernel() {
 /// The classic variant, kept as the fallback, still attaches and records.
 #[test]
 fn classic_fallback_still_records() {
-    if !root_or_skip("classic_fallback_still_records") {
+    let Some(_machine) = root_or_skip("classic_fallback_still_records") else {
         return;
-    }
-    let _serial = serial();
+    };
     let probe = attach_variant(&[std::process::id()], Variant::Classic);
     assert!(
         probe
@@ -192,10 +180,9 @@ fn classic_fallback_still_records() {
 /// recorded, and with it off, other processes appear.
 #[test]
 fn raw_variant_filters_by_tgid() {
-    if !root_or_skip("raw_variant_filters_by_tgid") {
+    let Some(_machine) = root_or_skip("raw_variant_filters_by_tgid") else {
         return;
-    }
-    let _serial = serial();
+    };
     let me = std::process::id();
     let mut probe = attach_variant(&[me], Variant::Raw);
     let _hogs = Hogs::start(2, 0);
@@ -225,10 +212,9 @@ fn raw_variant_filters_by_tgid() {
 /// microseconds an idle CPU takes to answer a wakeup kick; see docs/explain.md.)
 #[test]
 fn raw_and_classic_agree_under_contention() {
-    if !root_or_skip("raw_and_classic_agree_under_contention") {
+    let Some(_machine) = root_or_skip("raw_and_classic_agree_under_contention") else {
         return;
-    }
-    let _serial = serial();
+    };
     let me = std::process::id();
     let raw = attach_variant(&[me], Variant::Raw);
     let classic = attach_variant(&[me], Variant::Classic);

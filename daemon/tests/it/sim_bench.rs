@@ -1,5 +1,5 @@
 //! The simulator's own overhead (ignored by default: run it in release):
-//! `cargo test --release -p inferscope --test sim_bench -- --ignored --nocapture`
+//! `cargo test --release -p inferscope --test it sim_bench -- --ignored --nocapture`
 
 #[test]
 #[ignore = "benchmark: run in release with --ignored"]

@@ -4,7 +4,7 @@
 //! without it; accepted, with a loud warning, under `--insecure`. The `/metrics` scraper reads
 //! the same endpoint over TLS. Loopback only; no root needed.
 
-mod sim_process;
+use crate::sim_process;
 
 use std::{
     ffi::OsStr,

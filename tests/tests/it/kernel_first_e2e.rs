@@ -3,21 +3,15 @@
 //! index rebuilt under load, a peak whose requests all fail, and a healthy server without
 //! metrics. Each case is defined once in `inferscope_tests::cases` (the attribution benchmark
 //! runs the same ones). Needs root (eBPF), `python3`, `nft` and `cargo build -p inferscope`.
-use std::sync::Mutex;
 
 use inferscope_tests::{cases, explain::assert_peak, root_or_skip};
 
-/// The cases share the CPUs: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Runs case `name` and asserts its peak's verdict, with at least one of `any` in the evidence.
 fn check(name: &str, any: &[&str]) {
-    if !root_or_skip(name) {
+    let Some(_machine) = root_or_skip(name) else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let case = cases::named(name);
     let report = (case.run)();
     assert_peak(&report, case.expected, &[], any);

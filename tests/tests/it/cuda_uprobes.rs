@@ -67,9 +67,9 @@ fn build_double() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uprobes_count_allocs_frees_oom_and_syncs_per_thread() {
-    if !root_or_skip("uprobes_count_allocs_frees_oom_and_syncs_per_thread") {
+    let Some(_machine) = root_or_skip("uprobes_count_allocs_frees_oom_and_syncs_per_thread") else {
         return;
-    }
+    };
     let bin = build_double();
     let mut probes = Probes::load().unwrap();
     probes.attach(Family::Cuda).unwrap();

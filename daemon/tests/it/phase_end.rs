@@ -2,7 +2,7 @@
 //! stops dispatching at its planned end, the arrivals it could not send count as dropped,
 //! its `elapsed` is not stretched, and the next phase starts on time (no catch-up burst).
 
-mod hung_support;
+use crate::hung_support;
 use hung_support::hung_server;
 
 use std::{path::Path, time::Duration};

@@ -32,9 +32,9 @@ while True:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_rtt_and_server_first_byte() {
-    if !root_or_skip("connect_rtt_and_server_first_byte") {
+    let Some(_machine) = root_or_skip("connect_rtt_and_server_first_byte") else {
         return;
-    }
+    };
     let mut server = Command::new("python3")
         .args(["-c", SLOW_SERVER])
         .stdout(Stdio::piped())

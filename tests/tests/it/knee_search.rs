@@ -9,6 +9,7 @@
 use std::{path::Path, process::Command};
 
 use inferscope_tests::{
+    machine,
     explain::loopback,
     faults::{NoMetricsServer, Writes},
     inferscope_bin,
@@ -36,6 +37,7 @@ fn stress(target: &str, extra: &[&str], out: &Path) -> (std::process::Output, Va
 
 #[test]
 fn find_max_lands_within_ten_percent_of_the_capacity() {
+    let _machine = machine();
     let server = NoMetricsServer::start(&[], loopback(), 2, 4.0, Writes::NoDelay);
     let dir = tempfile::tempdir().unwrap();
     let target = server.url();

@@ -7,7 +7,7 @@
 //! generator on CPU 0, so that CPU hogs can be aimed at one of them.
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -23,17 +23,12 @@ use inferscope_tests::{
 };
 use serde_json::Value;
 
-/// The tests share the CPUs they pin work to: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 #[test]
 fn kv_pressure_is_kv_cache() {
-    if !root_or_skip("kv_pressure_is_kv_cache") {
+    let Some(_machine) = root_or_skip("kv_pressure_is_kv_cache") else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     // 256 blocks of 16 tokens: a request of 128 + 384 tokens grows from 8 blocks at admission
     // (vLLM admits on the prompt's blocks) to 32, so at low load the cache has room and at
     // the peak it admits more than fit once they decode: running sequences get preempted and
@@ -50,12 +45,9 @@ fn kv_pressure_is_kv_cache() {
 
 #[test]
 fn queue_bound_is_queue() {
-    if !root_or_skip("queue_bound_is_queue") {
+    let Some(_machine) = root_or_skip("queue_bound_is_queue") else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     // 4 sequences at a time, each ~256 steps of ~2 ms: ~7 req/s at most.
     let report = run(
         "queue",
@@ -79,12 +71,9 @@ fn queue_bound_is_queue() {
 
 #[test]
 fn healthy_at_low_load_is_none() {
-    if !root_or_skip("healthy_at_low_load_is_none") {
+    let Some(_machine) = root_or_skip("healthy_at_low_load_is_none") else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let report = run(
         "none",
         "healthy",
@@ -127,12 +116,9 @@ fn run_with_peak_hogs(name: &str, load: &Load, hogs: usize, hog_cpu: usize) -> V
 
 #[test]
 fn cpu_hogs_on_the_engine_cpu_are_cpu_runqueue() {
-    if !root_or_skip("cpu_hogs_on_the_engine_cpu_are_cpu_runqueue") {
+    let Some(_machine) = root_or_skip("cpu_hogs_on_the_engine_cpu_are_cpu_runqueue") else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let report = run_with_peak_hogs(
         "cpu",
         &Load {
@@ -155,12 +141,9 @@ fn cpu_hogs_on_the_engine_cpu_are_cpu_runqueue() {
 
 #[test]
 fn starved_load_generator_is_loadgen_and_untrustworthy() {
-    if !root_or_skip("starved_load_generator_is_loadgen_and_untrustworthy") {
+    let Some(_machine) = root_or_skip("starved_load_generator_is_loadgen_and_untrustworthy") else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let report = run_with_peak_hogs(
         "loadgen",
         &Load {
@@ -189,12 +172,9 @@ fn starved_load_generator_is_loadgen_and_untrustworthy() {
 
 #[test]
 fn gpu_memory_profile_is_gpu_memory() {
-    if !root_or_skip("gpu_memory_profile_is_gpu_memory") {
+    let Some(_machine) = root_or_skip("gpu_memory_profile_is_gpu_memory") else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     // Device memory leaves workspace for a 512-token step: the baseline's 128-token prompts
     // fit, the peak's ~640-token prefills do not (out-of-memory, as a long prompt's
     // activations can be on a real GPU sized for its KV cache).
@@ -220,12 +200,9 @@ fn gpu_memory_profile_is_gpu_memory() {
 
 #[test]
 fn congested_link_is_network() {
-    if !root_or_skip("congested_link_is_network") {
+    let Some(_machine) = root_or_skip("congested_link_is_network") else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let ns = NetNs::create("net");
     let cpu = SIM_CPU.to_string();
     let sim = Sim::start(

@@ -161,9 +161,9 @@ fn assert_verdicts(d: &Daemon) {
 
 #[test]
 fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
-    if !root_or_skip("an_external_generator_marks_phases_and_the_peak_is_kv_cache") {
+    let Some(_machine) = root_or_skip("an_external_generator_marks_phases_and_the_peak_is_kv_cache") else {
         return;
-    }
+    };
     let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", loopback(), SIM_FLAGS);
     let d = Daemon::start(sim.addr.port());
     let mut g = generator(&sim, &d, &["baseline:8:2", "peak:12:16", "cooldown:3:2"]);
@@ -175,9 +175,9 @@ fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
 
 #[test]
 fn the_daemon_before_the_server_and_the_server_restarted() {
-    if !root_or_skip("the_daemon_before_the_server_and_the_server_restarted") {
+    let Some(_machine) = root_or_skip("the_daemon_before_the_server_and_the_server_restarted") else {
         return;
-    }
+    };
     let addr = loopback();
     let d = Daemon::start(addr.port());
     std::thread::sleep(Duration::from_secs(2));
@@ -206,9 +206,9 @@ fn the_daemon_before_the_server_and_the_server_restarted() {
 
 #[test]
 fn port_discovery_sees_a_server_in_another_network_namespace() {
-    if !root_or_skip("port_discovery_sees_a_server_in_another_network_namespace") {
+    let Some(_machine) = root_or_skip("port_discovery_sees_a_server_in_another_network_namespace") else {
         return;
-    }
+    };
     let ns = inferscope_tests::NetNs::create_in("disc", [10, 213, 57]);
     let addr = SocketAddr::from(([10, 213, 57, 2], free_port()));
     let sim = Sim::start(&["ip", "netns", "exec", &ns.name], "healthy", addr, &[]);

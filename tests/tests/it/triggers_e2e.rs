@@ -7,7 +7,7 @@ use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::TcpListener,
     path::Path,
-    sync::{Mutex, mpsc},
+    sync::mpsc,
 };
 
 use inferscope_tests::{
@@ -17,8 +17,6 @@ use inferscope_tests::{
 };
 use serde_json::Value;
 
-/// The runs load the same CPUs: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// A loopback HTTP server that answers every POST with 200 and hands over its body.
 fn webhook_server() -> (String, mpsc::Receiver<String>) {
@@ -116,12 +114,9 @@ fn run(
 
 #[test]
 fn kv_pressure_fires_the_command_and_the_webhook_once() {
-    if !root_or_skip("kv_pressure_fires_the_command_and_the_webhook_once") {
+    let Some(_machine) = root_or_skip("kv_pressure_fires_the_command_and_the_webhook_once") else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     // As explain_e2e's kv_pressure_is_kv_cache: the cache fills at the 16 req/s peak.
     let (report, lines, bodies) = run(
         "trig-kv",
@@ -165,12 +160,9 @@ fn kv_pressure_fires_the_command_and_the_webhook_once() {
 
 #[test]
 fn a_healthy_run_fires_nothing() {
-    if !root_or_skip("a_healthy_run_fires_nothing") {
+    let Some(_machine) = root_or_skip("a_healthy_run_fires_nothing") else {
         return;
-    }
-    let _one = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let (report, lines, bodies) = run(
         "trig-healthy",
         "healthy",

@@ -1,7 +1,7 @@
 //! The built `inferscope` binary: `inferscope sim` serves, and the simulated CUDA driver
 //! functions are in its symbol table, where uprobes attach by name.
 
-mod sim_process;
+use crate::sim_process;
 
 use std::process::Command;
 

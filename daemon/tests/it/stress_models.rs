@@ -3,7 +3,7 @@
 //! says so; a model the target does not serve stops the run before it starts, listing what
 //! is served; runs posted to the control API do the same. Loopback only; no root needed.
 
-mod sim_process;
+use crate::sim_process;
 
 use std::{
     process::Command,

@@ -33,9 +33,9 @@ async fn stream_chat(addr: std::net::SocketAddr) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
-    if !root_or_skip("sim_allocations_runqueue_and_kv_usage_on_one_time_line") {
+    let Some(_machine) = root_or_skip("sim_allocations_runqueue_and_kv_usage_on_one_time_line") else {
         return;
-    }
+    };
     let me = std::process::id();
     // Attach before the sim starts, so its KV-pool allocation is seen.
     let mut kernel = KernelCollector::start(KernelOptions {

@@ -2,7 +2,7 @@
 //! start, and when descriptors still run out, the failures are the client's own error class
 //! (`client_fd_limit`), not the server's `connect`.
 
-mod hung_support;
+use crate::hung_support;
 use hung_support::hung_server;
 
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! with the simulator's `/v1/embeddings`; complexity scores of fixture prompts; and
 //! complexity-shaped arrivals through the load generator.
 
-mod loadgen_support;
+use crate::loadgen_support;
 
 use std::{
     collections::{BTreeMap, HashMap},

@@ -2,7 +2,7 @@
 //! sending, give requests in flight `grace`, write the report and exit 143 / 130; a second
 //! signal exits at once; an unwritable `--out` is refused before any request is sent.
 
-mod hung_support;
+use crate::hung_support;
 use hung_support::hung_server;
 
 use std::{

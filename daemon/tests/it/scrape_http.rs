@@ -263,7 +263,7 @@ async fn connection_refused_is_one_line() {
 
 #[tokio::test]
 async fn tgi_kv_usage_from_info_endpoint() {
-    const TGI: &str = include_str!("fixtures/tgi_metrics.txt");
+    const TGI: &str = include_str!("../fixtures/tgi_metrics.txt");
     let info_requests = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&info_requests);
     let with_info = Router::new()

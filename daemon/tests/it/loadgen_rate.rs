@@ -1,6 +1,6 @@
 //! Achieved arrival rates and burstiness, measured by a local server stamping each request.
 
-mod loadgen_support;
+use crate::loadgen_support;
 
 use std::path::Path;
 

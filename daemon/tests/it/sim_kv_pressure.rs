@@ -1,7 +1,7 @@
 //! The `kv-pressure` profile under concurrent streams fills the KV cache and preempts; the
 //! `healthy` profile under the same load does neither.
 
-mod sim_common;
+use crate::sim_common;
 
 use std::{
     fmt::Write as _,

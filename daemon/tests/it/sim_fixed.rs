@@ -2,7 +2,7 @@
 //! arrive on its deadline whatever the load. Its own test binary, so no busy engine of another
 //! test competes for the CPU.
 
-mod sim_common;
+use crate::sim_common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! Coordinated omission: a 1 s server stall must show in the tail latency and in send lag.
 
-mod loadgen_support;
+use crate::loadgen_support;
 
 use std::{
     path::Path,

@@ -1,0 +1,13 @@
+//! The root integration tests: one binary, each file a module. They need root (eBPF) and share
+//! the machine's CPUs, so each takes the machine for itself (`root_or_skip`).
+mod cuda_uprobes;
+mod daemon_sim;
+mod daemon_verdicts;
+mod explain_e2e;
+mod guardrail;
+mod kernel_first_e2e;
+mod knee_search;
+mod ringbuf_flood;
+mod runqlat;
+mod sockets;
+mod triggers_e2e;
