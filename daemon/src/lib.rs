@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod attribute;
+pub mod clock;
 pub mod collect;
 pub mod export;
 pub mod gpu;

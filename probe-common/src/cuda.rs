@@ -49,6 +49,52 @@ pub mod api {
     pub const XID: u32 = 11;
 }
 
+/// What a driver call (or XID) event is, from its `api` id and return code: the one
+/// classifier of CUDA events on the user side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CudaCall {
+    /// An allocation (`cuMemAlloc*`, `cuMemCreate`), and how it ended.
+    Alloc(AllocOutcome),
+    /// A free (`cuMemFree*`, `cuMemRelease`).
+    Free,
+    /// A kernel or graph launch.
+    Launch,
+    /// A stream or context synchronisation.
+    Sync,
+    /// An XID error reported by the driver.
+    Xid,
+}
+
+/// How an allocation call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocOutcome {
+    /// It returned success.
+    Ok,
+    /// `CUDA_ERROR_OUT_OF_MEMORY`.
+    OutOfMemory,
+    /// Another error.
+    Failed,
+}
+
+impl CudaCall {
+    /// The call an event's `api` id and return code `ret` describe; `None` for an unknown id.
+    #[must_use]
+    pub fn of(api_id: u32, ret: i32) -> Option<Self> {
+        Some(match api_id {
+            api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE => Self::Alloc(match ret {
+                0 => AllocOutcome::Ok,
+                CUDA_ERROR_OUT_OF_MEMORY => AllocOutcome::OutOfMemory,
+                _ => AllocOutcome::Failed,
+            }),
+            api::MEM_FREE | api::MEM_FREE_ASYNC | api::MEM_RELEASE => Self::Free,
+            api::LAUNCH_KERNEL | api::GRAPH_LAUNCH => Self::Launch,
+            api::STREAM_SYNC | api::CTX_SYNC => Self::Sync,
+            api::XID => Self::Xid,
+            _ => return None,
+        })
+    }
+}
+
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 pub const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
 

@@ -34,6 +34,37 @@ pub const EV_REQUEST: u32 = 4;
 /// A connection of a watched process retransmitted a segment (`ts_ns` is when).
 pub const EV_RETRANS: u32 = 5;
 
+/// What a [`SockEvent`] reports: its `kind`, decoded once on the user side.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SockEventKind {
+    /// [`EV_CONNECT`].
+    Connect = EV_CONNECT,
+    /// [`EV_ACCEPT`].
+    Accept = EV_ACCEPT,
+    /// [`EV_CLOSE`].
+    Close = EV_CLOSE,
+    /// [`EV_REQUEST`].
+    Request = EV_REQUEST,
+    /// [`EV_RETRANS`].
+    Retrans = EV_RETRANS,
+}
+
+impl SockEventKind {
+    /// The kind of an event's `kind` field; `None` for a value this build does not know.
+    #[must_use]
+    pub fn decode(kind: u32) -> Option<Self> {
+        Some(match kind {
+            EV_CONNECT => Self::Connect,
+            EV_ACCEPT => Self::Accept,
+            EV_CLOSE => Self::Close,
+            EV_REQUEST => Self::Request,
+            EV_RETRANS => Self::Retrans,
+            _ => return None,
+        })
+    }
+}
+
 /// Request phases of a connection owned by a watched process.
 pub const PHASE_IDLE: u32 = 0;
 /// Request bytes are arriving.

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::api::marks::{Mark, Marks};
 use crate::api::runs::{LaunchError, RunLauncher};
-use crate::collect::timeline::now_unix_ms;
+use crate::clock::unix_ms;
 
 /// What every handler sees.
 pub(crate) struct AppState {
@@ -111,7 +111,7 @@ async fn create_mark(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     };
     let mark = Mark {
         phase: parsed.phase,
-        at_unix_ms: parsed.at.unwrap_or_else(now_unix_ms),
+        at_unix_ms: parsed.at.unwrap_or_else(unix_ms),
         source: parsed.source,
     };
     match st.marks.push(mark.clone()) {

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 use crate::{
-    collect::timeline::now_unix_ms,
-    loadgen::{self, Options, Scenario, models, scenario::is_loopback},
+    clock::unix_ms,
+    loadgen::{self, Options, Scenario, Stop, StopKind, models, scenario::is_loopback},
     tls::TlsOptions,
 };
 
@@ -49,7 +49,7 @@ impl Run {
 
     /// Records how the run ended: its state, error and report.
     fn finish(&mut self, result: Result<loadgen::Report, loadgen::RunError>) {
-        self.status.finished_unix_ms = Some(now_unix_ms());
+        self.status.finished_unix_ms = Some(unix_ms());
         self.status.phase = None;
         match result.map(|r| serde_json::to_value(&r)) {
             Ok(Ok(report)) if failure(&report).is_some() => {
@@ -132,8 +132,9 @@ fn failure(report: &serde_json::Value) -> Option<String> {
     report
         .get("stopped")
         .and_then(serde_json::Value::as_str)
-        .filter(|s| s.starts_with("failed"))
-        .map(str::to_string)
+        .and_then(|s| s.parse::<Stop>().ok())
+        .filter(|s| s.kind == StopKind::Failed)
+        .map(|s| s.to_string())
 }
 
 /// Runs `f` (file reads, bounded but possibly slow) without stalling the other tasks of a
@@ -211,7 +212,7 @@ impl RunLauncher for LoadgenLauncher {
                     id: id.clone(),
                     state: RunState::Running,
                     phase: None,
-                    started_unix_ms: now_unix_ms(),
+                    started_unix_ms: unix_ms(),
                     finished_unix_ms: None,
                     error: None,
                 },

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::api::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
-use crate::collect::timeline::now_unix_ms;
+use crate::clock::unix_ms;
 
 /// Longest phase or source name accepted.
 pub const MAX_NAME_LEN: usize = 128;
@@ -157,7 +157,7 @@ impl RunLauncher for MarkingLauncher {
                 if phase.is_some() && phase != last {
                     let mark = Mark {
                         phase: phase.clone().unwrap_or_default(),
-                        at_unix_ms: now_unix_ms(),
+                        at_unix_ms: unix_ms(),
                         source: Some("control API".to_owned()),
                     };
                     if let Err(e) = marks.push(mark) {

@@ -2,7 +2,7 @@
 
 use super::rules::{Condition, Outcome, Role, Rule, Test};
 use super::signals::{Ctx, Signal};
-use super::verdict::{Cause, CauseScore, Evidence, Verdict};
+use super::verdict::{Cause, CauseScore, Evidence, Missing, Verdict};
 
 /// Least confidence for naming a cause; below it the verdict is `none`.
 pub const MIN_CONFIDENCE: f64 = 0.5;
@@ -25,7 +25,7 @@ pub struct RuleResult {
     /// Trigger conditions that were evaluated and did not hold: evidence of absence.
     pub quiet_triggers: Vec<Evidence>,
     /// Conditions that could not be evaluated.
-    pub missing: Vec<String>,
+    pub missing: Vec<Missing>,
 }
 
 impl RuleResult {
@@ -256,12 +256,7 @@ fn unexplained_verdict(
     runners_up: Vec<CauseScore>,
 ) -> Verdict {
     let best = results.first().map_or(0.0, RuleResult::confidence);
-    let mut missing: Vec<String> = Vec::new();
-    for m in results.iter().flat_map(|r| r.missing.iter()) {
-        if !missing.contains(m) {
-            missing.push(m.clone());
-        }
-    }
+    let missing = distinct(results.iter().flat_map(|r| r.missing.iter()));
     // Sure that latency rose (the rise passed the noise band); as sure that nothing explains
     // it as the best cause is unconvincing.
     Verdict {
@@ -273,6 +268,17 @@ fn unexplained_verdict(
         runners_up,
         missing,
     }
+}
+
+/// Each missing signal once, in order of first appearance.
+fn distinct<'a>(all: impl Iterator<Item = &'a Missing>) -> Vec<Missing> {
+    let mut out: Vec<Missing> = Vec::new();
+    for m in all {
+        if !out.contains(m) {
+            out.push(m.clone());
+        }
+    }
+    out
 }
 
 /// `none`: sure when every rule could look and none fired, unsure when rules could not look.
@@ -291,16 +297,12 @@ fn none_verdict(results: &[RuleResult], runners_up: Vec<CauseScore>) -> Verdict 
             evidence.push(e.clone());
         }
     }
-    let mut missing: Vec<String> = Vec::new();
-    for m in results
-        .iter()
-        .filter(|r| !r.evaluable)
-        .flat_map(|r| r.missing.iter())
-    {
-        if !missing.contains(m) {
-            missing.push(m.clone());
-        }
-    }
+    let missing = distinct(
+        results
+            .iter()
+            .filter(|r| !r.evaluable)
+            .flat_map(|r| r.missing.iter()),
+    );
     Verdict {
         cause: Cause::None,
         signature: None,
@@ -428,7 +430,7 @@ mod tests {
             lagging
                 .missing
                 .iter()
-                .any(|m| m.starts_with("loadgen_runq_p99_us"))
+                .any(|m| m.signal == "loadgen_runq_p99_us")
         );
         assert_eq!(v[6].cause, Cause::KvCache);
     }
@@ -505,7 +507,7 @@ mod tests {
             "srtt_mean_us",
         ] {
             assert!(
-                last.missing.iter().any(|m| m.starts_with(signal)),
+                last.missing.iter().any(|m| m.signal == signal),
                 "{signal}: {:?}",
                 last.missing
             );

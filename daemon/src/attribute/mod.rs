@@ -36,7 +36,7 @@ pub use evaluate::{MIN_CONFIDENCE, RuleResult, outranks, score};
 pub use phase::{CauseShare, Decomposition, LatencyMetric, PhaseLatency, PhaseLoad, PhaseSummary};
 pub use rules::{Condition, RULES, Role, Rule, Test};
 pub use signals::Signal;
-pub use verdict::{Cause, CauseScore, Evidence, Verdict, fmt_num};
+pub use verdict::{Cause, CauseScore, Evidence, Missing, Verdict, fmt_num};
 
 /// The verdict of one window of the time line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::WindowVerdict;
 use super::baseline::{Baseline, Baselines, NOISE_SIGMAS, median};
 use super::signals::Signal;
-use super::verdict::{Cause, CauseScore, Evidence};
+use super::verdict::{Cause, CauseScore, Evidence, Missing};
 use crate::collect::timeline::{Quantiles, Timeline, Window};
 use crate::loadgen::ErrorClass;
 
@@ -122,7 +122,7 @@ pub struct Decomposition {
     pub unexplained_ms: f64,
     /// Parts that could not be computed, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub missing: Vec<String>,
+    pub missing: Vec<Missing>,
 }
 
 /// Everything attribution says about one phase.
@@ -333,10 +333,10 @@ fn tail_rose(latency: &PhaseLatency, base: &Baseline) -> bool {
 
 /// Groups the `signal: reason` lines of a phase's `windows` windows by reason and by how many
 /// windows lacked the signal: `reason: signal, signal`, with `(in k of n windows)` when not all.
-fn group_missing<'a>(lines: impl Iterator<Item = &'a String>, windows: usize) -> Vec<String> {
+fn group_missing<'a>(lines: impl Iterator<Item = &'a Missing>, windows: usize) -> Vec<String> {
     let mut counts: Vec<(&str, &str, usize)> = Vec::new();
-    for line in lines {
-        let (signal, reason) = line.split_once(": ").unwrap_or(("", line.as_str()));
+    for Missing { signal, reason } in lines {
+        let (signal, reason) = (signal.as_str(), reason.as_str());
         match counts
             .iter_mut()
             .find(|(r, s, _)| *r == reason && *s == signal)
@@ -450,7 +450,7 @@ fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<Decom
     let mut missing = Vec::new();
     let mut need = |v: Option<f64>, what: &str, why: &str| {
         if v.is_none() {
-            missing.push(format!("{what}: {why}"));
+            missing.push(Missing::new(what, why));
         }
         v
     };
@@ -514,19 +514,18 @@ fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<Decom
 
 #[cfg(test)]
 mod tests {
-    use super::group_missing;
+    use super::{Missing, group_missing};
 
     #[test]
     fn missing_signals_are_grouped_by_reason_and_window_count() {
-        let lines: Vec<String> = [
-            "kv_usage: no server metrics",
-            "waiting: no server metrics",
-            "runq_p99_us: no run-queue data",
-            "kv_usage: no server metrics",
-            "waiting: no server metrics",
+        let lines = [
+            ("kv_usage", "no server metrics"),
+            ("waiting", "no server metrics"),
+            ("runq_p99_us", "no run-queue data"),
+            ("kv_usage", "no server metrics"),
+            ("waiting", "no server metrics"),
         ]
-        .map(str::to_owned)
-        .to_vec();
+        .map(|(s, r)| Missing::new(s, r));
         assert_eq!(
             group_missing(lines.iter(), 2),
             [

@@ -7,7 +7,7 @@
 
 use super::baseline::{Level, NOISE_SIGMAS};
 use super::signals::{Ctx, Signal};
-use super::verdict::{Cause, Evidence, fmt_num};
+use super::verdict::{Cause, Evidence, Missing, fmt_num};
 
 /// A test on one signal.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -303,8 +303,8 @@ pub const RULES: &[Rule] = &[
 pub enum Outcome {
     /// Evaluated: the evidence says whether it held.
     Evaluated(Evidence),
-    /// The signal (or its baseline) is absent: `signal: reason`.
-    Missing(String),
+    /// The signal (or its baseline) is absent.
+    Missing(Missing),
 }
 
 impl Condition {
@@ -318,7 +318,7 @@ impl Condition {
             } else {
                 self.signal.absent_reason(ctx.window)
             };
-            return Outcome::Missing(format!("{name}: {why}"));
+            return Outcome::Missing(Missing::new(name, why));
         };
         let (met, threshold, baseline, note) = match self.test {
             Test::AtLeast(x) => (value >= x, x, None, format!(">= {}", fmt_num(x))),
@@ -337,7 +337,7 @@ impl Condition {
                 slack: min_delta,
             } => {
                 let Some(Level { median: b, spread }) = ctx.baseline.level(self.signal) else {
-                    return Outcome::Missing(format!("{name}: no baseline for this signal"));
+                    return Outcome::Missing(Missing::new(name, "no baseline for this signal"));
                 };
                 let noise = NOISE_SIGMAS * spread;
                 match self.test {

@@ -241,7 +241,7 @@ fn missing_evidence_is_unexplained_and_names_what_is_missing() {
                 .any(|e| e.signal == "ttft_p50_ms" && e.met)
         );
         assert!(
-            v.missing.iter().any(|m| m.starts_with("kv_usage")),
+            v.missing.iter().any(|m| m.signal == "kv_usage"),
             "{:?}",
             v.missing
         );
@@ -283,7 +283,7 @@ fn missing_sources_lower_confidence() {
         v.verdict
             .missing
             .iter()
-            .any(|m| m.starts_with("running_share_of_cap")),
+            .any(|m| m.signal == "running_share_of_cap"),
         "{:?}",
         v.verdict.missing
     );

@@ -197,7 +197,49 @@ pub struct Verdict {
     pub runners_up: Vec<CauseScore>,
     /// Signals the rules wanted but the window lacks (e.g. `kv_usage: no server metrics`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub missing: Vec<String>,
+    pub missing: Vec<Missing>,
+}
+
+/// A signal a rule (or the decomposition) wanted and did not have, and why. In reports it is
+/// one line, `signal: reason` (`kv_usage: no server metrics`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub struct Missing {
+    /// The signal's name (`Signal::name`), or a part of the decomposition.
+    pub signal: String,
+    /// Why it is absent: its source is off, or the source does not report it.
+    pub reason: String,
+}
+
+impl Missing {
+    /// `signal` is absent because of `reason`.
+    pub fn new(signal: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            signal: signal.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.signal, self.reason)
+    }
+}
+
+impl From<String> for Missing {
+    fn from(line: String) -> Self {
+        match line.split_once(": ") {
+            Some((signal, reason)) => Self::new(signal, reason),
+            None => Self::new("", line),
+        }
+    }
+}
+
+impl From<Missing> for String {
+    fn from(m: Missing) -> Self {
+        m.to_string()
+    }
 }
 
 impl Verdict {

@@ -271,7 +271,7 @@ pub async fn serve(
         );
     }
     for h in node.session().hooks() {
-        match &h.reason {
+        match h.reason() {
             None => tracing::info!("probe {}: attached", h.probe),
             Some(r) => tracing::warn!("probe {}: not attached: {r}", h.probe),
         }

@@ -10,9 +10,7 @@
 //! input, setup failure, or a failed run: one that broke, or in which not one request
 //! succeeded (its report is written).
 
-use std::{
-    collections::BTreeMap, io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration,
-};
+use std::{io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration};
 
 use std::sync::{
     Arc,
@@ -22,7 +20,7 @@ use std::sync::{
 use anyhow::{Context as _, bail};
 use inferscope::export::atomic;
 use inferscope::loadgen::{
-    self, Endpoint, Options, Scenario, Shard,
+    self, Endpoint, Options, Scenario, Shard, StopKind,
     client::Target,
     failures, models,
     scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
@@ -283,14 +281,14 @@ async fn settle_model(
 /// The exit status of a finished run (see the module's documentation); `signal` is the code
 /// of the signal that stopped it, 0 when none did.
 fn exit_code(report: &loadgen::Report, signal: u8) -> ExitCode {
-    match &report.stopped {
-        Some(why) if why.starts_with("aborted") => ExitCode::from(3),
+    match report.stopped.as_ref().map(|s| (s.kind, s)) {
+        Some((StopKind::Aborted, _)) => ExitCode::from(3),
         Some(_) if signal != 0 => ExitCode::from(signal),
-        Some(why) if why.starts_with("failed") => {
+        Some((StopKind::Failed, why)) => {
             eprintln!("inferscope: the run {why}");
             ExitCode::FAILURE
         }
-        Some(_) => ExitCode::from(130),
+        Some((StopKind::Interrupted, _)) => ExitCode::from(130),
         None if failures::nothing_succeeded(report) => {
             eprintln!("inferscope: the run failed: not one request succeeded");
             ExitCode::FAILURE
@@ -407,20 +405,10 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         slo,
         events: Vec::new(),
     };
-    Ok(Scenario {
-        name: "stress".into(),
-        target: target.clone(),
-        headers: BTreeMap::new(),
-        timeout: args.timeout.unwrap_or(Duration::from_mins(1)),
-        grace: Duration::from_secs(5),
-        max_in_flight: args.max_in_flight.unwrap_or(10_000),
-        abort_error_rate: None,
-        abort_min_requests: 50,
-        seed: args.seed,
-        datasets: BTreeMap::new(),
-        phases: vec![phase],
-        search: None,
-        triggers: Vec::new(),
-        loaded: BTreeMap::new(),
-    })
+    // --max-in-flight and --seed are applied to any scenario by `scenario()`.
+    let mut scenario = Scenario::one_phase(target.clone(), phase);
+    if let Some(t) = args.timeout {
+        scenario.timeout = t;
+    }
+    Ok(scenario)
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use probe_common::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CudaEvent, api};
+use probe_common::cuda::{AllocOutcome, CudaCall, CudaEvent};
 use serde::Serialize;
 
 /// Running totals of one process's driver calls.
@@ -41,20 +41,16 @@ impl GpuMemAccount {
     /// Adds one event.
     pub fn apply(&mut self, ev: &CudaEvent) {
         let s = self.stats.entry(ev.tgid).or_default();
-        match ev.api {
-            api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE => {
-                if ev.ret == 0 {
-                    s.allocs += 1;
-                    s.bytes_allocated += ev.size;
-                    s.live_bytes += ev.size;
-                    self.live.insert((ev.tgid, ev.ptr), ev.size);
-                } else if ev.ret == CUDA_ERROR_OUT_OF_MEMORY {
-                    s.oom += 1;
-                } else {
-                    s.alloc_errors += 1;
-                }
+        match CudaCall::of(ev.api, ev.ret) {
+            Some(CudaCall::Alloc(AllocOutcome::Ok)) => {
+                s.allocs += 1;
+                s.bytes_allocated += ev.size;
+                s.live_bytes += ev.size;
+                self.live.insert((ev.tgid, ev.ptr), ev.size);
             }
-            api::MEM_FREE | api::MEM_FREE_ASYNC | api::MEM_RELEASE => {
+            Some(CudaCall::Alloc(AllocOutcome::OutOfMemory)) => s.oom += 1,
+            Some(CudaCall::Alloc(AllocOutcome::Failed)) => s.alloc_errors += 1,
+            Some(CudaCall::Free) => {
                 s.frees += 1;
                 // Frees of allocations made before the probe attached have no known size.
                 if let Some(size) = self.live.remove(&(ev.tgid, ev.ptr)) {
@@ -62,12 +58,12 @@ impl GpuMemAccount {
                     s.live_bytes = s.live_bytes.saturating_sub(size);
                 }
             }
-            api::STREAM_SYNC | api::CTX_SYNC => {
+            Some(CudaCall::Sync) => {
                 s.syncs += 1;
                 s.sync_ns += ev.duration_ns;
             }
-            api::XID => s.xids += 1,
-            _ => {}
+            Some(CudaCall::Xid) => s.xids += 1,
+            Some(CudaCall::Launch) | None => {}
         }
     }
 
@@ -86,6 +82,7 @@ impl GpuMemAccount {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use probe_common::cuda::{CUDA_ERROR_OUT_OF_MEMORY, api};
 
     fn ev(api: u32, ret: i32, ptr: u64, size: u64) -> CudaEvent {
         CudaEvent {

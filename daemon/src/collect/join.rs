@@ -3,7 +3,7 @@
 //! server read the request between the client's send and end (a client port may be reused by a
 //! later connection, so the time decides).
 //!
-//! Both sides use `CLOCK_MONOTONIC` (`probes::clock`), so a joined pair gives exact one-way
+//! Both sides use `CLOCK_MONOTONIC` (`crate::clock`), so a joined pair gives exact one-way
 //! times: the request's transit (client sent -> server read) and the first token's
 //! (server wrote -> client read).
 

@@ -9,8 +9,8 @@ use std::{
 };
 
 use probe_common::{
-    cuda::{CudaEvent, api},
-    sockets::{EV_ACCEPT, EV_CLOSE, EV_CONNECT, EV_REQUEST, EV_RETRANS, SockEvent},
+    cuda::{AllocOutcome, CudaCall, CudaEvent},
+    sockets::{SockEvent, SockEventKind},
 };
 use serde::Serialize;
 use tokio::sync::mpsc::Receiver;
@@ -270,12 +270,15 @@ impl KernelCollector {
 
     fn on_sock(&mut self, ev: &SockEvent) {
         let ours = self.is_server(ev.tgid) || Some(ev.tgid) == self.opts.loadgen;
-        match ev.kind {
-            EV_CONNECT | EV_ACCEPT if ours || ev.tgid == 0 => {
+        let Some(kind) = SockEventKind::decode(ev.kind) else {
+            return;
+        };
+        match kind {
+            SockEventKind::Connect | SockEventKind::Accept if ours || ev.tgid == 0 => {
                 self.pending.connects += 1;
                 self.pending.connect_ms.push(ev.duration_ns as f64 / 1e6);
             }
-            EV_REQUEST if self.is_server(ev.tgid) => {
+            SockEventKind::Request if self.is_server(ev.tgid) => {
                 let ex = ev.conn.exchange;
                 let exchange = Exchange {
                     tgid: ev.tgid,
@@ -296,7 +299,7 @@ impl KernelCollector {
                 p.retrans_exchanges += u64::from(exchange.retrans > 0);
                 bounded_push(&mut self.exchanges, exchange);
             }
-            EV_RETRANS if ours => {
+            SockEventKind::Retrans if ours => {
                 if let Some((local, remote)) = endpoints(&ev.conn.tuple) {
                     let client = if self.is_server(ev.tgid) {
                         remote
@@ -312,7 +315,7 @@ impl KernelCollector {
                     );
                 }
             }
-            EV_CLOSE => {
+            SockEventKind::Close => {
                 self.last_conn.remove(&ev.skaddr);
             }
             _ => {}
@@ -320,22 +323,19 @@ impl KernelCollector {
     }
 
     fn on_cuda(&mut self, ev: &CudaEvent) {
-        if !self.is_server(ev.tgid) && ev.api != api::XID {
+        let call = CudaCall::of(ev.api, ev.ret);
+        if !self.is_server(ev.tgid) && call != Some(CudaCall::Xid) {
             return;
         }
         self.account.apply(ev);
         let g = &mut self.pending.gpu;
-        match ev.api {
-            api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE if ev.ret == 0 => g.allocs += 1,
-            api::MEM_ALLOC | api::MEM_ALLOC_ASYNC | api::MEM_CREATE
-                if ev.ret == probe_common::cuda::CUDA_ERROR_OUT_OF_MEMORY =>
-            {
-                g.oom += 1;
-            }
-            api::MEM_FREE | api::MEM_FREE_ASYNC | api::MEM_RELEASE => g.frees += 1,
-            api::STREAM_SYNC | api::CTX_SYNC => g.sync_ms += ev.duration_ns as f64 / 1e6,
-            api::XID => g.xids += 1,
-            _ => {}
+        match call {
+            Some(CudaCall::Alloc(AllocOutcome::Ok)) => g.allocs += 1,
+            Some(CudaCall::Alloc(AllocOutcome::OutOfMemory)) => g.oom += 1,
+            Some(CudaCall::Free) => g.frees += 1,
+            Some(CudaCall::Sync) => g.sync_ms += ev.duration_ns as f64 / 1e6,
+            Some(CudaCall::Xid) => g.xids += 1,
+            Some(CudaCall::Alloc(AllocOutcome::Failed) | CudaCall::Launch) | None => {}
         }
     }
 

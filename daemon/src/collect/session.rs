@@ -86,11 +86,11 @@ impl Session {
             };
             match KernelCollector::start(ko) {
                 Ok(k) => {
-                    for h in k.hooks().iter().filter(|h| !h.attached) {
+                    for h in k.hooks().iter().filter(|h| !h.is_attached()) {
                         missing.push(format!(
                             "{}: {}",
                             h.probe,
-                            h.reason.as_deref().unwrap_or("not attached")
+                            h.reason().unwrap_or("not attached")
                         ));
                     }
                     Some(k)

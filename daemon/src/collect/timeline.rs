@@ -293,14 +293,6 @@ impl Timeline {
     }
 }
 
-/// Current wall-clock time, Unix ms.
-#[must_use]
-pub fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

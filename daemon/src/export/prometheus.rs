@@ -111,7 +111,7 @@ pub fn render(snap: &Snapshot<'_>) -> String {
                 name,
                 &labels,
                 &[],
-                if hook.attached { 1.0 } else { 0.0 },
+                if hook.is_attached() { 1.0 } else { 0.0 },
             );
         }
     }
@@ -241,11 +241,7 @@ mod tests {
             endpoint: Some("a\"b\\c\nd".into()),
             ..Labels::default()
         };
-        let probes = [HookStatus {
-            probe: "sched:sched_switch".into(),
-            attached: true,
-            reason: None,
-        }];
+        let probes = [HookStatus::attached("sched:sched_switch")];
         let drops = [DropCounter {
             stage: "kernel_ringbuf".into(),
             what: "RUNQ".into(),

@@ -11,10 +11,12 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use std::panic::AssertUnwindSafe;
+
+use crate::clock::{self, RunClock};
 
 use futures_util::FutureExt as _;
 use hyper::Method;
@@ -29,14 +31,14 @@ use super::{
     arrival::Schedule,
     caps::{Acquired, Permits, TokenBucket, acquire},
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
-    collect::{self, Msg},
     complexity::{self, Shaper},
     conversation::Conversation,
     record::{ErrorClass, RequestRecord},
-    report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
+    report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, Stop, StopKind, VERSION},
     request::{PhaseCtx, Prepared},
     scenario::{CapPolicy, Phase, Scenario, is_loopback},
     shard::Shard,
+    tally::{self, Msg},
 };
 
 /// Messages queued between the request tasks and the collector (about 300 bytes each).
@@ -118,49 +120,152 @@ struct Shared {
     seq: AtomicU64,
 }
 
-/// Runs every phase of `scenario` and returns the report.
-#[allow(clippy::too_many_lines)] // one sequential story: set up, phases, drain, report Cancelling `cancel` stops
-/// sending at once; requests in flight get `scenario.grace` to finish, then are aborted.
+/// Runs every phase of `scenario` and returns the report. Cancelling `cancel` stops sending at
+/// once; requests in flight get `scenario.grace` to finish, then are aborted.
+///
+/// The stages: [`Setup::new`] checks and resolves what every request needs, the tally starts,
+/// [`dispatch`] sends the phases, [`drain`] waits for the requests in flight, and the tally's
+/// totals become the report.
 pub async fn run(
     scenario: &Scenario,
-    opts: Options,
+    mut opts: Options,
     cancel: CancellationToken,
 ) -> Result<Report, RunError> {
-    let host = scenario
-        .target_host()
-        .ok_or_else(|| TargetError::Url(scenario.target.clone()))?;
-    if !opts.allow_remote && !is_loopback(&host) {
-        return Err(RunError::Remote(scenario.target.clone()));
-    }
-    super::limits::check(scenario).map_err(RunError::Invalid)?;
-    let target = Target::new(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
-    let event_uris = scenario
-        .phases
-        .iter()
-        .map(|p| {
-            p.events
-                .iter()
-                .map(|e| target.uri(&e.path))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let ctxs = scenario
-        .phases
-        .iter()
-        .enumerate()
-        .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target).map(Arc::new))
-        .collect::<Result<Vec<_>, _>>()?;
+    let setup = Setup::new(scenario, &opts)?;
     let share = opts.shard;
-    let seed = share.seed(scenario.seed.unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    }));
-    let mut rng = SmallRng::seed_from_u64(seed);
-    // Bounded: a collector that falls behind slows the senders instead of queueing records
+    let mut rng = SmallRng::seed_from_u64(share.seed(scenario.seed.unwrap_or_else(clock::unix_ns)));
+    // Bounded: a tally that falls behind slows the senders instead of queueing records
     // without limit.
     let (tx, rx) = mpsc::channel(MSG_QUEUE);
-    let cfg = collect::Config {
+    let tally = tokio::spawn(tally::run(
+        rx,
+        tally_config(scenario, &mut opts),
+        cancel.clone(),
+    ));
+    let started = RunClock::start();
+    let shared = Arc::new(Shared {
+        client: build_client(&setup.target, scenario.timeout, opts.allow_remote),
+        allow_remote: opts.allow_remote,
+        shard: share,
+        target: setup.target,
+        t0: started.t0,
+        timeout: scenario.timeout,
+        hard_stop: CancellationToken::new(),
+        tx,
+        global: Arc::new(Semaphore::new(scenario.max_in_flight)),
+        seq: AtomicU64::new(0),
+    });
+    let tracker = TaskTracker::new();
+    let mut elapsed = vec![0.0; scenario.phases.len()];
+    // A panic while dispatching ends the run as failed, with the report of what was done:
+    // the tally and the requests in flight outlive the dispatcher.
+    let dispatched = AssertUnwindSafe(dispatch(
+        scenario,
+        &shared,
+        &setup.ctxs,
+        &setup.event_uris,
+        &mut rng,
+        &mut elapsed,
+        &tracker,
+        &cancel,
+    ))
+    .catch_unwind()
+    .await;
+    let failed = dispatched.err().map(|p| {
+        // Closed-loop users stop too.
+        cancel.cancel();
+        Stop::new(
+            StopKind::Failed,
+            format!("internal error while sending: {}", panic_message(&*p)),
+        )
+    });
+    drain(&tracker, &cancel, scenario.grace, &shared.hard_stop).await;
+    let run_elapsed = shared.t0.elapsed().as_secs_f64();
+    drop(shared);
+    let tallied = tally
+        .await
+        .map_err(|e| RunError::Internal(format!("the tally failed: {e}")))?;
+    let phases: Vec<PhaseReport> = scenario
+        .phases
+        .iter()
+        .zip(&tallied.metrics)
+        .zip(&elapsed)
+        .zip(&setup.ctxs)
+        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, share), m))
+        .collect();
+    let stopped = failed.or(tallied.abort).or_else(|| {
+        cancel.is_cancelled().then(|| {
+            Stop::new(
+                StopKind::Interrupted,
+                "a signal, or cancelled by the caller",
+            )
+        })
+    });
+    Ok(Report {
+        schema: SCHEMA.into(),
+        version: VERSION,
+        scenario: scenario.name.clone(),
+        target: scenario.target.clone(),
+        shard: (share != Shard::WHOLE).then_some(share),
+        started_unix_ns: started.unix_ns,
+        started_monotonic_ns: started.monotonic_ns,
+        elapsed_s: run_elapsed,
+        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
+        stopped,
+        phases,
+        events: tallied.events,
+        records: tallied.records,
+        records_overflow: tallied.records_overflow,
+    })
+}
+
+/// What every request of a run needs, checked and resolved before anything is sent.
+struct Setup {
+    target: Target,
+    /// Per phase, the URIs of its events.
+    event_uris: Vec<Vec<hyper::Uri>>,
+    /// Per phase, its compiled request.
+    ctxs: Vec<Arc<PhaseCtx>>,
+}
+
+impl Setup {
+    fn new(scenario: &Scenario, opts: &Options) -> Result<Self, RunError> {
+        let host = scenario
+            .target_host()
+            .ok_or_else(|| TargetError::Url(scenario.target.clone()))?;
+        if !opts.allow_remote && !is_loopback(&host) {
+            return Err(RunError::Remote(scenario.target.clone()));
+        }
+        super::limits::check(scenario).map_err(RunError::Invalid)?;
+        let target = Target::new(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
+        let event_uris = scenario
+            .phases
+            .iter()
+            .map(|p| {
+                p.events
+                    .iter()
+                    .map(|e| target.uri(&e.path))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let ctxs = scenario
+            .phases
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            target,
+            event_uris,
+            ctxs,
+        })
+    }
+}
+
+/// What the tally needs to know of the run (it takes the observer).
+fn tally_config(scenario: &Scenario, opts: &mut Options) -> tally::Config {
+    let share = opts.shard;
+    tally::Config {
         phases: scenario
             .phases
             .iter()
@@ -174,95 +279,30 @@ pub async fn run(
             .collect(),
         keep_records: opts.keep_records,
         records_budget: opts.records_budget,
-        observer: opts.observer,
+        observer: opts.observer.take(),
         progress: opts.progress,
         abort: scenario
             .abort_error_rate
             .map(|r| (r, scenario.abort_min_requests)),
-    };
-    let collector = tokio::spawn(collect::run(rx, cfg, cancel.clone()));
-    let started_unix_ns = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let started_monotonic_ns = crate::probes::clock::monotonic_ns();
-    let shared = Arc::new(Shared {
-        client: build_client(&target, scenario.timeout, opts.allow_remote),
-        allow_remote: opts.allow_remote,
-        shard: share,
-        target,
-        t0: std::time::Instant::now(),
-        timeout: scenario.timeout,
-        hard_stop: CancellationToken::new(),
-        tx,
-        global: Arc::new(Semaphore::new(scenario.max_in_flight)),
-        seq: AtomicU64::new(0),
-    });
-    let tracker = TaskTracker::new();
-    let mut elapsed = vec![0.0; scenario.phases.len()];
-    // A panic while dispatching ends the run as failed, with the report of what was done:
-    // the collector and the requests in flight outlive the dispatcher.
-    let dispatched = AssertUnwindSafe(dispatch(
-        scenario,
-        &shared,
-        &ctxs,
-        &event_uris,
-        &mut rng,
-        &mut elapsed,
-        &tracker,
-        &cancel,
-    ))
-    .catch_unwind()
-    .await;
-    let failed = dispatched.err().map(|p| {
-        // Closed-loop users stop too.
-        cancel.cancel();
-        format!(
-            "failed: internal error while sending: {}",
-            panic_message(&*p)
-        )
-    });
+    }
+}
+
+/// Waits for the requests in flight; once the run is cancelled they get `grace`, then
+/// `hard_stop` aborts them.
+async fn drain(
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+    grace: Duration,
+    hard_stop: &CancellationToken,
+) {
     tracker.close();
     tokio::select! {
         () = tracker.wait() => {}
-        () = async { cancel.cancelled().await; tokio::time::sleep(scenario.grace).await } => {
-            shared.hard_stop.cancel();
+        () = async { cancel.cancelled().await; tokio::time::sleep(grace).await } => {
+            hard_stop.cancel();
             tracker.wait().await;
         }
     }
-    let run_elapsed = shared.t0.elapsed().as_secs_f64();
-    drop(shared);
-    let collected = collector
-        .await
-        .map_err(|e| RunError::Internal(format!("the collector failed: {e}")))?;
-    let phases: Vec<PhaseReport> = scenario
-        .phases
-        .iter()
-        .zip(&collected.metrics)
-        .zip(&elapsed)
-        .zip(&ctxs)
-        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, share), m))
-        .collect();
-    let stopped = failed.or(collected.abort).or_else(|| {
-        cancel
-            .is_cancelled()
-            .then(|| "interrupted (Ctrl-C or cancelled by the caller)".to_string())
-    });
-    Ok(Report {
-        schema: SCHEMA.into(),
-        version: VERSION,
-        scenario: scenario.name.clone(),
-        target: scenario.target.clone(),
-        shard: (share != Shard::WHOLE).then_some(share),
-        started_unix_ns,
-        started_monotonic_ns,
-        elapsed_s: run_elapsed,
-        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
-        stopped,
-        phases,
-        events: collected.events,
-        records: collected.records,
-        records_overflow: collected.records_overflow,
-    })
 }
 
 /// The text of a panic payload.
@@ -779,7 +819,7 @@ mod tests {
         let r = run(&s, Options::new(), CancellationToken::new())
             .await
             .unwrap();
-        let why = r.stopped.as_deref().unwrap_or_default();
+        let why = r.stopped.unwrap().to_string();
         assert!(why.starts_with("failed: internal error"), "{why}");
         assert!(why.contains("injected panic"), "{why}");
         // What was sent before the panic is in the report, and the run did not hang.

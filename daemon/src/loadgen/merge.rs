@@ -7,9 +7,9 @@
 use std::path::Path;
 
 use super::{
-    metrics::{HISTS, PhaseMetrics, decode_hist},
+    metrics::{Hist, PhaseMetrics, decode_hist},
     record::ErrorClass,
-    report::{PhaseInfo, PhaseReport, Report, SCHEMA, VERSION},
+    report::{PhaseInfo, PhaseReport, Report, SCHEMA, Stop, VERSION},
     shard::Shard,
     slo::Slo,
 };
@@ -129,18 +129,17 @@ pub fn phase_info(p: &PhaseReport, elapsed_s: f64) -> Result<PhaseInfo, String> 
 
 /// Adds a reported phase's histograms and counters into `m`.
 pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
-    for name in HISTS {
+    for hist in Hist::ALL {
+        let name = hist.name();
         let Some(enc) = p.histograms.get(name) else {
             // Reports written before per-turn TTFT and ICE existed have none: nothing to add.
-            if name.ends_with("_turn") || name.ends_with("_turns") || name == "ice" {
+            if matches!(hist, Hist::TtftFirstTurn | Hist::TtftLaterTurns | Hist::Ice) {
                 continue;
             }
             return Err(format!("histogram `{name}` is missing"));
         };
         let h = decode_hist(enc).map_err(|e| format!("histogram `{name}`: {e}"))?;
-        m.hists
-            .get_mut(name)
-            .expect("PhaseMetrics has every histogram")
+        m[hist]
             .add(&h)
             .map_err(|e| format!("histogram `{name}`: {e:?}"))?;
     }
@@ -358,10 +357,18 @@ pub fn merge_partial(reports: &[(String, Report)]) -> Result<Report, MergeError>
     }
     records.sort_by_key(|r| r.intended_us);
     events.sort_by_key(|e| e.at_us);
-    let stopped: Vec<String> = reports
+    // The gravest stop of the shards, naming each shard that stopped.
+    let stopped = reports
         .iter()
-        .filter_map(|(f, r)| r.stopped.as_ref().map(|why| format!("{f}: {why}")))
-        .collect();
+        .filter_map(|(_, r)| r.stopped.as_ref().map(|s| s.kind))
+        .max()
+        .map(|kind| {
+            let each: Vec<String> = reports
+                .iter()
+                .filter_map(|(f, r)| r.stopped.as_ref().map(|s| format!("{f}: {s}")))
+                .collect();
+            Stop::new(kind, each.join("; "))
+        });
     let mut targets: Vec<&str> = reports.iter().map(|(_, r)| r.target.as_str()).collect();
     targets.sort_unstable();
     targets.dedup();
@@ -377,7 +384,7 @@ pub fn merge_partial(reports: &[(String, Report)]) -> Result<Report, MergeError>
             .iter()
             .map(|(_, r)| lead(r) + r.elapsed_s)
             .fold(0.0, f64::max),
-        stopped: (!stopped.is_empty()).then(|| stopped.join("; ")),
+        stopped,
         slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
         phases,
         events,

@@ -89,8 +89,8 @@ fn summarize(h: &Histogram<u64>, div: f64) -> Summary {
 /// Live aggregates of one phase.
 #[derive(Debug, Clone)]
 pub struct PhaseMetrics {
-    /// Histograms by name (µs for latencies; see the scales for the others).
-    pub hists: BTreeMap<&'static str, Histogram<u64>>,
+    /// Histograms, one per [`Hist`] (µs for latencies; see the scales for the others).
+    hists: [Histogram<u64>; Hist::ALL.len()],
     /// Requests the schedule asked for (open loop) or started (closed loop).
     pub scheduled: u64,
     /// Requests dropped by a cap.
@@ -117,20 +117,91 @@ pub struct PhaseMetrics {
     pub resilience: super::resilience::Tracker,
 }
 
-/// Histogram names, in report order.
-pub const HISTS: [&str; 11] = [
-    "ttft",
-    "ttft_first_turn",
-    "ttft_later_turns",
-    "itl",
-    "tpot",
-    "e2e",
-    "e2e_from_send",
-    "send_lag",
-    "stream_tokens_per_s",
-    "recall",
-    "ice",
-];
+/// The per-phase histograms, in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hist {
+    /// Time to first token.
+    Ttft,
+    /// TTFT of conversations' first turns.
+    TtftFirstTurn,
+    /// TTFT of conversations' later turns (their prompts start with the history).
+    TtftLaterTurns,
+    /// Gaps between tokens.
+    Itl,
+    /// Time per output token after the first.
+    Tpot,
+    /// From the intended send time to the end.
+    E2e,
+    /// From the actual send time to the end.
+    E2eFromSend,
+    /// How late requests were sent.
+    SendLag,
+    /// Tokens per second of each stream.
+    StreamTokensPerS,
+    /// Recall@k of vector queries.
+    Recall,
+    /// Information capacity efficiency of tasks.
+    Ice,
+}
+
+impl Hist {
+    /// Every histogram, in report order.
+    pub const ALL: [Self; 11] = [
+        Self::Ttft,
+        Self::TtftFirstTurn,
+        Self::TtftLaterTurns,
+        Self::Itl,
+        Self::Tpot,
+        Self::E2e,
+        Self::E2eFromSend,
+        Self::SendLag,
+        Self::StreamTokensPerS,
+        Self::Recall,
+        Self::Ice,
+    ];
+
+    /// The name in reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ttft => "ttft",
+            Self::TtftFirstTurn => "ttft_first_turn",
+            Self::TtftLaterTurns => "ttft_later_turns",
+            Self::Itl => "itl",
+            Self::Tpot => "tpot",
+            Self::E2e => "e2e",
+            Self::E2eFromSend => "e2e_from_send",
+            Self::SendLag => "send_lag",
+            Self::StreamTokensPerS => "stream_tokens_per_s",
+            Self::Recall => "recall",
+            Self::Ice => "ice",
+        }
+    }
+
+    /// The stored value's divisor and offset to display units (ms, tokens/s, fraction, nats).
+    fn units(self) -> (f64, f64) {
+        match self {
+            Self::StreamTokensPerS => (TOKS_SCALE, 0.0),
+            Self::Recall => (RECALL_SCALE, 1.0 / RECALL_SCALE),
+            Self::Ice => (ICE_SCALE, 1.0 / ICE_SCALE),
+            _ => (1000.0, 0.0),
+        }
+    }
+}
+
+impl std::ops::Index<Hist> for PhaseMetrics {
+    type Output = Histogram<u64>;
+
+    fn index(&self, h: Hist) -> &Histogram<u64> {
+        &self.hists[h as usize]
+    }
+}
+
+impl std::ops::IndexMut<Hist> for PhaseMetrics {
+    fn index_mut(&mut self, h: Hist) -> &mut Histogram<u64> {
+        &mut self.hists[h as usize]
+    }
+}
 
 /// ICE values are stored x this (+1, so that 0 is kept).
 pub const ICE_SCALE: f64 = 10_000.0;
@@ -138,7 +209,7 @@ pub const ICE_SCALE: f64 = 10_000.0;
 impl Default for PhaseMetrics {
     fn default() -> Self {
         PhaseMetrics {
-            hists: HISTS.iter().map(|n| (*n, new_hist())).collect(),
+            hists: Hist::ALL.map(|_| new_hist()),
             scheduled: 0,
             dropped: 0,
             finished: 0,
@@ -156,10 +227,8 @@ impl Default for PhaseMetrics {
 }
 
 impl PhaseMetrics {
-    fn add(&mut self, name: &'static str, v: u64) {
-        if let Some(h) = self.hists.get_mut(name) {
-            h.saturating_record(v.max(1));
-        }
+    fn add(&mut self, h: Hist, v: u64) {
+        self[h].saturating_record(v.max(1));
     }
 
     /// Adds one ended task (a conversation's, or a single request's from [`Self::record`]).
@@ -167,7 +236,7 @@ impl PhaseMetrics {
         self.tasks += 1;
         self.tasks_ok += u64::from(ok);
         if let Some(v) = ice {
-            self.add("ice", (v * ICE_SCALE).round() as u64 + 1);
+            self.add(Hist::Ice, (v * ICE_SCALE).round() as u64 + 1);
         }
     }
 
@@ -186,7 +255,7 @@ impl PhaseMetrics {
         if r.turn.is_none() && r.attempt.is_none() {
             self.task(r.error.is_none() && r.check != Some(false), None);
         }
-        self.add("send_lag", r.send_lag_us());
+        self.add(Hist::SendLag, r.send_lag_us());
         if let Some(class) = r.error {
             *self.errors.entry(class).or_default() += 1;
             if r.counts_as_error() {
@@ -194,31 +263,31 @@ impl PhaseMetrics {
             }
         } else {
             self.ok += 1;
-            self.add("e2e", r.e2e_us());
-            self.add("e2e_from_send", r.end_us.saturating_sub(r.actual_us));
+            self.add(Hist::E2e, r.e2e_us());
+            self.add(Hist::E2eFromSend, r.end_us.saturating_sub(r.actual_us));
         }
         if r.good {
             self.good += 1;
         }
         if r.error.is_none() || r.chaos.is_some() {
             if let Some(t) = r.ttft_us() {
-                self.add("ttft", t);
+                self.add(Hist::Ttft, t);
                 // Conversations: the first turn against the later ones (whose prompts start
                 // with the history a prefix cache may hold).
                 match r.turn {
-                    Some(1) => self.add("ttft_first_turn", t),
-                    Some(_) => self.add("ttft_later_turns", t),
+                    Some(1) => self.add(Hist::TtftFirstTurn, t),
+                    Some(_) => self.add(Hist::TtftLaterTurns, t),
                     None => {}
                 }
             }
             for gap in r.itl_us() {
-                self.add("itl", gap);
+                self.add(Hist::Itl, gap);
             }
             if let Some(tpot) = r.tpot_us() {
-                self.add("tpot", tpot.round() as u64);
+                self.add(Hist::Tpot, tpot.round() as u64);
                 if tpot > 0.0 {
                     self.add(
-                        "stream_tokens_per_s",
+                        Hist::StreamTokensPerS,
                         (1e6 / tpot * TOKS_SCALE).round() as u64,
                     );
                 }
@@ -226,7 +295,7 @@ impl PhaseMetrics {
         }
         if let Some(recall) = r.recall {
             // Stored +1 so that a recall of 0 is kept (HDR values start at 1).
-            self.add("recall", (recall * RECALL_SCALE).round() as u64 + 1);
+            self.add(Hist::Recall, (recall * RECALL_SCALE).round() as u64 + 1);
         }
         self.output_tokens += u64::from(r.output_tokens.unwrap_or(0));
         self.input_tokens += u64::from(r.input_tokens.unwrap_or(0));
@@ -244,12 +313,9 @@ impl PhaseMetrics {
 
     /// Summary of a histogram in display units (ms, tokens/s, recall fraction, ICE nats).
     #[must_use]
-    pub fn summary(&self, name: &str) -> Summary {
-        let Some(h) = self.hists.get(name) else {
-            return Summary::default();
-        };
-        let (div, off) = units(name);
-        let mut s = summarize(h, div);
+    pub fn summary(&self, h: Hist) -> Summary {
+        let (div, off) = h.units();
+        let mut s = summarize(&self[h], div);
         if s.count > 0 {
             for v in [
                 &mut s.mean,
@@ -269,14 +335,14 @@ impl PhaseMetrics {
     /// The value an SLO compares (ms, fraction, per second); `elapsed_s` is the phase length.
     #[must_use]
     pub fn value(&self, m: Metric, elapsed_s: f64) -> Option<f64> {
-        let stat = |name: &str, s: Stat| {
-            let sum = self.summary(name);
+        let stat = |h: Hist, s: Stat| {
+            let sum = self.summary(h);
             (sum.count > 0).then(|| match s {
                 Stat::Max => sum.max,
                 Stat::Mean => sum.mean,
                 Stat::Quantile(q) => {
-                    let (div, off) = units(name);
-                    self.hists[name].value_at_quantile(q) as f64 / div - off
+                    let (div, off) = h.units();
+                    self[h].value_at_quantile(q) as f64 / div - off
                 }
             })
         };
@@ -284,11 +350,11 @@ impl PhaseMetrics {
         match m {
             Metric::Latency(series, s) => stat(
                 match series {
-                    Series::Ttft => "ttft",
-                    Series::Itl => "itl",
-                    Series::Tpot => "tpot",
-                    Series::E2e => "e2e",
-                    Series::SendLag => "send_lag",
+                    Series::Ttft => Hist::Ttft,
+                    Series::Itl => Hist::Itl,
+                    Series::Tpot => Hist::Tpot,
+                    Series::E2e => Hist::E2e,
+                    Series::SendLag => Hist::SendLag,
                 },
                 s,
             ),
@@ -299,8 +365,8 @@ impl PhaseMetrics {
             Metric::GoodputRatio => {
                 (self.finished > 0).then(|| self.good as f64 / self.finished as f64)
             }
-            Metric::Recall(s) => stat("recall", s),
-            Metric::StreamTokensPerS(s) => stat("stream_tokens_per_s", s),
+            Metric::Recall(s) => stat(Hist::Recall, s),
+            Metric::StreamTokensPerS(s) => stat(Hist::StreamTokensPerS, s),
             Metric::Rps => per_s(self.finished),
             Metric::OutputTokensPerS => per_s(self.output_tokens),
             Metric::TokensPerS => per_s(self.input_tokens + self.output_tokens),
@@ -308,22 +374,13 @@ impl PhaseMetrics {
             Metric::TaskSuccessRate => {
                 (self.tasks > 0).then(|| self.tasks_ok as f64 / self.tasks as f64)
             }
-            Metric::Ice(s) => stat("ice", s),
+            Metric::Ice(s) => stat(Hist::Ice, s),
         }
     }
 }
 
 /// How a histogram's stored values map to display units: divide by the first, subtract the
 /// second (the +1 that keeps a 0 in an HDR histogram).
-fn units(name: &str) -> (f64, f64) {
-    match name {
-        "stream_tokens_per_s" => (TOKS_SCALE, 0.0),
-        "recall" => (RECALL_SCALE, 1.0 / RECALL_SCALE),
-        "ice" => (ICE_SCALE, 1.0 / ICE_SCALE),
-        _ => (1000.0, 0.0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,11 +422,11 @@ mod tests {
         bad.fail(ErrorClass::HttpStatus, "503");
         m.record(&bad);
         assert_eq!((m.finished, m.ok, m.counted_errors), (2, 1, 1));
-        assert!((m.summary("ttft").p50 - 50.0).abs() < 0.1);
-        assert_eq!(m.summary("itl").count, 2);
-        assert!((m.summary("tpot").p50 - 10.0).abs() < 0.1);
-        assert!((m.summary("stream_tokens_per_s").p50 - 100.0).abs() < 0.5);
-        assert!((m.summary("send_lag").max - 2.0).abs() < 0.01);
+        assert!((m.summary(Hist::Ttft).p50 - 50.0).abs() < 0.1);
+        assert_eq!(m.summary(Hist::Itl).count, 2);
+        assert!((m.summary(Hist::Tpot).p50 - 10.0).abs() < 0.1);
+        assert!((m.summary(Hist::StreamTokensPerS).p50 - 100.0).abs() < 0.5);
+        assert!((m.summary(Hist::SendLag).max - 2.0).abs() < 0.01);
         assert_eq!(m.value(Metric::ErrorRate, 1.0), Some(0.5));
         assert_eq!(m.value(Metric::Rps, 2.0), Some(1.0));
     }

@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, fmt::Write as _, path::Path};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    metrics::{HISTS, PhaseMetrics, Summary, encode_hist},
+    metrics::{Hist, PhaseMetrics, Summary, encode_hist},
     record::{ErrorClass, RequestRecord},
     shard::Shard,
     slo::SloResult,
@@ -133,8 +133,8 @@ pub struct Report {
     pub started_monotonic_ns: u64,
     /// Wall time of the whole run, seconds.
     pub elapsed_s: f64,
-    /// Why the run stopped early (Ctrl-C, error-rate abort), if it did.
-    pub stopped: Option<String>,
+    /// Why the run stopped early (Ctrl-C, error-rate abort, an internal failure), if it did.
+    pub stopped: Option<Stop>,
     /// Every SLO of every phase held.
     pub slo_pass: bool,
     /// Phases in run order.
@@ -223,25 +223,32 @@ impl PhaseReport {
             tasks: m.tasks,
             tasks_succeeded: m.tasks_ok,
             semantic_tasks_per_s: m.tasks_ok as f64 / el,
-            ice: m.summary("ice"),
+            ice: m.summary(Hist::Ice),
             resilience: info.retry_t_max_ms.map(|t| m.resilience.finish(t)),
             input_tokens: m.input_tokens,
-            latency_ms: ["ttft", "itl", "tpot", "e2e", "e2e_from_send", "send_lag"]
-                .iter()
-                .map(|n| ((*n).to_string(), m.summary(n)))
-                // Per-turn TTFT only for conversations.
-                .chain(
-                    ["ttft_first_turn", "ttft_later_turns"]
-                        .iter()
-                        .map(|n| ((*n).to_string(), m.summary(n)))
-                        .filter(|(_, s)| s.count > 0),
-                )
-                .collect(),
-            stream_tokens_per_s: m.summary("stream_tokens_per_s"),
-            recall: m.summary("recall"),
-            histograms: HISTS
-                .iter()
-                .map(|n| ((*n).to_string(), encode_hist(&m.hists[n])))
+            latency_ms: [
+                Hist::Ttft,
+                Hist::Itl,
+                Hist::Tpot,
+                Hist::E2e,
+                Hist::E2eFromSend,
+                Hist::SendLag,
+            ]
+            .into_iter()
+            .map(|h| (h.name().to_string(), m.summary(h)))
+            // Per-turn TTFT only for conversations.
+            .chain(
+                [Hist::TtftFirstTurn, Hist::TtftLaterTurns]
+                    .into_iter()
+                    .map(|h| (h.name().to_string(), m.summary(h)))
+                    .filter(|(_, s)| s.count > 0),
+            )
+            .collect(),
+            stream_tokens_per_s: m.summary(Hist::StreamTokensPerS),
+            recall: m.summary(Hist::Recall),
+            histograms: Hist::ALL
+                .into_iter()
+                .map(|h| (h.name().to_string(), encode_hist(&m[h])))
                 .collect(),
             slo,
         }
@@ -337,6 +344,83 @@ impl Report {
             let _ = writeln!(s, "stopped early: {why}");
         }
         s
+    }
+}
+
+/// Why a run stopped before its phases ended. In the report it is one line, `KIND: why`
+/// (`aborted: error rate ...`), which reads back into the same value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Stop {
+    /// What stopped it: decides the exit status.
+    pub kind: StopKind,
+    /// The details, for a person.
+    pub why: String,
+}
+
+/// What stopped a run early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StopKind {
+    /// A signal, or the caller's cancellation.
+    Interrupted,
+    /// The error rate rose above `abort_error_rate`.
+    Aborted,
+    /// The load generator itself failed (a panic while sending).
+    Failed,
+}
+
+impl StopKind {
+    const ALL: [Self; 3] = [Self::Interrupted, Self::Aborted, Self::Failed];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Interrupted => "interrupted",
+            Self::Aborted => "aborted",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl Stop {
+    /// A stop of `kind` with its details.
+    pub fn new(kind: StopKind, why: impl Into<String>) -> Self {
+        Self {
+            kind,
+            why: why.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.name(), self.why)
+    }
+}
+
+impl std::str::FromStr for Stop {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, why) = s.split_once(": ").unwrap_or((s, ""));
+        StopKind::ALL
+            .into_iter()
+            .find(|k| k.name() == kind)
+            .map(|kind| Self::new(kind, why))
+            .ok_or_else(|| format!("`stopped` must begin with interrupted, aborted or failed: {s}"))
+    }
+}
+
+impl TryFrom<String> for Stop {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<Stop> for String {
+    fn from(s: Stop) -> Self {
+        s.to_string()
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! `MSR = (1 - T_failover / T_max) * R_retry`, with
 //! - `T_failover`: the longest outage of the phase, from the first failure of an outage (a
-//!   request ending in `connect`, `timeout` or an HTTP 5xx) to the first success after it; an
+//!   request ending in `connect`, `transport`, `timeout` or an HTTP 5xx) to the first success
+//!   after it; an
 //!   outage still open when the phase ends lasts until then (never shorter than `T_max` is
 //!   then assumed: it did not recover). No outage: 0.
 //! - `T_max`: 800 ms unless `retry.t_max` says otherwise; `T_failover > T_max` makes the first
@@ -34,7 +35,7 @@ pub struct RetrySpec {
     /// Wait before the first retry, doubled before each next one (default 100ms).
     #[serde(default = "default_backoff", deserialize_with = "de_duration")]
     pub backoff: Duration,
-    /// Which failures are retried (default all three).
+    /// Which failures are retried (default all four).
     #[serde(default = "default_on")]
     pub on: Vec<RetryOn>,
     /// `T_max` of the MSR (default 800ms).
@@ -51,7 +52,12 @@ fn default_backoff() -> Duration {
 }
 
 fn default_on() -> Vec<RetryOn> {
-    vec![RetryOn::Connect, RetryOn::ServerError, RetryOn::Timeout]
+    vec![
+        RetryOn::Connect,
+        RetryOn::Transport,
+        RetryOn::ServerError,
+        RetryOn::Timeout,
+    ]
 }
 
 fn de_opt_t_max<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -64,6 +70,9 @@ pub enum RetryOn {
     /// The connection could not be made.
     #[serde(rename = "connect")]
     Connect,
+    /// The connection failed during the exchange (reset or closed by a server going away).
+    #[serde(rename = "transport")]
+    Transport,
     /// An HTTP 5xx answer.
     #[serde(rename = "5xx")]
     ServerError,
@@ -78,6 +87,7 @@ impl RetryOn {
     pub fn of(rec: &RequestRecord) -> Option<Self> {
         match rec.error? {
             ErrorClass::Connect => Some(RetryOn::Connect),
+            ErrorClass::Transport => Some(RetryOn::Transport),
             ErrorClass::Timeout => Some(RetryOn::Timeout),
             ErrorClass::HttpStatus if rec.status.is_some_and(|s| s >= 500) => {
                 Some(RetryOn::ServerError)

@@ -284,6 +284,30 @@ pub struct ScenarioError {
     pub msg: String,
 }
 
+impl Scenario {
+    /// A scenario of one phase against `target`, every other setting at its default (the
+    /// defaults a scenario file gets for the fields it leaves out).
+    #[must_use]
+    pub fn one_phase(target: String, phase: Phase) -> Self {
+        Self {
+            name: default_name(),
+            target,
+            headers: BTreeMap::new(),
+            timeout: default_timeout(),
+            grace: default_grace(),
+            max_in_flight: default_max_in_flight(),
+            abort_error_rate: None,
+            abort_min_requests: default_abort_min(),
+            seed: None,
+            datasets: BTreeMap::new(),
+            phases: vec![phase],
+            search: None,
+            triggers: Vec::new(),
+            loaded: BTreeMap::new(),
+        }
+    }
+}
+
 fn default_name() -> String {
     "stress".into()
 }

@@ -2,7 +2,7 @@
 //! read what the programs recorded. One module per hook family; [`Probes`] owns the one loaded
 //! object and reports, per hook, whether it is attached and why not.
 
-use std::{collections::HashSet, path::PathBuf};
+use std::{collections::HashSet, sync::Arc};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -11,99 +11,18 @@ use aya::{
 use btf::{Btf, VMLINUX};
 
 pub mod btf;
-pub mod clock;
 pub mod cuda;
+mod errors;
 pub mod privileges;
 pub mod reader;
 pub mod runqlat;
 pub mod sockets;
 pub mod tracefs;
 
+pub use errors::{HookState, HookStatus, ProbeError};
+
 /// The kernel programs, built by `build.rs` from `probe-ebpf`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe"));
-
-/// Why a probe could not be loaded, attached or read. Each message says what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    /// Not root and without the capabilities BPF needs.
-    #[error(
-        "{what} needs root (or CAP_BPF+CAP_PERFMON for tracepoints, plus CAP_SYS_ADMIN for uprobes): run it with sudo"
-    )]
-    Permission {
-        /// What was being done.
-        what: String,
-    },
-    /// tracefs is not mounted and could not be mounted.
-    #[error(
-        "tracefs not found: mount it with `mount -t tracefs tracefs /sys/kernel/tracing` (as root)"
-    )]
-    NoTracefs,
-    /// The kernel has no such tracepoint.
-    #[error("tracepoint {event} does not exist on this kernel")]
-    MissingTracepoint {
-        /// `category:name`.
-        event: String,
-    },
-    /// A tracepoint format lacks a field a program reads.
-    #[error("tracepoint {event} has no field `{field}` on this kernel")]
-    MissingField {
-        /// `category:name`.
-        event: String,
-        /// The field that is missing.
-        field: String,
-    },
-    /// A tracepoint format file could not be understood.
-    #[error("tracepoint {event}: {reason}")]
-    Format {
-        /// `category:name`.
-        event: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Reading a kernel file failed.
-    #[error("reading {}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// aya refused to load the object, a program or a map.
-    #[error("{what}: {source}")]
-    Ebpf {
-        /// What was being done.
-        what: String,
-        /// aya's error, with its causes.
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
-
-impl ProbeError {
-    /// Wraps an aya error, translating the ones a user can act on.
-    pub(crate) fn ebpf(
-        what: impl Into<String>,
-        err: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        let what = what.into();
-        let text = format!("{err:?}");
-        if text.contains("tracefs not found") {
-            return Self::NoTracefs;
-        }
-        let denied = [
-            "PermissionDenied",
-            "EPERM",
-            "EACCES",
-            "Operation not permitted",
-        ];
-        if denied.iter().any(|d| text.contains(d)) && !privileges::is_root() {
-            return Self::Permission { what };
-        }
-        Self::Ebpf {
-            what,
-            source: Box::new(err),
-        }
-    }
-}
 
 /// A global of the kernel object: name, value, size in bytes (4 or 8).
 pub(crate) type Global = (&'static str, u64, usize);
@@ -119,17 +38,6 @@ pub enum Family {
     Cuda,
 }
 
-/// Whether one hook is attached, and why not.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HookStatus {
-    /// Hook name, e.g. `sched:sched_switch` or `cuMemAlloc_v2@/usr/lib/libcuda.so.1`.
-    pub probe: String,
-    /// Attached and running.
-    pub attached: bool,
-    /// Why it is not attached.
-    pub reason: Option<String>,
-}
-
 /// The loaded kernel object: maps exist, programs enter the kernel as families are attached.
 pub struct Probes {
     ebpf: Ebpf,
@@ -137,7 +45,7 @@ pub struct Probes {
     hooks: Vec<HookStatus>,
     /// Why the raw-tracepoint run-queue variant cannot be used (no BTF offsets); `None` when
     /// it can be tried.
-    runq_raw_unavailable: Option<String>,
+    runq_raw_unavailable: Option<Arc<btf::BtfError>>,
 }
 
 impl Probes {
@@ -150,11 +58,11 @@ impl Probes {
         let mut hooks = Vec::new();
         globals.extend(runqlat::globals(&tracefs)?);
         // Raw-tracepoint variants read kernel structs at offsets from this kernel's BTF.
-        let btf = Btf::from_file(VMLINUX).map_err(|e| e.to_string());
+        let btf = Btf::from_file(VMLINUX).map_err(Arc::new);
         let mut offsets = |f: fn(&Btf) -> Result<Vec<Global>, btf::BtfError>| {
-            let g = btf.as_ref().map_err(Clone::clone)?;
-            globals.extend(f(g).map_err(|e| e.to_string())?);
-            Ok::<(), String>(())
+            let g = btf.as_ref().map_err(Arc::clone)?;
+            globals.extend(f(g).map_err(Arc::new)?);
+            Ok::<(), Arc<btf::BtfError>>(())
         };
         let runq_raw_unavailable = offsets(runqlat::raw_globals).err();
         if let Err(why) = offsets(sockets::tcp_sock_globals) {
@@ -162,11 +70,7 @@ impl Probes {
         }
         match sockets::globals(&tracefs) {
             Ok(g) => globals.extend(g),
-            Err(e) => hooks.push(HookStatus {
-                probe: "sockets".into(),
-                attached: false,
-                reason: Some(e.to_string()),
-            }),
+            Err(e) => hooks.push(HookStatus::detached("sockets", e.to_string())),
         }
         if let Ok(g) = cuda::xid_globals(&tracefs) {
             globals.extend(g);
@@ -368,10 +272,9 @@ impl Probes {
 
     /// Notes a hook's outcome for [`Probes::hooks`].
     pub(crate) fn record(&mut self, probe: String, err: Option<&ProbeError>) {
-        self.hooks.push(HookStatus {
-            probe,
-            attached: err.is_none(),
-            reason: err.map(ToString::to_string),
+        self.hooks.push(match err {
+            None => HookStatus::attached(probe),
+            Some(e) => HookStatus::detached(probe, e.to_string()),
         });
     }
 }

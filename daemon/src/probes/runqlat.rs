@@ -145,9 +145,9 @@ pub(crate) fn attach(probes: &mut Probes, variant: Variant) -> Result<(), ProbeE
     if variant != Variant::Classic {
         let result = match probes.runq_raw_unavailable.clone() {
             None => attach_raw(probes),
-            Some(why) => Err(ProbeError::Format {
-                event: "raw:sched_switch".into(),
-                reason: format!("no task_struct offsets in BTF: {why}"),
+            Some(source) => Err(ProbeError::Btf {
+                what: "raw:sched_switch needs task_struct offsets from BTF".into(),
+                source,
             }),
         };
         match result {

@@ -15,7 +15,7 @@ use super::{
     config::SimConfig,
     fixed::{FixedRequest, Schedule},
     format::{Format, Kind},
-    http::{AppState, St, now_unix},
+    http::{AppState, St},
     openai::{self, ApiError, ChatRequest, CompletionRequest, Prompt},
     sampler::Sampler,
     scheduler::{FinishReason, NewSeq, Scheduler},
@@ -84,7 +84,7 @@ pub(crate) async fn chat(State(s): St, body: Bytes) -> Response {
             fmt: Format {
                 kind: Kind::Chat,
                 id: String::new(),
-                created: now_unix(),
+                created: crate::clock::unix_s(),
                 model: r.model.clone(),
                 logprobs: r
                     .logprobs
@@ -144,7 +144,7 @@ pub(crate) async fn completions(State(s): St, body: Bytes) -> Response {
             fmt: Format {
                 kind: Kind::Completion,
                 id: String::new(),
-                created: now_unix(),
+                created: crate::clock::unix_s(),
                 model: r.model.clone(),
                 logprobs: r.logprobs,
                 include_usage: r.stream_options.as_ref().is_some_and(|o| o.include_usage),

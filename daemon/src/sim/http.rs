@@ -1,9 +1,6 @@
 //! HTTP routes: the OpenAI-compatible API, `/health`, `/metrics` and the vector service.
 
-use std::{
-    sync::{Arc, atomic::AtomicU64},
-    time::{SystemTime, UNIX_EPOCH},
-};
+use std::sync::{Arc, atomic::AtomicU64};
 
 use axum::{
     Json, Router,
@@ -84,15 +81,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-pub(crate) fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 async fn models(State(s): St) -> Response {
     Json(json!({"object": "list", "data": [{
-        "id": s.cfg.model, "object": "model", "created": now_unix(), "owned_by": "inferscope-sim",
+        "id": s.cfg.model, "object": "model", "created": crate::clock::unix_s(), "owned_by": "inferscope-sim",
         "root": s.cfg.model, "max_model_len": Scheduler::max_len(&s.cfg.engine),
     }]}))
     .into_response()

@@ -1,5 +1,6 @@
-//! The daemon's integration tests: one binary, each file a module (the OTLP environment test
-//! is a binary of its own: it sets the process environment).
+//! The daemon's integration tests: one binary, each file a module. Two tests have binaries of
+//! their own because they touch the whole process: `otlp_env` sets its environment,
+//! `otlp_memory` measures its memory.
 mod api_hardening;
 mod api_runs;
 mod control_api;
@@ -14,6 +15,7 @@ mod loadgen_scenario;
 mod loadgen_support;
 mod otlp_collector_double;
 mod otlp_export;
+mod otlp_fixtures;
 mod parsers_prop;
 mod phase_end;
 mod prometheus_exposition;

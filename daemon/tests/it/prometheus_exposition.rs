@@ -55,16 +55,8 @@ fn exposition() -> String {
         ..Labels::default()
     };
     let probes = [
-        HookStatus {
-            probe: "sched:sched_switch".into(),
-            attached: true,
-            reason: None,
-        },
-        HookStatus {
-            probe: "cuMemAlloc_v2@/usr/lib/libcuda.so.1".into(),
-            attached: false,
-            reason: Some("no libcuda".into()),
-        },
+        HookStatus::attached("sched:sched_switch"),
+        HookStatus::detached("cuMemAlloc_v2@/usr/lib/libcuda.so.1", "no libcuda"),
     ];
     let drops = [
         DropCounter {

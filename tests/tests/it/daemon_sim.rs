@@ -7,7 +7,7 @@ use inferscope::{
     collect::{
         kernel::{KernelCollector, KernelOptions},
         server::ServerCollector,
-        timeline::{Timeline, now_unix_ms},
+        timeline::Timeline,
     },
     sim,
 };
@@ -33,7 +33,8 @@ async fn stream_chat(addr: std::net::SocketAddr) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
-    let Some(_machine) = root_or_skip("sim_allocations_runqueue_and_kv_usage_on_one_time_line") else {
+    let Some(_machine) = root_or_skip("sim_allocations_runqueue_and_kv_usage_on_one_time_line")
+    else {
         return;
     };
     let me = std::process::id();
@@ -49,7 +50,7 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
         kernel
             .hooks()
             .iter()
-            .any(|h| h.probe.starts_with("cuMemAlloc_v2@") && h.attached),
+            .any(|h| h.probe.starts_with("cuMemAlloc_v2@") && h.is_attached()),
         "{:?}",
         kernel.hooks()
     );
@@ -64,13 +65,13 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
     )
     .unwrap();
 
-    let mut timeline = Timeline::new(now_unix_ms(), 1000);
+    let mut timeline = Timeline::new(inferscope::clock::unix_ms(), 1000);
     for _ in 0..3 {
         let streams: Vec<_> = (0..64)
             .map(|_| tokio::spawn(stream_chat(server.addr())))
             .collect();
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let w = timeline.at(now_unix_ms().saturating_sub(1));
+        let w = timeline.at(inferscope::clock::unix_ms().saturating_sub(1));
         kernel.close_window(w).unwrap();
         scraper.close_window(w);
         for s in streams {

@@ -161,7 +161,9 @@ fn assert_verdicts(d: &Daemon) {
 
 #[test]
 fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
-    let Some(_machine) = root_or_skip("an_external_generator_marks_phases_and_the_peak_is_kv_cache") else {
+    let Some(_machine) =
+        root_or_skip("an_external_generator_marks_phases_and_the_peak_is_kv_cache")
+    else {
         return;
     };
     let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", loopback(), SIM_FLAGS);
@@ -175,7 +177,8 @@ fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
 
 #[test]
 fn the_daemon_before_the_server_and_the_server_restarted() {
-    let Some(_machine) = root_or_skip("the_daemon_before_the_server_and_the_server_restarted") else {
+    let Some(_machine) = root_or_skip("the_daemon_before_the_server_and_the_server_restarted")
+    else {
         return;
     };
     let addr = loopback();
@@ -206,7 +209,8 @@ fn the_daemon_before_the_server_and_the_server_restarted() {
 
 #[test]
 fn port_discovery_sees_a_server_in_another_network_namespace() {
-    let Some(_machine) = root_or_skip("port_discovery_sees_a_server_in_another_network_namespace") else {
+    let Some(_machine) = root_or_skip("port_discovery_sees_a_server_in_another_network_namespace")
+    else {
         return;
     };
     let ns = inferscope_tests::NetNs::create_in("disc", [10, 213, 57]);

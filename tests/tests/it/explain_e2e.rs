@@ -23,7 +23,6 @@ use inferscope_tests::{
 };
 use serde_json::Value;
 
-
 #[test]
 fn kv_pressure_is_kv_cache() {
     let Some(_machine) = root_or_skip("kv_pressure_is_kv_cache") else {

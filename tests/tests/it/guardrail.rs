@@ -100,7 +100,9 @@ fn stress(dir: &Path, yaml: &str, extra: &[&str]) -> std::process::Output {
 #[test]
 #[allow(clippy::too_many_lines)] // one story: every way of naming the remote host, then the control
 fn nothing_reaches_a_non_loopback_listener_without_allow_remote() {
-    let Some(_machine) = root_or_skip("nothing_reaches_a_non_loopback_listener_without_allow_remote") else {
+    let Some(_machine) =
+        root_or_skip("nothing_reaches_a_non_loopback_listener_without_allow_remote")
+    else {
         return;
     };
     // A /24 of its own: other root tests use NetNs's default addresses, and a second pair on

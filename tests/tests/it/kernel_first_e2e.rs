@@ -6,7 +6,6 @@
 
 use inferscope_tests::{cases, explain::assert_peak, root_or_skip};
 
-
 /// Runs case `name` and asserts its peak's verdict, with at least one of `any` in the evidence.
 fn check(name: &str, any: &[&str]) {
     let Some(_machine) = root_or_skip(name) else {

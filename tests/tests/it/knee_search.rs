@@ -9,10 +9,9 @@
 use std::{path::Path, process::Command};
 
 use inferscope_tests::{
-    machine,
     explain::loopback,
     faults::{NoMetricsServer, Writes},
-    inferscope_bin,
+    inferscope_bin, machine,
 };
 use serde_json::Value;
 

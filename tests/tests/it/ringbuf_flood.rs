@@ -25,7 +25,9 @@ fn kernel_socket_drops(metrics: &str) -> Option<f64> {
 
 #[test]
 fn a_flooded_ring_buffer_is_counted_and_the_daemon_keeps_running() {
-    let Some(_machine) = root_or_skip("a_flooded_ring_buffer_is_counted_and_the_daemon_keeps_running") else {
+    let Some(_machine) =
+        root_or_skip("a_flooded_ring_buffer_is_counted_and_the_daemon_keeps_running")
+    else {
         return;
     };
     let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();

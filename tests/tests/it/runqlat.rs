@@ -45,8 +45,6 @@ fn measure(probe: &Probes, dur: Duration) -> RunqHist {
     after.since(&before)
 }
 
-
-
 fn attach(watch: &[u32]) -> Probes {
     let mut p = Probes::load().unwrap();
     p.set_watch(watch).unwrap();
@@ -141,7 +139,7 @@ fn raw_tracepoints_are_chosen_on_this_kernel() {
     let names: Vec<(&str, bool)> = probe
         .hooks()
         .iter()
-        .map(|h| (h.probe.as_str(), h.attached))
+        .map(|h| (h.probe.as_str(), h.is_attached()))
         .collect();
     assert!(names.contains(&("raw:sched_switch", true)), "{names:?}");
     // One hook: no wakeup stamping, raw or classic.
@@ -167,7 +165,7 @@ fn classic_fallback_still_records() {
         probe
             .hooks()
             .iter()
-            .any(|h| h.probe == "sched:sched_switch" && h.attached),
+            .any(|h| h.probe == "sched:sched_switch" && h.is_attached()),
         "{:?}",
         probe.hooks()
     );

@@ -50,7 +50,7 @@ async fn connect_rtt_and_server_first_byte() {
     probes.set_watch(&[server.id()]).unwrap();
     probes.attach(Family::Sockets).unwrap();
     assert!(
-        probes.hooks().iter().all(|h| h.attached),
+        probes.hooks().iter().all(|h| h.is_attached()),
         "{:?}",
         probes.hooks()
     );

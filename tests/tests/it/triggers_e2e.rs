@@ -17,7 +17,6 @@ use inferscope_tests::{
 };
 use serde_json::Value;
 
-
 /// A loopback HTTP server that answers every POST with 200 and hands over its body.
 fn webhook_server() -> (String, mpsc::Receiver<String>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();

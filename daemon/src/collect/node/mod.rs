@@ -37,7 +37,7 @@ pub use query::{Latest, NodeGone, NodeHandle, NodeStatus, SelectError, Selected,
 
 use super::{
     session::{ServerSide, Session, SessionOptions},
-    timeline::{Timeline, Window, now_unix_ms},
+    timeline::{Timeline, Window},
 };
 use crate::{
     api::Marks,
@@ -128,7 +128,7 @@ impl Node {
         let session = Session::start(&opts.session);
         let (tx, rx) = mpsc::channel(16);
         let len = opts.session.window.as_millis().max(1) as u64;
-        let origin_unix_ms = now_unix_ms();
+        let origin_unix_ms = crate::clock::unix_ms();
         let node = Self {
             session,
             timeline: Timeline::new(origin_unix_ms, len),

@@ -1,4 +1,4 @@
-//! The task that owns a run's aggregates: it receives every finished request, feeds the
+//! The tally: the task that owns a run's aggregates: it receives every finished request, feeds the
 //! per-phase metrics, forwards records to an observer, draws the progress line and
 //! aborts the run when the error rate crosses the scenario's threshold.
 
@@ -8,10 +8,10 @@ use tokio::{sync::mpsc, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    metrics::PhaseMetrics,
+    metrics::{Hist, PhaseMetrics},
     progress::{self, Progress},
     record::RequestRecord,
-    report::EventRecord,
+    report::{EventRecord, Stop, StopKind},
 };
 
 /// Messages from dispatchers and request tasks.
@@ -59,7 +59,7 @@ pub struct Collected {
     /// Event requests.
     pub events: Vec<EventRecord>,
     /// Why the run was aborted, if the collector aborted it.
-    pub abort: Option<String>,
+    pub abort: Option<Stop>,
 }
 
 const WINDOW_TICKS: usize = 5;
@@ -121,25 +121,25 @@ pub async fn run(mut rx: mpsc::Receiver<Msg>, cfg: Config, cancel: CancellationT
                 {
                     let (f, e) = window.iter().fold((0, 0), |a, w| (a.0 + w.0, a.1 + w.1));
                     if f >= min && e as f64 / f as f64 > limit {
-                        out.abort = Some(format!(
-                            "aborted: error rate {:.1}% over the last {}s is above abort_error_rate {:.1}%",
+                        out.abort = Some(Stop::new(StopKind::Aborted, format!(
+                            "error rate {:.1}% over the last {}s is above abort_error_rate {:.1}%",
                             e as f64 * 100.0 / f as f64, window.len(), limit * 100.0
-                        ));
+                        )));
                         cancel.cancel();
                     }
                 }
                 if cfg.progress && let Some((i, at)) = current {
                     let m = &out.metrics[i as usize];
                     let (name, dur, rate) = &cfg.phases[i as usize];
-                    let h = if m.hists["ttft"].is_empty() { "e2e" } else { "ttft" };
+                    let h = if m[Hist::Ttft].is_empty() { Hist::E2e } else { Hist::Ttft };
                     Progress {
                         phase: name,
                         elapsed_s: at.elapsed().as_secs_f64().min(*dur),
                         duration_s: *dur,
                         finished: m.finished,
                         target_rate: *rate,
-                        p99_of: h,
-                        p99_ms: (!m.hists[h].is_empty()).then(|| m.summary(h).p99),
+                        p99_of: h.name(),
+                        p99_ms: (!m[h].is_empty()).then(|| m.summary(h).p99),
                         errors: m.counted_errors,
                         dropped: m.dropped,
                     }
