@@ -123,12 +123,12 @@ impl OsError for ProgramError {
     fn os_error(&self) -> Option<&io::Error> {
         use aya::programs::{trace_point::TracePointError, uprobe::UProbeError};
         match self {
-            Self::LoadError { io_error, .. } => Some(io_error),
+            Self::LoadError { io_error, .. }
+            | Self::TracePointError(TracePointError::FileError { io_error, .. })
+            | Self::UProbeError(UProbeError::FileError { io_error, .. }) => Some(io_error),
             Self::SyscallError(e) => Some(&e.io_error),
             Self::IOError(e) => Some(e),
             Self::MapError(e) => e.os_error(),
-            Self::TracePointError(TracePointError::FileError { io_error, .. })
-            | Self::UProbeError(UProbeError::FileError { io_error, .. }) => Some(io_error),
             _ => None,
         }
     }

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use inferscope::probes::{Family, Probes, sockets::endpoints};
+use inferscope::probes::{Family, HookStatus, Probes, sockets::endpoints};
 use inferscope_tests::root_or_skip;
 use probe_common::sockets::{EV_ACCEPT, EV_CLOSE, EV_CONNECT, EV_REQUEST, SockEvent};
 
@@ -50,7 +50,7 @@ async fn connect_rtt_and_server_first_byte() {
     probes.set_watch(&[server.id()]).unwrap();
     probes.attach(Family::Sockets).unwrap();
     assert!(
-        probes.hooks().iter().all(|h| h.is_attached()),
+        probes.hooks().iter().all(HookStatus::is_attached),
         "{:?}",
         probes.hooks()
     );
