@@ -8,7 +8,7 @@ use inferscope::{
     export::atomic,
     loadgen::{
         Options, Scenario,
-        knee::{self, Knob, Outcome, Overrides, SearchSpec, Stop},
+        knee::{self, Knob, Outcome, Overrides, SearchSpec, SearchStop},
         scenario::Load,
         slo::Slo,
     },
@@ -126,8 +126,8 @@ pub async fn run(
         explain_knee(scenario, spec, &outcome, opts, cancel.clone(), explain).await?;
     }
     let code = match outcome.stopped {
-        Stop::Interrupted => ExitCode::from(130),
-        Stop::NothingPassed => ExitCode::from(2),
+        SearchStop::Interrupted => ExitCode::from(130),
+        SearchStop::NothingPassed => ExitCode::from(2),
         _ => ExitCode::SUCCESS,
     };
     Ok((outcome, code))

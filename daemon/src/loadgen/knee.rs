@@ -187,7 +187,7 @@ pub struct SloObservation {
 /// Why the search stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Stop {
+pub enum SearchStop {
     /// The highest pass and the lowest fail are within the tolerance.
     Converged,
     /// Even the ceiling passed.
@@ -212,7 +212,7 @@ pub struct Outcome {
     /// Lowest failing load above it.
     pub min_fail: Option<f64>,
     /// Why the search stopped.
-    pub stopped: Stop,
+    pub stopped: SearchStop,
 }
 
 impl Outcome {
@@ -246,7 +246,7 @@ impl Outcome {
     pub fn answer(&self) -> String {
         let u = self.knob.unit();
         match (self.max_pass, self.min_fail, self.stopped) {
-            (Some(p), _, Stop::CeilingPassed) => {
+            (Some(p), _, SearchStop::CeilingPassed) => {
                 format!(
                     "max load meeting the SLOs: >= {} {u} (the ceiling passed; raise --max-load)",
                     fmt_load(p)
@@ -261,8 +261,8 @@ impl Outcome {
                 fmt_load(p),
                 fmt_load(f),
                 match stop {
-                    Stop::Budget => "; the time budget ended the search",
-                    Stop::Interrupted => "; interrupted",
+                    SearchStop::Budget => "; the time budget ended the search",
+                    SearchStop::Interrupted => "; interrupted",
                     _ => "",
                 }
             ),
@@ -386,19 +386,19 @@ impl Planner {
     }
 
     /// The next load, or why the search is over.
-    pub fn next(&self) -> Result<f64, Stop> {
+    pub fn next(&self) -> Result<f64, SearchStop> {
         let round = |v: f64| match self.knob {
             Knob::Rate => v,
             Knob::Users => v.round().max(1.0),
         };
         match (self.pass, self.fail) {
             (None, None) => Ok(round(self.start)),
-            (Some(p), None) if p >= self.ceiling => Err(Stop::CeilingPassed),
+            (Some(p), None) if p >= self.ceiling => Err(SearchStop::CeilingPassed),
             (Some(p), None) => Ok(round((p * 2.0).min(self.ceiling))),
             (None, Some(f)) => {
                 let next = round(f / 2.0);
                 if self.halvings > MAX_HALVINGS || next >= f {
-                    Err(Stop::NothingPassed)
+                    Err(SearchStop::NothingPassed)
                 } else {
                     Ok(next)
                 }
@@ -409,7 +409,7 @@ impl Planner {
                     Knob::Users => f - p <= 1.0,
                 };
                 if close {
-                    Err(Stop::Converged)
+                    Err(SearchStop::Converged)
                 } else {
                     Ok(round(f64::midpoint(p, f)))
                 }
@@ -444,23 +444,23 @@ pub async fn search(
             Err(stop) => break stop,
         };
         if cancel.is_cancelled() {
-            break Stop::Interrupted;
+            break SearchStop::Interrupted;
         }
         if let Some(last) = steps.last()
             && started.elapsed() + pause_after(spec, last) + spec.step > spec.budget
         {
-            break Stop::Budget;
+            break SearchStop::Budget;
         }
         if let Some(last) = steps.last() {
             tokio::select! {
                 () = tokio::time::sleep(pause_after(spec, last)) => {}
-                () = cancel.cancelled() => break Stop::Interrupted,
+                () = cancel.cancelled() => break SearchStop::Interrupted,
             }
         }
         let scenario = step_scenario(base, spec, load, steps.len());
         let report = super::run(&scenario, opts.clone(), cancel.clone()).await?;
         if report.stopped.is_some() && cancel.is_cancelled() {
-            break Stop::Interrupted;
+            break SearchStop::Interrupted;
         }
         let step = judge(spec, load, &report);
         planner.record(load, step.pass);
@@ -598,7 +598,7 @@ mod tests {
     use super::*;
 
     /// Runs the planner against a server whose SLO breaks above `knee`.
-    fn run(knob: Knob, start: f64, ceiling: f64, knee: f64) -> (Vec<f64>, Planner, Stop) {
+    fn run(knob: Knob, start: f64, ceiling: f64, knee: f64) -> (Vec<f64>, Planner, SearchStop) {
         let mut p = Planner::new(knob, start, ceiling, 0.05);
         let mut tried = Vec::new();
         loop {
@@ -618,7 +618,7 @@ mod tests {
     fn converges_within_the_tolerance_of_the_knee() {
         for knee in [0.7, 3.0, 37.3, 41.0, 199.0] {
             let (tried, p, stop) = run(Knob::Rate, 1.0, 1000.0, knee);
-            assert_eq!(stop, Stop::Converged, "{knee}: {tried:?}");
+            assert_eq!(stop, SearchStop::Converged, "{knee}: {tried:?}");
             let (Some(pass), Some(fail)) = p.bracket() else {
                 panic!("{knee}: {tried:?}")
             };
@@ -631,7 +631,7 @@ mod tests {
     #[test]
     fn users_bisect_to_one() {
         let (tried, p, stop) = run(Knob::Users, 1.0, 512.0, 23.0);
-        assert_eq!(stop, Stop::Converged, "{tried:?}");
+        assert_eq!(stop, SearchStop::Converged, "{tried:?}");
         assert_eq!(p.bracket(), (Some(23.0), Some(24.0)));
         assert!(tried.iter().all(|u| u.fract() == 0.0), "{tried:?}");
     }
@@ -678,10 +678,10 @@ mod tests {
     #[test]
     fn ceiling_and_nothing_passing_end_the_search() {
         let (_, p, stop) = run(Knob::Rate, 1.0, 50.0, 1e9);
-        assert_eq!(stop, Stop::CeilingPassed);
+        assert_eq!(stop, SearchStop::CeilingPassed);
         assert_eq!(p.bracket(), (Some(50.0), None));
         let (tried, p, stop) = run(Knob::Rate, 8.0, 50.0, 0.0);
-        assert_eq!(stop, Stop::NothingPassed, "{tried:?}");
+        assert_eq!(stop, SearchStop::NothingPassed, "{tried:?}");
         assert_eq!(p.bracket().0, None);
         assert!(tried.len() <= 8, "{tried:?}");
     }

@@ -1,6 +1,7 @@
 //! `inferscope stress` and signals: SIGTERM (Kubernetes Jobs, `timeout`) and SIGINT stop
 //! sending, give requests in flight `grace`, write the report and exit 143 / 130; a second
-//! signal exits at once; an unwritable `--out` is refused before any request is sent.
+//! signal exits at once; an unwritable `--out` is refused before any request is sent; a knee
+//! search ends as `interrupted` with the steps it ran.
 
 use crate::hung_support;
 use hung_support::hung_server;
@@ -111,4 +112,42 @@ fn an_unwritable_out_is_refused_before_sending() {
     );
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(seen.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn sigterm_during_a_knee_search_ends_it_as_interrupted_with_its_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, seen) = hung_server();
+    let out = dir.path().join("knee.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        .args([
+            "stress",
+            "--target",
+            &url,
+            "--endpoint",
+            "http",
+            "--timeout",
+            "60s",
+        ])
+        .args([
+            "--find-max",
+            "e2e_p99 < 500ms",
+            "--step-duration",
+            "30s",
+            "--quiet",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&seen);
+    kill(&child, libc::SIGTERM);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(143), "{err}");
+    let search: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(search["stopped"], "interrupted", "{search}");
+    assert!(search["max_pass"].is_null(), "{search}");
 }
