@@ -527,23 +527,28 @@ fn judge(spec: &SearchSpec, load: f64, report: &Report) -> Step {
     let slos: Vec<SloObservation> = spec
         .slos
         .iter()
-        .zip(&phase.slo)
-        .map(|(slo, r)| {
+        .map(|slo| {
+            // The step's result of this SLO, found by its text; none is a failure (no data).
+            let (observed, pass) = phase
+                .slo
+                .iter()
+                .find(|r| r.slo == slo.text)
+                .map_or((None, false), |r| (r.observed, r.pass));
             let interval = quantile_interval(slo, &phase);
             if let (Some((lo, hi)), true) = (interval, matches!(slo.metric, Metric::Latency(..))) {
                 marginal |= lo <= slo.threshold && slo.threshold <= hi;
             }
-            if !r.pass {
-                why.push(match r.observed {
+            if !pass {
+                why.push(match observed {
                     Some(v) => format!("{} (observed {v:.1})", slo.text),
                     None => format!("{} (no data)", slo.text),
                 });
             }
             SloObservation {
                 slo: slo.text.clone(),
-                observed: r.observed,
+                observed,
                 interval,
-                pass: r.pass,
+                pass,
             }
         })
         .collect();
