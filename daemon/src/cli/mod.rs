@@ -3,6 +3,7 @@ pub mod args;
 pub mod daemon;
 pub mod explain;
 pub mod find_max;
+pub mod live_otlp;
 pub mod logging;
 pub mod otlp;
 pub mod report;

@@ -29,6 +29,7 @@ mod sim_fixed;
 mod sim_kv_pressure;
 mod sim_process;
 mod stress_models;
+mod stress_otlp;
 mod stress_signals;
 mod stress_tls;
 mod workload;

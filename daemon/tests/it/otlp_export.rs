@@ -131,6 +131,7 @@ fn request(i: u32) -> SampledRequest {
         ],
         verdict: Some("kv_cache".into()),
         attributes: vec![("inferscope.request.id".into(), format!("req-{i}"))],
+        itl: Vec::new(),
     }
 }
 
