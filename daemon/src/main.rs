@@ -1,7 +1,7 @@
 //! The `inferscope` binary: one subcommand per file under `cli/`.
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod cli;
 
@@ -30,6 +30,11 @@ enum Command {
     Report(cli::report::Args),
     /// Build workloads: `workload build --from queries.jsonl --out dataset.jsonl`.
     Workload(cli::workload::Args),
+    /// Print a shell completion script: `completions bash`, zsh, fish, elvish, powershell.
+    Completions(cli::completions::Args),
+    /// Write the manual pages into a folder (`cargo xtask man`).
+    #[command(hide = true)]
+    Man(cli::completions::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +56,8 @@ fn main() -> ExitCode {
         Command::Stress(args) => cli::stress::run(&args),
         Command::Report(args) => cli::report::run(&args),
         Command::Workload(args) => cli::workload::run(&args),
+        Command::Completions(args) => Ok(cli::completions::run(&args, &mut Cli::command())),
+        Command::Man(args) => cli::completions::man(&args, Cli::command()),
     };
     match result {
         Ok(code) => code,

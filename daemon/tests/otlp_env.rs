@@ -87,6 +87,7 @@ fn standard_environment_variables_configure_the_export() {
         }],
         verdict: None,
         attributes: Vec::new(),
+        itl: Vec::new(),
     };
     exporter.trace_request(&req, &Labels::default());
     let stats = exporter.shutdown().unwrap();

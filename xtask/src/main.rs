@@ -28,6 +28,8 @@ enum Task {
     },
     /// Build inferscope and run the demo.
     Demo,
+    /// Write the manual pages: target/man/inferscope.1 and one per subcommand.
+    Man,
     /// Benchmarks that print side-by-side comparisons: probes, sim, loadgen, attribution (all when
     /// omitted).
     Bench {
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Task::Setup => setup::all(),
         Task::Test { args } => setup::all().and_then(|()| test(&args)),
         Task::Demo => setup::all().and_then(|()| demo::run()),
+        Task::Man => man(),
         Task::Bench { which } => setup::all().and_then(|()| bench::run(which.as_deref())),
         Task::Workload { kind, secs } => bench::workload::run(&kind, secs),
     };
@@ -60,6 +63,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The binary writes its own pages (`clap_mangen` over its own CLI definitions), so they cannot
+/// drift from the flags.
+fn man() -> anyhow::Result<()> {
+    let out = run::root().join("target/man");
+    let mut cmd = run::cargo(&["run", "--quiet", "-p", "inferscope", "--bin", "inferscope"]);
+    cmd.args(["--", "man", "--out"]).arg(&out);
+    run::status(&mut cmd)?;
+    println!("man: {}", out.join("inferscope.1").display());
+    Ok(())
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {
@@ -74,5 +88,35 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     if !args.is_empty() {
         cmd.arg("--").args(args);
     }
-    run::status(&mut cmd)
+    let tests = run::status(&mut cmd);
+    // The deploy checks run after the tests whatever their outcome, so one run reports both.
+    let deploy = if args.is_empty() {
+        deploy_checks()
+    } else {
+        println!("xtask: deploy/validate.sh skipped: a test filter was given");
+        Ok(())
+    };
+    tests.and(deploy)
+}
+
+/// `deploy/validate.sh --monitoring-only`: the dashboard's and the alert rules' metric names,
+/// `promtool check rules` / `test rules`, the kustomization. Needs promtool (setup installs it).
+fn deploy_checks() -> anyhow::Result<()> {
+    if std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!(
+            "xtask: deploy/validate.sh skipped: promtool is not installed (Debian package prometheus; cargo xtask setup installs it)"
+        );
+        return Ok(());
+    }
+    let script = run::root().join("deploy/validate.sh");
+    run::status(
+        std::process::Command::new("bash")
+            .arg(script)
+            .arg("--monitoring-only")
+            .current_dir(run::root()),
+    )
 }

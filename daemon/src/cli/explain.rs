@@ -187,7 +187,10 @@ pub async fn run(
     std::fs::create_dir_all(&args.report_dir)
         .with_context(|| format!("creating --report-dir {}", args.report_dir.display()))?;
     let (json, html) = explained.write_files(&args.report_dir)?;
-    print!("{}", explained.terminal());
+    print!(
+        "{}",
+        explained.terminal_with(inferscope::export::report::colour::for_stdout())
+    );
     eprintln!(
         "explained report written to {} and {}",
         json.display(),

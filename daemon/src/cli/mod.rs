@@ -1,8 +1,10 @@
 //! One module per subcommand: argument struct (`Args`) and `run(&Args) -> anyhow::Result<ExitCode>`.
 pub mod args;
+pub mod completions;
 pub mod daemon;
 pub mod explain;
 pub mod find_max;
+pub mod live_otlp;
 pub mod logging;
 pub mod otlp;
 pub mod report;

@@ -38,15 +38,32 @@ pub struct OtlpArgs {
 }
 
 impl OtlpArgs {
+    /// Whether an export is asked for: `--otlp`, `--otlp-endpoint` or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub fn wanted(&self) -> bool {
+        self.otlp
+            || self.otlp_endpoint.is_some()
+            || std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
+    }
+
     /// Starts the exporter when asked for (flag or environment); `None` otherwise.
     pub fn start(&self) -> anyhow::Result<Option<OtlpExporter>> {
         let env = |k: &str| std::env::var(k).ok();
-        if !self.otlp
-            && self.otlp_endpoint.is_none()
-            && env("OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
-        {
+        if !self.wanted() {
             return Ok(None);
         }
+        let cfg = self.config()?;
+        // stderr: `stress` prints its table on stdout.
+        eprintln!(
+            "OTLP: exporting to {} ({:?})",
+            cfg.metrics_endpoint, cfg.protocol
+        );
+        Ok(Some(OtlpExporter::start(&cfg, &resource_attributes(&env))?))
+    }
+
+    /// The configuration the flags and the environment resolve to (checks them).
+    pub fn config(&self) -> anyhow::Result<OtlpConfig> {
+        let env = |k: &str| std::env::var(k).ok();
         let headers = self
             .otlp_headers
             .iter()
@@ -71,11 +88,6 @@ impl OtlpArgs {
             metric_interval: self.otlp_metric_interval,
             max_queue_size: self.otlp_queue,
         };
-        let cfg = OtlpConfig::resolve(&opts, &env)?;
-        println!(
-            "OTLP: exporting to {} ({:?})",
-            cfg.metrics_endpoint, cfg.protocol
-        );
-        Ok(Some(OtlpExporter::start(&cfg, &resource_attributes(&env))?))
+        Ok(OtlpConfig::resolve(&opts, &env)?)
     }
 }

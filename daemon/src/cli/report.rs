@@ -82,7 +82,10 @@ fn explain(path: &std::path::Path, dir: Option<&std::path::Path>) -> anyhow::Res
     let again = Report::new(old.run, old.timeline)
         .with_waterfalls(old.waterfalls)
         .with_missing_evidence(old.missing_evidence);
-    print!("{}", again.terminal());
+    print!(
+        "{}",
+        again.terminal_with(inferscope::export::report::colour::for_stdout())
+    );
     if let Some(dir) = dir {
         let (json, html) = again.write_files(dir)?;
         eprintln!("written to {} and {}", json.display(), html.display());

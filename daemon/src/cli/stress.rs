@@ -112,6 +112,8 @@ pub struct Args {
     explain: super::explain::ExplainArgs,
     #[command(flatten)]
     find_max: super::find_max::FindMaxArgs,
+    #[command(flatten)]
+    otlp: super::live_otlp::LiveOtlpArgs,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -174,6 +176,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    args.otlp.check(search.is_some())?;
     let tls = args.tls.options()?;
     if args.tls.insecure() {
         eprintln!("inferscope: {}", super::tls::INSECURE_WARNING);
@@ -242,13 +245,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let (c, sig) = (cancel.clone(), signalled.clone());
         let grace = scenario.grace;
         watch_signals(grace, c, sig)?;
-        if args.explain.explain {
+        let mut opts = opts;
+        let live = args.otlp.start(&scenario, &mut opts)?;
+        let report = if args.explain.explain {
             super::explain::run(scenario.clone(), opts, cancel, &args.explain)
                 .await
                 .map(|(r, _)| r)
         } else {
             Ok(loadgen::run(&scenario, opts, cancel).await?)
+        };
+        if let Some(live) = live {
+            live.finish().await?;
         }
+        report
     })?;
     if !args.explain.explain {
         print!("{}", report.table());

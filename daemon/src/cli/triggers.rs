@@ -67,13 +67,11 @@ pub fn start_for_stress(
     if rules.is_empty() {
         return Ok(None);
     }
-    let mut engine = Engine::new(rules);
-    if opts.observer.is_none() {
-        let phases = scenario.phases.iter().map(|p| p.name.clone()).collect();
-        let (tx, live) = LiveLoad::channel(phases);
-        opts.observer = Some(tx);
-        engine = engine.with_live(live);
-    }
+    // Beside any other watcher of the records (a live OTLP export).
+    let phases = scenario.phases.iter().map(|p| p.name.clone()).collect();
+    let (tx, live) = LiveLoad::channel(phases);
+    inferscope::loadgen::observe::add(opts, tx);
+    let engine = Engine::new(rules).with_live(live);
     let say: OnDone = Arc::new(|f: &Firing| {
         let outcome = f
             .outcome

@@ -35,6 +35,7 @@ pub mod limits;
 pub mod merge;
 pub mod metrics;
 pub mod models;
+pub mod observe;
 pub mod openai;
 pub mod progress;
 pub mod record;

@@ -3,6 +3,7 @@
 //! `otlp_memory` measures its memory.
 mod api_hardening;
 mod api_runs;
+mod completions;
 mod control_api;
 mod fd_limit;
 mod hostile_flags;
@@ -31,6 +32,7 @@ mod sim_fixed;
 mod sim_kv_pressure;
 mod sim_process;
 mod stress_models;
+mod stress_otlp;
 mod stress_signals;
 mod stress_tls;
 mod workload;

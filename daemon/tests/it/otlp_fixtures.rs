@@ -118,6 +118,7 @@ pub fn request(i: u32) -> SampledRequest {
         ],
         verdict: Some("kv_cache".into()),
         attributes: vec![("inferscope.request.id".into(), format!("req-{i}"))],
+        itl: Vec::new(),
     }
 }
 

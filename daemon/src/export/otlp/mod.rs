@@ -12,6 +12,7 @@
 //! # let window = inferscope::collect::timeline::Window::default();
 //! exporter.record_window(&window, &labels); // once per closed window
 //! // Per request: exporter.record_request(&req, &labels); sampled: exporter.trace_request(..)
+//! // (a load-generator run does both through live::attach)
 //! let stats = tokio::task::spawn_blocking(move || exporter.shutdown()).await.unwrap()?;
 //! println!("dropped {} spans", stats.spans_dropped());
 //! # Ok(()) }
@@ -24,6 +25,7 @@
 mod accounting;
 pub mod config;
 mod instruments;
+pub mod live;
 pub mod spans;
 
 use std::sync::Arc;
@@ -48,7 +50,8 @@ pub use config::{OtlpConfig, OtlpOptions, Protocol};
 pub use instruments::{
     GEN_AI_TOKENS, GEN_AI_TPOT, GEN_AI_TTFT, HTTP_CLIENT_DURATION, VERDICT, VERDICT_CONFIDENCE,
 };
-pub use spans::{REQUEST_SPAN, SampledRequest, Stage};
+pub use live::{LiveCounts, LiveExport, Sampler};
+pub use spans::{LAST_TOKEN_EVENT, REQUEST_SPAN, SampledRequest, Stage};
 
 use crate::collect::timeline::Window;
 use crate::export::signals::Labels;
@@ -156,6 +159,9 @@ impl OtlpExporter {
         .with_batch_config(batch)
         .build();
         let tracer_provider = SdkTracerProvider::builder()
+            // Which requests become spans is decided before a span is made (`live::Sampler`,
+            // which reads OTEL_TRACES_SAMPLER itself): the SDK must not sample them again.
+            .with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn)
             .with_span_processor(CountingProcessor {
                 inner: processor,
                 counters: counters.clone(),

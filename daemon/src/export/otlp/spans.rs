@@ -46,6 +46,9 @@ pub struct SampledRequest {
     pub verdict: Option<String>,
     /// Span-only attributes (request id, prompt cluster, ...): never on metrics.
     pub attributes: Vec<(String, String)>,
+    /// Gaps between consecutive tokens (inter-token latency); empty when not streamed. With
+    /// `ttft`, gives the span a `last_token` event carrying the gaps' p50, p99 and max.
+    pub itl: Vec<Duration>,
 }
 
 impl SampledRequest {
@@ -93,6 +96,15 @@ pub(crate) fn emit(tracer: &SdkTracer, req: &SampledRequest, labels: &Labels) {
     let mut events = Vec::new();
     if let Some(t) = req.ttft {
         events.push(Event::new("first_token", req.start + t, Vec::new(), 0));
+        if !req.itl.is_empty() {
+            let last = req.start + t + req.itl.iter().sum::<Duration>();
+            events.push(Event::new(
+                LAST_TOKEN_EVENT,
+                last,
+                itl_attributes(&req.itl),
+                0,
+            ));
+        }
     }
     let span = tracer
         .span_builder(REQUEST_SPAN)
@@ -115,6 +127,24 @@ pub(crate) fn emit(tracer: &SdkTracer, req: &SampledRequest, labels: &Labels) {
         child_cx.span().end_with_timestamp(stage.end);
     }
     cx.span().end_with_timestamp(req.end);
+}
+
+/// Name of the event at a streamed request's last token.
+pub const LAST_TOKEN_EVENT: &str = "last_token";
+
+/// The inter-token gaps summed up: `gen_ai.itl.p50`, `.p99`, `.max` (seconds) and `.count`.
+/// One event rather than one per token: a long answer would pass the SDK's event limit.
+fn itl_attributes(itl: &[Duration]) -> Vec<KeyValue> {
+    let mut s: Vec<f64> = itl.iter().map(Duration::as_secs_f64).collect();
+    s.sort_by(f64::total_cmp);
+    // Nearest rank.
+    let q = |p: f64| s[((p * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1];
+    vec![
+        KeyValue::new("gen_ai.itl.p50", q(0.5)),
+        KeyValue::new("gen_ai.itl.p99", q(0.99)),
+        KeyValue::new("gen_ai.itl.max", s[s.len() - 1]),
+        KeyValue::new("gen_ai.itl.count", s.len() as i64),
+    ]
 }
 
 /// Name of the span that carries a trigger firing.

@@ -12,6 +12,7 @@
 //! report.write_files(std::path::Path::new(".")).unwrap();
 //! ```
 
+pub mod colour;
 mod html;
 mod terminal;
 pub mod waterfall;
@@ -24,7 +25,7 @@ use crate::attribute::{self, Baselines, PhaseLatency, PhaseSummary, WindowVerdic
 use crate::collect::timeline::Timeline;
 
 pub use html::{escape_script_json, render as render_html};
-pub use terminal::render as render_terminal;
+pub use terminal::{render as render_terminal, render_with as render_terminal_with};
 pub use waterfall::Waterfall;
 
 /// Version of the `report.json` schema; bumped on any incompatible change.
@@ -206,6 +207,13 @@ impl Report {
     #[must_use]
     pub fn terminal(&self) -> String {
         terminal::render(self)
+    }
+
+    /// The terminal summary with its verdict lines coloured when `colour`
+    /// ([`colour::for_stdout`] decides for stdout).
+    #[must_use]
+    pub fn terminal_with(&self, colour: bool) -> String {
+        terminal::render_with(self, colour)
     }
 
     /// The self-contained `report.html`.

@@ -5,12 +5,20 @@ use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::Report;
+use super::colour::{Style, paint};
 use crate::attribute::{Cause, Decomposition, PhaseSummary, fmt_num};
 use crate::collect::timeline::Quantiles;
 
-/// Renders the summary of `report`.
+/// Renders the summary of `report`, plain.
 #[must_use]
 pub fn render(report: &Report) -> String {
+    render_with(report, false)
+}
+
+/// Renders the summary of `report`, its verdict and warning lines coloured when `colour` (see
+/// [`super::colour::wanted`]).
+#[must_use]
+pub fn render_with(report: &Report, colour: bool) -> String {
     let mut out = String::new();
     let run = &report.run;
     let started =
@@ -38,7 +46,7 @@ pub fn render(report: &Report) -> String {
     }
     for p in &report.phases {
         out.push('\n');
-        phase(&mut out, p);
+        phase(&mut out, p, colour);
     }
     for f in &report.triggers {
         let at = f.window_start_unix_ms.saturating_sub(run.start_unix_ms) as f64 / 1000.0;
@@ -58,7 +66,10 @@ pub fn render(report: &Report) -> String {
     out
 }
 
-fn phase(out: &mut String, p: &PhaseSummary) {
+fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
+    let line = |out: &mut String, style: Style, text: &str| {
+        let _ = writeln!(out, "  {}", paint(text, style, colour));
+    };
     let l = &p.load;
     let target = l
         .target_rps
@@ -88,11 +99,14 @@ fn phase(out: &mut String, p: &PhaseSummary) {
             .iter()
             .find(|s| s.cause == Cause::Loadgen)
             .map_or(0, |s| s.windows);
-        let _ = writeln!(
+        line(
             out,
-            "  WARNING: the load generator lagged in {lagging} of {} windows: latencies of this \
-             phase are untrustworthy",
-            p.windows
+            Style::Warn,
+            &format!(
+                "WARNING: the load generator lagged in {lagging} of {} windows: latencies of \
+                 this phase are untrustworthy",
+                p.windows
+            ),
         );
     }
     let shares = p
@@ -108,36 +122,7 @@ fn phase(out: &mut String, p: &PhaseSummary) {
         .map(crate::attribute::Evidence::line)
         .collect::<Vec<_>>()
         .join("; ");
-    if p.dominant == Cause::None {
-        let _ = writeln!(out, "  verdict: none (latency at the baseline)");
-    } else if p.dominant == Cause::Unexplained {
-        let _ = writeln!(
-            out,
-            "  verdict: unexplained: latency rose ({evidence}) but no cause is convincing{}",
-            p.runners_up.first().map_or(String::new(), |r| format!(
-                " (closest: {} {:.2})",
-                r.cause, r.confidence
-            ))
-        );
-    } else {
-        let _ = writeln!(
-            out,
-            "  verdict: {} (confidence {:.2}{}): {evidence}",
-            p.dominant,
-            p.confidence,
-            p.runners_up.first().map_or(String::new(), |r| {
-                // A more confident runner-up lost to precedence: say so.
-                let why = if r.confidence > p.confidence
-                    && crate::attribute::outranks(p.dominant, r.cause)
-                {
-                    format!(", which {} outranks", p.dominant)
-                } else {
-                    String::new()
-                };
-                format!(", runner-up {} {:.2}{why}", r.cause, r.confidence)
-            })
-        );
-    }
+    verdict(out, p, &evidence, colour);
     for m in &p.marks {
         let _ = writeln!(out, "  event: {m}");
     }
@@ -158,6 +143,49 @@ fn phase(out: &mut String, p: &PhaseSummary) {
     }
     if p.dominant != Cause::None {
         let _ = writeln!(out, "  what to do: {}", p.hint);
+    }
+}
+
+/// The verdict line: green for none, yellow for unexplained, bold red for a cause.
+fn verdict(out: &mut String, p: &PhaseSummary, evidence: &str, colour: bool) {
+    let line = |out: &mut String, style: Style, text: &str| {
+        let _ = writeln!(out, "  {}", paint(text, style, colour));
+    };
+    if p.dominant == Cause::None {
+        line(out, Style::Good, "verdict: none (latency at the baseline)");
+    } else if p.dominant == Cause::Unexplained {
+        line(
+            out,
+            Style::Warn,
+            &format!(
+                "verdict: unexplained: latency rose ({evidence}) but no cause is convincing{}",
+                p.runners_up.first().map_or(String::new(), |r| format!(
+                    " (closest: {} {:.2})",
+                    r.cause, r.confidence
+                ))
+            ),
+        );
+    } else {
+        line(
+            out,
+            Style::Bad,
+            &format!(
+                "verdict: {} (confidence {:.2}{}): {evidence}",
+                p.dominant,
+                p.confidence,
+                p.runners_up.first().map_or(String::new(), |r| {
+                    // A more confident runner-up lost to precedence: say so.
+                    let why = if r.confidence > p.confidence
+                        && crate::attribute::outranks(p.dominant, r.cause)
+                    {
+                        format!(", which {} outranks", p.dominant)
+                    } else {
+                        String::new()
+                    };
+                    format!(", runner-up {} {:.2}{why}", r.cause, r.confidence)
+                })
+            ),
+        );
     }
 }
 

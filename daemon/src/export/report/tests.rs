@@ -300,3 +300,33 @@ fn exact_phase_latency_replaces_the_window_average() {
     );
     assert!(r.phase("peak").unwrap().latency.exact);
 }
+
+#[test]
+fn terminal_colours_verdict_lines_only_when_asked() {
+    let r = report("kv_cache");
+    let plain = r.terminal_with(false);
+    assert_eq!(plain, r.terminal());
+    assert!(!plain.contains('\x1b'), "{plain}");
+    let coloured = r.terminal_with(true);
+    // Only the verdict lines change: bold red for a cause, green for none.
+    let verdicts: Vec<&str> = coloured
+        .lines()
+        .filter(|l| l.contains("verdict:"))
+        .collect();
+    assert!(
+        verdicts
+            .iter()
+            .any(|l| l.starts_with("  \x1b[1;31mverdict: kv_cache") && l.ends_with("\x1b[0m")),
+        "{coloured}"
+    );
+    assert!(
+        verdicts.contains(&"  \x1b[32mverdict: none (latency at the baseline)\x1b[0m"),
+        "{coloured}"
+    );
+    let stripped = coloured
+        .replace("\x1b[1;31m", "")
+        .replace("\x1b[32m", "")
+        .replace("\x1b[33m", "")
+        .replace("\x1b[0m", "");
+    assert_eq!(stripped, plain);
+}
