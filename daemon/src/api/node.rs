@@ -98,14 +98,11 @@ async fn metrics(
         Ok(l) => l,
         Err(e) => return gone(e),
     };
-    let l = &latest.status.losses;
-    let mut drops: Vec<DropCounter> = [
-        ("kernel", "runqlat", l.runq),
-        ("kernel", "sockets", l.sockets),
-        ("kernel", "cuda", l.cuda),
-        ("channel", "events", l.channels),
-    ]
-    .into_iter()
+    let mut drops: Vec<DropCounter> = latest
+        .status
+        .losses
+        .labelled()
+        .into_iter()
     .map(|(stage, what, count)| DropCounter {
         stage: stage.into(),
         what: what.into(),

@@ -99,6 +99,19 @@ pub struct Losses {
     pub channels: u64,
 }
 
+impl Losses {
+    /// Each count with where it arose: `(stage, what, count)`, as the drop counters name them.
+    #[must_use]
+    pub fn labelled(&self) -> [(&'static str, &'static str, u64); 4] {
+        [
+            ("kernel", "runqlat", self.runq),
+            ("kernel", "sockets", self.sockets),
+            ("kernel", "cuda", self.cuda),
+            ("channel", "events", self.channels),
+        ]
+    }
+}
+
 /// Per-window accumulators, reset when a window is closed.
 #[derive(Default)]
 struct Pending {
