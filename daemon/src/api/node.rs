@@ -103,12 +103,12 @@ async fn metrics(
         .losses
         .labelled()
         .into_iter()
-    .map(|(stage, what, count)| DropCounter {
-        stage: stage.into(),
-        what: what.into(),
-        count,
-    })
-    .collect();
+        .map(|(stage, what, count)| DropCounter {
+            stage: stage.into(),
+            what: what.into(),
+            count,
+        })
+        .collect();
     // A step of the window loop that failed (and was survived) left that part of a window out.
     drops.extend(
         latest

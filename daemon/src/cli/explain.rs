@@ -6,14 +6,12 @@ use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use inferscope::{
-    attribute::PhaseLatency,
     collect::{
-        discover, load,
+        discover,
         node::{Node, NodeOptions},
         session::SessionOptions,
-        timeline::Quantiles,
     },
-    export::report::{self, Report, RunMeta},
+    export::report::Report,
     loadgen::{self, Options, Scenario},
 };
 use tokio_util::sync::CancellationToken;
@@ -141,49 +139,12 @@ pub async fn run(
     // The node closes windows in step with the load and stops when it ends.
     let finished = node.run(load_done.cancelled_owned()).await;
     let result = run.await;
-    let server_side = &finished.server_side;
-    let exchanges = &server_side.exchanges;
     let lg = result.context("the load generator task failed")??;
-
-    let mut timeline = finished.timeline;
-    let start_ms = lg.started_unix_ns / 1_000_000;
-    // The windows were closed in step with the load, which started a few ms after the
-    // collectors: label them so, and the load's last requests fall in the last window.
-    timeline.realign(start_ms);
-    load::fold_records(&mut timeline, &lg, server_side);
-    let end_ms = start_ms + (lg.elapsed_s * 1000.0) as u64;
-    let meta = RunMeta::new(&lg.scenario, &lg.target, start_ms, end_ms, timeline.len_ms);
-    let waterfalls = report::waterfall::build(&lg, exchanges, &timeline);
     let firings = match firings {
         Some(runner) => runner.await.context("the trigger action task failed")?,
         None => Vec::new(),
     };
-    let mut explained = Report::new(meta, timeline)
-        .with_waterfalls(waterfalls)
-        .with_missing_evidence(finished.missing)
-        .with_triggers(firings);
-    for p in &lg.phases {
-        let q = |k: &str| {
-            p.latency_ms
-                .get(k)
-                .filter(|s| s.count > 0)
-                .map(|s| Quantiles {
-                    p50: s.p50,
-                    p95: s.p95,
-                    p99: s.p99,
-                    max: s.max,
-                })
-        };
-        explained.set_phase_latency(
-            &p.name,
-            PhaseLatency {
-                exact: true,
-                ttft_ms: q("ttft"),
-                itl_ms: q("itl"),
-                e2e_ms: q("e2e"),
-            },
-        );
-    }
+    let explained = Report::of_run(&lg, finished).with_triggers(firings);
     std::fs::create_dir_all(&args.report_dir)
         .with_context(|| format!("creating --report-dir {}", args.report_dir.display()))?;
     let (json, html) = explained.write_files(&args.report_dir)?;

@@ -14,6 +14,7 @@
 
 pub mod colour;
 mod html;
+mod of_run;
 mod terminal;
 pub mod waterfall;
 
