@@ -115,6 +115,10 @@ pub struct PhaseMetrics {
     pub tasks_ok: u64,
     /// Outages and retries (see `resilience.rs`).
     pub resilience: super::resilience::Tracker,
+    /// When the phase started, µs since the run's start.
+    pub start_us: u64,
+    /// Sampled vector queries: latency and recall together (`vector/health.rs`).
+    pub vector: super::vector::health::Samples,
 }
 
 /// Histogram names, in report order.
@@ -151,6 +155,8 @@ impl Default for PhaseMetrics {
             tasks: 0,
             tasks_ok: 0,
             resilience: super::resilience::Tracker::default(),
+            start_us: 0,
+            vector: super::vector::health::Samples::default(),
         }
     }
 }
@@ -227,6 +233,11 @@ impl PhaseMetrics {
         if let Some(recall) = r.recall {
             // Stored +1 so that a recall of 0 is kept (HDR values start at 1).
             self.add("recall", (recall * RECALL_SCALE).round() as u64 + 1);
+            self.vector.push(super::vector::health::Sample {
+                at_us: r.end_us.saturating_sub(self.start_us),
+                e2e_us: r.e2e_us(),
+                recall,
+            });
         }
         self.output_tokens += u64::from(r.output_tokens.unwrap_or(0));
         self.input_tokens += u64::from(r.input_tokens.unwrap_or(0));
@@ -300,6 +311,17 @@ impl PhaseMetrics {
                 (self.finished > 0).then(|| self.good as f64 / self.finished as f64)
             }
             Metric::Recall(s) => stat("recall", s),
+            Metric::RecallDrift | Metric::RecallMinWindow => {
+                let window = super::vector::health::window_for(elapsed_s);
+                let h = self
+                    .vector
+                    .health(window, super::vector::health::REBUILD_BELOW)?;
+                Some(if m == Metric::RecallDrift {
+                    h.drift
+                } else {
+                    h.min_window_recall
+                })
+            }
             Metric::StreamTokensPerS(s) => stat("stream_tokens_per_s", s),
             Metric::Rps => per_s(self.finished),
             Metric::OutputTokensPerS => per_s(self.output_tokens),
