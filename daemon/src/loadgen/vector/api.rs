@@ -246,7 +246,8 @@ mod tests {
         let c: Value = serde_json::from_str(&chroma_add_body(10, &rows, 2)).unwrap();
         assert_eq!(
             c,
-            json!({"ids": ["10", "11"], "embeddings": [[1.0, 0.0], [0.5, 0.25]]})
+            // Whole numbers are written without a fraction (valid JSON numbers).
+            json!({"ids": ["10", "11"], "embeddings": [[1, 0], [0.5, 0.25]]})
         );
         let q: Value = serde_json::from_str(&qdrant_points_body(0, &rows, 2)).unwrap();
         assert_eq!(q["points"][1], json!({"id": 1, "vector": [0.5, 0.25]}));
