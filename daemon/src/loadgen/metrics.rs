@@ -272,6 +272,10 @@ impl PhaseMetrics {
                 &mut s.max,
             ] {
                 *v -= off;
+                // HDR keeps 3 significant digits: a recall of 1 can read back as 1.0009.
+                if name == "recall" {
+                    *v = v.min(1.0);
+                }
             }
         }
         s

@@ -215,3 +215,26 @@ async fn the_demo_scenario_validates_and_its_vector_phase_runs_against_the_sim()
     assert!(p.recall.count > 0);
     sim.shutdown().await.unwrap();
 }
+
+#[test]
+fn the_vector_db_example_parses_into_a_sweep() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/vector-db.yaml");
+    let s = Scenario::from_file(&path).unwrap();
+    let names: Vec<&str> = s.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "baseline",
+            "peak@ef16",
+            "peak@ef32",
+            "peak@ef64",
+            "peak@ef128",
+            "peak@ef256"
+        ]
+    );
+    assert!(
+        s.phases[1..]
+            .iter()
+            .all(|p| p.sweep_of.as_deref() == Some("peak"))
+    );
+}

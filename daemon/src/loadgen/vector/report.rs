@@ -66,7 +66,7 @@ pub fn lines(s: &mut String, p: &PhaseReport, v: &VectorView) {
         };
         let _ = writeln!(
             s,
-            "  index health: recall {first:.3} -> {last:.3} over {} windows of {}s (drift {:+.3}), lowest {:.3} at {}s{advice}",
+            "  index health: recall {first:.3} -> {last:.3} over {} windows of {}s (change {:+.3}), lowest {:.3} at {}s{advice}",
             h.windows.len(),
             h.window_s,
             -h.drift,
