@@ -147,16 +147,48 @@ fn bad_templates_and_paths_are_refused_at_load_time() {
             .to_string();
         assert!(e.contains(want) && e.starts_with("b.yaml:"), "{json}: {e}");
     }
-    let yaml = "target: http://127.0.0.1:1\nphases:
+    for (request, want) in [
+        (
+            "{endpoint: vector_search, corpus: {vectors: 10, dimensions: 4}}",
+            "the sim serves its own fixed corpus",
+        ),
+        (
+            "{endpoint: vector_search, api: chroma, text: hello}",
+            "takes vectors, not text",
+        ),
+        (
+            "{endpoint: vector_search, api: json, path: /s, dimensions: 4}",
+            "`api: json` and a `json:` block",
+        ),
+        (
+            "{endpoint: vector_search, api: chroma, collection: ab, dimensions: 4}",
+            "3 to 512 characters",
+        ),
+        (
+            "{endpoint: vector_search, api: qdrant, corpus: {vectors: 10000000, dimensions: 100}}",
+            "use fewer vectors",
+        ),
+        (
+            "{endpoint: chat, api: qdrant}",
+            "need `endpoint: vector_search`",
+        ),
+    ] {
+        let yaml = format!(
+            "target: http://127.0.0.1:1\nphases:
   - name: c
     duration: 1s
-    load: {shape: constant, rate: 1}
-    request: {endpoint: vector_search, corpus: {vectors: 10, dimensions: 4}}
-";
-    let e = Scenario::from_yaml(yaml, "c.yaml", Path::new("."))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("the sim serves its own fixed corpus"), "{e}");
+    load: {{shape: constant, rate: 1}}
+    request: {request}
+"
+        );
+        let e = Scenario::from_yaml(&yaml, "c.yaml", Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(want) && e.starts_with("c.yaml:"),
+            "{request}: {e}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
