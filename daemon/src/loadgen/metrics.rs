@@ -201,6 +201,10 @@ impl PhaseMetrics {
         } else {
             self.ok += 1;
             self.add("e2e", r.e2e_us());
+            if r.endpoint == super::record::Endpoint::VectorSearch {
+                self.vector
+                    .observe(r.end_us.saturating_sub(self.start_us), r.e2e_us());
+            }
             self.add("e2e_from_send", r.end_us.saturating_sub(r.actual_us));
         }
         if r.good {

@@ -280,7 +280,10 @@ fn vector_view(v: &VectorInfo, m: &PhaseMetrics, duration_s: f64) -> VectorView 
         ("p99", e2e.p99),
         ("p999", e2e.p999),
     ];
+    let (spikes, median) = m.vector.spikes();
     VectorView {
+        spikes,
+        e2e_median_second_ms: median,
         ef_search: v.ef_search,
         sweep_of: v.sweep_of.clone(),
         joint: m.vector.joint(edges, v.low_recall),

@@ -270,3 +270,39 @@ fn the_vector_db_example_parses_into_a_sweep() {
             .all(|p| p.sweep_of.as_deref() == Some("peak"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_rebuild_shows_as_latency_spikes_in_the_health_view() {
+    let mut cfg = inferscope::sim::profile("healthy").unwrap();
+    cfg.vector.corpus_size = 1000;
+    cfg.vector.rebuild_min_ms = 1500;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim = inferscope::sim::start(cfg, l).await.unwrap();
+    let s = scenario(&format!(
+        "target: http://{}\nphases:
+  - name: rebuild
+    duration: 6s
+    load: {{shape: constant, rate: 20}}
+    request: {{endpoint: vector_search, top_k: 5, recall_sample: 50%}}
+    events: [{{at: 2s, path: /v1/vector/rebuild}}]
+",
+        sim.addr()
+    ));
+    let r = loadgen::run(&s, Options::new(), CancellationToken::new())
+        .await
+        .unwrap();
+    let v = r.phases[0].vector.as_ref().unwrap();
+    let at: Vec<f64> = v.spikes.iter().map(|x| x.start_s).collect();
+    assert!(
+        !at.is_empty() && at.iter().all(|s| (2.0..=4.0).contains(s)),
+        "{at:?} {:?}",
+        r.events
+    );
+    assert!(
+        v.spikes.iter().all(|x| x.e2e_mean_ms > 100.0),
+        "{:?}",
+        v.spikes
+    );
+    assert!(r.table().contains("latency spikes"), "{}", r.table());
+    sim.shutdown().await.unwrap();
+}

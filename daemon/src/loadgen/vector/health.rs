@@ -23,16 +23,75 @@ pub struct Sample {
     pub recall: f64,
 }
 
-/// The sampled queries of a phase.
+/// Seconds of per-second latency kept per phase at most.
+const MAX_SECONDS: usize = 7 * 24 * 3600;
+
+/// The sampled queries of a phase, and the latency of all its queries per second.
 #[derive(Debug, Clone, Default)]
 pub struct Samples {
     /// Kept pairs.
     pub kept: Vec<Sample>,
     /// Samples whose ground truth was dropped (the worker fell behind).
     pub dropped: u64,
+    /// Per second of the phase: successful queries and the sum of their latency, ms.
+    pub per_second: Vec<(u64, f64)>,
+}
+
+/// A second whose mean latency stood far above the phase's usual: what an index rebuild (or
+/// a compaction) looks like from the client.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Spike {
+    /// Start, seconds into the phase.
+    pub start_s: f64,
+    /// Mean e2e latency of its queries, ms.
+    pub e2e_mean_ms: f64,
+    /// Queries in it.
+    pub queries: u64,
 }
 
 impl Samples {
+    /// Adds one successful query ending `at_us` into the phase.
+    pub fn observe(&mut self, at_us: u64, e2e_us: u64) {
+        let s = (at_us / 1_000_000) as usize;
+        if s >= MAX_SECONDS {
+            return;
+        }
+        if self.per_second.len() <= s {
+            self.per_second.resize(s + 1, (0, 0.0));
+        }
+        self.per_second[s].0 += 1;
+        self.per_second[s].1 += e2e_us as f64 / 1000.0;
+    }
+
+    /// Seconds whose mean latency is over 3x the median second's (and 20 ms above it), with
+    /// at least 3 queries; and that median.
+    #[must_use]
+    pub fn spikes(&self) -> (Vec<Spike>, Option<f64>) {
+        let means: Vec<(usize, f64, u64)> = self
+            .per_second
+            .iter()
+            .enumerate()
+            .filter(|(_, (n, _))| *n >= 3)
+            .map(|(i, (n, sum))| (i, sum / *n as f64, *n))
+            .collect();
+        if means.len() < 3 {
+            return (Vec::new(), None);
+        }
+        let mut sorted: Vec<f64> = means.iter().map(|m| m.1).collect();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let spikes = means
+            .iter()
+            .filter(|(_, m, _)| *m > 3.0 * median && *m > median + 20.0)
+            .map(|(i, m, n)| Spike {
+                start_s: *i as f64,
+                e2e_mean_ms: *m,
+                queries: *n,
+            })
+            .collect();
+        (spikes, Some(median))
+    }
+
     /// Adds one.
     pub fn push(&mut self, s: Sample) {
         if self.kept.len() < MAX_SAMPLES {
@@ -223,6 +282,12 @@ pub struct VectorView {
     pub joint: Joint,
     /// Recall over the run.
     pub health: Option<Health>,
+    /// Seconds whose latency spiked (an index rebuild or compaction, as the client sees it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spikes: Vec<Spike>,
+    /// The median second's mean latency, ms (what a spike is measured against).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_median_second_ms: Option<f64>,
 }
 
 /// Window length for a phase of `duration_s`: a tenth of it, 1 s to 60 s.
@@ -270,5 +335,21 @@ mod tests {
         assert!(h.rebuild_advised);
         assert!((h.min_window_start_s - 2.0).abs() < 1e-9);
         assert!(Samples::default().health(1.0, 0.9).is_none());
+    }
+
+    #[test]
+    fn seconds_of_rebuild_latency_are_spikes() {
+        let mut x = Samples::default();
+        for sec in 0..10u64 {
+            let e2e_ms = if sec == 4 || sec == 5 { 500 } else { 3 };
+            for i in 0..5 {
+                x.observe(sec * 1_000_000 + i * 100_000, e2e_ms * 1000);
+            }
+        }
+        let (spikes, median) = x.spikes();
+        assert_eq!(median, Some(3.0));
+        let at: Vec<f64> = spikes.iter().map(|s| s.start_s).collect();
+        assert_eq!(at, [4.0, 5.0]);
+        assert!((spikes[0].e2e_mean_ms - 500.0).abs() < 1e-9);
     }
 }

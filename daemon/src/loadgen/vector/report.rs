@@ -53,6 +53,19 @@ pub fn lines(s: &mut String, p: &PhaseReport, v: &VectorView) {
             j.dropped
         );
     }
+    if !v.spikes.is_empty() {
+        let at: Vec<String> = v
+            .spikes
+            .iter()
+            .map(|x| format!("{}s {}", x.start_s, fmt_ms(x.e2e_mean_ms)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  latency spikes (e2e mean per second, usual {}): {}: an index rebuild or compaction looks like this",
+            fmt_ms(v.e2e_median_second_ms.unwrap_or_default()),
+            at.join(", ")
+        );
+    }
     if let Some(h) = &v.health {
         let first = h.windows.first().map_or(0.0, |w| w.recall_mean);
         let last = h.windows.last().map_or(0.0, |w| w.recall_mean);
