@@ -132,7 +132,9 @@ impl PhaseCtx {
                 (ApiKind::Sim, None) => Some(DEFAULT_EXACT_PATH),
                 _ => None,
             };
+            let qdrant_query = api == ApiKind::Qdrant && path.ends_with("/points/query");
             Some(VectorPhase {
+                qdrant_query,
                 phase: phase.name.clone(),
                 api,
                 method: method.clone(),
@@ -140,7 +142,13 @@ impl PhaseCtx {
                 collection_uri: None,
                 exact_uri: exact.map(|p| target.uri(p)).transpose()?,
                 paths: spec.json.as_ref().map_or_else(
-                    || api.paths(),
+                    || {
+                        if qdrant_query {
+                            vector::api::qdrant_query_paths()
+                        } else {
+                            api.paths()
+                        }
+                    },
                     |j| vector::json::AnswerPaths {
                         ids: j.ids.clone(),
                         scores: j.scores.clone(),

@@ -229,3 +229,29 @@ async fn client_side_ground_truth_stays_off_the_request_path_at_400_qps() {
     );
     assert!(p.recall.count >= 120, "{:?}", p.recall);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_universal_query_route_is_read_as_documented() {
+    let (addr, _q) = qdrant_double::start().await;
+    let s = scenario(&format!(
+        "target: http://{addr}\nseed: 8\nphases:
+  - name: query
+    duration: 1s
+    load: {{shape: constant, rate: 10}}
+    request:
+      endpoint: vector_search
+      api: qdrant
+      collection: uq
+      path: /collections/uq/points/query
+      recall_sample: 100%
+      corpus: {{vectors: 200, dimensions: 8}}
+"
+    ));
+    let r = loadgen::run(&s, Options::new(), CancellationToken::new())
+        .await
+        .unwrap();
+    let p = &r.phases[0];
+    assert_eq!(p.counts.ok, 10, "{:?}", p.counts.errors);
+    assert_eq!(p.recall.count, 10);
+    assert!((p.recall.mean - 1.0).abs() < 1e-3, "{:?}", p.recall);
+}

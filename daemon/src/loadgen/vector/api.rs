@@ -116,6 +116,8 @@ pub struct VectorPhase {
     pub corpus: Option<Arc<Corpus>>,
     /// Share of queries sampled for recall.
     pub recall_sample: f64,
+    /// Qdrant: the universal query route (`path: .../points/query`) instead of `points/search`.
+    pub qdrant_query: bool,
 }
 
 impl VectorPhase {
@@ -159,7 +161,8 @@ impl VectorPhase {
                 body.insert("include".into(), json!(["distances"]));
             }
             ApiKind::Qdrant => {
-                body.insert("vector".into(), json!(q.unwrap_or_default()));
+                let key = if self.qdrant_query { "query" } else { "vector" };
+                body.insert(key.into(), json!(q.unwrap_or_default()));
                 body.insert("limit".into(), json!(k));
                 if let Some(ef) = self.ef_search {
                     body.insert("params".into(), json!({"hnsw_ef": ef}));
@@ -170,6 +173,12 @@ impl VectorPhase {
         body.extend(extra);
         Bytes::from(Value::Object(body).to_string())
     }
+}
+
+/// Where Qdrant's universal query route (`POST /collections/{name}/points/query`) answers.
+#[must_use]
+pub fn qdrant_query_paths() -> AnswerPaths {
+    AnswerPaths::fixed("$.result.points[*].id", "$.result.points[*].score")
 }
 
 /// A Chroma collection's routes.

@@ -1,6 +1,7 @@
 //! A test double of Qdrant's REST API, as documented (no Qdrant server installs here):
 //! `PUT/GET/DELETE /collections/{name}`, `PUT /collections/{name}/points` and
-//! `POST /collections/{name}/points/search`, with the documented request and answer shapes.
+//! `POST /collections/{name}/points/search` and `.../points/query` (the universal query API:
+//! `{"query": [..]}` in, `{"result": {"points": [..]}}` out), with the documented shapes.
 //! Its search is exact (brute force, Euclid), and it remembers the `hnsw_ef` it was sent.
 #![allow(dead_code)]
 
@@ -141,7 +142,12 @@ async fn search(
     let Some(c) = colls.get(&name) else {
         return not_found(&name);
     };
-    let Some(v) = floats(&body["vector"]) else {
+    let query_api = body.get("query").is_some();
+    let Some(v) = floats(if query_api {
+        &body["query"]
+    } else {
+        &body["vector"]
+    }) else {
         return bad("vector is not a list of numbers");
     };
     if v.len() != c.dim {
@@ -175,6 +181,9 @@ async fn search(
         .take(limit)
         .map(|(d, id)| json!({"id": id, "version": 0, "score": d}))
         .collect();
+    if query_api {
+        return ok(&json!({"points": result}));
+    }
     ok(&Value::Array(result))
 }
 
@@ -203,6 +212,7 @@ pub async fn start() -> (SocketAddr, Arc<Qdrant>) {
         .route("/collections/{name}", put(create).delete(delete).get(info))
         .route("/collections/{name}/points", put(upsert))
         .route("/collections/{name}/points/search", post(search))
+        .route("/collections/{name}/points/query", post(search))
         .with_state(q.clone());
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
