@@ -12,6 +12,7 @@ pub mod api;
 pub mod corpus;
 pub mod health;
 pub mod json;
+pub mod path;
 pub mod report;
 pub mod setup;
 pub mod truth;
