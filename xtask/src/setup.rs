@@ -21,8 +21,9 @@ const DEBIAN_PACKAGES: [(&str, &str); 8] = [
     ("chromium", "chromium"),
 ];
 
-/// Python packages for tests with third-party clients, in a venv under `target/venv`.
-const PYTHON_PACKAGES: [&str; 1] = ["openai"];
+/// Python packages for tests with third-party clients and servers, in a venv under
+/// `target/venv`: `openai` (client), `chromadb` (a real vector database: `chroma run`).
+const PYTHON_PACKAGES: [&str; 2] = ["openai", "chromadb"];
 
 pub fn all() -> anyhow::Result<()> {
     rust_src()?;

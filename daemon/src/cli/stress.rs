@@ -55,6 +55,10 @@ pub struct Args {
     /// What to call: chat, completions, vector-search or http (default chat; http when --method is given).
     #[arg(long, value_enum)]
     endpoint: Option<EndpointArg>,
+    /// Vector search: dimensions of the query vectors (default: the dimension the server's
+    /// index reports; a mismatch stops the run before it starts).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    dimensions: Option<u32>,
     /// HTTP method (implies --endpoint http).
     #[arg(long)]
     method: Option<String>,
@@ -333,6 +337,7 @@ fn watch_signals(
 }
 
 /// A one-phase scenario from flags.
+#[allow(clippy::too_many_lines)] // one flag after the other
 fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
     let Some(target) = &args.target else {
         bail!(
@@ -367,6 +372,9 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         (Some(EndpointArg::VectorSearch), _) => Endpoint::VectorSearch,
         (Some(EndpointArg::Http), _) | (None, Some(_)) => Endpoint::Http,
     };
+    if args.dimensions.is_some() && endpoint != Endpoint::VectorSearch {
+        bail!("--dimensions applies to --endpoint vector-search only");
+    }
     let body = args
         .body
         .as_ref()
@@ -393,7 +401,11 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
             .map(|t| JsonTemplate::Leaf(serde_json::json!(t))),
         stream: Some(!args.no_stream),
         body,
-        dimensions: (endpoint == Endpoint::VectorSearch).then_some(128),
+        // Without --dimensions the server's index says (`vector::setup`).
+        dimensions: args
+            .dimensions
+            .filter(|_| endpoint == Endpoint::VectorSearch)
+            .map(|d| d as usize),
         ..RequestSpec::default()
     };
     let slo = args
@@ -413,6 +425,8 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         chaos: ChaosSpec::default(),
         slo,
         events: Vec::new(),
+        sweep: None,
+        sweep_of: None,
     };
     // --max-in-flight and --seed are applied to any scenario by `scenario()`.
     let mut scenario = Scenario::one_phase(target.clone(), phase);

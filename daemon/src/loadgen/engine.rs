@@ -34,11 +34,14 @@ use super::{
     complexity::{self, Shaper},
     conversation::Conversation,
     record::{ErrorClass, RequestRecord},
-    report::{EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, Stop, StopKind, VERSION},
-    request::{PhaseCtx, Prepared},
+    report::{
+        EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, Stop, StopKind, VERSION, VectorInfo,
+    },
+    request::{Executed, PhaseCtx, Prepared},
     scenario::{CapPolicy, Phase, Scenario, is_loopback},
     shard::Shard,
     tally::{self, Msg},
+    vector::{ApiKind, health, setup, truth::Pending, truth::Truth},
 };
 
 /// Messages queued between the request tasks and the collector (about 300 bytes each).
@@ -105,6 +108,9 @@ pub enum RunError {
     /// The run's own machinery failed (a bug): the message says where.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A vector phase's setup failed (seeding, dimension, a test query): what to do.
+    #[error("{0}")]
+    Vector(String),
 }
 
 struct Shared {
@@ -118,6 +124,8 @@ struct Shared {
     tx: mpsc::Sender<Msg>,
     global: Arc<Semaphore>,
     seq: AtomicU64,
+    /// The client-side recall ground truth (phases with a corpus).
+    truth: Option<Truth>,
 }
 
 /// Runs every phase of `scenario` and returns the report. Cancelling `cancel` stops sending at
@@ -131,7 +139,7 @@ pub async fn run(
     mut opts: Options,
     cancel: CancellationToken,
 ) -> Result<Report, RunError> {
-    let setup = Setup::new(scenario, &opts)?;
+    let setup = Setup::new(scenario, &opts).await?;
     let share = opts.shard;
     let mut rng = SmallRng::seed_from_u64(share.seed(scenario.seed.unwrap_or_else(clock::unix_ns)));
     // Bounded: a tally that falls behind slows the senders instead of queueing records
@@ -144,7 +152,8 @@ pub async fn run(
     ));
     let started = RunClock::start();
     let shared = Arc::new(Shared {
-        client: build_client(&setup.target, scenario.timeout, opts.allow_remote),
+        client: setup.client,
+        truth: setup.truth,
         allow_remote: opts.allow_remote,
         shard: share,
         target: setup.target,
@@ -222,14 +231,17 @@ pub async fn run(
 /// What every request of a run needs, checked and resolved before anything is sent.
 struct Setup {
     target: Target,
+    client: HttpClient,
     /// Per phase, the URIs of its events.
     event_uris: Vec<Vec<hyper::Uri>>,
-    /// Per phase, its compiled request.
+    /// Per phase, its compiled request (vector phases completed by their setup).
     ctxs: Vec<Arc<PhaseCtx>>,
+    /// The client-side recall ground truth (phases with a corpus).
+    truth: Option<Truth>,
 }
 
 impl Setup {
-    fn new(scenario: &Scenario, opts: &Options) -> Result<Self, RunError> {
+    async fn new(scenario: &Scenario, opts: &Options) -> Result<Self, RunError> {
         let host = scenario
             .target_host()
             .ok_or_else(|| TargetError::Url(scenario.target.clone()))?;
@@ -248,16 +260,30 @@ impl Setup {
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let ctxs = scenario
+        let mut ctxs = scenario
             .phases
             .iter()
             .enumerate()
-            .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target).map(Arc::new))
+            .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target))
             .collect::<Result<Vec<_>, _>>()?;
+        let client = build_client(&target, scenario.timeout, opts.allow_remote);
+        vector_setup(&mut ctxs, &client, &target, scenario.seed).await?;
+        let truth = if ctxs
+            .iter()
+            .any(|c| c.vector.as_ref().is_some_and(|v| v.corpus.is_some()))
+        {
+            Some(Truth::start().map_err(|e| {
+                RunError::Internal(format!("starting the recall ground-truth thread: {e}"))
+            })?)
+        } else {
+            None
+        };
         Ok(Self {
             target,
+            client,
             event_uris,
-            ctxs,
+            ctxs: ctxs.into_iter().map(Arc::new).collect(),
+            truth,
         })
     }
 }
@@ -332,8 +358,18 @@ async fn dispatch(
         if cancel.is_cancelled() {
             break;
         }
-        let _ = shared.tx.send(Msg::PhaseStart(i as u32, phase_start)).await;
+        let start_us = phase_start
+            .into_std()
+            .saturating_duration_since(shared.t0)
+            .as_micros() as u64;
+        let _ = shared
+            .tx
+            .send(Msg::PhaseStart(i as u32, phase_start, start_us))
+            .await;
         let end = phase_start + phase.duration;
+        if let Some(v) = &ctx.vector {
+            chroma_ef_search(shared, i as u32, v).await;
+        }
         for (ev, uri) in phase.events.iter().zip(&event_uris[i]) {
             tracker.spawn(event(
                 shared.clone(),
@@ -397,7 +433,80 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
             .retry
             .as_ref()
             .map(super::resilience::RetrySpec::t_max_ms),
+        vector: ctx.vector.as_ref().map(|v| VectorInfo {
+            ef_search: v.ef_search,
+            sweep_of: p.sweep_of.clone(),
+            low_recall: p.request.low_recall.unwrap_or(health::LOW_RECALL),
+            rebuild_below: p.request.rebuild_below.unwrap_or(health::REBUILD_BELOW),
+        }),
     }
+}
+
+/// Chroma sets `ef_search` on the collection, not per query: a Chroma phase with one sets it
+/// as it starts (a sweep's steps one after the other). The change is an event of the phase.
+async fn chroma_ef_search(shared: &Arc<Shared>, phase: u32, v: &super::vector::VectorPhase) {
+    let (Some(ef), Some(uri)) = (v.ef_search, v.collection_uri.clone()) else {
+        return;
+    };
+    let at_us = us_since(shared.t0);
+    let http = setup::Http {
+        client: &shared.client,
+        target: &shared.target,
+        headers: &[],
+    };
+    let outcome = match setup::chroma_set_ef(&http, uri, ef).await {
+        Ok(()) => "HTTP 200".to_string(),
+        Err(e) => e,
+    };
+    let _ = shared
+        .tx
+        .send(Msg::Event(EventRecord {
+            phase,
+            request: format!("PUT chroma collection `{}` ef_search={ef}", v.collection),
+            at_us,
+            end_us: us_since(shared.t0),
+            outcome,
+        }))
+        .await;
+}
+
+/// Completes every vector phase before the run (collections, corpora, dimensions) and sends
+/// each one test query; nothing here is timed.
+async fn vector_setup(
+    ctxs: &mut [PhaseCtx],
+    client: &HttpClient,
+    target: &Target,
+    seed: Option<u64>,
+) -> Result<(), RunError> {
+    let mut setup = setup::Setup::default();
+    for ctx in ctxs.iter_mut() {
+        let text = ctx.text_queries();
+        let headers = ctx.headers().to_vec();
+        let http = setup::Http {
+            client,
+            target,
+            headers: &headers,
+        };
+        let Some(v) = ctx.vector.as_mut() else {
+            continue;
+        };
+        setup
+            .phase(v, &http, seed, text)
+            .await
+            .map_err(RunError::Vector)?;
+        // The sim's answer is known (and its dimension checked above); any other API gets a
+        // test query, so that a body or path that does not fit fails here, in one line.
+        if v.api == ApiKind::Sim {
+            continue;
+        }
+        let probe = ctx.prepare(&mut SmallRng::seed_from_u64(0), 0);
+        if let Some(v) = &ctx.vector {
+            setup::preflight(v, &http, probe.body)
+                .await
+                .map_err(RunError::Vector)?;
+        }
+    }
+    Ok(())
 }
 
 /// Open loop: sleep to each absolute deadline, apply the caps, spawn the request.
@@ -697,17 +806,18 @@ async fn one(
     mut own: Option<&mut OwnConn>,
 ) -> Answered {
     let Some(policy) = ctx.retry() else {
-        let (rec, answered) = attempt(&shared, &ctx, p, rec, own).await;
-        let _ = shared.tx.send(Msg::Record(rec)).await;
+        let (rec, answered, truth) = attempt(&shared, &ctx, p, rec, own).await;
+        deliver(&shared, rec, truth).await;
         return answered;
     };
     let mut n = 1;
     rec.attempt = Some(n);
     loop {
-        let (done, answered) = attempt(&shared, &ctx, p.clone(), rec, own.as_deref_mut()).await;
+        let (done, answered, truth) =
+            attempt(&shared, &ctx, p.clone(), rec, own.as_deref_mut()).await;
         let again = policy.retries(&done, n);
         let single = done.turn.is_none();
-        let _ = shared.tx.send(Msg::Record(done)).await;
+        deliver(&shared, done, truth).await;
         let wait = policy.wait_after(n);
         if !again || shared.hard_stop.is_cancelled() {
             if single {
@@ -725,6 +835,26 @@ async fn one(
     }
 }
 
+/// Hands a finished record to the collector. A sampled vector query whose recall is still to
+/// compute goes to the ground-truth thread, and its record follows from a task of its own
+/// once the recall is known: the request's task (and a closed-loop user) moves on at once.
+async fn deliver(shared: &Arc<Shared>, mut rec: RequestRecord, truth: Option<Pending>) {
+    let Some(job) = truth else {
+        let _ = shared.tx.send(Msg::Record(rec)).await;
+        return;
+    };
+    let Some(rx) = shared.truth.as_ref().and_then(|t| t.submit(job)) else {
+        let _ = shared.tx.send(Msg::RecallDropped(rec.phase)).await;
+        let _ = shared.tx.send(Msg::Record(rec)).await;
+        return;
+    };
+    let tx = shared.tx.clone();
+    tokio::spawn(async move {
+        rec.recall = rx.await.ok();
+        let _ = tx.send(Msg::Record(rec)).await;
+    });
+}
+
 /// One attempt: executed under the timeout, aborted by the hard stop.
 async fn attempt(
     shared: &Arc<Shared>,
@@ -732,7 +862,7 @@ async fn attempt(
     p: Prepared,
     mut rec: RequestRecord,
     own: Option<&mut OwnConn>,
-) -> (RequestRecord, Answered) {
+) -> (RequestRecord, Answered, Option<Pending>) {
     let t0 = shared.t0;
     rec.actual_us = us_since(t0);
     let mut base = rec.clone();
@@ -742,28 +872,28 @@ async fn attempt(
             Some(conn) => Via::Own(conn),
             None => Via::Pool(&shared.client),
         };
-        let text = ctx.execute(&mut via, &shared.target, p, &mut rec, t0).await;
-        (rec, text)
+        let done = ctx.execute(&mut via, &shared.target, p, &mut rec, t0).await;
+        (rec, done)
     };
-    let (rec, text) = tokio::select! {
+    let (rec, done) = tokio::select! {
         r = tokio::time::timeout(shared.timeout, fut) => r.unwrap_or_else(|_| {
             base.end_us = us_since(t0);
             base.fail(ErrorClass::Timeout, format!("no complete answer within {}", humantime::format_duration(shared.timeout)));
-            (base, None)
+            (base, Executed::default())
         }),
         () = shared.hard_stop.cancelled() => {
             base.end_us = us_since(t0);
             base.fail(ErrorClass::Aborted, "stopped before the answer completed (run interrupted)");
-            (base, None)
+            (base, Executed::default())
         }
     };
     let answered = Answered {
         ok: rec.error.is_none(),
         passed: rec.check != Some(false),
-        text,
+        text: done.text,
         entropy: rec.entropy,
     };
-    (rec, answered)
+    (rec, answered, done.truth)
 }
 
 async fn event(

@@ -124,6 +124,8 @@ pub fn phase_info(p: &PhaseReport, elapsed_s: f64) -> Result<PhaseInfo, String> 
         elapsed_s,
         slos,
         retry_t_max_ms: None,
+        // Shards' sampled pairs are not in their reports: the joint view is per run.
+        vector: None,
     })
 }
 

@@ -115,6 +115,10 @@ pub struct PhaseMetrics {
     pub tasks_ok: u64,
     /// Outages and retries (see `resilience.rs`).
     pub resilience: super::resilience::Tracker,
+    /// When the phase started, µs since the run's start.
+    pub start_us: u64,
+    /// Sampled vector queries: latency and recall together (`vector/health.rs`).
+    pub vector: super::vector::health::Samples,
 }
 
 /// The per-phase histograms, in report order.
@@ -222,6 +226,8 @@ impl Default for PhaseMetrics {
             tasks: 0,
             tasks_ok: 0,
             resilience: super::resilience::Tracker::default(),
+            start_us: 0,
+            vector: super::vector::health::Samples::default(),
         }
     }
 }
@@ -264,6 +270,10 @@ impl PhaseMetrics {
         } else {
             self.ok += 1;
             self.add(Hist::E2e, r.e2e_us());
+            if r.endpoint == super::record::Endpoint::VectorSearch {
+                self.vector
+                    .observe(r.end_us.saturating_sub(self.start_us), r.e2e_us());
+            }
             self.add(Hist::E2eFromSend, r.end_us.saturating_sub(r.actual_us));
         }
         if r.good {
@@ -296,6 +306,11 @@ impl PhaseMetrics {
         if let Some(recall) = r.recall {
             // Stored +1 so that a recall of 0 is kept (HDR values start at 1).
             self.add(Hist::Recall, (recall * RECALL_SCALE).round() as u64 + 1);
+            self.vector.push(super::vector::health::Sample {
+                at_us: r.end_us.saturating_sub(self.start_us),
+                e2e_us: r.e2e_us(),
+                recall,
+            });
         }
         self.output_tokens += u64::from(r.output_tokens.unwrap_or(0));
         self.input_tokens += u64::from(r.input_tokens.unwrap_or(0));
@@ -327,6 +342,10 @@ impl PhaseMetrics {
                 &mut s.max,
             ] {
                 *v -= off;
+                // HDR keeps 3 significant digits: a recall of 1 can read back as 1.0009.
+                if h == Hist::Recall {
+                    *v = v.min(1.0);
+                }
             }
         }
         s
@@ -366,6 +385,17 @@ impl PhaseMetrics {
                 (self.finished > 0).then(|| self.good as f64 / self.finished as f64)
             }
             Metric::Recall(s) => stat(Hist::Recall, s),
+            Metric::RecallDrift | Metric::RecallMinWindow => {
+                let window = super::vector::health::window_for(elapsed_s);
+                let h = self
+                    .vector
+                    .health(window, super::vector::health::REBUILD_BELOW)?;
+                Some(if m == Metric::RecallDrift {
+                    h.drift
+                } else {
+                    h.min_window_recall
+                })
+            }
             Metric::StreamTokensPerS(s) => stat(Hist::StreamTokensPerS, s),
             Metric::Rps => per_s(self.finished),
             Metric::OutputTokensPerS => per_s(self.output_tokens),

@@ -10,6 +10,7 @@ use super::{
     record::{ErrorClass, RequestRecord},
     shard::Shard,
     slo::SloResult,
+    vector::health::{VectorView, window_for},
 };
 
 /// `schema` field of every report.
@@ -96,6 +97,9 @@ pub struct PhaseReport {
     pub histograms: BTreeMap<String, String>,
     /// SLO outcomes.
     pub slo: Vec<SloResult>,
+    /// Vector search: recall and latency together, and index health (`vector/health.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<VectorView>,
 }
 
 /// A one-off request made by a phase's `events:`.
@@ -175,6 +179,21 @@ pub struct PhaseInfo {
     /// `T_max` (ms) of the phase's retry policy; `None` without one (or after a merge:
     /// shards' outages do not add up).
     pub retry_t_max_ms: Option<f64>,
+    /// Vector phases: what the joint view needs.
+    pub vector: Option<VectorInfo>,
+}
+
+/// The vector facts of a phase for its report.
+#[derive(Debug, Clone)]
+pub struct VectorInfo {
+    /// `ef_search` sent.
+    pub ef_search: Option<u32>,
+    /// The phase a sweep step was made from.
+    pub sweep_of: Option<String>,
+    /// Threshold of the low-recall set.
+    pub low_recall: f64,
+    /// Threshold of the rebuild advice.
+    pub rebuild_below: f64,
 }
 
 impl PhaseReport {
@@ -246,12 +265,36 @@ impl PhaseReport {
             .collect(),
             stream_tokens_per_s: m.summary(Hist::StreamTokensPerS),
             recall: m.summary(Hist::Recall),
+            vector: info
+                .vector
+                .as_ref()
+                .map(|v| vector_view(v, m, info.duration_s)),
             histograms: Hist::ALL
                 .into_iter()
                 .map(|h| (h.name().to_string(), encode_hist(&m[h])))
                 .collect(),
             slo,
         }
+    }
+}
+
+/// The joint view and index health of a vector phase.
+fn vector_view(v: &VectorInfo, m: &PhaseMetrics, duration_s: f64) -> VectorView {
+    let e2e = m.summary(Hist::E2e);
+    let edges = [
+        ("p50", e2e.p50),
+        ("p90", e2e.p90),
+        ("p99", e2e.p99),
+        ("p999", e2e.p999),
+    ];
+    let (spikes, median) = m.vector.spikes();
+    VectorView {
+        spikes,
+        e2e_median_second_ms: median,
+        ef_search: v.ef_search,
+        sweep_of: v.sweep_of.clone(),
+        joint: m.vector.joint(edges, v.low_recall),
+        health: m.vector.health(window_for(duration_s), v.rebuild_below),
     }
 }
 
@@ -332,6 +375,9 @@ impl Report {
                     p.recall.mean, p.recall.p50, p.recall.count
                 );
             }
+            if let Some(v) = &p.vector {
+                super::vector::report::lines(&mut s, p, v);
+            }
             conversation_lines(&mut s, p);
             for r in p.slo.iter().filter(|r| !r.pass) {
                 let obs = r
@@ -340,6 +386,7 @@ impl Report {
                 let _ = writeln!(s, "  SLO failed: {} (observed {obs})", r.slo);
             }
         }
+        super::vector::report::frontiers(&mut s, &self.phases);
         if let Some(why) = &self.stopped {
             let _ = writeln!(s, "stopped early: {why}");
         }
@@ -424,7 +471,7 @@ impl From<Stop> for String {
     }
 }
 
-fn fmt_ms(v: f64) -> String {
+pub(crate) fn fmt_ms(v: f64) -> String {
     if v >= 10_000.0 {
         format!("{:.1}s", v / 1000.0)
     } else if v >= 10.0 {

@@ -19,11 +19,13 @@ use super::{
     scenario::{ChaosSpec, Phase, RequestSpec},
     slo::Slo,
     template::{Ctx, JsonTemplate, Template},
-    vector::{self, VectorCall},
+    vector::{self, ApiKind, VectorCall, VectorPhase, truth::Pending},
 };
 
-/// Ground truth of a vector search when `exact_path` is not given.
+/// Ground truth of a sim vector search when `exact_path` is not given.
 const DEFAULT_EXACT_PATH: &str = "/v1/vector/exact";
+/// Collection of the Chroma and Qdrant adapters when `collection` is not given.
+const DEFAULT_COLLECTION: &str = "inferscope";
 
 const DEFAULT_PROMPT: &str = "Explain in a few sentences why the sky is blue.";
 
@@ -35,8 +37,9 @@ pub struct PhaseCtx {
     /// Endpoint kind.
     pub endpoint: Endpoint,
     uri: hyper::Uri,
-    exact_uri: hyper::Uri,
     method: Method,
+    /// Vector search: the API, collection, corpus (completed by `vector::setup`).
+    pub vector: Option<VectorPhase>,
     spec: RequestSpec,
     prompt: Option<Template>,
     dataset: Option<Arc<Dataset>>,
@@ -67,6 +70,17 @@ pub struct Prepared {
     pub turn: Option<u32>,
     /// Keep the answer's text (a conversation's history needs it).
     pub keep_text: bool,
+    /// Vector: the query, kept for the client's exact search when sampled.
+    pub query: Option<Arc<Vec<f32>>>,
+}
+
+/// What executing a request leaves besides its record.
+#[derive(Debug, Default)]
+pub struct Executed {
+    /// The answer's text (when kept and the request succeeded).
+    pub text: Option<String>,
+    /// A sampled vector query's ground truth, still to compute.
+    pub truth: Option<Pending>,
 }
 
 impl PhaseCtx {
@@ -79,10 +93,21 @@ impl PhaseCtx {
     ) -> Result<Self, TargetError> {
         let spec = phase.request.clone();
         let endpoint = spec.endpoint.unwrap_or(Endpoint::Chat);
-        let path = spec
-            .path
+        let api = spec.api.unwrap_or_default();
+        let collection = spec
+            .collection
             .clone()
-            .unwrap_or_else(|| endpoint.default_path().to_string());
+            .unwrap_or_else(|| DEFAULT_COLLECTION.to_string());
+        let path = spec.path.clone().unwrap_or_else(|| match api {
+            ApiKind::Qdrant if endpoint == Endpoint::VectorSearch => {
+                format!("/collections/{collection}/points/search")
+            }
+            // Chroma's path holds the collection's id: setup sets it.
+            ApiKind::Chroma if endpoint == Endpoint::VectorSearch => {
+                vector::api::chroma_collections()
+            }
+            _ => endpoint.default_path().to_string(),
+        });
         let method = match &spec.method {
             Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes())
                 .map_err(|_| TargetError::Header(m.clone()))?,
@@ -100,11 +125,52 @@ impl PhaseCtx {
             })
             .collect::<Result<_, TargetError>>()?;
         let dataset = spec.dataset.as_ref().and_then(|d| datasets.get(d).cloned());
+        let uri = target.uri(&path)?;
+        let vector = if endpoint == Endpoint::VectorSearch {
+            let exact = match (api, &spec.exact_path) {
+                (_, Some(p)) => Some(p.as_str()),
+                (ApiKind::Sim, None) => Some(DEFAULT_EXACT_PATH),
+                _ => None,
+            };
+            let qdrant_query = api == ApiKind::Qdrant && path.ends_with("/points/query");
+            Some(VectorPhase {
+                qdrant_query,
+                phase: phase.name.clone(),
+                api,
+                method: method.clone(),
+                search: uri.clone(),
+                collection_uri: None,
+                exact_uri: exact.map(|p| target.uri(p)).transpose()?,
+                paths: spec.json.as_ref().map_or_else(
+                    || {
+                        if qdrant_query {
+                            vector::api::qdrant_query_paths()
+                        } else {
+                            api.paths()
+                        }
+                    },
+                    |j| vector::json::AnswerPaths {
+                        ids: j.ids.clone(),
+                        scores: j.scores.clone(),
+                    },
+                ),
+                json: spec.json.clone(),
+                collection,
+                dims: spec.dimensions,
+                top_k: spec.top_k.unwrap_or(10) as usize,
+                ef_search: spec.ef_search,
+                corpus_spec: spec.corpus.clone(),
+                corpus: None,
+                recall_sample: spec.recall_sample.unwrap_or(0.0),
+            })
+        } else {
+            None
+        };
         Ok(PhaseCtx {
             index,
             endpoint,
-            uri: target.uri(&path)?,
-            exact_uri: target.uri(spec.exact_path.as_deref().unwrap_or(DEFAULT_EXACT_PATH))?,
+            uri,
+            vector,
             method,
             prompt: spec.prompt.clone(),
             dataset,
@@ -203,30 +269,26 @@ impl PhaseCtx {
                 self.prepare_llm(&mut ctx, row.as_ref(), None)
             }
             Endpoint::VectorSearch => {
-                let mut body = Map::new();
-                if let Some(t) = &self.spec.text {
-                    body.insert("text".into(), json!(t.render(&mut ctx)));
-                } else if let Some(d) = self.spec.dimensions {
-                    body.insert(
-                        "vector".into(),
-                        json!(vector::random_unit_vector(d, ctx.rng)),
-                    );
-                }
-                body.insert("top_k".into(), json!(self.spec.top_k.unwrap_or(10)));
-                if let Some(ef) = self.spec.ef_search {
-                    body.insert("ef_search".into(), json!(ef));
-                }
-                body.extend(extra(self.spec.body.as_ref(), &mut ctx));
-                let sample_recall =
-                    ctx.rng.random::<f64>() < self.spec.recall_sample.unwrap_or(0.0);
+                let Some(v) = &self.vector else {
+                    return Prepared::empty();
+                };
+                let text = self.spec.text.as_ref().map(|t| t.render(&mut ctx));
+                let query = match (&text, &v.corpus, v.dims) {
+                    (None, Some(c), _) => Some(c.query(ctx.rng)),
+                    (None, None, Some(d)) => Some(vector::random_unit_vector(d, ctx.rng)),
+                    // Text: the server embeds it.
+                    _ => None,
+                };
+                let extra = extra(self.spec.body.as_ref(), &mut ctx);
+                let body = v.body(query.as_deref(), text.as_deref(), extra);
+                let sample_recall = ctx.rng.random::<f64>() < v.recall_sample;
                 Prepared {
-                    body: Bytes::from(Value::Object(body).to_string()),
-                    chaos: None,
-                    max_tokens: None,
-                    stream: false,
+                    body,
                     sample_recall,
-                    turn: None,
-                    keep_text: false,
+                    query: (sample_recall && v.corpus.is_some())
+                        .then(|| query.map(Arc::new))
+                        .flatten(),
+                    ..Prepared::empty()
                 }
             }
             Endpoint::Http => {
@@ -237,12 +299,7 @@ impl PhaseCtx {
                 };
                 Prepared {
                     body,
-                    chaos: None,
-                    max_tokens: None,
-                    stream: false,
-                    sample_recall: false,
-                    turn: None,
-                    keep_text: false,
+                    ..Prepared::empty()
                 }
             }
         }
@@ -331,11 +388,13 @@ impl PhaseCtx {
             sample_recall: false,
             turn: turn_no,
             keep_text: self.check.is_some(),
+            query: None,
         }
     }
 
-    /// Executes a prepared request into `rec` (no timeout here; the engine adds it); the
-    /// answer's text when `p.keep_text` and it succeeded.
+    /// Executes a prepared request into `rec` (no timeout here; the engine adds it): the
+    /// answer's text when `p.keep_text` and it succeeded, and a sampled vector query's
+    /// ground truth still to compute.
     pub async fn execute(
         &self,
         via: &mut Via<'_>,
@@ -343,10 +402,11 @@ impl PhaseCtx {
         p: Prepared,
         rec: &mut RequestRecord,
         t0: Instant,
-    ) -> Option<String> {
+    ) -> Executed {
         rec.chaos = p.chaos;
         rec.turn = p.turn;
         let mut text = None;
+        let mut truth = None;
         match self.endpoint {
             Endpoint::Chat | Endpoint::Completions => {
                 let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
@@ -358,13 +418,15 @@ impl PhaseCtx {
                 text = openai::call(via, req, rec, t0, how).await;
             }
             Endpoint::VectorSearch => {
-                let call = VectorCall {
-                    uri: &self.uri,
-                    exact: p.sample_recall.then_some(&self.exact_uri),
-                    top_k: self.spec.top_k.unwrap_or(10) as usize,
-                    headers: &self.headers,
-                };
-                vector::call(via, target, p.body, call, rec, t0).await;
+                if let Some(v) = &self.vector {
+                    let call = VectorCall {
+                        phase: v,
+                        query: p.query,
+                        sampled: p.sample_recall,
+                        headers: &self.headers,
+                    };
+                    truth = vector::call(via, target, p.body, call, rec, t0).await;
+                }
             }
             Endpoint::Http => {
                 let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
@@ -378,7 +440,39 @@ impl PhaseCtx {
                 rec.error.is_none() && c.passes(text.as_deref().unwrap_or_default(), rec.e2e_us()),
             );
         }
-        text.filter(|_| rec.error.is_none())
+        Executed {
+            text: text.filter(|_| rec.error.is_none()),
+            truth,
+        }
+    }
+
+    /// The phase's request headers.
+    #[must_use]
+    pub fn headers(&self) -> &[(HeaderName, HeaderValue)] {
+        &self.headers
+    }
+
+    /// Whether the phase's vector queries are text (the server embeds them).
+    #[must_use]
+    pub fn text_queries(&self) -> bool {
+        self.spec.text.is_some()
+    }
+}
+
+impl Prepared {
+    /// A request with an empty body and nothing set.
+    #[must_use]
+    pub fn empty() -> Self {
+        Prepared {
+            body: Bytes::new(),
+            chaos: None,
+            max_tokens: None,
+            stream: false,
+            sample_recall: false,
+            turn: None,
+            keep_text: false,
+            query: None,
+        }
     }
 }
 

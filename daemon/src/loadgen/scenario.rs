@@ -108,6 +108,20 @@ pub struct Phase {
     /// One-off requests at given offsets into the phase (e.g. trigger an index rebuild).
     #[serde(default)]
     pub events: Vec<EventSpec>,
+    /// Run the phase once per value (vector search): the recall/latency frontier.
+    #[serde(default)]
+    pub sweep: Option<SweepSpec>,
+    /// The phase a sweep step was made from (set when the sweep is expanded).
+    #[serde(skip)]
+    pub sweep_of: Option<String>,
+}
+
+/// `sweep:` of a phase: one step per value, each a phase of its own named `NAME@ef<N>`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    /// `ef_search` values, e.g. `[16, 32, 64, 128, 256]`.
+    pub ef_search: Vec<u32>,
 }
 
 /// `search:`: the knee search of the first phase's load.
@@ -187,8 +201,27 @@ pub struct RequestSpec {
     /// Vector search: fraction of queries also sent to the exact endpoint for recall@k.
     #[serde(default, deserialize_with = "de_opt_ratio")]
     pub recall_sample: Option<f64>,
-    /// Vector search: ground-truth path (default `/v1/vector/exact`).
+    /// Vector search: ground-truth path (default `/v1/vector/exact` for `api: sim`; for
+    /// `api: json`, a path answering the same body with the exact neighbours).
     pub exact_path: Option<String>,
+    /// Vector search: the API the server speaks, `sim` (default), `chroma`, `qdrant` or
+    /// `json` (see `vector/`).
+    pub api: Option<super::vector::ApiKind>,
+    /// Vector search (`chroma`, `qdrant`): the collection (default `inferscope`).
+    pub collection: Option<String>,
+    /// Vector search, `api: json`: body template and JSON paths of the answer.
+    pub json: Option<super::vector::JsonApiSpec>,
+    /// Vector search: the corpus the client inserts before the run and searches exactly for
+    /// recall@k (any API but `sim`).
+    pub corpus: Option<super::vector::corpus::CorpusSpec>,
+    /// Vector search: recall below which a sampled query counts as low-recall in the joint
+    /// view (default 90%).
+    #[serde(default, deserialize_with = "de_opt_ratio")]
+    pub low_recall: Option<f64>,
+    /// Vector search: advise an index rebuild when a window's recall falls below this
+    /// (default 92%).
+    #[serde(default, deserialize_with = "de_opt_ratio")]
+    pub rebuild_below: Option<f64>,
     /// Chat only: multi-turn conversations instead of single requests (see
     /// `conversation.rs`).
     pub conversation: Option<ConversationSpec>,

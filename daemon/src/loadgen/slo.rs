@@ -6,6 +6,8 @@
 //!   duration (`250us`, `500ms`, `1.5s`);
 //! - `error_rate`, `drop_rate`, `goodput_ratio`: VALUE a percentage (`1%`) or fraction;
 //! - `recall` (mean) or `recall_pNN`: percentage or fraction;
+//! - `recall_drift` (first window's recall minus the last's) and `recall_min_window` (the
+//!   lowest window's recall; index health, `vector/health.rs`): percentage or fraction;
 //! - `stream_tokens_per_s_pNN|_mean`, `rps`, `output_tokens_per_s`, `tokens_per_s` (input +
 //!   output), `stps` (succeeded tasks per second): a plain number;
 //! - `task_success_rate`: percentage or fraction; `ice` (mean) or `ice_pNN`: nats.
@@ -57,6 +59,10 @@ pub enum Metric {
     GoodputRatio,
     /// Vector recall@k.
     Recall(Stat),
+    /// Recall of the first window minus the last's.
+    RecallDrift,
+    /// The lowest window's recall.
+    RecallMinWindow,
     /// Per-stream decode rate (tokens/s).
     StreamTokensPerS(Stat),
     /// Finished requests per second.
@@ -144,6 +150,8 @@ impl Slo {
             | Metric::DropRate
             | Metric::GoodputRatio
             | Metric::TaskSuccessRate
+            | Metric::RecallDrift
+            | Metric::RecallMinWindow
             | Metric::Recall(_) => parse_ratio(value),
             _ => value.parse::<f64>().ok(),
         }
@@ -213,6 +221,8 @@ fn parse_metric(name: &str) -> Option<Metric> {
         "drop_rate" => return Some(Metric::DropRate),
         "goodput_ratio" => return Some(Metric::GoodputRatio),
         "recall" => return Some(Metric::Recall(Stat::Mean)),
+        "recall_drift" => return Some(Metric::RecallDrift),
+        "recall_min_window" => return Some(Metric::RecallMinWindow),
         "rps" => return Some(Metric::Rps),
         "output_tokens_per_s" => return Some(Metric::OutputTokensPerS),
         "tokens_per_s" => return Some(Metric::TokensPerS),
@@ -285,6 +295,12 @@ mod tests {
             Metric::Recall(Stat::Mean)
         );
         assert!(s.holds(15.0) && !s.holds(14.9));
+        let s = Slo::parse("recall_min_window >= 92%").unwrap();
+        assert_eq!((s.metric, s.threshold), (Metric::RecallMinWindow, 0.92));
+        assert_eq!(
+            Slo::parse("recall_drift < 0.05").unwrap().metric,
+            Metric::RecallDrift
+        );
     }
 
     #[test]

@@ -17,8 +17,10 @@ use super::{
 /// Messages from dispatchers and request tasks.
 #[derive(Debug)]
 pub enum Msg {
-    /// A phase began.
-    PhaseStart(u32, Instant),
+    /// A phase began (and when, µs since the run's start).
+    PhaseStart(u32, Instant, u64),
+    /// A sampled vector query's ground truth was dropped (the worker was behind).
+    RecallDropped(u32),
     /// A request finished.
     Record(RequestRecord),
     /// `n` more requests of a phase reached their start time.
@@ -84,7 +86,11 @@ pub async fn run(mut rx: mpsc::Receiver<Msg>, cfg: Config, cancel: CancellationT
         tokio::select! {
             msg = rx.recv() => match msg {
                 None => break,
-                Some(Msg::PhaseStart(i, at)) => current = Some((i, at)),
+                Some(Msg::PhaseStart(i, at, at_us)) => {
+                    current = Some((i, at));
+                    out.metrics[i as usize].start_us = at_us;
+                }
+                Some(Msg::RecallDropped(i)) => out.metrics[i as usize].vector.dropped += 1,
                 Some(Msg::Scheduled(i, n)) => out.metrics[i as usize].scheduled += n,
                 Some(Msg::Dropped(i, n)) => out.metrics[i as usize].dropped += n,
                 Some(Msg::Event(e)) => out.events.push(e),

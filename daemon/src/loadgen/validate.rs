@@ -102,6 +102,7 @@ impl Scenario {
                 .map_err(|e| err(&format!("{name}:"), format!("dataset `{name}`: {e}")))?;
             self.loaded.insert(name.clone(), Arc::new(ds));
         }
+        expand_sweeps(&mut self.phases).map_err(|(needle, msg)| err(&needle, msg))?;
         let mut seen = std::collections::BTreeSet::new();
         for p in &mut self.phases {
             if !seen.insert(p.name.clone()) {
@@ -139,6 +140,7 @@ impl Scenario {
 }
 
 /// Checks one phase and reads its trace file.
+#[allow(clippy::too_many_lines)] // one check after the other, each with its own message
 fn check_phase(
     p: &mut Phase,
     loaded: &BTreeMap<String, Arc<Dataset>>,
@@ -212,16 +214,24 @@ fn check_phase(
         ));
     }
     let endpoint = p.request.endpoint.unwrap_or(Endpoint::Chat);
-    let vector_only = p.request.text.is_some()
-        || p.request.dimensions.is_some()
-        || p.request.top_k.is_some()
-        || p.request.ef_search.is_some()
-        || p.request.recall_sample.is_some();
+    let r = &p.request;
+    let vector_only = r.text.is_some()
+        || r.dimensions.is_some()
+        || r.top_k.is_some()
+        || r.ef_search.is_some()
+        || r.recall_sample.is_some()
+        || r.api.is_some()
+        || r.collection.is_some()
+        || r.json.is_some()
+        || r.corpus.is_some()
+        || r.low_recall.is_some()
+        || r.rebuild_below.is_some()
+        || p.sweep.is_some();
     if vector_only && endpoint != Endpoint::VectorSearch {
         return Err(err(
             &at,
             format!(
-                "phase `{}`: text/dimensions/top_k/ef_search/recall_sample need `endpoint: vector_search`",
+                "phase `{}`: text/dimensions/top_k/ef_search/recall_sample/api/collection/json/corpus/sweep need `endpoint: vector_search`",
                 p.name
             ),
         ));
@@ -230,17 +240,149 @@ fn check_phase(
         return Err(err(&at, format!("phase `{}`: {why}", p.name)));
     }
     if endpoint == Endpoint::VectorSearch
-        && p.request.text.is_none()
-        && p.request.dimensions.is_none()
+        && let Some((needle, why)) = vector_problem(p)
     {
         return Err(err(
-            &at,
+            needle.as_deref().unwrap_or(&at),
+            format!("phase `{}`: {why}", p.name),
+        ));
+    }
+    Ok(())
+}
+
+/// What is wrong with a vector phase's API settings, if anything (and the text to point at).
+fn vector_problem(p: &Phase) -> Option<(Option<String>, String)> {
+    use super::vector::ApiKind;
+    let r = &p.request;
+    let api = r.api.unwrap_or_default();
+    let here = |s: &str| Some(s.to_string());
+    if let Some(c) = &r.corpus
+        && let Some(why) = c.problem()
+    {
+        return Some((here("corpus"), why));
+    }
+    if api == ApiKind::Sim && r.corpus.is_some() {
+        return Some((
+            here("corpus"),
+            "the sim serves its own fixed corpus: drop `corpus:` (recall comes from `exact_path`) or set `api:`".into(),
+        ));
+    }
+    if (api == ApiKind::Json) != r.json.is_some() {
+        return Some((
+            here("json"),
+            "`api: json` and a `json:` block (body, ids) go together".into(),
+        ));
+    }
+    if api == ApiKind::Json && r.path.is_none() {
+        return Some((
+            None,
+            "`api: json` needs `path:` (where to POST the body)".into(),
+        ));
+    }
+    if api == ApiKind::Json && r.body.is_some() {
+        return Some((
+            here("body"),
+            "`api: json` takes its whole body from `json.body`: drop `body:`".into(),
+        ));
+    }
+    if let Some(j) = &r.json {
+        use super::vector::json::Var;
+        if !j.body.uses(Var::Vector) && !j.body.uses(Var::Text) {
+            return Some((
+                here("json"),
+                "`json.body` sends neither `${vector}` nor `${text}`".into(),
+            ));
+        }
+        if j.body.uses(Var::Text) != r.text.is_some() {
+            return Some((
+                here("json"),
+                "`${text}` in `json.body` and `text:` go together".into(),
+            ));
+        }
+        if let Some(ins) = &j.insert
+            && let Err(e) = check_path(&ins.path)
+        {
+            return Some((here(&ins.path), e.to_string()));
+        }
+    }
+    if matches!(api, ApiKind::Chroma | ApiKind::Qdrant) && r.text.is_some() {
+        return Some((
+            here("text"),
             format!(
-                "phase `{}`: a vector_search request needs `text:` or `dimensions:`",
-                p.name
+                "the {} API takes vectors, not text: use `dimensions:` or `corpus:`",
+                api.name()
             ),
         ));
     }
+    if api == ApiKind::Chroma && r.collection.as_ref().is_some_and(|c| c.len() < 3) {
+        return Some((
+            here("collection"),
+            "a Chroma collection name has 3 to 512 characters".into(),
+        ));
+    }
+    if let Some(c) = &r.collection
+        && (c.is_empty()
+            || !c
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)))
+    {
+        return Some((
+            here("collection"),
+            "a collection name is letters, digits, `-`, `_` and `.`".into(),
+        ));
+    }
+    if api == ApiKind::Json && r.text.is_none() && r.dimensions.is_none() && r.corpus.is_none() {
+        return Some((
+            None,
+            "an `api: json` request needs `text:`, `dimensions:` or `corpus:`".into(),
+        ));
+    }
+    if r.top_k.is_some_and(|k| !(1..=1000).contains(&k)) {
+        return Some((here("top_k"), "top_k must be 1..=1000".into()));
+    }
+    None
+}
+
+/// Each phase with `sweep:` becomes one phase per value, named `NAME@ef<N>`.
+fn expand_sweeps(phases: &mut Vec<Phase>) -> Result<(), (String, String)> {
+    if phases.iter().all(|p| p.sweep.is_none()) {
+        return Ok(());
+    }
+    let mut out = Vec::with_capacity(phases.len());
+    for p in phases.drain(..) {
+        let Some(sweep) = p.sweep.clone() else {
+            out.push(p);
+            continue;
+        };
+        if sweep.ef_search.is_empty() || sweep.ef_search.contains(&0) {
+            return Err((
+                "sweep".into(),
+                format!(
+                    "phase `{}`: sweep ef_search needs values above 0, e.g. [16, 32, 64, 128, 256]",
+                    p.name
+                ),
+            ));
+        }
+        if p.request.ef_search.is_some() {
+            return Err((
+                "sweep".into(),
+                format!(
+                    "phase `{}`: `ef_search:` and `sweep: {{ef_search}}` both set it: drop one",
+                    p.name
+                ),
+            ));
+        }
+        for ef in sweep.ef_search {
+            let mut step = p.clone();
+            step.name = format!("{}@ef{ef}", p.name);
+            step.label.get_or_insert_with(|| p.name.clone());
+            step.request.ef_search = Some(ef);
+            step.sweep = None;
+            step.sweep_of = Some(p.name.clone());
+            out.push(step);
+        }
+    }
+    *phases = out;
     Ok(())
 }
 

@@ -1,15 +1,30 @@
-//! Vector search: `POST /v1/vector/search` timed like any request, and on a sample of
-//! queries the same body sent to the exact endpoint afterwards, so each sampled request
-//! carries its latency and its recall@k together (the seed's P999 + recall joint probe).
-//! The ground-truth call is made after the timed one and is not part of any latency.
+//! Vector search against the sim and real vector databases.
+//!
+//! A phase's `request.api` picks how a query is written and its answer read: `sim` (the
+//! embedded server's `/v1/vector/search`), `chroma` (Chroma's v2 HTTP API), `qdrant`
+//! (Qdrant's REST `points/search`) or `json` (any HTTP API, from a body template and JSON
+//! paths; `json.rs`). Each query is timed like any request. recall@k comes from one of two
+//! ground truths: the corpus the client inserted (`request.corpus`, searched exactly on the
+//! client by `truth.rs`, off the request path), or, without one, a server's exact endpoint
+//! (`exact_path`, the sim's `/v1/vector/exact`) asked after the timed query.
 
-use std::time::Instant;
+pub mod api;
+pub mod corpus;
+pub mod health;
+pub mod json;
+pub mod path;
+pub mod report;
+pub mod setup;
+pub mod truth;
+
+use std::{sync::Arc, time::Instant};
 
 use bytes::Bytes;
 use hyper::Method;
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
-use serde_json::Value;
+
+pub use api::{ApiKind, JsonApiSpec, VectorPhase};
 
 use super::{
     client::{Target, Via, fail_status, read_body, send, us_since},
@@ -28,18 +43,9 @@ pub fn random_unit_vector<R: Rng>(dims: usize, rng: &mut R) -> Vec<f32> {
     v.into_iter().map(|x| x / norm).collect()
 }
 
-/// The ids of `{"results":[{"id":..,"distance":..}]}`, as strings (ids may be numbers).
+/// The ids of the sim's `{"results":[{"id":..,"distance":..}]}`, as strings.
 pub fn result_ids(body: &[u8]) -> Result<Vec<String>, String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| format!("answer is not JSON: {e}"))?;
-    let results = v
-        .get("results")
-        .and_then(Value::as_array)
-        .ok_or("answer has no `results` array")?;
-    Ok(results
-        .iter()
-        .filter_map(|r| r.get("id"))
-        .map(|id| id.as_str().map_or_else(|| id.to_string(), str::to_string))
-        .collect())
+    ApiKind::Sim.paths().ids(body)
 }
 
 /// recall@k: the share of the exact top-k found by the approximate search.
@@ -53,19 +59,21 @@ pub fn recall_at_k(found: &[String], exact: &[String], k: usize) -> f64 {
     hits as f64 / truth.len() as f64
 }
 
-/// What the vector request needs besides the body.
+/// What one vector request needs besides the body.
 pub struct VectorCall<'a> {
-    /// Search URI.
-    pub uri: &'a hyper::Uri,
-    /// Ground-truth URI, when this query is sampled for recall.
-    pub exact: Option<&'a hyper::Uri>,
-    /// `top_k` of the query.
-    pub top_k: usize,
+    /// The phase's vector settings.
+    pub phase: &'a VectorPhase,
+    /// The query vector, when this query is sampled against the client's corpus.
+    pub query: Option<Arc<Vec<f32>>>,
+    /// Whether this query is sampled for recall.
+    pub sampled: bool,
     /// Extra headers of the phase.
     pub headers: &'a [(hyper::header::HeaderName, hyper::header::HeaderValue)],
 }
 
-/// Runs one search (and, when sampled, its ground-truth query) into `rec`.
+/// Runs one search into `rec`. A sampled query against the client's corpus comes back as
+/// the ground-truth work still to do; against an exact endpoint, its recall is set here,
+/// after the timed exchange.
 pub async fn call(
     via: &mut Via<'_>,
     target: &Target,
@@ -73,37 +81,51 @@ pub async fn call(
     call: VectorCall<'_>,
     rec: &mut RequestRecord,
     t0: Instant,
-) {
-    let req = target.request_to(&Method::POST, call.uri.clone(), body.clone(), call.headers);
-    let Ok(resp) = send(via, req, rec, t0).await else {
-        return;
-    };
+) -> Option<truth::Pending> {
+    let phase = call.phase;
+    let uri = phase.search_uri();
+    let req = target.request_to(&phase.method, uri, body.clone(), call.headers);
+    let resp = send(via, req, rec, t0).await.ok()?;
     let status = resp.status();
-    let Some(answer) = read_body(resp, rec, t0).await else {
-        return;
-    };
+    let answer = read_body(resp, rec, t0).await?;
     rec.end_us = us_since(t0);
     if !status.is_success() {
         fail_status(rec, status.as_u16(), &answer);
-        return;
+        return None;
     }
-    let found = match result_ids(&answer) {
+    let found = match phase.paths.ids(&answer) {
         Ok(ids) => ids,
-        Err(e) => return rec.fail(ErrorClass::MalformedStream, e),
+        Err(e) => {
+            rec.fail(
+                ErrorClass::MalformedStream,
+                format!("{}: {e}", phase.api.name()),
+            );
+            return None;
+        }
     };
-    let Some(exact) = call.exact else {
-        return;
-    };
+    if !call.sampled {
+        return None;
+    }
+    if let (Some(corpus), Some(query)) = (&phase.corpus, call.query) {
+        return Some(truth::Pending {
+            corpus: corpus.clone(),
+            query,
+            found,
+            k: phase.top_k,
+        });
+    }
+    let exact = phase.exact_uri.as_ref()?;
     let req = target.request_to(&Method::POST, exact.clone(), body, call.headers);
     // The ground truth is a separate measurement: a failure there leaves recall unknown
     // but does not fail the timed search.
     if let Ok((resp, _)) = via.request(req).await
         && resp.status().is_success()
         && let Ok(b) = http_body_util::BodyExt::collect(resp.into_body()).await
-        && let Ok(exact) = result_ids(&b.to_bytes())
+        && let Ok(exact) = phase.paths.ids(&b.to_bytes())
     {
-        rec.recall = Some(recall_at_k(&found, &exact, call.top_k));
+        rec.recall = Some(recall_at_k(&found, &exact, phase.top_k));
     }
+    None
 }
 
 #[cfg(test)]
@@ -114,7 +136,7 @@ mod tests {
     #[test]
     fn ids_and_recall() {
         let found = result_ids(
-            br#"{"results":[{"id":1,"distance":0.1},{"id":"b","distance":0.2},{"id":3}]}"#,
+            br#"{"results":[{"id":1,"distance":0.1},{"id":"b","distance":0.2},{"id":3,"distance":0.3}]}"#,
         )
         .unwrap();
         assert_eq!(found, ["1", "b", "3"]);
