@@ -45,7 +45,7 @@ pub const MIN_TOKENS: f64 = 16.0;
 pub const MAX_TOKENS: f64 = 32_768.0;
 
 /// A prompt's score and the factors behind it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, schemars::JsonSchema)]
 pub struct Complexity {
     /// 0-100.
     pub score: u8,

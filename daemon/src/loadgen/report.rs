@@ -18,7 +18,7 @@ pub const SCHEMA: &str = "inferscope.stress.report";
 pub const VERSION: u32 = 1;
 
 /// Counters of a phase.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Counts {
     /// Requests the schedule asked for (open loop) or started (closed loop).
     pub scheduled: u64,
@@ -36,7 +36,7 @@ pub struct Counts {
 }
 
 /// One phase of the report.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct PhaseReport {
     /// Phase name.
     pub name: String,
@@ -99,7 +99,7 @@ pub struct PhaseReport {
 }
 
 /// A one-off request made by a phase's `events:`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct EventRecord {
     /// Phase index.
     pub phase: u32,
@@ -114,7 +114,7 @@ pub struct EventRecord {
 }
 
 /// The whole run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Report {
     /// Always [`SCHEMA`].
     pub schema: String,

@@ -64,7 +64,7 @@ use crate::{
 const QUEUE: usize = 64;
 
 /// What became of a firing's action.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Outcome {
     /// The command ran and exited (or was ended by a signal).
@@ -143,7 +143,7 @@ impl Outcome {
 /// One firing of a rule: the window, the values that made it fire, the verdict with its
 /// evidence, and (once the action is done) its outcome. This is the webhook's JSON body and
 /// `INFERSCOPE_EVIDENCE` (without `outcome`), and an entry of the report's `triggers`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Firing {
     /// The rule.
     pub rule: String,

@@ -20,6 +20,7 @@ mod phase_end;
 mod prometheus_exposition;
 mod report_html;
 mod report_merge;
+mod report_schema;
 mod scrape_http;
 mod sim_api;
 mod sim_bench;

@@ -57,7 +57,7 @@ pub enum ReportError {
 }
 
 /// What was run, against what, when.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunMeta {
     /// Scenario name.
     pub scenario: String,
@@ -95,7 +95,7 @@ impl RunMeta {
 }
 
 /// Everything a run produced, as written to `report.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
