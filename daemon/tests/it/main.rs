@@ -2,6 +2,7 @@
 //! is a binary of its own: it sets the process environment).
 mod api_hardening;
 mod api_runs;
+mod build_relay;
 mod completions;
 mod control_api;
 mod fd_limit;
