@@ -383,7 +383,7 @@ mod tests {
     #[test]
     fn complexity_shaping_parses_on_open_loop_shapes_only() {
         use crate::loadgen::shape::Load;
-        let parse = serde_yaml::from_str::<Load>;
+        let parse = serde_norway::from_str::<Load>;
         let l = parse("{shape: poisson, rate: 10, complexity_shaping: true}").unwrap();
         assert!(l.complexity_shaping());
         assert!(l.arrival().is_some());

@@ -489,7 +489,7 @@ pub fn load_file(path: &Path) -> Result<Vec<Rule>, TriggersError> {
 
 /// Parses a triggers file's text; `file` names it in errors.
 pub fn parse_yaml(src: &str, file: &str) -> Result<Vec<Rule>, TriggersError> {
-    let raw: File = serde_yaml::from_str(src).map_err(|e| {
+    let raw: File = serde_norway::from_str(src).map_err(|e| {
         let mut msg = e.to_string();
         if let Some(i) = msg.find(" at line ") {
             msg.truncate(i);

@@ -525,7 +525,7 @@ mod tests {
     }
 
     fn raw(yaml: &str) -> RawRule {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_norway::from_str(yaml).unwrap()
     }
 
     #[test]

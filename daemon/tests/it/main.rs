@@ -5,6 +5,7 @@ mod api_runs;
 mod build_relay;
 mod completions;
 mod control_api;
+mod dependencies;
 mod fd_limit;
 mod hostile_flags;
 mod hung_support;
