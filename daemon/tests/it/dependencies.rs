@@ -1,7 +1,7 @@
 //! Dependency hygiene read from the workspace's Cargo.lock: the deprecated `serde_yaml` is
 //! gone (`serde_norway`, its maintained fork, reads the YAML), and inferscope's own `rand` is
 //! the one the OpenTelemetry SDK already compiles. Two other `rand`s remain, forced by
-//! dependencies: 0.8 by linfa 0.8 (`workload build`), 0.10 by hnsw_rs 0.3 (the sim's index).
+//! dependencies: 0.8 by linfa 0.8 (`workload build`), 0.10 by `hnsw_rs` 0.3 (the sim's index).
 
 /// `(name, version, dependencies)` of every package in Cargo.lock.
 fn packages() -> Vec<(String, String, Vec<String>)> {
