@@ -32,6 +32,7 @@ mod sim_common;
 mod sim_fixed;
 mod sim_kv_pressure;
 mod sim_process;
+mod stress_html;
 mod stress_models;
 mod stress_otlp;
 mod stress_signals;

@@ -14,6 +14,7 @@
 
 pub mod colour;
 mod html;
+pub mod load_only;
 mod terminal;
 pub mod waterfall;
 
