@@ -18,7 +18,7 @@ pub const DEFAULT_BASELINE_WINDOWS: usize = 5;
 pub const NOISE_SIGMAS: f64 = 3.0;
 
 /// What a window's requests were: baselines are kept per kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Workload {
     /// Chat or completions requests (or no load generator records: the server's side only).
@@ -43,7 +43,7 @@ impl Workload {
 
 /// One signal's baseline: median and robust spread (1.4826 x the median absolute deviation,
 /// the standard deviation of normal noise).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Level {
     /// Median over the baseline windows.
     pub median: f64,
@@ -52,7 +52,7 @@ pub struct Level {
 }
 
 /// The "before" of one workload: each signal's level over its baseline windows.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Baseline {
     /// The workload it serves.
     pub workload: Workload,
@@ -145,7 +145,7 @@ impl Baseline {
 }
 
 /// A baseline per workload the time line has, LLM first.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Baselines(pub Vec<Baseline>);
 
 impl Baselines {

@@ -39,7 +39,7 @@ pub use signals::Signal;
 pub use verdict::{Cause, CauseScore, Evidence, Missing, Verdict, fmt_num};
 
 /// The verdict of one window of the time line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WindowVerdict {
     /// Index in the time line's windows.
     pub index: usize,
@@ -53,7 +53,7 @@ pub struct WindowVerdict {
 }
 
 /// Attribution of a whole time line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Attribution {
     /// What windows were compared against, one baseline per workload.
     pub baselines: Baselines,

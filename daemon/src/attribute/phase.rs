@@ -25,7 +25,7 @@ pub const TAIL_MIN_WINDOWS: usize = 2;
 pub const FIRST_TOKEN_WAKEUPS: f64 = 3.0;
 
 /// What the load generator achieved in a phase.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseLoad {
     /// Requests started.
     pub requests: u64,
@@ -47,7 +47,7 @@ pub struct PhaseLoad {
 /// Phase latencies, ms. Attribution fills them from the windows (each quantile the
 /// request-weighted mean of the windows' quantile, `max` the largest window max); the load
 /// generator's exact phase histograms replace them through `Report::set_phase_latency`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseLatency {
     /// `true` when taken from the load generator's phase histograms, `false` when averaged
     /// from windows.
@@ -62,7 +62,7 @@ pub struct PhaseLatency {
 }
 
 /// One verdict's share of a phase.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CauseShare {
     /// The verdict.
     pub cause: Cause,
@@ -73,7 +73,9 @@ pub struct CauseShare {
 }
 
 /// The latency a decomposition splits: TTFT where the phase streams tokens, else E2E.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LatencyMetric {
     /// Time to first token.
@@ -97,7 +99,7 @@ impl LatencyMetric {
 /// Where the p50 increase of [`LatencyMetric`] over the baseline went, ms (medians of window
 /// values). A part is `None` when its signals are missing; whatever the parts do not cover is
 /// `unexplained_ms`, so the parts and the remainder always add up to the increase.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Decomposition {
     /// The latency split.
     pub metric: LatencyMetric,
@@ -126,7 +128,7 @@ pub struct Decomposition {
 }
 
 /// Everything attribution says about one phase.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseSummary {
     /// Phase name (`run` for windows without one).
     pub name: String,

@@ -12,7 +12,7 @@ use crate::collect::timeline::Window;
 pub const WARMUP_WINDOWS: usize = 3;
 
 /// A signal a rule can test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Signal {
     /// Client TTFT p50, ms.

@@ -3,7 +3,19 @@
 use serde::{Deserialize, Serialize};
 
 /// A bottleneck attribution can name, or `None` when nothing explains the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Cause {
     /// KV-cache pressure: the cache is full, requests are preempted and recomputed.
@@ -117,7 +129,7 @@ impl std::fmt::Display for Cause {
 }
 
 /// One signal's value against the test a rule put on it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Evidence {
     /// Signal name, e.g. `kv_usage` or `ttft_p99_ms`.
     pub signal: String,
@@ -168,7 +180,7 @@ pub fn fmt_num(v: f64) -> String {
 }
 
 /// How a cause scored in one window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CauseScore {
     /// The cause.
     pub cause: Cause,
@@ -179,7 +191,7 @@ pub struct CauseScore {
 }
 
 /// The verdict for one window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Verdict {
     /// The named cause (`none` when no rule is convincing).
     pub cause: Cause,
@@ -202,7 +214,7 @@ pub struct Verdict {
 
 /// A signal a rule (or the decomposition) wanted and did not have, and why. In reports it is
 /// one line, `signal: reason` (`kv_usage: no server metrics`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(from = "String", into = "String")]
 pub struct Missing {
     /// The signal's name (`Signal::name`), or a part of the decomposition.

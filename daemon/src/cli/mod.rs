@@ -4,6 +4,7 @@ pub mod completions;
 pub mod daemon;
 pub mod explain;
 pub mod find_max;
+pub mod html;
 pub mod live_otlp;
 pub mod logging;
 pub mod otlp;

@@ -118,6 +118,8 @@ pub struct Args {
     find_max: super::find_max::FindMaxArgs,
     #[command(flatten)]
     otlp: super::live_otlp::LiveOtlpArgs,
+    #[command(flatten)]
+    html: super::html::HtmlArgs,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -181,6 +183,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         None
     };
     args.otlp.check(search.is_some())?;
+    args.html
+        .check(args.explain.explain, args.no_records, search.is_some())?;
     let tls = args.tls.options()?;
     if args.tls.insecure() {
         eprintln!("inferscope: {}", super::tls::INSECURE_WARNING);
@@ -272,6 +276,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing the report to {}", out.display()))?;
         eprintln!("report written to {}", out.display());
     }
+    args.html.write(&report)?;
     for line in failures::by_class(&report) {
         eprintln!("inferscope: {line}");
     }

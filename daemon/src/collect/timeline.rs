@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::loadgen::{Endpoint, ErrorClass};
 
 /// p50/p95/p99/max of one distribution in one window.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Quantiles {
     /// Median.
     pub p50: f64,
@@ -22,7 +22,7 @@ pub struct Quantiles {
 }
 
 /// What the load generator saw in the window (requests that started in it).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LoadSignals {
     /// Requests that started.
     pub requests: u64,
@@ -60,7 +60,7 @@ pub struct LoadSignals {
 }
 
 /// The inference server's own metrics, mapped from vLLM / `SGLang` / TGI names.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServerSignals {
     /// Requests running (in the batch).
     pub running: Option<f64>,
@@ -94,7 +94,7 @@ pub struct ServerSignals {
 }
 
 /// Run-queue delay of the watched server's threads (and of the load generator's).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunqSignals {
     /// Samples of the server.
     pub samples: u64,
@@ -116,7 +116,7 @@ pub struct RunqSignals {
 }
 
 /// TCP signals of the watched server's connections.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NetSignals {
     /// Connections established (either side).
     pub connects: u64,
@@ -171,7 +171,7 @@ pub struct NetSignals {
 }
 
 /// GPU signals: driver API calls (uprobes) and NVML.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuSignals {
     /// Successful allocation calls.
     pub allocs: u64,
@@ -192,7 +192,7 @@ pub struct GpuSignals {
 }
 
 /// Everything known about one window of the watched target.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Window {
     /// Window start, Unix ms.
     pub start_unix_ms: u64,
@@ -214,7 +214,7 @@ pub struct Window {
 
 /// Something done to the target during the run (a scenario's `events:` request, such as an
 /// index rebuild), marked on the time line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Mark {
     /// When it was sent, Unix ms.
     pub unix_ms: u64,
@@ -225,7 +225,7 @@ pub struct Mark {
 }
 
 /// Fixed-length windows from an origin, grown on demand.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Timeline {
     /// Start of window 0, Unix ms.
     pub origin_unix_ms: u64,

@@ -5,4 +5,5 @@ pub mod atomic;
 pub mod otlp;
 pub mod prometheus;
 pub mod report;
+pub mod schema;
 pub mod signals;

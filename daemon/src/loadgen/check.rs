@@ -96,7 +96,7 @@ mod tests {
     use super::*;
 
     fn check(yaml: &str) -> Check {
-        let spec: CheckSpec = serde_yaml::from_str(yaml).unwrap();
+        let spec: CheckSpec = serde_norway::from_str(yaml).unwrap();
         Check::compile(&spec).unwrap()
     }
 
@@ -120,13 +120,13 @@ mod tests {
 
     #[test]
     fn bad_parts_are_named() {
-        let spec: CheckSpec = serde_yaml::from_str("{regex: '('}").unwrap();
+        let spec: CheckSpec = serde_norway::from_str("{regex: '('}").unwrap();
         assert!(
             Check::compile(&spec)
                 .unwrap_err()
                 .starts_with("check.regex")
         );
-        let spec: CheckSpec = serde_yaml::from_str("{json_schema: {type: 12}}").unwrap();
+        let spec: CheckSpec = serde_norway::from_str("{json_schema: {type: 12}}").unwrap();
         assert!(
             Check::compile(&spec)
                 .unwrap_err()

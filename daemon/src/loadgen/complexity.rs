@@ -45,7 +45,7 @@ pub const MIN_TOKENS: f64 = 16.0;
 pub const MAX_TOKENS: f64 = 32_768.0;
 
 /// A prompt's score and the factors behind it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, schemars::JsonSchema)]
 pub struct Complexity {
     /// 0-100.
     pub score: u8,
@@ -383,7 +383,7 @@ mod tests {
     #[test]
     fn complexity_shaping_parses_on_open_loop_shapes_only() {
         use crate::loadgen::shape::Load;
-        let parse = serde_yaml::from_str::<Load>;
+        let parse = serde_norway::from_str::<Load>;
         let l = parse("{shape: poisson, rate: 10, complexity_shaping: true}").unwrap();
         assert!(l.complexity_shaping());
         assert!(l.arrival().is_some());

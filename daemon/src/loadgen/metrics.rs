@@ -49,7 +49,7 @@ pub fn decode_hist(s: &str) -> Result<Histogram<u64>, String> {
 }
 
 /// Percentile summary in the unit named by the field holding it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Summary {
     /// Number of samples.
     pub count: u64,

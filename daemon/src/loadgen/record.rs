@@ -10,7 +10,19 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// What kind of request this was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Endpoint {
     /// `POST /v1/chat/completions`.
@@ -48,7 +60,19 @@ impl Endpoint {
 }
 
 /// Why a request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorClass {
     /// TCP connect failed (refused, unreachable, connect timeout).
@@ -121,7 +145,7 @@ impl ErrorClass {
 }
 
 /// Where the output-token count came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TokenSource {
     /// The server's `usage.completion_tokens` (exact).
@@ -132,7 +156,7 @@ pub enum TokenSource {
 }
 
 /// Which chaos knob, if any, shaped this request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Chaos {
     /// Sent with `max_tokens = 1`.
@@ -144,7 +168,7 @@ pub enum Chaos {
 }
 
 /// One request, from its intended start to its end.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RequestRecord {
     /// Sequence number within the run (unique).
     pub id: u64,

@@ -19,7 +19,7 @@ pub const SCHEMA: &str = "inferscope.stress.report";
 pub const VERSION: u32 = 1;
 
 /// Counters of a phase.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Counts {
     /// Requests the schedule asked for (open loop) or started (closed loop).
     pub scheduled: u64,
@@ -37,7 +37,7 @@ pub struct Counts {
 }
 
 /// One phase of the report.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct PhaseReport {
     /// Phase name.
     pub name: String,
@@ -103,7 +103,7 @@ pub struct PhaseReport {
 }
 
 /// A one-off request made by a phase's `events:`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct EventRecord {
     /// Phase index.
     pub phase: u32,
@@ -118,7 +118,7 @@ pub struct EventRecord {
 }
 
 /// The whole run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Report {
     /// Always [`SCHEMA`].
     pub schema: String,
@@ -396,7 +396,7 @@ impl Report {
 
 /// Why a run stopped before its phases ended. In the report it is one line, `KIND: why`
 /// (`aborted: error rate ...`), which reads back into the same value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(try_from = "String", into = "String")]
 pub struct Stop {
     /// What stopped it: decides the exit status.

@@ -220,7 +220,7 @@ pub fn msr(failover_ms: f64, t_max_ms: f64, r_retry: f64) -> f64 {
 }
 
 /// MSR grade.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Grade {
     /// >= 0.9.
@@ -256,7 +256,7 @@ impl Grade {
 }
 
 /// A phase's resilience (part of the report when the phase has a retry policy).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Resilience {
     /// Retries sent.
     pub retries: u64,

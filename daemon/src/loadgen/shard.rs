@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::arrival::{Arrival, Schedule};
 
 /// Shard `index` of `count` (0-based index).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Shard {
     /// Which shard, `0..count`.
     pub index: u32,

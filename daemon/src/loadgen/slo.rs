@@ -106,7 +106,7 @@ pub struct Slo {
 }
 
 /// The outcome of one SLO for one phase (part of the JSON report).
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct SloResult {
     /// The SLO as written.
     pub slo: String,

@@ -335,7 +335,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let line = r#"{"prompt":"p","temperature":0.42,"tools":[{"type":"function"}]}"#;
         std::fs::write(dir.path().join("d.jsonl"), line).unwrap();
-        let spec = serde_yaml::from_str("path: d.jsonl").unwrap();
+        let spec = serde_norway::from_str("path: d.jsonl").unwrap();
         let mut rng = SmallRng::seed_from_u64(1);
         let ds = Dataset::load(&spec, Files::Relative(dir.path()), &mut rng).unwrap();
         let row = ds.pick(&mut rng).clone();

@@ -49,9 +49,9 @@ impl Scenario {
 
     /// Parses YAML text reading files under the policy `files`.
     pub fn from_yaml_with(src: &str, file: &str, files: Files<'_>) -> Result<Self, ScenarioError> {
-        let mut s: Scenario = serde_yaml::from_str(src).map_err(|e| {
+        let mut s: Scenario = serde_norway::from_str(src).map_err(|e| {
             let mut msg = e.to_string();
-            // serde_yaml appends " at line L column C"; we print the location up front.
+            // serde_norway appends " at line L column C"; we print the location up front.
             if let Some(i) = msg.find(" at line ") {
                 msg.truncate(i);
             }
@@ -480,7 +480,7 @@ pub fn is_loopback(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// `serde_yaml` places our own validation errors at the start of the enclosing mapping;
+/// `serde_norway` places our own validation errors at the start of the enclosing mapping;
 /// when the message quotes the offending text, point at that text instead.
 fn refine(src: &str, at: (usize, usize), msg: &str) -> (usize, usize) {
     let serde_own = [

@@ -64,7 +64,7 @@ use crate::{
 const QUEUE: usize = 64;
 
 /// What became of a firing's action.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Outcome {
     /// The command ran and exited (or was ended by a signal).
@@ -143,7 +143,7 @@ impl Outcome {
 /// One firing of a rule: the window, the values that made it fire, the verdict with its
 /// evidence, and (once the action is done) its outcome. This is the webhook's JSON body and
 /// `INFERSCOPE_EVIDENCE` (without `outcome`), and an entry of the report's `triggers`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Firing {
     /// The rule.
     pub rule: String,
@@ -489,7 +489,7 @@ pub fn load_file(path: &Path) -> Result<Vec<Rule>, TriggersError> {
 
 /// Parses a triggers file's text; `file` names it in errors.
 pub fn parse_yaml(src: &str, file: &str) -> Result<Vec<Rule>, TriggersError> {
-    let raw: File = serde_yaml::from_str(src).map_err(|e| {
+    let raw: File = serde_norway::from_str(src).map_err(|e| {
         let mut msg = e.to_string();
         if let Some(i) = msg.find(" at line ") {
             msg.truncate(i);

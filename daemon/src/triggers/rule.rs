@@ -17,7 +17,7 @@ use super::metric::{Metric, Unit};
 use crate::attribute::Cause;
 
 /// A comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Op {
     /// `<`
     Lt,
@@ -66,7 +66,7 @@ impl Op {
 }
 
 /// How a rise or fall is measured.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Delta {
     /// By at least this much, in the metric's unit.
     Absolute(f64),
@@ -525,7 +525,7 @@ mod tests {
     }
 
     fn raw(yaml: &str) -> RawRule {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_norway::from_str(yaml).unwrap()
     }
 
     #[test]

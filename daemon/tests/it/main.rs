@@ -3,8 +3,10 @@
 //! `otlp_memory` measures its memory.
 mod api_hardening;
 mod api_runs;
+mod build_relay;
 mod completions;
 mod control_api;
+mod dependencies;
 mod fd_limit;
 mod hostile_flags;
 mod hung_support;
@@ -23,6 +25,7 @@ mod prometheus_exposition;
 mod qdrant_double;
 mod report_html;
 mod report_merge;
+mod report_schema;
 mod scrape_http;
 mod sim_api;
 mod sim_bench;
@@ -32,6 +35,7 @@ mod sim_common;
 mod sim_fixed;
 mod sim_kv_pressure;
 mod sim_process;
+mod stress_html;
 mod stress_models;
 mod stress_otlp;
 mod stress_signals;

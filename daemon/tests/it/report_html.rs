@@ -59,7 +59,7 @@ fn chromium() -> PathBuf {
 }
 
 /// Loads `html` in headless Chromium and returns (DOM after scripts ran, Chromium's stderr).
-fn dump_dom(html: &str, tag: &str) -> (String, String) {
+pub fn dump_dom(html: &str, tag: &str) -> (String, String) {
     let dir = std::env::temp_dir().join(format!("inferscope-html-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("profile")).unwrap();
@@ -117,7 +117,7 @@ fn dump_dom(html: &str, tag: &str) -> (String, String) {
 }
 
 /// The `data-points` of the element with `id`.
-fn data_points(dom: &str, id: &str) -> usize {
+pub fn data_points(dom: &str, id: &str) -> usize {
     let at = dom
         .find(&format!("id=\"{id}\""))
         .unwrap_or_else(|| panic!("no #{id} in DOM"));
@@ -129,7 +129,7 @@ fn data_points(dom: &str, id: &str) -> usize {
     value[..value.find('"').unwrap()].parse().unwrap()
 }
 
-fn assert_no_errors(dom: &str, stderr: &str) {
+pub fn assert_no_errors(dom: &str, stderr: &str) {
     assert!(
         dom.contains("data-rendered=\"ok\""),
         "the page's script did not finish:\n{dom}"

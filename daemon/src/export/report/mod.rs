@@ -14,6 +14,7 @@
 
 pub mod colour;
 mod html;
+pub mod load_only;
 mod of_run;
 mod terminal;
 pub mod waterfall;
@@ -58,7 +59,7 @@ pub enum ReportError {
 }
 
 /// What was run, against what, when.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunMeta {
     /// Scenario name.
     pub scenario: String,
@@ -96,7 +97,7 @@ impl RunMeta {
 }
 
 /// Everything a run produced, as written to `report.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,

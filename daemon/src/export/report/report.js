@@ -253,6 +253,18 @@
     { name: 'send lag p99', color: '#555555', get: function (w) { return q(w, 'send_lag_ms', 'p99'); } }
   ], { why: 'no load generator records' });
 
+  // Vector search and plain HTTP have no tokens: their latency is end to end, per endpoint.
+  function e2eOf(endpoint, p) {
+    return function (w) { return w.load && w.load.endpoint === endpoint ? q(w, 'e2e_ms', p) : null; };
+  }
+  timeChart('chart-e2e', 'Vector-search and plain-HTTP latency (end to end), with verdict bands', 'ms', [
+    { name: 'vector search E2E p50', color: '#17becf', get: e2eOf('vector_search', 'p50') },
+    { name: 'vector search E2E p99', color: '#9467bd', get: e2eOf('vector_search', 'p99') },
+    { name: 'HTTP E2E p50', color: '#bcbd22', get: e2eOf('http', 'p50') },
+    { name: 'HTTP E2E p99', color: '#8c564b', get: e2eOf('http', 'p99') }
+  ].filter(function (s) { return windows.some(function (w) { var v = s.get(w); return v !== null && v !== undefined; }); }),
+  { why: 'no vector-search or plain-HTTP requests' });
+
   timeChart('chart-kv', 'KV-cache usage', '0..1', [
     { name: 'KV usage', color: '#d62728', get: function (w) { return get(w, 'server', 'kv_usage'); } }
   ], { yMax: 1, why: 'no server metrics (KV usage not exported or /metrics not scraped)' });

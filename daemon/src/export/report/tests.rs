@@ -330,3 +330,26 @@ fn terminal_colours_verdict_lines_only_when_asked() {
         .replace("\x1b[0m", "");
     assert_eq!(stripped, plain);
 }
+
+#[test]
+fn every_fixture_report_matches_the_checked_in_schema() {
+    let dir = format!("{}/tests/fixtures/timelines", env!("CARGO_MANIFEST_DIR"));
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        let value = serde_json::to_value(report(&name)).unwrap();
+        if let Err(errors) = crate::export::schema::Format::Explain.check(&value) {
+            panic!("{name}: {errors:#?}");
+        }
+        n += 1;
+    }
+    assert!(n >= 3, "{n} fixtures");
+    let with_waterfalls = serde_json::to_value(report("kv_cache").with_waterfalls(waterfalls()));
+    crate::export::schema::Format::Explain
+        .check(&with_waterfalls.unwrap())
+        .unwrap();
+}

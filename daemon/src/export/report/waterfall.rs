@@ -11,7 +11,7 @@ use crate::{
 /// One sampled request. Every `*_ms` field is an offset from `intended_start_unix_ms`, so a
 /// waterfall reads left to right without clock arithmetic; kernel fields are `None` when the
 /// probes were off or the request could not be joined by its connection.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Waterfall {
     /// The load generator's request id.
     pub request_id: u64,

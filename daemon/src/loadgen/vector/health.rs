@@ -39,7 +39,7 @@ pub struct Samples {
 
 /// A second whose mean latency stood far above the phase's usual: what an index rebuild (or
 /// a compaction) looks like from the client.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Spike {
     /// Start, seconds into the phase.
     pub start_s: f64,
@@ -200,7 +200,7 @@ impl Samples {
 }
 
 /// Recall in one window of the run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Window {
     /// Start, seconds into the phase.
     pub start_s: f64,
@@ -211,7 +211,7 @@ pub struct Window {
 }
 
 /// Index health of a phase.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Health {
     /// Window length, seconds.
     pub window_s: f64,
@@ -230,7 +230,7 @@ pub struct Health {
 }
 
 /// Recall of the queries within one latency band.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Band {
     /// `<=p50`, `<=p90`, `<=p99`, `<=p999`, `>p999`.
     pub band: String,
@@ -243,7 +243,7 @@ pub struct Band {
 }
 
 /// Latency of the queries whose recall fell below a threshold.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct LowRecall {
     /// The threshold.
     pub below: f64,
@@ -258,7 +258,7 @@ pub struct LowRecall {
 }
 
 /// Recall and latency together.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Joint {
     /// Sampled queries with a recall.
     pub sampled: u64,
@@ -271,7 +271,7 @@ pub struct Joint {
 }
 
 /// The vector part of a phase's report.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct VectorView {
     /// `ef_search` of the phase (a sweep's step).
     pub ef_search: Option<u32>,
