@@ -14,7 +14,7 @@ phases:
   - name: search
     duration: 2s
     load: {shape: constant, rate: 10}
-    request: {endpoint: vector_search, dimensions: 16}
+    request: {endpoint: vector_search}
   - name: health
     duration: 2s
     load: {shape: constant, rate: 10}
