@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 use crate::{
     clock::unix_ms,
+    export::otlp::{OtlpExporter, Sampler, live},
     loadgen::{self, Options, Scenario, Stop, StopKind, models, scenario::is_loopback},
     tls::TlsOptions,
 };
@@ -98,6 +99,7 @@ pub struct LoadgenLauncher {
     allow_remote: bool,
     data_dir: Option<PathBuf>,
     tls: TlsOptions,
+    otlp: Option<(Arc<OtlpExporter>, Sampler)>,
     state: Arc<Mutex<State>>,
 }
 
@@ -110,8 +112,18 @@ impl LoadgenLauncher {
             allow_remote,
             data_dir,
             tls: TlsOptions::default(),
+            otlp: None,
             state: Arc::default(),
         }
+    }
+
+    /// The same launcher exporting each run's requests live over OTLP, as `stress
+    /// --otlp-endpoint` does (`export::otlp::live`): histograms of every request, spans of
+    /// those `sampler` keeps, labelled with the posted scenario's phases.
+    #[must_use]
+    pub fn with_otlp(mut self, exporter: Arc<OtlpExporter>, sampler: Sampler) -> Self {
+        self.otlp = Some((exporter, sampler));
+        self
     }
 
     /// The same launcher checking `https://` targets with `tls` (the daemon's `--ca-file`,
@@ -226,12 +238,16 @@ impl RunLauncher for LoadgenLauncher {
             st.runs.pop_first();
         }
         drop(st);
-        let opts = Options {
+        let mut opts = Options {
             allow_remote: self.allow_remote,
             keep_records: false,
             tls: self.tls.clone(),
             ..Options::new()
         };
+        if let Some((exporter, sampler)) = &self.otlp {
+            // Its task ends with the run (the run's record channel closes).
+            let _export = live::attach(Arc::clone(exporter), &scenario, *sampler, &mut opts);
+        }
         let state = self.state.clone();
         let run_id = id.clone();
         tokio::spawn(async move {

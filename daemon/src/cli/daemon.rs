@@ -16,7 +16,10 @@ use inferscope::{
         procfs,
         session::SessionOptions,
     },
-    export::{otlp::OtlpExporter, signals::Labels},
+    export::{
+        otlp::{OtlpExporter, Sampler, live::DEFAULT_SAMPLE},
+        signals::Labels,
+    },
     probes::privileges,
 };
 use tokio_util::sync::CancellationToken;
@@ -168,6 +171,7 @@ async fn start_api(
     tls: inferscope::tls::TlsOptions,
     marks: Marks,
     stop: CancellationToken,
+    otlp: Option<&Arc<OtlpExporter>>,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<(), inferscope::api::ApiError>>> {
     let config = ApiConfig {
         bind: args.api_listen.clone(),
@@ -176,10 +180,17 @@ async fn start_api(
     };
     // Posted scenarios read dataset and trace files only below --data-dir; their phases are
     // marked on the time line.
-    let launcher = Arc::new(MarkingLauncher::new(
-        Arc::new(LoadgenLauncher::new(args.allow_remote, args.data_dir.clone()).with_tls(tls)),
-        marks.clone(),
-    ));
+    let mut loadgen = LoadgenLauncher::new(args.allow_remote, args.data_dir.clone()).with_tls(tls);
+    if let Some(x) = otlp {
+        // Posted runs' requests go out live too; spans as OTEL_TRACES_SAMPLER says, else 1%.
+        let env = |k: &str| std::env::var(k).ok();
+        let sampler = match Sampler::from_env(&env)? {
+            Some(s) => s,
+            None => Sampler::new(DEFAULT_SAMPLE)?,
+        };
+        loadgen = loadgen.with_otlp(Arc::clone(x), sampler);
+    }
+    let launcher = Arc::new(MarkingLauncher::new(Arc::new(loadgen), marks.clone()));
     let api = Api::bind(&config, launcher, marks).await?;
     let at = api.local_addr().map_or_else(
         || args.api_listen.to_string(),
@@ -249,12 +260,19 @@ pub async fn serve(
     // Bound first: a refused bind (no token) fails before any probe is attached.
     let marks = Marks::default();
     let stop = CancellationToken::new();
-    let api_task = start_api(args, tls.clone(), marks.clone(), stop.clone()).await?;
+    let otlp = args.otlp.start()?.map(Arc::new);
+    let api_task = start_api(
+        args,
+        tls.clone(),
+        marks.clone(),
+        stop.clone(),
+        otlp.as_ref(),
+    )
+    .await?;
     let listener = tokio::net::TcpListener::bind(args.metrics_listen)
         .await
         .with_context(|| format!("binding --metrics-listen {}", args.metrics_listen))?;
 
-    let otlp = args.otlp.start()?.map(Arc::new);
     let mut opts = node_options(args, tls, marks, otlp.as_ref());
     let triggers = args
         .triggers
@@ -309,22 +327,39 @@ pub async fn serve(
     }
     stop.cancel();
     join_servers(http, api_task).await;
-    if let Some(x) = otlp.and_then(Arc::into_inner) {
-        let stats = tokio::task::spawn_blocking(move || x.shutdown()).await??;
-        tracing::info!(
-            "OTLP: {} spans delivered, {} dropped; {} metric pushes delivered, {} failed",
-            stats.spans_exported,
-            stats.spans_dropped(),
-            stats.metric_exports_ok,
-            stats.metric_exports_failed
-        );
-    }
+    finish_otlp(otlp).await?;
     // The collectors stopped with the node: every link is detached, nothing was pinned.
     tracing::info!(
         "inferscope daemon: stopped after {} windows",
         finished.timeline.windows.len()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Shuts the OTLP export down and logs what it delivered.
+async fn finish_otlp(otlp: Option<Arc<OtlpExporter>>) -> anyhow::Result<()> {
+    if let Some(x) = otlp {
+        match Arc::try_unwrap(x) {
+            Ok(x) => {
+                let stats = tokio::task::spawn_blocking(move || x.shutdown()).await??;
+                tracing::info!(
+                    "OTLP: {} spans delivered, {} dropped; {} metric pushes delivered, {} failed",
+                    stats.spans_exported,
+                    stats.spans_dropped(),
+                    stats.metric_exports_ok,
+                    stats.metric_exports_failed
+                );
+            }
+            // A posted run still going holds the exporter: push what there is.
+            Err(shared) => {
+                tracing::warn!(
+                    "OTLP: a posted run is still exporting; flushing, not shutting down"
+                );
+                tokio::task::spawn_blocking(move || shared.flush()).await??;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The pipeline's options: what `args` asks for, the API's marks, and the OTLP export of every

@@ -199,3 +199,102 @@ async fn bad_scenarios_get_400_with_the_place_and_remote_targets_need_allow_remo
     let (s, _) = call(&base, Method::GET, "/api/v1/runs/run-7", "").await;
     assert_eq!(s, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_posted_run_is_exported_live_over_otlp() {
+    use crate::otlp_collector_double::{CollectorDouble, attrs};
+    use inferscope::export::otlp::{OtlpConfig, OtlpExporter, OtlpOptions, Protocol, Sampler};
+    let collector = CollectorDouble::default();
+    let endpoint = collector.serve_http().await;
+    let config = OtlpConfig::resolve(
+        &OtlpOptions {
+            endpoint: Some(endpoint),
+            protocol: Some(Protocol::HttpProtobuf),
+            metric_interval: Some(Duration::from_mins(10)),
+            ..OtlpOptions::default()
+        },
+        &|_| None,
+    )
+    .unwrap();
+    let exporter = Arc::new(OtlpExporter::start(&config, &[]).unwrap());
+    let sim = sim().await;
+    let launcher = Arc::new(
+        LoadgenLauncher::new(false, None).with_otlp(exporter.clone(), Sampler::new(1.0).unwrap()),
+    );
+    let api = Api::bind(
+        &ApiConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            ..ApiConfig::default()
+        },
+        launcher,
+        Marks::default(),
+    )
+    .await
+    .unwrap();
+    let base = format!("http://{}", api.local_addr().unwrap());
+    tokio::spawn(api.serve(std::future::pending()));
+    let target = format!("http://{}", sim.addr());
+    let (s, started) = call(&base, Method::POST, "/api/v1/runs", &scenario(&target, 1)).await;
+    assert_eq!(s, 201, "{started}");
+    let run = wait_done(&base, started["id"].as_str().unwrap()).await;
+    assert_eq!(run["status"]["state"], "finished", "{run}");
+    let finished: u64 = run["report"]["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["counts"]["finished"].as_u64().unwrap())
+        .sum();
+    // The run's export task may still hold its last records: flush until they are all in
+    // (the API keeps the launcher, and so the exporter, for good).
+    let mut counted = 0;
+    for _ in 0..50 {
+        let x = Arc::clone(&exporter);
+        tokio::task::spawn_blocking(move || x.flush())
+            .await
+            .unwrap()
+            .unwrap();
+        counted = duration_count(&collector);
+        if counted >= finished {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(counted, finished);
+    let metrics = collector.metrics();
+    let Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Histogram(h)) =
+        &metrics["http.client.request.duration"].data
+    else {
+        panic!("no duration histogram")
+    };
+    let mut phases: Vec<(String, u64)> = h
+        .data_points
+        .iter()
+        .map(|p| (attrs(&p.attributes)["phase"].clone(), p.count))
+        .collect();
+    phases.sort();
+    assert_eq!(phases.iter().map(|(_, n)| n).sum::<u64>(), finished);
+    assert_eq!(
+        phases.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+        ["peak", "warm"]
+    );
+    let spans = collector
+        .spans()
+        .into_iter()
+        .filter(|s| s.name == "inferscope.request")
+        .count();
+    assert_eq!(spans as u64, finished);
+}
+
+/// Requests in the newest export of `http.client.request.duration`.
+fn duration_count(collector: &crate::otlp_collector_double::CollectorDouble) -> u64 {
+    match collector
+        .metrics()
+        .get("http.client.request.duration")
+        .and_then(|m| m.data.clone())
+    {
+        Some(opentelemetry_proto::tonic::metrics::v1::metric::Data::Histogram(h)) => {
+            h.data_points.iter().map(|p| p.count).sum()
+        }
+        _ => 0,
+    }
+}
