@@ -11,7 +11,7 @@ use inferscope::collect::timeline::{LoadSignals, Window};
 use inferscope::export::otlp::{
     OtlpConfig, OtlpExporter, OtlpOptions, Protocol, SampledRequest, Stage, resource_attributes,
 };
-use inferscope::export::signals::Labels;
+use inferscope::export::catalog::Labels;
 use otlp_collector_double::{CollectorDouble, attrs};
 
 #[test]

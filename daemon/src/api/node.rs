@@ -33,7 +33,7 @@ use crate::{
     export::{
         prometheus::{self, DropCounter},
         report::{Report, ReportError, RunMeta},
-        signals::Labels,
+        catalog::Labels,
     },
 };
 

@@ -18,7 +18,7 @@ use inferscope::{
     },
     export::{
         otlp::{OtlpExporter, Sampler, live::DEFAULT_SAMPLE},
-        signals::Labels,
+        catalog::Labels,
     },
     probes::privileges,
 };

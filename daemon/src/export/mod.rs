@@ -6,4 +6,4 @@ pub mod otlp;
 pub mod prometheus;
 pub mod report;
 pub mod schema;
-pub mod signals;
+pub mod catalog;

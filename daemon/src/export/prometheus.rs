@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use crate::attribute::{Cause, Verdict};
 use crate::collect::timeline::Window;
-use crate::export::signals::{Kind, Labels, SIGNALS, Totals};
+use crate::export::catalog::{Kind, Labels, SIGNALS, Totals};
 use crate::probes::HookStatus;
 
 /// The content type of the exposition format written here.

@@ -131,8 +131,8 @@ struct Shared {
 /// Runs every phase of `scenario` and returns the report. Cancelling `cancel` stops sending at
 /// once; requests in flight get `scenario.grace` to finish, then are aborted.
 ///
-/// The stages: [`Setup::new`] checks and resolves what every request needs, the tally starts,
-/// [`dispatch`] sends the phases, [`drain`] waits for the requests in flight, and the tally's
+/// The stages: `Setup::new` checks and resolves what every request needs, the tally starts,
+/// `dispatch` sends the phases, `drain` waits for the requests in flight, and the tally's
 /// totals become the report.
 pub async fn run(
     scenario: &Scenario,

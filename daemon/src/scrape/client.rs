@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use super::error::ScrapeError;
 use super::prom_text::{self, Exposition, LineError};
-use super::signals::{self, ServerKind, SignalOptions, Signals};
+use super::mapping::{self, ServerKind, SignalOptions, Signals};
 use crate::tls::{ConnectError, TlsConnector, TlsOptions};
 
 /// Where and how to scrape.
@@ -237,14 +237,14 @@ impl Scraper {
         let (signals, line_errors) = match self.fetch().await {
             Ok(exp) => {
                 let mut options = self.config.options;
-                let mut signals = signals::extract(&exp, &options);
+                let mut signals = mapping::extract(&exp, &options);
                 // TGI has no KV gauge; its batch token cap makes one when
                 // the user did not give it.
                 if signals.server == ServerKind::Tgi && options.tgi_max_batch_total_tokens.is_none()
                 {
                     options.tgi_max_batch_total_tokens = self.tgi_max_batch_total_tokens().await;
                     if options.tgi_max_batch_total_tokens.is_some() {
-                        signals = signals::extract(&exp, &options);
+                        signals = mapping::extract(&exp, &options);
                     }
                 }
                 (Ok(signals), exp.errors().to_vec())

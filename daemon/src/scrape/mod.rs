@@ -6,7 +6,7 @@
 //!    sends each [`client::Scrape`] over a bounded channel;
 //! 2. [`prom_text`] parses the Prometheus text format 0.0.4 without ever
 //!    panicking, keeping good lines and reporting bad ones by line number;
-//! 3. [`signals`] maps server-specific names to [`Signals`] (running, waiting,
+//! 3. [`mapping`] maps server-specific names to [`Signals`] (running, waiting,
 //!    KV usage, preemptions, prefix-cache counters, token counters, queue
 //!    time / TTFT / ITL histograms), detecting the server from the names;
 //! 4. [`window`] turns successive [`Signals`] into [`WindowSignals`]: rates per
@@ -33,10 +33,10 @@
 pub mod client;
 pub mod error;
 pub mod prom_text;
-pub mod signals;
+pub mod mapping;
 pub mod window;
 
 pub use client::{Scrape, ScrapeConfig, ScrapeTask, Scraper, spawn};
 pub use error::ScrapeError;
-pub use signals::{Histogram, ServerKind, SignalOptions, Signals};
+pub use mapping::{Histogram, ServerKind, SignalOptions, Signals};
 pub use window::{GaugeWindow, LatencyWindow, WindowBuilder, WindowSignals};

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::signals::{Histogram, ServerKind, Signals};
+use super::mapping::{Histogram, ServerKind, Signals};
 
 /// A gauge over one window.
 #[derive(Debug, Clone, Copy, PartialEq)]

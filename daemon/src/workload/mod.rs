@@ -6,7 +6,7 @@
 //!   OpenAI-compatible `/v1/embeddings` endpoint;
 //! - [`cluster`]: k-means (`linfa-clustering`), seeded by k-means++ and by the groups of
 //!   [`linkage`] (average linkage), the start of least inertia kept;
-//! - [`build`]: reading the log, choosing representatives, the rows and the report.
+//! - [`build`](mod@build): reading the log, choosing representatives, the rows and the report.
 //!
 //! The same log, options and seed give byte-identical output.
 

@@ -9,7 +9,7 @@ use crate::{otlp_collector_double, otlp_fixtures::*};
 use std::collections::HashMap;
 
 use inferscope::export::otlp::{ExportStats, OtlpConfig, OtlpExporter, Protocol};
-use inferscope::export::signals::SIGNALS;
+use inferscope::export::catalog::SIGNALS;
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
 use otlp_collector_double::{CollectorDouble, TLS_DIR, attrs};

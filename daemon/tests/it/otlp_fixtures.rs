@@ -7,7 +7,7 @@ use inferscope::collect::timeline::{
     GpuSignals, LoadSignals, NetSignals, Quantiles, RunqSignals, ServerSignals, Window,
 };
 use inferscope::export::otlp::{OtlpConfig, OtlpOptions, Protocol, SampledRequest, Stage};
-use inferscope::export::signals::Labels;
+use inferscope::export::catalog::Labels;
 
 pub fn q(p50: f64) -> Quantiles {
     Quantiles {

@@ -12,7 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use inferscope::collect::timeline::{GpuSignals, LoadSignals, Quantiles, RunqSignals, Window};
 use inferscope::export::prometheus::{CONTENT_TYPE, DropCounter, Snapshot, render};
-use inferscope::export::signals::{Labels, Totals};
+use inferscope::export::catalog::{Labels, Totals};
 use inferscope::probes::HookStatus;
 
 fn exposition() -> String {

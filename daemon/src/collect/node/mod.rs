@@ -42,7 +42,7 @@ use super::{
 use crate::{
     api::Marks,
     attribute::{WindowVerdict, rolling},
-    export::signals::Totals,
+    export::catalog::Totals,
 };
 
 /// Windows whose phase is taken from the marks again at every tick, so a mark posted up to this

@@ -14,7 +14,7 @@ use crate::{
         procfs::{self, ProcessInfo},
         timeline::{Timeline, Window},
     },
-    export::signals::Totals,
+    export::catalog::Totals,
     probes::HookStatus,
 };
 

@@ -11,7 +11,7 @@ use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 use crate::attribute::{Cause, Verdict};
 use crate::collect::timeline::Window;
 use crate::export::otlp::spans::SampledRequest;
-use crate::export::signals::{Kind, Labels, SIGNALS, Signal};
+use crate::export::catalog::{Kind, Labels, SIGNALS, Signal};
 
 /// Semantic-convention name of the per-request duration histogram.
 pub const HTTP_CLIENT_DURATION: &str = "http.client.request.duration";

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::{OtlpError, OtlpExporter, SampledRequest, Stage};
-use crate::export::signals::Labels;
+use crate::export::catalog::Labels;
 use crate::loadgen::{ErrorClass, Options, RequestRecord, Scenario, observe};
 
 /// Records waiting for the export task; a full queue slows the run's record collector, never

@@ -301,5 +301,5 @@ fn histogram(exp: &Exposition, base: &str) -> Option<Histogram> {
 }
 
 #[cfg(test)]
-#[path = "signals_tests.rs"]
+#[path = "mapping_tests.rs"]
 mod tests;
