@@ -8,10 +8,10 @@ mod otlp_collector_double;
 use std::time::{Duration, SystemTime};
 
 use inferscope::collect::timeline::{LoadSignals, Window};
+use inferscope::export::catalog::Labels;
 use inferscope::export::otlp::{
     OtlpConfig, OtlpExporter, OtlpOptions, Protocol, SampledRequest, Stage, resource_attributes,
 };
-use inferscope::export::catalog::Labels;
 use otlp_collector_double::{CollectorDouble, attrs};
 
 #[test]

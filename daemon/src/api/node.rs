@@ -31,9 +31,9 @@ use crate::{
         timeline::Window,
     },
     export::{
+        catalog::Labels,
         prometheus::{self, DropCounter},
         report::{Report, ReportError, RunMeta},
-        catalog::Labels,
     },
 };
 

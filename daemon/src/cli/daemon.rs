@@ -17,8 +17,8 @@ use inferscope::{
         session::SessionOptions,
     },
     export::{
-        otlp::{OtlpExporter, Sampler, live::DEFAULT_SAMPLE},
         catalog::Labels,
+        otlp::{OtlpExporter, Sampler, live::DEFAULT_SAMPLE},
     },
     probes::privileges,
 };

@@ -2,8 +2,8 @@
 //! and the run reports (JSON, HTML, terminal).
 
 pub mod atomic;
+pub mod catalog;
 pub mod otlp;
 pub mod prometheus;
 pub mod report;
 pub mod schema;
-pub mod catalog;

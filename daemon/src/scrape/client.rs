@@ -17,8 +17,8 @@ use tokio::sync::{OnceCell, mpsc};
 use tokio::task::JoinHandle;
 
 use super::error::ScrapeError;
-use super::prom_text::{self, Exposition, LineError};
 use super::mapping::{self, ServerKind, SignalOptions, Signals};
+use super::prom_text::{self, Exposition, LineError};
 use crate::tls::{ConnectError, TlsConnector, TlsOptions};
 
 /// Where and how to scrape.

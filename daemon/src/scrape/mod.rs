@@ -32,8 +32,8 @@
 
 pub mod client;
 pub mod error;
-pub mod prom_text;
 pub mod mapping;
+pub mod prom_text;
 pub mod window;
 
 pub use client::{Scrape, ScrapeConfig, ScrapeTask, Scraper, spawn};

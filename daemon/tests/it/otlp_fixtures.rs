@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 use inferscope::collect::timeline::{
     GpuSignals, LoadSignals, NetSignals, Quantiles, RunqSignals, ServerSignals, Window,
 };
-use inferscope::export::otlp::{OtlpConfig, OtlpOptions, Protocol, SampledRequest, Stage};
 use inferscope::export::catalog::Labels;
+use inferscope::export::otlp::{OtlpConfig, OtlpOptions, Protocol, SampledRequest, Stage};
 
 pub fn q(p50: f64) -> Quantiles {
     Quantiles {

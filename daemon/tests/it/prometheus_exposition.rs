@@ -11,8 +11,8 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use inferscope::collect::timeline::{GpuSignals, LoadSignals, Quantiles, RunqSignals, Window};
-use inferscope::export::prometheus::{CONTENT_TYPE, DropCounter, Snapshot, render};
 use inferscope::export::catalog::{Labels, Totals};
+use inferscope::export::prometheus::{CONTENT_TYPE, DropCounter, Snapshot, render};
 use inferscope::probes::HookStatus;
 
 fn exposition() -> String {

@@ -10,8 +10,8 @@ use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 
 use crate::attribute::{Cause, Verdict};
 use crate::collect::timeline::Window;
-use crate::export::otlp::spans::SampledRequest;
 use crate::export::catalog::{Kind, Labels, SIGNALS, Signal};
+use crate::export::otlp::spans::SampledRequest;
 
 /// Semantic-convention name of the per-request duration histogram.
 pub const HTTP_CLIENT_DURATION: &str = "http.client.request.duration";
