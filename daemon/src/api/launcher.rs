@@ -49,7 +49,7 @@ impl Run {
     }
 
     /// Records how the run ended: its state, error and report.
-    fn finish(&mut self, result: Result<loadgen::Report, loadgen::RunError>) {
+    fn finish(&mut self, result: Result<loadgen::StressReport, loadgen::RunError>) {
         self.status.finished_unix_ms = Some(unix_ms());
         self.status.phase = None;
         match result.map(|r| serde_json::to_value(&r)) {
@@ -168,7 +168,7 @@ async fn discover_and_run(
     scenario: &mut Scenario,
     opts: Options,
     cancel: CancellationToken,
-) -> Result<loadgen::Report, loadgen::RunError> {
+) -> Result<loadgen::StressReport, loadgen::RunError> {
     let found = models::discover(scenario, &opts)
         .await
         .map_err(|e| loadgen::RunError::Invalid(e.to_string()))?;

@@ -92,7 +92,7 @@ pub async fn run(
     opts: Options,
     cancel: CancellationToken,
     args: &ExplainArgs,
-) -> anyhow::Result<(loadgen::Report, Report)> {
+) -> anyhow::Result<(loadgen::StressReport, Report)> {
     let servers = args.servers(&scenario)?;
     let metrics_url = args
         .metrics_url

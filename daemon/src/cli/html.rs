@@ -38,7 +38,7 @@ impl HtmlArgs {
     }
 
     /// Writes the page of `report` when asked for.
-    pub fn write(&self, report: &loadgen::Report) -> anyhow::Result<()> {
+    pub fn write(&self, report: &loadgen::StressReport) -> anyhow::Result<()> {
         let Some(path) = &self.html else {
             return Ok(());
         };

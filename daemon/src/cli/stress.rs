@@ -298,7 +298,7 @@ async fn settle_model(
 
 /// The exit status of a finished run (see the module's documentation); `signal` is the code
 /// of the signal that stopped it, 0 when none did.
-fn exit_code(report: &loadgen::Report, signal: u8) -> ExitCode {
+fn exit_code(report: &loadgen::StressReport, signal: u8) -> ExitCode {
     match report.stopped.as_ref().map(|s| (s.kind, s)) {
         Some((StopKind::Aborted, _)) => ExitCode::from(3),
         Some(_) if signal != 0 => ExitCode::from(signal),

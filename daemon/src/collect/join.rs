@@ -10,7 +10,7 @@
 use std::{collections::HashMap, net::SocketAddr};
 
 use super::kernel::{Exchange, Retransmit};
-use crate::loadgen::{Report, RequestRecord};
+use crate::loadgen::{RequestRecord, StressReport};
 
 /// Exchanges indexed by client address.
 pub struct Exchanges<'a> {
@@ -33,7 +33,7 @@ pub struct Joined<'a> {
 impl<'a> Exchanges<'a> {
     /// Indexes `exchanges` for joins with `report`'s records.
     #[must_use]
-    pub fn new(exchanges: &'a [Exchange], report: &Report) -> Self {
+    pub fn new(exchanges: &'a [Exchange], report: &StressReport) -> Self {
         let mut by_client: HashMap<SocketAddr, Vec<&Exchange>> = HashMap::new();
         for ex in exchanges {
             if let Some(c) = ex.client {
@@ -79,7 +79,7 @@ pub struct Retransmits {
 impl Retransmits {
     /// Indexes `retransmits` for joins with `report`'s records.
     #[must_use]
-    pub fn new(retransmits: &[Retransmit], report: &Report) -> Self {
+    pub fn new(retransmits: &[Retransmit], report: &StressReport) -> Self {
         let mut by_client: HashMap<SocketAddr, Vec<u64>> = HashMap::new();
         for r in retransmits {
             by_client.entry(r.client).or_default().push(r.ts_ns);
@@ -139,7 +139,7 @@ mod tests {
     use crate::loadgen::Endpoint;
 
     /// A run that started at monotonic time 0, so record times are kernel times.
-    fn report() -> Report {
+    fn report() -> StressReport {
         serde_json::from_value(serde_json::json!({
             "schema": "inferscope.stress.report", "version": 1, "scenario": "t", "target": "http://x",
             "started_unix_ns": 1u64, "started_monotonic_ns": 0, "elapsed_s": 1.0,

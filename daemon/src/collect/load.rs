@@ -9,10 +9,10 @@ use super::{
     stats::{quantile, quantiles},
     timeline::{LoadSignals, Mark, Timeline},
 };
-use crate::loadgen::{Endpoint, ErrorClass, Report, RequestRecord};
+use crate::loadgen::{Endpoint, ErrorClass, RequestRecord, StressReport};
 
 /// Unix ms of a record time (µs since the run's start).
-fn unix_ms(report: &Report, us: u64) -> u64 {
+fn unix_ms(report: &StressReport, us: u64) -> u64 {
     report.started_unix_ns / 1_000_000 + us / 1000
 }
 
@@ -43,7 +43,7 @@ struct Acc {
 /// the last one instead of making a window no collector closed.
 /// Requests joined with the server's exchanges give their windows' network transit, and with
 /// the retransmits on their connections, the latency of the requests loss hit.
-pub fn fold_records(timeline: &mut Timeline, report: &Report, server: &ServerSide) {
+pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &ServerSide) {
     let joins = Exchanges::new(&server.exchanges, report);
     let retransmits = Retransmits::new(&server.retransmits, report);
     let mut last = None;
@@ -134,7 +134,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &Report, server: &ServerSid
 
 /// Most requests in flight in each window: +1 at the actual start, -1 at the end, swept in
 /// time order.
-fn in_flight_max(timeline: &Timeline, report: &Report) -> BTreeMap<usize, u64> {
+fn in_flight_max(timeline: &Timeline, report: &StressReport) -> BTreeMap<usize, u64> {
     let mut edges: Vec<(u64, i64)> = report
         .records
         .iter()
@@ -157,7 +157,7 @@ fn in_flight_max(timeline: &Timeline, report: &Report) -> BTreeMap<usize, u64> {
 }
 
 /// Sets every window's phase without one.
-fn label_phases(timeline: &mut Timeline, report: &Report) {
+fn label_phases(timeline: &mut Timeline, report: &StressReport) {
     // Each window belongs to the phase of the latest request that started before it ended, so
     // the tail of a phase (requests still running) stays with it.
     let mut starts: Vec<(u64, u32)> = report
@@ -179,7 +179,7 @@ fn label_phases(timeline: &mut Timeline, report: &Report) {
 }
 
 /// Marks the scenario's events on the time line.
-fn mark_events(timeline: &mut Timeline, report: &Report) {
+fn mark_events(timeline: &mut Timeline, report: &StressReport) {
     timeline.marks = report
         .events
         .iter()
@@ -237,7 +237,7 @@ mod tests {
     }
 
     /// A run that started at unix 10 s.
-    fn report(elapsed_s: f64) -> Report {
+    fn report(elapsed_s: f64) -> StressReport {
         serde_json::from_value(serde_json::json!({
             "schema": "inferscope.stress.report", "version": 1, "scenario": "t", "target": "http://x",
             "started_unix_ns": 10_000_000_000u64, "started_monotonic_ns": 1, "elapsed_s": elapsed_s,

@@ -35,7 +35,8 @@ use super::{
     conversation::Conversation,
     record::{ErrorClass, RequestRecord},
     report::{
-        EventRecord, PhaseInfo, PhaseReport, Report, SCHEMA, Stop, StopKind, VERSION, VectorInfo,
+        EventRecord, PhaseInfo, PhaseReport, SCHEMA, Stop, StopKind, StressReport, VERSION,
+        VectorInfo,
     },
     request::{Executed, PhaseCtx, Prepared},
     scenario::{CapPolicy, Phase, Scenario, is_loopback},
@@ -58,7 +59,7 @@ pub struct Options {
     /// Keep request records in the report.
     pub keep_records: bool,
     /// Bytes of records kept at most (estimated, [`RequestRecord::footprint`]); records
-    /// past it are counted in `Report::records_overflow`, not kept.
+    /// past it are counted in `StressReport::records_overflow`, not kept.
     pub records_budget: usize,
     /// Receives each finished request record as it completes (a slow receiver slows the
     /// collector, never the requests).
@@ -138,7 +139,7 @@ pub async fn run(
     scenario: &Scenario,
     mut opts: Options,
     cancel: CancellationToken,
-) -> Result<Report, RunError> {
+) -> Result<StressReport, RunError> {
     let setup = Setup::new(scenario, &opts).await?;
     let share = opts.shard;
     let mut rng = SmallRng::seed_from_u64(share.seed(scenario.seed.unwrap_or_else(clock::unix_ns)));
@@ -210,7 +211,7 @@ pub async fn run(
             )
         })
     });
-    Ok(Report {
+    Ok(StressReport {
         schema: SCHEMA.into(),
         version: VERSION,
         scenario: scenario.name.clone(),

@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, fmt};
 
 use super::{
     record::ErrorClass,
-    report::{PhaseReport, Report},
+    report::{PhaseReport, StressReport},
 };
 
 /// The failures of one class over the whole run.
@@ -42,7 +42,7 @@ impl fmt::Display for ClassFailures {
 
 /// Every error class that occurred, in report order, with its count and first message.
 #[must_use]
-pub fn by_class(report: &Report) -> Vec<ClassFailures> {
+pub fn by_class(report: &StressReport) -> Vec<ClassFailures> {
     let mut counts: BTreeMap<ErrorClass, u64> = BTreeMap::new();
     for p in &report.phases {
         for (name, n) in &p.counts.errors {
@@ -72,7 +72,7 @@ pub fn by_class(report: &Report) -> Vec<ClassFailures> {
 /// Whether requests finished but not one succeeded (aborts the client made on purpose do
 /// not count as failures): the run measured nothing about the service.
 #[must_use]
-pub fn nothing_succeeded(report: &Report) -> bool {
+pub fn nothing_succeeded(report: &StressReport) -> bool {
     let ok: u64 = report.phases.iter().map(|p| p.counts.ok).sum();
     let failed: u64 = report.phases.iter().map(real_failures).sum();
     ok == 0 && failed > 0
@@ -92,7 +92,7 @@ mod tests {
     use super::*;
     use crate::loadgen::record::{Endpoint, RequestRecord};
 
-    fn report(ok: u64, errors: &[(&str, u64)], records: Vec<RequestRecord>) -> Report {
+    fn report(ok: u64, errors: &[(&str, u64)], records: Vec<RequestRecord>) -> StressReport {
         let phase = serde_json::json!({
             "name": "p", "label": "p", "endpoint": "chat", "load_level": "rate=1/s",
             "target_rate": 1.0, "duration_s": 1.0, "elapsed_s": 1.0,
@@ -106,7 +106,7 @@ mod tests {
                 "p95": 0.0, "p99": 0.0, "p999": 0.0, "max": 0.0},
             "histograms": {}, "slo": []
         });
-        let mut r: Report = serde_json::from_value(serde_json::json!({
+        let mut r: StressReport = serde_json::from_value(serde_json::json!({
             "schema": "inferscope.stress.report", "version": 1, "scenario": "s",
             "target": "https://127.0.0.1:1", "started_unix_ns": 0, "started_monotonic_ns": 0,
             "elapsed_s": 1.0, "stopped": null, "slo_pass": true, "phases": [phase],

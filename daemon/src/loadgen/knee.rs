@@ -21,7 +21,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Options, Report, RunError, Scenario,
+    Options, RunError, Scenario, StressReport,
     metrics::decode_hist,
     report::PhaseReport,
     scenario::Load,
@@ -520,7 +520,7 @@ pub fn step_scenario(base: &Scenario, spec: &SearchSpec, load: f64, index: usize
 /// Share of the scheduled rate that must finish per second for a step to count as sustained.
 pub const SUSTAINED_SHARE: f64 = 0.9;
 
-fn judge(spec: &SearchSpec, load: f64, report: &Report) -> Step {
+fn judge(spec: &SearchSpec, load: f64, report: &StressReport) -> Step {
     let phase = report.phases[0].clone();
     let mut why: Vec<String> = Vec::new();
     let mut marginal = false;

@@ -9,7 +9,7 @@ use std::path::Path;
 use super::{
     metrics::{Hist, PhaseMetrics, decode_hist},
     record::ErrorClass,
-    report::{PhaseInfo, PhaseReport, Report, SCHEMA, Stop, VERSION},
+    report::{PhaseInfo, PhaseReport, SCHEMA, Stop, StressReport, VERSION},
     shard::Shard,
     slo::Slo,
 };
@@ -80,7 +80,7 @@ pub enum MergeError {
 
 /// Reads a report file, checking its schema and version before anything else so that a
 /// report of another version is named as such rather than failing on a missing field.
-pub fn read(path: &Path) -> Result<Report, MergeError> {
+pub fn read(path: &Path) -> Result<StressReport, MergeError> {
     let file = path.display().to_string();
     let read_err = |why: String| MergeError::Read {
         file: file.clone(),
@@ -168,7 +168,10 @@ pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
     Ok(())
 }
 
-fn check_same(first: &(String, Report), other: &(String, Report)) -> Result<(), MergeError> {
+fn check_same(
+    first: &(String, StressReport),
+    other: &(String, StressReport),
+) -> Result<(), MergeError> {
     let (f, a) = first;
     let (file, b) = other;
     let mismatch = |why: String| MergeError::Mismatch {
@@ -182,7 +185,7 @@ fn check_same(first: &(String, Report), other: &(String, Report)) -> Result<(), 
             b.scenario, a.scenario
         )));
     }
-    let names = |r: &Report| r.phases.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    let names = |r: &StressReport| r.phases.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
     if names(a) != names(b) {
         return Err(mismatch(format!(
             "phases {:?} are not {:?}",
@@ -216,7 +219,7 @@ fn check_same(first: &(String, Report), other: &(String, Report)) -> Result<(), 
 /// Checks that sharded reports form one whole load: every report is a shard, all of the same
 /// N, and every index `0..N` is present. Reports without a shard (whole runs on several
 /// hosts) are complete by themselves.
-pub fn check_complete(reports: &[(String, Report)]) -> Result<(), MergeError> {
+pub fn check_complete(reports: &[(String, StressReport)]) -> Result<(), MergeError> {
     let shards: Vec<(&str, Shard)> = reports
         .iter()
         .filter_map(|(f, r)| r.shard.map(|s| (f.as_str(), s)))
@@ -263,14 +266,14 @@ pub fn check_complete(reports: &[(String, Report)]) -> Result<(), MergeError> {
 
 /// Merges reports (`(file name, report)`, the name used in errors) into one; an incomplete
 /// shard set is refused (see [`check_complete`]).
-pub fn merge(reports: &[(String, Report)]) -> Result<Report, MergeError> {
+pub fn merge(reports: &[(String, StressReport)]) -> Result<StressReport, MergeError> {
     check_consistent(reports)?;
     check_complete(reports)?;
     merge_partial(reports)
 }
 
 /// One scenario, each shard once.
-fn check_consistent(reports: &[(String, Report)]) -> Result<(), MergeError> {
+fn check_consistent(reports: &[(String, StressReport)]) -> Result<(), MergeError> {
     let first = reports.first().ok_or(MergeError::Empty)?;
     let mut seen = Vec::new();
     for r in reports {
@@ -291,7 +294,7 @@ fn check_consistent(reports: &[(String, Report)]) -> Result<(), MergeError> {
 
 /// Merges reports without requiring a complete shard set (`--allow-partial`); they must still
 /// be of one scenario, each shard once.
-pub fn merge_partial(reports: &[(String, Report)]) -> Result<Report, MergeError> {
+pub fn merge_partial(reports: &[(String, StressReport)]) -> Result<StressReport, MergeError> {
     check_consistent(reports)?;
     let first = reports.first().ok_or(MergeError::Empty)?;
     let start = reports
@@ -305,7 +308,7 @@ pub fn merge_partial(reports: &[(String, Report)]) -> Result<Report, MergeError>
         .map(|(_, r)| r)
         .expect("not empty");
     // Seconds from the earliest start to a report's start.
-    let lead = |r: &Report| (r.started_unix_ns - start) as f64 / 1e9;
+    let lead = |r: &StressReport| (r.started_unix_ns - start) as f64 / 1e9;
     let mut phases = Vec::with_capacity(first.1.phases.len());
     for (i, p0) in first.1.phases.iter().enumerate() {
         let mut m = PhaseMetrics::default();
@@ -374,7 +377,7 @@ pub fn merge_partial(reports: &[(String, Report)]) -> Result<Report, MergeError>
     let mut targets: Vec<&str> = reports.iter().map(|(_, r)| r.target.as_str()).collect();
     targets.sort_unstable();
     targets.dedup();
-    Ok(Report {
+    Ok(StressReport {
         schema: SCHEMA.into(),
         version: VERSION,
         scenario: first.1.scenario.clone(),

@@ -54,6 +54,6 @@ pub mod vector;
 
 pub use engine::{Options, RunError, run};
 pub use record::{Endpoint, ErrorClass, RequestRecord};
-pub use report::{PhaseReport, Report, Stop, StopKind};
+pub use report::{PhaseReport, Stop, StopKind, StressReport};
 pub use scenario::{Scenario, ScenarioError};
 pub use shard::Shard;

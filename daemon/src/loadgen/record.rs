@@ -1,6 +1,6 @@
 //! The per-request record: every timestamp of one request, kept for the whole run.
 //!
-//! Times are microseconds since the run's start (`Report::started_unix_ns` /
+//! Times are microseconds since the run's start (`StressReport::started_unix_ns` /
 //! `started_monotonic_ns` anchor them to wall-clock and `CLOCK_MONOTONIC`, the clock
 //! eBPF's `bpf_ktime_get_ns` uses), so later stages can join a request with kernel
 //! events by time and by the connection's 4-tuple (`local_addr`, `remote_addr`).
@@ -172,7 +172,7 @@ pub enum Chaos {
 pub struct RequestRecord {
     /// Sequence number within the run (unique).
     pub id: u64,
-    /// Index of the phase in `Report::phases`.
+    /// Index of the phase in `StressReport::phases`.
     pub phase: u32,
     /// Kind of request.
     pub endpoint: Endpoint,

@@ -119,7 +119,7 @@ pub struct EventRecord {
 
 /// The whole run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
-pub struct Report {
+pub struct StressReport {
     /// Always [`SCHEMA`].
     pub schema: String,
     /// [`VERSION`].
@@ -298,7 +298,7 @@ fn vector_view(v: &VectorInfo, m: &PhaseMetrics, duration_s: f64) -> VectorView 
     }
 }
 
-impl Report {
+impl StressReport {
     /// Writes the JSON report (pretty-printed) to `path`.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         // Complete or absent: a temporary file beside it, flushed, synced and renamed.

@@ -64,7 +64,7 @@ fn assistant(c: &str) -> Value {
     json!({"role": "assistant", "content": c})
 }
 
-async fn run(yaml: &str, dir: &Path) -> (loadgen::Report, Vec<Vec<Value>>, Seen) {
+async fn run(yaml: &str, dir: &Path) -> (loadgen::StressReport, Vec<Vec<Value>>, Seen) {
     let (target, seen) = server().await;
     let yaml = yaml.replace("TARGET", &target);
     let s = Scenario::from_yaml(&yaml, "conv.yaml", dir).unwrap();

@@ -7,7 +7,7 @@ use std::path::Path;
 use inferscope::loadgen::{self, Options, Scenario, arrival::gap_cv};
 use tokio_util::sync::CancellationToken;
 
-async fn run_shape(load: &str, secs: u64) -> (Vec<f64>, loadgen::Report) {
+async fn run_shape(load: &str, secs: u64) -> (Vec<f64>, loadgen::StressReport) {
     run_observed(load, secs, None).await
 }
 
@@ -15,7 +15,7 @@ async fn run_observed(
     load: &str,
     secs: u64,
     observer: Option<tokio::sync::mpsc::Sender<loadgen::RequestRecord>>,
-) -> (Vec<f64>, loadgen::Report) {
+) -> (Vec<f64>, loadgen::StressReport) {
     let (addr, stamps) = loadgen_support::start().await;
     let yaml = format!(
         "name: rate\ntarget: http://{addr}\nseed: 42\nphases:\n  - name: p\n    duration: {secs}s\n    load: {load}\n    request: {{endpoint: http, path: /}}\n"

@@ -12,7 +12,7 @@ use inferscope::loadgen::{
     Scenario,
     metrics::decode_hist,
     record::{Chaos, ErrorClass, TokenSource},
-    report::Report,
+    report::StressReport,
     scenario::Load,
 };
 
@@ -229,7 +229,7 @@ phases:
     // ttft_p50 < 1ms cannot hold against a server that waits 20 ms: exit 2.
     assert_eq!(out.status.code(), Some(2));
     assert!(stdout.contains("SLO failed: ttft_p50 < 1ms"));
-    let r: Report = serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
+    let r: StressReport = serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
     assert_eq!(
         (r.schema.as_str(), r.version),
         ("inferscope.stress.report", 1)
@@ -322,7 +322,7 @@ fn ctrl_c_stops_within_grace_and_still_writes_the_report() {
         took < std::time::Duration::from_secs(5),
         "took {took:?} with a 1 s grace"
     );
-    let r: Report = serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
+    let r: StressReport = serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
     assert_eq!(
         r.stopped.unwrap().kind,
         inferscope::loadgen::StopKind::Interrupted

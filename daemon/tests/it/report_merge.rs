@@ -6,14 +6,14 @@
 use std::path::Path;
 
 use inferscope::loadgen::{
-    self, Options, Report, Scenario, Shard,
+    self, Options, Scenario, Shard, StressReport,
     merge::{self, MergeError},
     metrics::{PhaseMetrics, decode_hist},
     report::PhaseReport,
 };
 use tokio_util::sync::CancellationToken;
 
-async fn whole_run() -> Report {
+async fn whole_run() -> StressReport {
     let mut cfg = inferscope::sim::profile("healthy").unwrap();
     cfg.vector.corpus_size = 500;
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -37,7 +37,7 @@ async fn whole_run() -> Report {
 }
 
 /// Shard `i` of 3 of `whole`: every third record, built as the runner builds a report.
-fn shard(whole: &Report, i: u32) -> Report {
+fn shard(whole: &StressReport, i: u32) -> StressReport {
     let records: Vec<_> = whole
         .records
         .iter()
@@ -59,7 +59,7 @@ fn shard(whole: &Report, i: u32) -> Report {
             PhaseReport::build(&info, &m)
         })
         .collect::<Vec<_>>();
-    Report {
+    StressReport {
         shard: Some(Shard::new(i, 3).unwrap()),
         slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
         phases,
@@ -74,7 +74,7 @@ async fn three_shards_merge_to_exactly_the_whole() {
     let finished: u64 = whole.phases.iter().map(|p| p.counts.finished).sum();
     assert_eq!(finished, whole.records.len() as u64);
     assert!(finished >= 60, "{finished} requests");
-    let parts: Vec<(String, Report)> = (0..3)
+    let parts: Vec<(String, StressReport)> = (0..3)
         .map(|i| (format!("shard-{i}.json"), shard(&whole, i)))
         .collect();
     // The shards really differ from the whole: otherwise the test proves nothing.

@@ -14,7 +14,7 @@ use sim_process::SimProcess;
 
 use inferscope::{
     api::{LoadgenLauncher, RunLauncher as _, RunState},
-    loadgen::report::Report,
+    loadgen::report::StressReport,
 };
 
 #[test]
@@ -48,7 +48,7 @@ fn the_quick_start_finds_the_model_and_a_wrong_one_stops_before_the_run() {
         sim.url
     );
     assert!(err.lines().any(|l| l == want), "{err}");
-    let r: Report = serde_json::from_slice(&std::fs::read(&out_path).unwrap()).unwrap();
+    let r: StressReport = serde_json::from_slice(&std::fs::read(&out_path).unwrap()).unwrap();
     let p = &r.phases[0];
     assert!(p.counts.finished >= 15, "{:?}", p.counts);
     assert!(p.counts.errors.is_empty(), "{:?}", p.counts);

@@ -9,7 +9,7 @@ use std::{
     process::Command,
 };
 
-use inferscope::loadgen::report::Report;
+use inferscope::loadgen::report::StressReport;
 use opentelemetry_proto::tonic::metrics::v1::{HistogramDataPoint, Metric, metric};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
@@ -40,7 +40,7 @@ fn sim() -> SimProcess {
 
 /// `inferscope stress` with `args` and `env`, writing its report under `dir`: (exit code,
 /// stderr, report).
-fn stress(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Report) {
+fn stress(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, StressReport) {
     let out_path = dir.join("report.json");
     let _ = std::fs::remove_file(&out_path);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_inferscope"));
@@ -190,7 +190,7 @@ async fn stress_exports_labelled_histograms_and_spans_live() {
 
 /// `--otlp-sample 1`: one span per request, labelled, at the request's wall-clock time, with
 /// its first and last token and the stages in between.
-fn check_spans(collector: &CollectorDouble, report: &Report, finished: u64) {
+fn check_spans(collector: &CollectorDouble, report: &StressReport, finished: u64) {
     let spans = request_spans(collector);
     assert_eq!(spans.len() as u64, finished);
     let records: HashMap<String, _> = report

@@ -15,7 +15,7 @@ use std::{
 use sim_process::SimProcess;
 
 use inferscope::{
-    loadgen::report::Report,
+    loadgen::report::StressReport,
     scrape::{ScrapeConfig, ScrapeError, Scraper},
     tls::TlsOptions,
 };
@@ -89,7 +89,7 @@ fn tls_sim(pki: &Pki) -> SimProcess {
 
 /// `inferscope stress` against `target` for 2 s at 10/s with `extra` flags: (exit code,
 /// stderr, report).
-fn stress(dir: &Path, target: &str, extra: &[&str]) -> (Option<i32>, String, Report) {
+fn stress(dir: &Path, target: &str, extra: &[&str]) -> (Option<i32>, String, StressReport) {
     let out_path = dir.join(format!("report-{}.json", extra.join("_").replace('/', "")));
     let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
         .args(["stress", "--target", target, "--duration", "2s", "--quiet"])
@@ -110,7 +110,7 @@ fn stress(dir: &Path, target: &str, extra: &[&str]) -> (Option<i32>, String, Rep
     )
 }
 
-fn assert_clean(r: &Report, stderr: &str) {
+fn assert_clean(r: &StressReport, stderr: &str) {
     let p = &r.phases[0];
     assert!(p.counts.finished >= 10, "{:?}\n{stderr}", p.counts);
     assert!(p.counts.errors.is_empty(), "{:?}\n{stderr}", p.counts);

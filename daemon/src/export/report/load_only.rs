@@ -9,7 +9,7 @@ use crate::collect::{
     session::ServerSide,
     timeline::{Quantiles, Timeline},
 };
-use crate::loadgen::{PhaseReport, Report as LoadReport};
+use crate::loadgen::{PhaseReport, StressReport};
 
 use super::{Report, RunMeta, waterfall};
 
@@ -23,7 +23,7 @@ pub const NOTE: &str =
 /// The report of `lg`'s load in [`WINDOW_MS`] windows. Needs the run's records (a run with
 /// `--no-records` has none: every chart is empty).
 #[must_use]
-pub fn report(lg: &LoadReport) -> Report {
+pub fn report(lg: &StressReport) -> Report {
     let start_ms = lg.started_unix_ns / 1_000_000;
     let mut timeline = Timeline::new(start_ms, WINDOW_MS);
     load::fold_records(&mut timeline, lg, &ServerSide::default());

@@ -10,7 +10,7 @@ use crate::loadgen;
 impl Report {
     /// The report of load run `lg`, watched by a node that ended with `finished`.
     #[must_use]
-    pub fn of_run(lg: &loadgen::Report, finished: Finished) -> Self {
+    pub fn of_run(lg: &loadgen::StressReport, finished: Finished) -> Self {
         let Finished {
             mut timeline,
             server_side,

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     collect::{join::Exchanges, kernel::Exchange, timeline::Timeline},
-    loadgen::Report,
+    loadgen::StressReport,
 };
 
 /// One sampled request. Every `*_ms` field is an offset from `intended_start_unix_ms`, so a
@@ -95,7 +95,7 @@ pub const SAMPLES: usize = 200;
 /// and GPU sync time inside a request are prorated from its windows (the kernel aggregates them
 /// per window), so they are estimates; the kernel timestamps of the exchange are exact.
 #[must_use]
-pub fn build(report: &Report, exchanges: &[Exchange], timeline: &Timeline) -> Vec<Waterfall> {
+pub fn build(report: &StressReport, exchanges: &[Exchange], timeline: &Timeline) -> Vec<Waterfall> {
     let start_unix_ms = report.started_unix_ns as f64 / 1e6;
     let joins = Exchanges::new(exchanges, report);
     let step = (report.records.len() / SAMPLES).max(1);
