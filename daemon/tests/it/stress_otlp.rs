@@ -54,15 +54,7 @@ fn stress(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Stri
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    println!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
-    let text = std::fs::read(&out_path).unwrap_or_else(|e| panic!("no report ({e}): {stderr}"));
-    (
-        out.status.code(),
-        stderr,
-        serde_json::from_slice(&text).unwrap(),
-    )
+    crate::sim_process::stress_report(&mut cmd, &out_path)
 }
 
 fn histogram<'a>(metrics: &'a HashMap<String, Metric>, name: &str) -> &'a [HistogramDataPoint] {

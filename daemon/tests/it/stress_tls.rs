@@ -91,23 +91,14 @@ fn tls_sim(pki: &Pki) -> SimProcess {
 /// stderr, report).
 fn stress(dir: &Path, target: &str, extra: &[&str]) -> (Option<i32>, String, StressReport) {
     let out_path = dir.join(format!("report-{}.json", extra.join("_").replace('/', "")));
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
-        .args(["stress", "--target", target, "--duration", "2s", "--quiet"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_inferscope"));
+    cmd.args(["stress", "--target", target, "--duration", "2s", "--quiet"])
         .args(["--max-tokens", "8", "--timeout", "10s", "--out"])
         .arg(&out_path)
         .args(extra)
         // The "system" roots: a CA that did not sign the sim's certificate.
-        .env("SSL_CERT_FILE", dir.join("other.pem"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    println!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
-    let text = std::fs::read(&out_path).unwrap_or_else(|e| panic!("no report ({e}): {stderr}"));
-    (
-        out.status.code(),
-        stderr,
-        serde_json::from_slice(&text).unwrap(),
-    )
+        .env("SSL_CERT_FILE", dir.join("other.pem"));
+    crate::sim_process::stress_report(&mut cmd, &out_path)
 }
 
 fn assert_clean(r: &StressReport, stderr: &str) {

@@ -43,3 +43,20 @@ impl Drop for SimProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Runs `cmd` (an `inferscope stress` that writes its report to `out`): (exit code, stderr,
+/// report). Its output is printed for the test log; a missing report fails with the stderr.
+pub fn stress_report(
+    cmd: &mut std::process::Command,
+    out: &std::path::Path,
+) -> (Option<i32>, String, inferscope::loadgen::StressReport) {
+    let o = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    println!("{}{stderr}", String::from_utf8_lossy(&o.stdout));
+    let text = std::fs::read(out).unwrap_or_else(|e| panic!("no report ({e}): {stderr}"));
+    (
+        o.status.code(),
+        stderr,
+        serde_json::from_slice(&text).unwrap(),
+    )
+}
