@@ -182,6 +182,13 @@ impl Hist {
         }
     }
 
+    /// A value already divided into display units, less the offset it was stored with. A recall
+    /// is at most 1: HDR keeps 3 significant digits, so a recall of 1 can read back as 1.0009.
+    fn unshift(self, v: f64) -> f64 {
+        let v = v - self.units().1;
+        if self == Self::Recall { v.min(1.0) } else { v }
+    }
+
     /// The stored value's divisor and offset to display units (ms, tokens/s, fraction, nats).
     fn units(self) -> (f64, f64) {
         match self {
@@ -329,8 +336,7 @@ impl PhaseMetrics {
     /// Summary of a histogram in display units (ms, tokens/s, recall fraction, ICE nats).
     #[must_use]
     pub fn summary(&self, h: Hist) -> Summary {
-        let (div, off) = h.units();
-        let mut s = summarize(&self[h], div);
+        let mut s = summarize(&self[h], h.units().0);
         if s.count > 0 {
             for v in [
                 &mut s.mean,
@@ -341,11 +347,7 @@ impl PhaseMetrics {
                 &mut s.p999,
                 &mut s.max,
             ] {
-                *v -= off;
-                // HDR keeps 3 significant digits: a recall of 1 can read back as 1.0009.
-                if h == Hist::Recall {
-                    *v = v.min(1.0);
-                }
+                *v = h.unshift(*v);
             }
         }
         s
@@ -359,10 +361,7 @@ impl PhaseMetrics {
             (sum.count > 0).then(|| match s {
                 Stat::Max => sum.max,
                 Stat::Mean => sum.mean,
-                Stat::Quantile(q) => {
-                    let (div, off) = h.units();
-                    self[h].value_at_quantile(q) as f64 / div - off
-                }
+                Stat::Quantile(q) => h.unshift(self[h].value_at_quantile(q) as f64 / h.units().0),
             })
         };
         let per_s = |n: u64| (elapsed_s > 0.0).then(|| n as f64 / elapsed_s);
