@@ -24,9 +24,19 @@ pub struct Case {
     pub run: fn() -> Value,
 }
 
-/// Every case, healthy ones included.
+/// Every case, healthy ones included; llama.cpp's when the engine is built (`cargo xtask
+/// setup`; otherwise says they were left out).
 #[must_use]
 pub fn all() -> Vec<Case> {
+    let mut all = sim_and_python();
+    if crate::engine::built_or_skip("the llama.cpp cases") {
+        all.extend(crate::llamacpp_cases::all());
+    }
+    all
+}
+
+/// The cases against the sim and the Python servers.
+fn sim_and_python() -> Vec<Case> {
     vec![
         Case {
             name: "kv-pressure",

@@ -1,8 +1,10 @@
 //! Helpers for inferscope's integration tests that need root and a real kernel.
 
 pub mod cases;
+pub mod engine;
 pub mod explain;
 pub mod faults;
+pub mod llamacpp_cases;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

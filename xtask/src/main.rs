@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod demo;
+mod engine;
 mod run;
 mod setup;
 
@@ -27,7 +28,12 @@ enum Task {
         args: Vec<String>,
     },
     /// Build inferscope and run the demo.
-    Demo,
+    Demo {
+        /// The server under load: `sim` (the embedded simulator, the default) or `llama.cpp`
+        /// (the real engine setup builds: the seed matrix's LLM phases, rates scaled to it).
+        #[arg(long, default_value = "sim")]
+        engine: String,
+    },
     /// Write the manual pages: target/man/inferscope.1 and one per subcommand.
     Man,
     /// Benchmarks that print side-by-side comparisons: probes, sim, loadgen, attribution (all when
@@ -51,7 +57,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup::all(),
         Task::Test { args } => setup::all().and_then(|()| test(&args)),
-        Task::Demo => setup::all().and_then(|()| demo::run()),
+        Task::Demo { engine } => setup::all().and_then(|()| demo::run(&engine)),
         Task::Man => man(),
         Task::Bench { which } => setup::all().and_then(|()| bench::run(which.as_deref())),
         Task::Workload { kind, secs } => bench::workload::run(&kind, secs),

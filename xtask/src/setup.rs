@@ -10,7 +10,7 @@ use anyhow::{Context as _, bail};
 use crate::run;
 
 /// Debian packages the tests and benchmarks use as real peers.
-const DEBIAN_PACKAGES: [(&str, &str); 8] = [
+const DEBIAN_PACKAGES: [(&str, &str); 10] = [
     ("curl", "curl"),
     ("nft", "nftables"),
     ("python3", "python3"),
@@ -19,11 +19,15 @@ const DEBIAN_PACKAGES: [(&str, &str); 8] = [
     ("bpftrace", "bpftrace"),
     ("ip", "iproute2"),
     ("chromium", "chromium"),
+    // llama.cpp's server is built from source (`engine.rs`).
+    ("cmake", "cmake"),
+    ("g++", "g++"),
 ];
 
 /// Python packages for tests with third-party clients and servers, in a venv under
-/// `target/venv`: `openai` (client), `chromadb` (a real vector database: `chroma run`).
-const PYTHON_PACKAGES: [&str; 2] = ["openai", "chromadb"];
+/// `target/venv`: `openai` (client), `chromadb` (a real vector database: `chroma run`),
+/// `numpy` (the engine's model writer).
+const PYTHON_PACKAGES: [&str; 3] = ["openai", "chromadb", "numpy"];
 
 pub fn all() -> anyhow::Result<()> {
     rust_src()?;
@@ -31,10 +35,11 @@ pub fn all() -> anyhow::Result<()> {
     mounts();
     debian_packages()?;
     python_venv()?;
-    Ok(())
+    crate::engine::setup()
 }
 
-fn done(step: &str, what: &str) {
+/// Prints what a step did.
+pub fn done(step: &str, what: &str) {
     println!("setup: {step}: {what}");
 }
 

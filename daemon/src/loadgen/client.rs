@@ -24,8 +24,15 @@ use super::{
 };
 use crate::tls::{self, ConnectError, TlsConnector, TlsError, TlsOptions};
 
-/// The pooled client type.
-pub type HttpClient = Client<TlsConnector<GuardedConnector>, Full<Bytes>>;
+type Hyper = Client<TlsConnector<GuardedConnector>, Full<Bytes>>;
+
+/// The client of a run: a keep-alive pool, and a pool-less twin for the one resend of a request
+/// whose reused connection the server had closed (see [`HttpClient::send`]).
+#[derive(Clone)]
+pub struct HttpClient {
+    pooled: Hyper,
+    fresh: Hyper,
+}
 
 /// A client for `target` with keep-alive, `TCP_NODELAY`, a connect timeout (the TLS
 /// handshake of an `https://` target gets as long again) and an unbounded idle pool (the
@@ -37,10 +44,81 @@ pub fn build_client(target: &Target, connect_timeout: Duration, allow_remote: bo
         allow_remote,
         timeout: connect_timeout,
     };
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(usize::MAX)
-        .build(TlsConnector::new(conn, target.tls.clone(), connect_timeout))
+    let tls = TlsConnector::new(conn, target.tls.clone(), connect_timeout);
+    HttpClient {
+        pooled: Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(usize::MAX)
+            .build(tls.clone()),
+        // No idle connection is kept: every request dials.
+        fresh: Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build(tls),
+    }
+}
+
+impl HttpClient {
+    /// Sends `req` (see [`HttpClient::send`]).
+    pub async fn request(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+        self.send(req).await.map(|(resp, _)| resp)
+    }
+
+    /// Sends `req` on a pooled connection. A server may close a kept-alive connection after an
+    /// answer without saying so (llama.cpp's server does after every stream; proxies do when
+    /// idle): a request written into that race fails before any byte of its answer. Such a
+    /// request is sent once more on a fresh connection, as hyper's pool and curl do; the
+    /// `bool` says it was (the report counts these apart, they are not the server's errors).
+    pub async fn send(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(Response<Incoming>, bool), hyper_util::client::legacy::Error> {
+        let copy = copy_request(&req);
+        match self.pooled.request(req).await {
+            Err(e) if !e.is_connect() && closed_before_answer(&e) => {
+                self.fresh.request(copy).await.map(|resp| (resp, true))
+            }
+            other => other.map(|resp| (resp, false)),
+        }
+    }
+}
+
+/// The same request again (method, URI, version, headers, body).
+fn copy_request(req: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut copy = Request::new(req.body().clone());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    copy
+}
+
+/// Whether `e` says the connection ended before any byte of the answer: hyper's "connection
+/// closed before message completed", a request canceled or a channel closed because the
+/// connection went away before it was written, or a reset/broken pipe while it was written.
+fn closed_before_answer(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if c.downcast_ref::<hyper::Error>()
+            .is_some_and(|h| h.is_incomplete_message() || h.is_canceled() || h.is_closed())
+        {
+            return true;
+        }
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionAborted
+            )
+        {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
 }
 
 /// Where requests go: scheme and authority of the target, its TLS configuration
@@ -273,11 +351,13 @@ impl OwnConn {
         Ok(())
     }
 
-    /// Sends on this connection, connecting first when needed.
+    /// Sends on this connection, connecting first when needed. When the kept-alive connection
+    /// turns out closed before any byte of the answer, the request goes once more on a fresh
+    /// one (see [`HttpClient::send`]); the `bool` says it did.
     async fn request(
         &mut self,
         mut req: Request<Full<Bytes>>,
-    ) -> Result<(Response<Incoming>, SocketAddr, SocketAddr), (ErrorClass, String)> {
+    ) -> Result<(Response<Incoming>, SocketAddr, SocketAddr, bool), (ErrorClass, String)> {
         // A connection-level client writes the URI as is: use origin form plus Host.
         if let Some(pq) = req.uri().path_and_query().cloned() {
             *req.uri_mut() = Uri::from(pq);
@@ -285,28 +365,64 @@ impl OwnConn {
         req.headers_mut()
             .entry(hyper::header::HOST)
             .or_insert_with(|| self.host.clone());
+        let reused = self.conn.as_ref().is_some_and(|c| !c.0.is_closed());
+        let copy = reused.then(|| copy_request(&req));
+        match self.send_once(req).await {
+            Err((_, Some(e))) if closed_before_answer(&e) && copy.is_some() => {
+                let copy = copy.unwrap_or_else(|| unreachable!("checked above"));
+                self.send_once(copy)
+                    .await
+                    .map(|(resp, l, r)| (resp, l, r, true))
+                    .map_err(|(fail, _)| fail)
+            }
+            other => other
+                .map(|(resp, l, r)| (resp, l, r, false))
+                .map_err(|(fail, _)| fail),
+        }
+    }
+
+    /// One send, connecting when there is no open connection. A failed send drops the
+    /// connection and returns hyper's error besides its class and text.
+    async fn send_once(
+        &mut self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<
+        (Response<Incoming>, SocketAddr, SocketAddr),
+        ((ErrorClass, String), Option<hyper::Error>),
+    > {
         if self.conn.as_ref().is_none_or(|c| c.0.is_closed()) {
-            self.connect().await?;
+            self.connect().await.map_err(|fail| (fail, None))?;
         }
         let Some((sender, local, remote)) = self.conn.as_mut() else {
             return Err((
-                ErrorClass::Connect,
-                "no local address on the new connection".into(),
+                (
+                    ErrorClass::Connect,
+                    "no local address on the new connection".into(),
+                ),
+                None,
             ));
         };
         let (local, remote) = (*local, *remote);
-        if let Err(e) = sender.ready().await {
+        let sent = match sender.ready().await {
+            Ok(()) => sender.send_request(req).await,
+            Err(e) => Err(e),
+        };
+        sent.map(|resp| (resp, local, remote)).map_err(|e| {
             self.conn = None;
-            return Err((ErrorClass::Transport, error_chain(&e)));
-        }
-        match sender.send_request(req).await {
-            Ok(resp) => Ok((resp, local, remote)),
-            Err(e) => {
-                self.conn = None;
-                Err((ErrorClass::Transport, error_chain(&e)))
-            }
-        }
+            ((ErrorClass::Transport, error_chain(&e)), Some(e))
+        })
     }
+}
+
+/// A response and how it came.
+#[derive(Debug)]
+pub struct Sent {
+    /// The response (headers; the body is still to read).
+    pub resp: Response<Incoming>,
+    /// The connection's local and remote address, when known.
+    pub addrs: Option<(SocketAddr, SocketAddr)>,
+    /// Sent a second time on a fresh connection: the kept-alive one was closed by the server.
+    pub reconnected: bool,
 }
 
 impl Via<'_> {
@@ -314,15 +430,19 @@ impl Via<'_> {
     pub async fn request(
         &mut self,
         req: Request<Full<Bytes>>,
-    ) -> Result<(Response<Incoming>, Option<(SocketAddr, SocketAddr)>), (ErrorClass, String)> {
+    ) -> Result<Sent, (ErrorClass, String)> {
         match self {
-            Via::Pool(client) => match client.request(req).await {
-                Ok(resp) => {
+            Via::Pool(client) => match client.send(req).await {
+                Ok((resp, reconnected)) => {
                     let addrs = resp
                         .extensions()
                         .get::<HttpInfo>()
                         .map(|i| (i.local_addr(), i.remote_addr()));
-                    Ok((resp, addrs))
+                    Ok(Sent {
+                        resp,
+                        addrs,
+                        reconnected,
+                    })
                 }
                 Err(e) => {
                     if let Some(h) = ConnectError::tls_in(&e) {
@@ -339,12 +459,20 @@ impl Via<'_> {
                     Err((class, error_chain(&e)))
                 }
             },
-            Via::Own(conn) => conn.request(req).await.map(|(r, l, a)| (r, Some((l, a)))),
+            Via::Own(conn) => conn
+                .request(req)
+                .await
+                .map(|(resp, l, a, reconnected)| Sent {
+                    resp,
+                    addrs: Some((l, a)),
+                    reconnected,
+                }),
         }
     }
 }
 
-/// Sends `req`, fills `actual_us`, `first_byte_us`, `status` and the socket addresses.
+/// Sends `req`, fills `actual_us`, `first_byte_us`, `status`, `reconnected` and the socket
+/// addresses.
 pub async fn send(
     via: &mut Via<'_>,
     req: Request<Full<Bytes>>,
@@ -353,9 +481,14 @@ pub async fn send(
 ) -> Result<Response<Incoming>, ()> {
     rec.actual_us = us_since(t0);
     match via.request(req).await {
-        Ok((resp, addrs)) => {
+        Ok(Sent {
+            resp,
+            addrs,
+            reconnected,
+        }) => {
             rec.first_byte_us = Some(us_since(t0));
             rec.status = Some(resp.status().as_u16());
+            rec.reconnected = reconnected;
             if let Some((local, remote)) = addrs {
                 rec.local_addr = Some(local);
                 rec.remote_addr = Some(remote);
@@ -471,3 +604,7 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod tests;

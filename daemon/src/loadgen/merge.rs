@@ -151,6 +151,7 @@ pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
     m.finished += c.finished;
     m.ok += c.ok;
     m.good += c.good;
+    m.reconnected += c.reconnected;
     for (name, n) in &c.errors {
         let class = ErrorClass::ALL
             .into_iter()

@@ -105,6 +105,8 @@ pub struct PhaseMetrics {
     pub errors: BTreeMap<ErrorClass, u64>,
     /// Failures that count toward the error rate.
     pub counted_errors: u64,
+    /// Requests resent on a fresh connection (the server closed the kept-alive one).
+    pub reconnected: u64,
     /// Output tokens of all finished requests.
     pub output_tokens: u64,
     /// Prompt tokens reported by the server.
@@ -228,6 +230,7 @@ impl Default for PhaseMetrics {
             good: 0,
             errors: BTreeMap::new(),
             counted_errors: 0,
+            reconnected: 0,
             output_tokens: 0,
             input_tokens: 0,
             tasks: 0,
@@ -269,6 +272,9 @@ impl PhaseMetrics {
             self.task(r.error.is_none() && r.check != Some(false), None);
         }
         self.add(Hist::SendLag, r.send_lag_us());
+        if r.reconnected {
+            self.reconnected += 1;
+        }
         if let Some(class) = r.error {
             *self.errors.entry(class).or_default() += 1;
             if r.counts_as_error() {

@@ -223,6 +223,10 @@ pub struct RequestRecord {
     /// Under a retry policy: 1 for the first attempt, then 2, 3, ... for the retries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
+    /// Sent a second time on a fresh connection because the server had closed the kept-alive
+    /// one before answering (not the server's error; counted apart).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reconnected: bool,
 }
 
 impl RequestRecord {
@@ -254,6 +258,7 @@ impl RequestRecord {
             check: None,
             entropy: None,
             attempt: None,
+            reconnected: false,
         }
     }
 

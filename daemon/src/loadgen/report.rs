@@ -34,6 +34,10 @@ pub struct Counts {
     pub good: u64,
     /// Failures by class (`connect`, `timeout`, `http_status`, ...).
     pub errors: BTreeMap<String, u64>,
+    /// Requests sent a second time on a fresh connection because the server had closed the
+    /// kept-alive one before answering (not errors: see `client::HttpClient::send`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reconnected: u64,
 }
 
 /// One phase of the report.
@@ -232,6 +236,7 @@ impl PhaseReport {
                 ok: m.ok,
                 good: m.good,
                 errors,
+                reconnected: m.reconnected,
             },
             error_rate: m.error_rate(),
             requests_per_s: m.finished as f64 / el,
@@ -367,6 +372,13 @@ impl StressReport {
                     .map(|(k, v)| format!("{k} {v}"))
                     .collect();
                 let _ = writeln!(s, "  errors: {}", errs.join(", "));
+            }
+            if p.counts.reconnected > 0 {
+                let _ = writeln!(
+                    s,
+                    "  resent on a fresh connection: {} (the server closed kept-alive connections unannounced; not errors)",
+                    p.counts.reconnected
+                );
             }
             if p.recall.count > 0 {
                 let _ = writeln!(

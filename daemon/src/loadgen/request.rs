@@ -364,6 +364,9 @@ impl PhaseCtx {
         if let Some(t) = &self.spec.temperature {
             body.insert("temperature".into(), t.render(ctx));
         }
+        if let Some(ignore) = self.spec.ignore_eos {
+            body.insert("ignore_eos".into(), json!(ignore));
+        }
         if let Some(k) = self.spec.conversation.as_ref().and_then(|c| c.logprobs) {
             body.insert("logprobs".into(), json!(true));
             body.insert("top_logprobs".into(), json!(k));

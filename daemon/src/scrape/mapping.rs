@@ -1,4 +1,4 @@
-//! Maps vLLM, `SGLang` and TGI metric names onto one set of [`Signals`].
+//! Maps vLLM, `SGLang`, TGI and llama.cpp metric names onto one set of [`Signals`].
 //!
 //! A [`Signals`] value is what one scrape says at that instant: gauges as
 //! values, counters and histograms as their cumulative totals. Turning two of
@@ -20,6 +20,8 @@ pub enum ServerKind {
     Sglang,
     /// Hugging Face text-generation-inference (`tgi_` names).
     Tgi,
+    /// llama.cpp's `llama-server` started with `--metrics` (`llamacpp:` names).
+    LlamaCpp,
     /// None of the above.
     Unknown,
 }
@@ -112,7 +114,7 @@ pub struct SignalOptions {
 /// Detects the server from the metric names present (the most frequent prefix wins).
 #[must_use]
 pub fn detect_server(exp: &Exposition) -> ServerKind {
-    let (mut vllm, mut sglang, mut tgi) = (0usize, 0usize, 0usize);
+    let (mut vllm, mut sglang, mut tgi, mut llamacpp) = (0usize, 0usize, 0usize, 0usize);
     for fam in exp.families() {
         if fam.samples.is_empty() {
             continue;
@@ -123,14 +125,22 @@ pub fn detect_server(exp: &Exposition) -> ServerKind {
             sglang += 1;
         } else if fam.name.starts_with("tgi_") {
             tgi += 1;
+        } else if fam.name.starts_with("llamacpp:") {
+            llamacpp += 1;
         }
     }
-    match (vllm, sglang, tgi) {
-        (0, 0, 0) => ServerKind::Unknown,
-        (v, s, t) if v >= s && v >= t => ServerKind::Vllm,
-        (_, s, t) if s >= t => ServerKind::Sglang,
-        _ => ServerKind::Tgi,
-    }
+    [
+        (vllm, ServerKind::Vllm),
+        (sglang, ServerKind::Sglang),
+        (tgi, ServerKind::Tgi),
+        (llamacpp, ServerKind::LlamaCpp),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    // The first of the most frequent: vLLM wins a tie, as it always did.
+    .rev()
+    .max_by_key(|(n, _)| *n)
+    .map_or(ServerKind::Unknown, |(_, kind)| kind)
 }
 
 /// Extracts the common signals from one parsed exposition.
@@ -202,6 +212,18 @@ pub fn extract(exp: &Exposition, opts: &SignalOptions) -> Signals {
             s.generation_tokens_total = sum(exp, "tgi_request_generated_tokens_sum");
             s.queue_time = histogram(exp, "tgi_request_queue_duration");
             s.itl = histogram(exp, "tgi_request_mean_time_per_token_duration");
+        }
+        // tools/server/server-task.cpp, `server_task_result_metrics::to_metrics`: slots decoding
+        // (`requests_processing`), tasks deferred for want of a free slot (`requests_deferred`),
+        // prompt tokens evaluated (cached ones excluded) and tokens generated. It exports no KV
+        // usage, queue time or latency histograms; releases before the KV gauge was removed
+        // exported `kv_cache_usage_ratio`, taken when present.
+        ServerKind::LlamaCpp => {
+            s.running = sum(exp, "llamacpp:requests_processing");
+            s.waiting = sum(exp, "llamacpp:requests_deferred");
+            s.kv_usage = max(exp, "llamacpp:kv_cache_usage_ratio");
+            s.prompt_tokens_total = sum(exp, "llamacpp:prompt_tokens_total");
+            s.generation_tokens_total = sum(exp, "llamacpp:tokens_predicted_total");
         }
         ServerKind::Unknown => {}
     }

@@ -8,6 +8,8 @@ const VLLM_V1: &str = include_str!("../../tests/fixtures/vllm_v1_metrics.txt");
 const VLLM_V0: &str = include_str!("../../tests/fixtures/vllm_v0_metrics.txt");
 const SGLANG: &str = include_str!("../../tests/fixtures/sglang_metrics.txt");
 const TGI: &str = include_str!("../../tests/fixtures/tgi_metrics.txt");
+/// Scraped from llama.cpp's `llama-server --metrics` (4 slots, 8 requests at once).
+const LLAMACPP: &str = include_str!("../../tests/fixtures/llamacpp_metrics.txt");
 
 fn signals(text: &str) -> Signals {
     extract(&parse(text), &SignalOptions::default())
@@ -100,6 +102,26 @@ fn tgi_names_and_kv_proxy() {
         tgi_max_batch_total_tokens: Some(102_400),
     };
     assert_eq!(extract(&parse(TGI), &opts).kv_usage, Some(0.5));
+}
+
+#[test]
+fn llamacpp_slots_and_deferred_requests() {
+    let s = signals(LLAMACPP);
+    assert_eq!(s.server, ServerKind::LlamaCpp);
+    // 4 slots decoding, 4 requests deferred for want of a slot.
+    assert_eq!((s.running, s.waiting), (Some(4.0), Some(4.0)));
+    assert_eq!(
+        (s.prompt_tokens_total, s.generation_tokens_total),
+        (Some(182.0), Some(67.0))
+    );
+    // It exports no KV gauge, queue time or latency histograms.
+    assert_eq!(
+        (s.kv_usage, s.queue_time, s.ttft, s.itl),
+        (None, None, None, None)
+    );
+    // Releases that still export the KV gauge give it.
+    let old = format!("{LLAMACPP}llamacpp:kv_cache_usage_ratio 0.75\n");
+    assert_eq!(signals(&old).kv_usage, Some(0.75));
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod explain_e2e;
 mod guardrail;
 mod kernel_first_e2e;
 mod knee_search;
+mod llamacpp_e2e;
 mod ringbuf_flood;
 mod runqlat;
 mod sockets;

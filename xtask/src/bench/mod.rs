@@ -1,8 +1,9 @@
-//! `cargo xtask bench [probes|sim|loadgen|attribution|soak]`: benchmarks that print comparisons measured side by
+//! `cargo xtask bench [probes|sim|engine|loadgen|attribution|soak]`: benchmarks that print comparisons measured side by
 //! side in one run on this machine (ratios, never absolute thresholds: the machines are noisy).
 //! Never part of `cargo xtask test`.
 mod accuracy;
 mod attribution;
+mod engine;
 mod loadgen;
 mod peers;
 pub mod probes;
@@ -13,9 +14,10 @@ pub mod workload;
 
 type Bench = fn() -> anyhow::Result<()>;
 
-const ALL: [(&str, Bench); 5] = [
+const ALL: [(&str, Bench); 6] = [
     ("probes", probes::run),
     ("sim", sim::run),
+    ("engine", engine::run),
     ("loadgen", loadgen::run),
     ("attribution", attribution::run),
     ("soak", soak::run),

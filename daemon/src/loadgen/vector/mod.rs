@@ -118,7 +118,7 @@ pub async fn call(
     let req = target.request_to(&Method::POST, exact.clone(), body, call.headers);
     // The ground truth is a separate measurement: a failure there leaves recall unknown
     // but does not fail the timed search.
-    if let Ok((resp, _)) = via.request(req).await
+    if let Ok(super::client::Sent { resp, .. }) = via.request(req).await
         && resp.status().is_success()
         && let Ok(b) = http_body_util::BodyExt::collect(resp.into_body()).await
         && let Ok(exact) = phase.paths.ids(&b.to_bytes())

@@ -1,0 +1,168 @@
+//! Servers that close kept-alive connections: a request written into a connection the server
+//! already gave up is sent once more on a fresh one, and is not an error.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use hyper::Method;
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{TcpListener, TcpStream},
+};
+
+use super::*;
+use crate::loadgen::record::{Endpoint, RequestRecord};
+
+/// A raw HTTP/1.1 server that announces `Keep-Alive: timeout=5, max=100` but answers only
+/// `answers` requests per connection: it reads the next request and closes without a word,
+/// as llama.cpp's server does after a stream (it announces keep-alive, then closes).
+async fn closing_server(answers: usize) -> std::net::SocketAddr {
+    server(answers, false).await
+}
+
+/// Like [`closing_server`], but the connection closes right after the last answer, without
+/// waiting for the next request: the client finds it closed, or races the close.
+async fn eager_closing_server(answers: usize) -> std::net::SocketAddr {
+    server(answers, true).await
+}
+
+async fn server(answers: usize, eager: bool) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else { return };
+            tokio::spawn(serve(s, answers, eager));
+        }
+    });
+    addr
+}
+
+async fn serve(mut s: TcpStream, answers: usize, eager: bool) {
+    for _ in 0..answers {
+        if !read_request(&mut s).await {
+            return;
+        }
+        let body = "data: {\"x\":1}\n\n";
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5, max=100\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+            body.len()
+        );
+        if s.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+    // The next request is read (unless eager), then the connection closes unanswered.
+    if !eager {
+        let _ = read_request(&mut s).await;
+    }
+}
+
+/// Reads one request head and its `Content-Length` body; false at EOF.
+async fn read_request(s: &mut TcpStream) -> bool {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                match s.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return false,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            return true;
+        }
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// Sends `n` requests one after the other through `via`; returns (failures, reconnected).
+async fn run(via: &mut Via<'_>, target: &Target, n: usize) -> (Vec<String>, usize) {
+    let t0 = Instant::now();
+    let (mut failed, mut reconnected) = (Vec::new(), 0);
+    for i in 0..n {
+        let req = target
+            .request(
+                &Method::POST,
+                "/v1/chat/completions",
+                Bytes::from_static(b"{}"),
+                &[],
+            )
+            .unwrap();
+        let mut rec = RequestRecord::new(i as u64, 0, Endpoint::Chat, 0);
+        if let Ok(resp) = send(via, req, &mut rec, t0).await {
+            resp.into_body().collect().await.unwrap();
+        }
+        if let Some(msg) = rec.error_message {
+            failed.push(msg);
+        }
+        reconnected += usize::from(rec.reconnected);
+    }
+    (failed, reconnected)
+}
+
+async fn both_ways(answers: usize, n: usize) -> [(Vec<String>, usize); 2] {
+    ways(closing_server(answers).await, n).await
+}
+
+async fn ways(addr: std::net::SocketAddr, n: usize) -> [(Vec<String>, usize); 2] {
+    let target = Target::new(&format!("http://{addr}"), []).unwrap();
+    let timeout = Duration::from_secs(5);
+    let client = build_client(&target, timeout, false);
+    let pooled = run(&mut Via::Pool(&client), &target, n).await;
+    let mut own = OwnConn::new(&target, timeout, false);
+    let owned = run(&mut Via::Own(&mut own), &target, n).await;
+    [pooled, owned]
+}
+
+#[tokio::test]
+async fn a_server_closing_after_every_answer_costs_no_request() {
+    for (way, (failed, reconnected)) in ["pool", "own"].iter().zip(both_ways(1, 12).await) {
+        assert!(failed.is_empty(), "{way}: {failed:?}");
+        // Requests that found their kept-alive connection closed were resent (how many
+        // depends on when the pool takes a connection back).
+        assert!(
+            reconnected >= 1,
+            "{way}: no request met a closed connection"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_server_honouring_max_n_costs_no_request() {
+    for (way, (failed, reconnected)) in ["pool", "own"].iter().zip(both_ways(3, 12).await) {
+        assert!(failed.is_empty(), "{way}: {failed:?}");
+        assert!(
+            reconnected >= 1,
+            "{way}: no request met a closed connection"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_server_closing_right_after_every_answer_costs_no_request() {
+    let addr = eager_closing_server(1).await;
+    for (way, (failed, _)) in ["pool", "own"].iter().zip(ways(addr, 50).await) {
+        assert!(failed.is_empty(), "{way}: {failed:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_still_an_error() {
+    // Closes every connection unanswered: the resend fails too, and the request with it.
+    let addr = closing_server(0).await;
+    let target = Target::new(&format!("http://{addr}"), []).unwrap();
+    let client = build_client(&target, Duration::from_secs(5), false);
+    let (failed, _) = run(&mut Via::Pool(&client), &target, 3).await;
+    assert_eq!(failed.len(), 3, "{failed:?}");
+}

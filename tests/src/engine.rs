@@ -1,0 +1,154 @@
+//! llama.cpp's `llama-server` (a production inference engine that runs on CPUs) with the
+//! random-weight model `cargo xtask setup` writes: both under `target/engine/`.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::http_get;
+
+/// `target/engine` of the workspace (where `cargo xtask setup` builds the engine).
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/engine")
+}
+
+/// The built server and the model, or why they are not there.
+fn paths() -> Result<(PathBuf, PathBuf), String> {
+    let (bin, model) = (
+        dir().join("build/bin/llama-server"),
+        dir().join("model.gguf"),
+    );
+    if bin.is_file() && model.is_file() {
+        Ok((bin, model))
+    } else {
+        Err(format!(
+            "{} or {} is missing: cargo xtask setup builds them",
+            bin.display(),
+            model.display()
+        ))
+    }
+}
+
+/// Whether the engine is built; prints why the calling test is skipped when it is not.
+#[must_use]
+pub fn built_or_skip(test: &str) -> bool {
+    match paths() {
+        Ok(_) => true,
+        Err(why) => {
+            println!("skipping {test}: {why}");
+            false
+        }
+    }
+}
+
+/// How to start the server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `--parallel`: sequences decoded together (slots).
+    pub slots: u32,
+    /// `--ctx-size`: KV cache in tokens, split between the slots unless `unified`.
+    pub ctx: u32,
+    /// `--kv-unified`: one KV pool shared by every slot.
+    pub unified: bool,
+    /// `--threads`: compute threads of the decode loop.
+    pub threads: u32,
+}
+
+impl Config {
+    /// `slots` slots of 1,024 tokens each, split, on one compute thread.
+    #[must_use]
+    pub fn slots(slots: u32) -> Self {
+        Self {
+            slots,
+            ctx: 1024 * slots,
+            unified: false,
+            threads: 1,
+        }
+    }
+}
+
+/// A running `llama-server --metrics`, killed when dropped.
+pub struct LlamaServer {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+/// The name the server gives the model in `/v1/models` (`--alias`).
+pub const MODEL: &str = "random-llama";
+
+impl LlamaServer {
+    /// Starts the server under `prefix` (e.g. `["nice", "-n", "-10"]`, or `ip netns exec`) on
+    /// `addr`, and waits until `/health` says it is ready.
+    #[must_use]
+    pub fn start(prefix: &[&str], addr: SocketAddr, cfg: &Config) -> Self {
+        let (bin, model) = paths().unwrap_or_else(|e| panic!("{e}"));
+        let mut cmd = Command::new(prefix.first().map_or(bin.as_os_str(), std::ffi::OsStr::new));
+        if !prefix.is_empty() {
+            cmd.args(&prefix[1..]).arg(&bin);
+        }
+        cmd.arg("--model")
+            .arg(&model)
+            .args(["--alias", MODEL, "--host"])
+            .arg(addr.ip().to_string())
+            .args(["--port", &addr.port().to_string()])
+            .args(["--parallel", &cfg.slots.to_string()])
+            .args(["--ctx-size", &cfg.ctx.to_string()])
+            .args(["--threads", &cfg.threads.to_string()])
+            .args(["--threads-http", "4", "--metrics", "--no-webui"])
+            .arg(if cfg.unified {
+                "--kv-unified"
+            } else {
+                "--no-kv-unified"
+            })
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let mut server = Self { child, addr };
+        let deadline = Instant::now() + Duration::from_mins(1);
+        loop {
+            if http_get(addr, "/health").is_some_and(|b| b.contains("ok")) {
+                return server;
+            }
+            if let Some(st) = server.child.try_wait().expect("try_wait") {
+                panic!("llama-server {cmd:?} exited at start: {st}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "llama-server did not become healthy on {addr} within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Its process id (the prefix commands exec).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Base URL.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// One of its own `llamacpp:` metrics now.
+    #[must_use]
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let body = http_get(self.addr, "/metrics")?;
+        body.lines()
+            .find(|l| l.starts_with(&format!("llamacpp:{name} ")))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+}
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,87 @@
+//! Verdicts on a production engine: llama.cpp's `llama-server` with the random-weight model
+//! `cargo xtask setup` builds, each bottleneck made by the engine's own mechanism (the cases
+//! live in `inferscope_tests::llamacpp_cases`, which the attribution benchmark runs too).
+//! Needs root (eBPF), `nft`, and the engine built by setup.
+
+use inferscope_tests::{
+    cases, engine,
+    explain::{assert_peak, describe},
+    root_or_skip,
+};
+use serde_json::Value;
+
+/// Runs case `name`: its peak's verdict, every signal of `all` and one of `any` in the evidence.
+fn check(name: &str, all: &[&str], any: &[&str]) -> Option<Value> {
+    let machine = root_or_skip(name)?;
+    if !engine::built_or_skip(name) {
+        return None;
+    }
+    let case = cases::named(name);
+    let report = (case.run)();
+    assert_peak(&report, case.expected, all, any);
+    drop(machine);
+    Some(report)
+}
+
+/// No phase lost a request to the connections llama-server closes after every stream.
+fn assert_no_transport_errors(report: &Value) {
+    for p in report["phases"].as_array().expect("phases") {
+        assert!(
+            p["load"]["error_classes"]["transport"].is_null(),
+            "transport errors against llama-server: {}",
+            describe(p)
+        );
+    }
+}
+
+#[test]
+fn llama_server_with_few_slots_is_queue_from_its_deferred_requests() {
+    if let Some(r) = check(
+        "llamacpp-queue",
+        &[],
+        &["waiting", "kernel_first_token_p50_ms"],
+    ) {
+        assert_no_transport_errors(&r);
+    }
+}
+
+#[test]
+fn llama_server_under_a_cpu_quota_is_cpu_runqueue() {
+    check("llamacpp-cpu-quota", &[], &["runq_p99_us", "runq_mean_us"]);
+}
+
+#[test]
+fn loss_on_llama_servers_socket_is_network() {
+    check(
+        "llamacpp-loss",
+        &[],
+        &["loss_hit_share", "retransmits", "client_server_gap_ms"],
+    );
+}
+
+#[test]
+fn llama_servers_kv_pool_exhausted_is_errors_it_names() {
+    let Some(r) = check("llamacpp-kv-exhausted", &["error_rate"], &[]) else {
+        return;
+    };
+    // The engine says "Context size has been exceeded." as an error event in the streams it
+    // had started, or as HTTP 500 to a request still in its prompt.
+    let peak = inferscope_tests::explain::peak(&r);
+    let classes = &peak["load"]["error_classes"];
+    assert!(
+        ["server_error_event", "http_status"]
+            .iter()
+            .any(|c| classes[c].as_u64().is_some_and(|n| n > 0)),
+        "{}",
+        describe(peak)
+    );
+}
+
+#[test]
+fn llama_server_at_two_healthy_loads_is_none() {
+    for name in ["llamacpp-healthy-low", "llamacpp-healthy-high"] {
+        if let Some(r) = check(name, &[], &[]) {
+            assert_no_transport_errors(&r);
+        }
+    }
+}
