@@ -1,6 +1,6 @@
 //! inferscope: stress AI inference services and explain, from kernel evidence, why latency rose.
 //!
-//! Data flows one way: `probes -> collect -> attribute -> export`; see DESIGN.md.
+//! Data flows one way: `probes -> collect -> attribute -> export`; see `docs/design.md`.
 
 pub mod api;
 pub mod attribute;

@@ -1,4 +1,5 @@
-//! Signals per window -> verdicts with evidence (DESIGN.md, "Attribution").
+//! Signals per window -> verdicts with evidence (the stage is placed in `docs/design.md`; the
+//! verdicts are explained in `docs/explain.md`).
 //!
 //! [`attribute`] takes a [`Timeline`], finds a baseline per workload (a phase named
 //! `baseline` or `*-baseline`, else the first phase, else the first windows), scores every rule

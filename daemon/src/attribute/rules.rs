@@ -1,5 +1,5 @@
-//! The rule table: per cause, weighted conditions on a window's signals (DESIGN.md,
-//! "Attribution", and ebpf-anchors.md section 3 are the source of each signature).
+//! The rule table: per cause, weighted conditions on a window's signals (each signature is
+//! described in `docs/explain.md`, "Rules"; adding one in `docs/design.md`).
 //!
 //! A cause's score is the weighted share of its *evaluated* conditions that hold, and only when
 //! at least one of its trigger conditions holds: conditions such as "no preemptions" or "ITL

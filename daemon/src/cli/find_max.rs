@@ -42,6 +42,25 @@ impl FindMaxArgs {
         self.find_max.is_some() || scenario.search.is_some()
     }
 
+    /// Refuses the search's tuning flags when no search runs (neither --find-max nor a
+    /// scenario's `search:` block): they would tune nothing.
+    pub fn check(&self, scenario: &Scenario) -> anyhow::Result<()> {
+        if self.wanted(scenario) {
+            return Ok(());
+        }
+        let tuning = [
+            ("--max-load", self.max_load.is_some()),
+            ("--step-duration", self.step_duration.is_some()),
+            ("--search-time", self.search_time.is_some()),
+        ];
+        if let Some((flag, _)) = tuning.iter().find(|(_, given)| *given) {
+            anyhow::bail!(
+                "{flag} tunes a knee search: add --find-max SLO (or `search:` to the scenario), or drop {flag}"
+            );
+        }
+        Ok(())
+    }
+
     /// The step length when a search runs from flags alone (a phase's duration).
     pub fn step(&self) -> Option<Duration> {
         self.find_max

@@ -23,6 +23,7 @@ use inferscope::loadgen::{
     self, Endpoint, Options, Scenario, Shard, StopKind,
     client::Target,
     failures, models,
+    overrides::{Overrides, PhaseFlag},
     scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
     slo::Slo,
     template::{JsonTemplate, Template},
@@ -37,15 +38,18 @@ use tokio_util::sync::CancellationToken;
 pub struct Args {
     /// Scenario file (YAML; see docs/stress.md). Without one, the flags below describe one phase.
     scenario: Option<PathBuf>,
-    /// Base URL of the service (overrides the scenario's `target`).
+    /// Base URL of the service (over the scenario's `target`). With a scenario file,
+    /// --timeout, --max-in-flight, --seed, --slo and the LLM flags (--model, --max-tokens,
+    /// --temperature, --no-stream) also go over the file's; the flags of the one phase
+    /// (--rate, --duration, ...) are refused (docs/stress.md, "Flags over a scenario file").
     #[arg(long)]
     target: Option<String>,
     /// Open-loop requests per second.
     #[arg(long)]
     rate: Option<f64>,
-    /// Arrival process for --rate.
-    #[arg(long, value_enum, default_value = "constant")]
-    arrival: ArrivalArg,
+    /// Arrival process for --rate (default constant).
+    #[arg(long, value_enum)]
+    arrival: Option<ArrivalArg>,
     /// Closed loop with this many connections (virtual users); with --rate, a cap on in-flight requests.
     #[arg(long, visible_alias = "concurrency")]
     connections: Option<usize>,
@@ -81,11 +85,12 @@ pub struct Args {
     /// Do not stream LLM answers.
     #[arg(long)]
     no_stream: bool,
-    /// SLO checked at the end, e.g. `ttft_p95 < 500ms`; repeat for more.
+    /// SLO checked at the end of every phase, e.g. `ttft_p95 < 500ms`; repeat for more (over a
+    /// file's SLO on the same metric and side).
     #[arg(long = "slo", value_name = "SLO")]
     slos: Vec<String>,
     /// Cap on requests in flight over the whole run.
-    #[arg(long)]
+    #[arg(long, value_parser = super::args::in_flight)]
     max_in_flight: Option<usize>,
     /// Per-request timeout.
     #[arg(long, value_parser = super::args::positive_duration)]
@@ -136,42 +141,59 @@ enum EndpointArg {
     Http,
 }
 
-/// The scenario to run: the file, or one phase from the flags, with the flags' overrides.
+/// The scenario to run: the file, or one phase from the flags, with the flags over it
+/// (`loadgen::overrides`: flag over file, or refused), validated once.
 fn scenario(args: &Args) -> anyhow::Result<Scenario> {
-    let mut scenario = match &args.scenario {
-        Some(path) => {
-            if args.rate.is_some()
-                || args.connections.is_some()
-                || args.duration.is_some()
-                || args.method.is_some()
-            {
-                bail!(
-                    "--rate, --connections, --duration and --method describe a run without a scenario file; set them in {} instead",
-                    path.display()
-                );
-            }
-            Scenario::from_file(path)?
-        }
-        None => from_flags(args)?,
+    let mut overrides = overrides(args)?;
+    let scenario = if let Some(path) = &args.scenario {
+        overrides.phase_flags = phase_flags(args);
+        Scenario::from_file_with(path, &overrides)?
+    } else {
+        let mut scenario = from_flags(args)?;
+        overrides.apply(&mut scenario, "the run")?;
+        loadgen::limits::check(&scenario).map_err(|e| anyhow::anyhow!("flags: {e}"))?;
+        scenario
     };
-    if let Some(t) = &args.target {
-        scenario.target.clone_from(t);
-    }
-    if let Some(n) = args.max_in_flight {
-        scenario.max_in_flight = n;
-    }
-    if let Some(s) = args.seed {
-        scenario.seed = Some(s);
-    }
-    // Flags may have changed numbers the file's validation already passed.
-    loadgen::limits::check(&scenario).map_err(|e| {
-        let from = args
-            .scenario
-            .as_ref()
-            .map_or_else(|| "flags".into(), |p| format!("{} with flags", p.display()));
-        anyhow::anyhow!("{from}: {e}")
-    })?;
+    args.find_max.check(&scenario)?;
     Ok(scenario)
+}
+
+/// The flags that go over any scenario, the file's or the one [`from_flags`] makes.
+fn overrides(args: &Args) -> anyhow::Result<Overrides> {
+    Ok(Overrides {
+        target: args.target.clone(),
+        timeout: args.timeout,
+        max_in_flight: args.max_in_flight,
+        seed: args.seed,
+        model: args.model.clone(),
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        no_stream: args.no_stream,
+        slos: args
+            .slos
+            .iter()
+            .map(|s| Slo::parse(s))
+            .collect::<Result<_, _>>()?,
+        phase_flags: Vec::new(),
+    })
+}
+
+/// The flags given that describe the single phase of a run without a file.
+fn phase_flags(args: &Args) -> Vec<PhaseFlag> {
+    [
+        (PhaseFlag::Rate, args.rate.is_some()),
+        (PhaseFlag::Arrival, args.arrival.is_some()),
+        (PhaseFlag::Connections, args.connections.is_some()),
+        (PhaseFlag::Duration, args.duration.is_some()),
+        (PhaseFlag::Endpoint, args.endpoint.is_some()),
+        (PhaseFlag::Method, args.method.is_some()),
+        (PhaseFlag::Body, args.body.is_some()),
+        (PhaseFlag::Prompt, args.prompt.is_some()),
+        (PhaseFlag::Dimensions, args.dimensions.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(f, given)| given.then_some(f))
+    .collect()
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -362,13 +384,15 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
                 loadgen::scenario::HARD_MAX_RATE
             )
         }
-        (Some(rate), _) => match args.arrival {
-            ArrivalArg::Constant => Load::Constant { rate },
-            ArrivalArg::Poisson => Load::Poisson { rate },
-        },
+        (Some(rate), _) => arrivals(args.arrival, rate),
+        (None, Some(_)) if args.arrival.is_some() => {
+            bail!(
+                "--arrival shapes the arrivals of --rate; a closed loop (--connections) has none: drop --arrival"
+            )
+        }
         (None, Some(users)) => Load::Concurrency { users },
         // A knee search starts at 1 req/s unless told.
-        (None, None) if args.find_max.find_max.is_some() => Load::Constant { rate: 1.0 },
+        (None, None) if args.find_max.find_max.is_some() => arrivals(args.arrival, 1.0),
         (None, None) => bail!("give --rate (open loop, requests/s) or --connections (closed loop)"),
     };
     let endpoint = match (args.endpoint, &args.method) {
@@ -393,18 +417,12 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         endpoint: Some(endpoint),
         path: Target::url_path(target),
         method: args.method.clone(),
-        model: args.model.clone(),
         prompt: args
             .prompt
             .as_deref()
             .map(Template::parse)
             .transpose()
             .map_err(|e| anyhow::anyhow!("--prompt: {e}"))?,
-        max_tokens: args.max_tokens,
-        temperature: args
-            .temperature
-            .map(|t| JsonTemplate::Leaf(serde_json::json!(t))),
-        stream: Some(!args.no_stream),
         body,
         // Without --dimensions the server's index says (`vector::setup`).
         dimensions: args
@@ -413,11 +431,6 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
             .map(|d| d as usize),
         ..RequestSpec::default()
     };
-    let slo = args
-        .slos
-        .iter()
-        .map(|s| Slo::parse(s))
-        .collect::<Result<Vec<_>, _>>()?;
     let phase = Phase {
         name: "main".into(),
         label: None,
@@ -428,15 +441,19 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         max_tokens_per_s: None,
         when_capped: CapPolicy::Wait,
         chaos: ChaosSpec::default(),
-        slo,
+        // --slo, like --model, --timeout and the rest, is applied by `scenario()`.
+        slo: Vec::new(),
         events: Vec::new(),
         sweep: None,
         sweep_of: None,
     };
-    // --max-in-flight and --seed are applied to any scenario by `scenario()`.
-    let mut scenario = Scenario::one_phase(target.clone(), phase);
-    if let Some(t) = args.timeout {
-        scenario.timeout = t;
+    Ok(Scenario::one_phase(target.clone(), phase))
+}
+
+/// The open-loop load of `--rate` with `--arrival` (default constant).
+fn arrivals(arrival: Option<ArrivalArg>, rate: f64) -> Load {
+    match arrival.unwrap_or(ArrivalArg::Constant) {
+        ArrivalArg::Constant => Load::Constant { rate },
+        ArrivalArg::Poisson => Load::Poisson { rate },
     }
-    Ok(scenario)
 }

@@ -84,7 +84,7 @@ pub fn start_for_stress(
             f.action
         );
     });
-    let started = triggers::start(engine, Some(say));
+    let started = triggers::start(engine, Some(say), opts.allow_remote);
     node.observers.push(started.observer);
     Ok(Some(started.runner))
 }
@@ -113,7 +113,7 @@ pub fn start_for_daemon(
         Arc::new(move |f: &Firing| x.record_trigger(std::time::SystemTime::now(), &attributes(f)))
             as OnDone
     });
-    let started = triggers::start(Engine::new(rules), on_done);
+    let started = triggers::start(Engine::new(rules), on_done, allow_remote);
     node.observers.push(started.observer);
     Ok((started.runner, started.counts))
 }

@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 pub enum DialError {
     /// Every address of the host is outside loopback and remote targets are not allowed.
     #[error(
-        "refusing to connect to {host} ({addrs}): not a loopback address; pass --allow-remote to load a remote service"
+        "refusing to connect to {host} ({addrs}): not a loopback address; pass --allow-remote to reach a remote service"
     )]
     Remote {
         /// The host as written.
@@ -100,10 +100,9 @@ pub async fn resolve(
     port: u16,
     allow_remote: bool,
 ) -> Result<Vec<SocketAddr>, DialError> {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let all: Vec<SocketAddr> = match bare.parse::<std::net::IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => tokio::net::lookup_host((bare, port))
+    let all: Vec<SocketAddr> = match literal(host) {
+        Some(ip) => vec![SocketAddr::new(ip, port)],
+        None => tokio::net::lookup_host((bare(host), port))
             .await
             .map_err(|source| DialError::Io {
                 host: host.to_string(),
@@ -111,6 +110,34 @@ pub async fn resolve(
             })?
             .collect(),
     };
+    screen(host, &all, allow_remote)
+}
+
+/// The guardrail's answer for `host:port` now, on the same resolver [`resolve`] asks but
+/// blocking: for a check made before anything starts (a trigger rule's webhook), so that a
+/// URL the guard will refuse is said at once. A name that does not resolve now passes here;
+/// [`dial`] checks it again on every connection.
+pub fn check_blocking(host: &str, port: u16, allow_remote: bool) -> Result<(), DialError> {
+    use std::net::ToSocketAddrs as _;
+    if allow_remote {
+        return Ok(());
+    }
+    let all: Vec<SocketAddr> = match literal(host) {
+        Some(ip) => vec![SocketAddr::new(ip, port)],
+        None => match (bare(host), port).to_socket_addrs() {
+            Ok(addrs) => addrs.collect(),
+            Err(_) => return Ok(()),
+        },
+    };
+    screen(host, &all, allow_remote).map(drop)
+}
+
+/// The addresses of `all` the guardrail allows; [`DialError::Remote`] when there are none.
+pub fn screen(
+    host: &str,
+    all: &[SocketAddr],
+    allow_remote: bool,
+) -> Result<Vec<SocketAddr>, DialError> {
     let ok: Vec<SocketAddr> = all
         .iter()
         .copied()
@@ -128,6 +155,18 @@ pub async fn resolve(
         });
     }
     Ok(ok)
+}
+
+/// A host without the brackets of an IPv6 literal.
+fn bare(host: &str) -> &str {
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// The address a host names literally (`10.0.0.1`, `[::ffff:10.0.0.1]`); other spellings
+/// (`0x7f000001`, `167772161`, names) go to the resolver, which reads them as the rest of
+/// the system does.
+fn literal(host: &str) -> Option<std::net::IpAddr> {
+    bare(host).parse().ok()
 }
 
 /// Opens a TCP connection to `host:port` through the guardrail, with `TCP_NODELAY`.
@@ -261,6 +300,28 @@ mod tests {
         assert_eq!(resolve("[::1]", 9, false).await.unwrap().len(), 1);
         assert!(resolve("localhost", 9, false).await.is_ok());
         assert!(resolve("192.0.2.7", 80, true).await.is_ok());
+    }
+
+    #[test]
+    fn a_name_is_judged_by_what_it_resolves_to() {
+        let ten: SocketAddr = "10.0.0.1:80".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:80".parse().unwrap();
+        // A DNS name that resolves elsewhere is refused whatever it is called; one with a
+        // loopback address among others is dialled on that address only.
+        let e = screen("db.internal", &[ten], false).unwrap_err();
+        assert!(e.to_string().contains("db.internal (10.0.0.1:80)"), "{e}");
+        assert_eq!(screen("db.internal", &[ten, lo], false).unwrap(), [lo]);
+        assert_eq!(screen("db.internal", &[ten], true).unwrap(), [ten]);
+        // The same guard before anything starts (the resolver reads hex and decimal too).
+        assert!(check_blocking("0x7f000001", 80, false).is_ok());
+        assert!(check_blocking("localhost", 80, false).is_ok());
+        for host in ["167772161", "10.0.0.1", "[::ffff:10.0.0.1]"] {
+            assert!(matches!(
+                check_blocking(host, 80, false),
+                Err(DialError::Remote { .. })
+            ));
+            assert!(check_blocking(host, 80, true).is_ok());
+        }
     }
 
     #[tokio::test]

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod models;
 pub mod observe;
 pub mod openai;
+pub mod overrides;
 pub mod progress;
 pub mod record;
 pub mod report;

@@ -22,13 +22,18 @@ use super::{
 impl Scenario {
     /// Reads, parses, validates and resolves a scenario file.
     pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
-        let src = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        let src = Self::read_file(path)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::from_yaml(&src, &path.display().to_string(), base)
+    }
+
+    /// The text of a scenario file.
+    pub(crate) fn read_file(path: &Path) -> Result<String, ScenarioError> {
+        std::fs::read_to_string(path).map_err(|e| ScenarioError {
             file: path.display().to_string(),
             line: None,
             msg: format!("cannot read scenario: {e}"),
-        })?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        Self::from_yaml(&src, &path.display().to_string(), base)
+        })
     }
 
     /// Parses YAML text; `file` names it in errors, `base` resolves relative paths.
@@ -49,7 +54,15 @@ impl Scenario {
 
     /// Parses YAML text reading files under the policy `files`.
     pub fn from_yaml_with(src: &str, file: &str, files: Files<'_>) -> Result<Self, ScenarioError> {
-        let mut s: Scenario = serde_norway::from_str(src).map_err(|e| {
+        let mut s = Self::parse_yaml(src, file)?;
+        s.resolve(file, src, files)?;
+        Ok(s)
+    }
+
+    /// Parses YAML text into the raw scenario, not yet checked across fields nor resolved:
+    /// call [`Scenario::resolve`] (after applying any flags over it) before running it.
+    pub fn parse_yaml(src: &str, file: &str) -> Result<Self, ScenarioError> {
+        serde_norway::from_str(src).map_err(|e| {
             let mut msg = e.to_string();
             // serde_norway appends " at line L column C"; we print the location up front.
             if let Some(i) = msg.find(" at line ") {
@@ -66,9 +79,7 @@ impl Scenario {
                 line,
                 msg,
             }
-        })?;
-        s.resolve(file, src, files)?;
-        Ok(s)
+        })
     }
 
     /// Cross-field checks, datasets and trace files. `src` is used to find lines.

@@ -10,7 +10,10 @@
 //!   as JSON, as a webhook receives it. Killed at its timeout.
 //! - `webhook: URL`: the firing as a JSON body, `POST`ed; each attempt has the timeout; a
 //!   connection error, a timeout, a 429 or a 5xx is retried [`RETRIES`] times after 0.25 s,
-//!   0.5 s and 1 s; other statuses are final.
+//!   0.5 s and 1 s; other statuses are final. The connection is opened through the load
+//!   generator's guard ([`crate::loadgen::dial`]): the address actually dialled must be on
+//!   loopback unless remote targets are allowed, whatever the URL's spelling; a refusal is
+//!   final.
 
 use std::{process::Stdio, sync::Arc, time::Duration};
 
@@ -20,6 +23,7 @@ use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use tokio::{sync::mpsc, task::JoinSet};
 
 use super::{Firing, Outcome, rule::Action};
+use crate::loadgen::dial::{DialError, GuardedConnector};
 
 /// Retries of a webhook after its first attempt.
 pub const RETRIES: u32 = 3;
@@ -42,8 +46,12 @@ pub struct Job {
 pub type OnDone = Arc<dyn Fn(&Firing) + Send + Sync>;
 
 /// Runs jobs until the sender is dropped and every action is done; returns the firings with
-/// their outcomes, in firing order.
-pub async fn serve(mut rx: mpsc::Receiver<Job>, on_done: Option<OnDone>) -> Vec<Firing> {
+/// their outcomes, in firing order. `allow_remote` lets webhooks connect outside loopback.
+pub async fn serve(
+    mut rx: mpsc::Receiver<Job>,
+    on_done: Option<OnDone>,
+    allow_remote: bool,
+) -> Vec<Firing> {
     let mut running = JoinSet::new();
     let mut done = Vec::new();
     let finish = |f: Firing, done: &mut Vec<Firing>| {
@@ -57,7 +65,7 @@ pub async fn serve(mut rx: mpsc::Receiver<Job>, on_done: Option<OnDone>) -> Vec<
         tokio::select! {
             job = rx.recv() => match job {
                 Some(job) => {
-                    running.spawn(execute(job));
+                    running.spawn(execute(job, allow_remote));
                 }
                 None => break,
             },
@@ -86,11 +94,11 @@ fn log(f: &Firing) {
     }
 }
 
-async fn execute(job: Job) -> Firing {
+async fn execute(job: Job, allow_remote: bool) -> Firing {
     let mut firing = job.firing;
     let outcome = match &job.action {
         Action::Run(argv) => run(argv, job.timeout, &firing).await,
-        Action::Webhook(url) => webhook(url, job.timeout, &firing).await,
+        Action::Webhook(url) => webhook(url, job.timeout, allow_remote, &firing).await,
     };
     firing.outcome = Some(outcome);
     firing
@@ -153,8 +161,12 @@ async fn run(argv: &[String], timeout: Duration, f: &Firing) -> Outcome {
     }
 }
 
-async fn webhook(url: &str, timeout: Duration, f: &Firing) -> Outcome {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+async fn webhook(url: &str, timeout: Duration, allow_remote: bool, f: &Firing) -> Outcome {
+    let guard = GuardedConnector {
+        allow_remote,
+        timeout,
+    };
+    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(guard);
     let body = Bytes::from(f.json());
     let mut last = String::new();
     for attempt in 0..=RETRIES {
@@ -191,7 +203,16 @@ async fn webhook(url: &str, timeout: Duration, f: &Firing) -> Outcome {
                     };
                 }
             }
-            Ok(Err(e)) => last = format!("{e}"),
+            Ok(Err(e)) => {
+                if let Some(refused) = refusal(&e) {
+                    // The guard's answer does not change on a retry.
+                    return Outcome::Failed {
+                        error: format!("{url}: {refused}"),
+                        attempts: attempt + 1,
+                    };
+                }
+                last = format!("{e}");
+            }
             Err(_) => last = format!("no answer within {}", humantime::format_duration(timeout)),
         }
     }
@@ -199,6 +220,18 @@ async fn webhook(url: &str, timeout: Duration, f: &Firing) -> Outcome {
         error: format!("{url}: {last}"),
         attempts: RETRIES + 1,
     }
+}
+
+/// The guard's refusal behind a client error, if that is what it is.
+fn refusal<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a DialError> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(d @ DialError::Remote { .. }) = c.downcast_ref::<DialError>() {
+            return Some(d);
+        }
+        cause = c.source();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -272,8 +305,9 @@ mod tests {
         assert!(matches!(o, Outcome::SpawnFailed { .. }), "{o:?}");
     }
 
-    #[tokio::test]
-    async fn a_webhook_is_retried_on_5xx_and_delivered() {
+    /// A webhook receiver on `ip`: its address and the number of calls it got; it answers
+    /// 502 to the first `fail` calls, then 204.
+    async fn receiver(ip: std::net::IpAddr, fail: u32) -> (std::net::SocketAddr, Arc<AtomicU32>) {
         let calls = Arc::new(AtomicU32::new(0));
         let c = calls.clone();
         let app = axum::Router::new().route(
@@ -284,7 +318,7 @@ mod tests {
                     let n = c.fetch_add(1, Ordering::SeqCst);
                     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
                     assert_eq!(v["values"]["kv_usage"], 0.97);
-                    if n < 2 {
+                    if n < fail {
                         axum::http::StatusCode::BAD_GATEWAY
                     } else {
                         axum::http::StatusCode::NO_CONTENT
@@ -292,11 +326,17 @@ mod tests {
                 }
             }),
         );
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let l = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+        (addr, calls)
+    }
+
+    #[tokio::test]
+    async fn a_webhook_is_retried_on_5xx_and_delivered() {
+        let (addr, _) = receiver([127, 0, 0, 1].into(), 2).await;
         let url = format!("http://{addr}/hook");
-        let o = webhook(&url, Duration::from_secs(2), &firing()).await;
+        let o = webhook(&url, Duration::from_secs(2), false, &firing()).await;
         assert_eq!(
             o,
             Outcome::Delivered {
@@ -311,7 +351,93 @@ mod tests {
             .unwrap()
             .port();
         let dead = format!("http://127.0.0.1:{port}/hook");
-        let o = webhook(&dead, Duration::from_millis(200), &firing()).await;
+        let o = webhook(&dead, Duration::from_millis(200), false, &firing()).await;
         assert!(matches!(o, Outcome::Failed { attempts: 4, .. }), "{o:?}");
+    }
+
+    /// The guard's refusal: final at the first attempt, said with what to do.
+    fn assert_refused(o: &Outcome, url: &str) {
+        let Outcome::Failed { error, attempts } = o else {
+            panic!("{url}: {o:?}");
+        };
+        assert_eq!(*attempts, 1, "{url}: {error}");
+        assert!(error.contains("refusing to connect"), "{url}: {error}");
+        assert!(error.contains("--allow-remote"), "{url}: {error}");
+    }
+
+    #[tokio::test]
+    async fn a_webhook_outside_loopback_is_refused_at_dial_time_by_every_spelling() {
+        // 10.0.0.1 written four ways: the URL's text never reaches the guard, the address does
+        // (decimal and hex go to the resolver, which reads them as inet_aton does).
+        for url in [
+            "http://10.0.0.1:9/h",
+            "http://167772161:9/h",
+            "http://0x0a000001:9/h",
+            "http://[::ffff:10.0.0.1]:9/h",
+        ] {
+            let t = std::time::Instant::now();
+            let o = webhook(url, Duration::from_secs(5), false, &firing()).await;
+            assert_refused(&o, url);
+            // Refused before any packet: no connect timeout, no retry pauses.
+            assert!(
+                t.elapsed() < Duration::from_secs(1),
+                "{url}: {:?}",
+                t.elapsed()
+            );
+        }
+        // Loopback by other spellings is loopback: delivered.
+        let (addr, calls) = receiver([127, 0, 0, 1].into(), 0).await;
+        let port = addr.port();
+        for url in [
+            format!("http://0x7f000001:{port}/hook"),
+            format!("http://2130706433:{port}/hook"),
+            format!("http://localhost:{port}/hook"),
+        ] {
+            let o = webhook(&url, Duration::from_secs(2), false, &firing()).await;
+            assert!(o.ok(), "{url}: {o:?}");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    /// This host's own address outside loopback (the source address of its route out), to
+    /// stand for a remote receiver that really answers; `None` without such a route.
+    fn outside_loopback() -> Option<std::net::IpAddr> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+        // A UDP connect sends nothing: it only picks the route and the source address.
+        s.connect("192.0.2.1:9").ok()?;
+        let ip = s.local_addr().ok()?.ip();
+        (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+    }
+
+    #[tokio::test]
+    async fn allow_remote_lets_a_webhook_reach_a_receiver_outside_loopback() {
+        let Some(ip @ std::net::IpAddr::V4(v4)) = outside_loopback() else {
+            eprintln!("skipped: this host has no IPv4 address outside loopback");
+            return;
+        };
+        let (addr, calls) = receiver(ip, 0).await;
+        let port = addr.port();
+        // The address as written, and as one decimal number (through the resolver).
+        for url in [
+            format!("http://{addr}/hook"),
+            format!("http://{}:{port}/hook", u32::from(v4)),
+        ] {
+            let o = webhook(&url, Duration::from_secs(2), false, &firing()).await;
+            assert_refused(&o, &url);
+            let o = webhook(&url, Duration::from_secs(2), true, &firing()).await;
+            assert_eq!(
+                o,
+                Outcome::Delivered {
+                    status: 204,
+                    attempts: 1
+                },
+                "{url}"
+            );
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "a refused webhook sent nothing"
+        );
     }
 }

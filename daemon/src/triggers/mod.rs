@@ -16,7 +16,7 @@
 //!     "t.yaml",
 //! )
 //! .unwrap();
-//! let started = triggers::start(Engine::new(rules), None);
+//! let started = triggers::start(Engine::new(rules), None, false);
 //! // node_options.observers.push(started.observer);
 //! # drop(started.observer);
 //! let firings = started.runner.await.unwrap(); // once the node has stopped
@@ -410,12 +410,13 @@ pub struct Started {
     pub counts: Arc<Counts>,
 }
 
-/// Starts the action task (needs a tokio runtime) and returns the observer that feeds it.
+/// Starts the action task (needs a tokio runtime) and returns the observer that feeds it;
+/// `allow_remote` lets webhooks connect outside loopback (checked on the address dialled).
 #[must_use]
-pub fn start(engine: Engine, on_done: Option<OnDone>) -> Started {
+pub fn start(engine: Engine, on_done: Option<OnDone>, allow_remote: bool) -> Started {
     let (tx, rx) = mpsc::channel::<Job>(QUEUE);
     let counts = Arc::new(Counts::new(engine.rules()));
-    let runner = tokio::spawn(action::serve(rx, on_done));
+    let runner = tokio::spawn(action::serve(rx, on_done, allow_remote));
     let c = Arc::clone(&counts);
     let mut engine = engine;
     let observer: Observer = Box::new(move |w: &Window, v: &WindowVerdict| {
@@ -440,20 +441,17 @@ pub fn start(engine: Engine, on_done: Option<OnDone>) -> Started {
     }
 }
 
-/// Webhooks outside loopback are refused unless `allow_remote`.
+/// Webhooks outside loopback are refused unless `allow_remote`, before anything starts: asked
+/// of the guard that every webhook connection goes through ([`crate::loadgen::dial`]), which
+/// checks again on the address it dials.
 pub fn check_remote(rules: &[Rule], allow_remote: bool) -> Result<(), String> {
-    if allow_remote {
-        return Ok(());
-    }
     for r in rules {
-        if let Action::Webhook(url) = &r.action {
-            let host = rule::webhook_host(url);
-            if !crate::loadgen::scenario::is_loopback(&host) {
-                return Err(format!(
-                    "trigger `{}`: webhook {url} is not on loopback; give --allow-remote to send it there",
-                    r.name
-                ));
-            }
+        if let Action::Webhook(url) = &r.action
+            && let Ok(uri) = url.parse::<hyper::Uri>()
+            && let Ok((host, port)) = crate::loadgen::dial::host_port(&uri)
+            && let Err(e) = crate::loadgen::dial::check_blocking(&host, port, allow_remote)
+        {
+            return Err(format!("trigger `{}`: webhook {url}: {e}", r.name));
         }
     }
     Ok(())

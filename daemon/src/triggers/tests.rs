@@ -212,13 +212,25 @@ fn files_are_checked_with_their_lines() {
         "triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://localhost:9/h'}\n",
     );
     check_remote(&local, false).unwrap();
+    // Before anything starts, the guard that dials them judges every spelling by address.
+    let hook = |url: &str| {
+        rules(&format!(
+            "triggers:\n  - {{name: w, when: [kv_usage > 0.9], webhook: '{url}'}}\n"
+        ))
+    };
+    check_remote(&hook("http://0x7f000001:9/h"), false).unwrap();
+    for url in ["http://167772161/h", "http://[::ffff:10.0.0.1]/h"] {
+        let e = check_remote(&hook(url), false).unwrap_err();
+        assert!(e.contains("refusing to connect") && e.contains(url), "{e}");
+        check_remote(&hook(url), true).unwrap();
+    }
 }
 
 #[tokio::test]
 async fn the_observer_counts_and_the_runner_returns_outcomes() {
     let r =
         rules("triggers:\n  - {name: kv, when: [kv_usage >= 0.9], run: [/bin/sh, -c, 'exit 0']}\n");
-    let started = start(Engine::new(r), None);
+    let started = start(Engine::new(r), None, false);
     let mut observer = started.observer;
     for i in 0..4 {
         let kv = if i == 1 || i == 3 { 0.95 } else { 0.2 };

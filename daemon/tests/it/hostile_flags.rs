@@ -43,12 +43,12 @@ fn bad_numbers_in_flags_are_one_line_errors_not_panics() {
         ),
         (
             &["--duration", "1s", "--max-in-flight", "0"][..],
-            1,
+            2,
             "max_in_flight must be 1..=",
         ),
         (
             &["--duration", "1s", "--max-in-flight", "2305843009213693951"][..],
-            1,
+            2,
             "max_in_flight must be 1..=",
         ),
         (

@@ -35,6 +35,7 @@ mod sim_common;
 mod sim_fixed;
 mod sim_kv_pressure;
 mod sim_process;
+mod stress_flags;
 mod stress_html;
 mod stress_models;
 mod stress_otlp;
