@@ -33,7 +33,8 @@ N_CTX_TRAIN = 8192
 
 # Pieces of the SentencePiece-style vocabulary after the specials and the 256 byte tokens:
 # characters, "▁"-prefixed characters and words, so ordinary English splits into a few tokens
-# per word, as it does with a real llama vocabulary.
+# per word, as it does with a real llama vocabulary; every word of inferscope's synthetic
+# prompts (loadgen/dataset.rs) is one token, so a prompt of N words is about N tokens.
 WORDS = """the of and to in is that for it as with was on be by this are at from or an
 have not which but all they one can has more will their we about there when so what if up out
 who them some time other into only its then two first would like these than over also new any
@@ -41,7 +42,9 @@ after our most made where many may such long way down should because each just t
 too very well good much before great through back years where know take year your could work
 part place same number little world even great under give most need house question system model
 cache memory token queue latency request server engine batch slot prompt answer kernel network
-gpu cpu thread socket stream vector index search rank embed tool call service pipeline""".split()
+gpu cpu thread socket stream vector index search rank embed tool call service pipeline
+latency memory question explain summarise graph data load value error result compute layer json
+ticket""".split()
 
 
 def vocabulary():
@@ -58,10 +61,14 @@ def vocabulary():
         pieces += [c, "\u2581" + c]
     seen = set()
     for w in WORDS:
-        for p in (w, "\u2581" + w):
-            if p not in seen:
-                seen.add(p)
-                pieces.append(p)
+        # SentencePiece merges adjacent pieces pairwise, so a word is reachable only through
+        # its prefixes: "▁m", "▁mo", ..., "▁model".
+        for word in (w, "\u2581" + w):
+            for end in range(2, len(word) + 1):
+                p = word[:end]
+                if p not in seen:
+                    seen.add(p)
+                    pieces.append(p)
     pieces.append("\u2581")
     # Longer pieces score higher so the tokenizer prefers whole words.
     for p in pieces:

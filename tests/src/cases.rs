@@ -137,6 +137,7 @@ pub fn llm(baseline_rps: f64, peak_rps: f64, output_tokens: u32) -> Load {
         input_tokens: 128,
         output_tokens,
         peak_input_tokens: None,
+        peak_output_tokens: None,
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Load {
     pub output_tokens: u32,
     /// Prompt size of the peak phase, when it differs from `input_tokens`.
     pub peak_input_tokens: Option<u32>,
+    /// Answer size of the peak phase, when it differs from `output_tokens`.
+    pub peak_output_tokens: Option<u32>,
 }
 
 #[must_use]
@@ -35,18 +37,21 @@ pub fn scenario(name: &str, target: &str, l: &Load) -> String {
             "  - name: {phase}\n    duration: {secs}s\n    load: {{shape: constant, rate: {rate}}}\n    request: {{endpoint: chat, model: inferscope-sim, dataset: {dataset}, stream: true}}\n"
         )
     };
-    let dataset = |dataset: &str, input: u32| {
+    let dataset = |dataset: &str, input: u32, output: u32| {
         format!(
-            "  {dataset}:\n    synthetic:\n      input_tokens: {{mean: {input}, stddev: {}}}\n      output_tokens: {{mean: {}, stddev: {}}}\n      count: 500\n",
+            "  {dataset}:\n    synthetic:\n      input_tokens: {{mean: {input}, stddev: {}}}\n      output_tokens: {{mean: {output}, stddev: {}}}\n      count: 500\n",
             input / 8,
-            l.output_tokens,
-            l.output_tokens / 8,
+            output / 8,
         )
     };
     format!(
         "name: e2e-{name}\ntarget: {target}\ntimeout: 30s\ngrace: 2s\nseed: 7\ndatasets:\n{}{}phases:\n{}{}{}",
-        dataset("chat", l.input_tokens),
-        dataset("peak", l.peak_input_tokens.unwrap_or(l.input_tokens)),
+        dataset("chat", l.input_tokens, l.output_tokens),
+        dataset(
+            "peak",
+            l.peak_input_tokens.unwrap_or(l.input_tokens),
+            l.peak_output_tokens.unwrap_or(l.output_tokens)
+        ),
         phase("baseline", BASELINE.as_secs(), l.baseline_rps, "chat"),
         phase("peak", PEAK.as_secs(), l.peak_rps, "peak"),
         // Requests queued at the peak drain here, with the generator still sending (windows

@@ -12,6 +12,7 @@ use crate::{
     engine::{Config, LlamaServer, MODEL},
     explain::{BASELINE, FIRST, Load, PEAK, Stress, loopback, scenario},
     faults::{CpuQuota, RandomLoss},
+    NetNs,
 };
 
 /// The llama.cpp cases.
@@ -20,7 +21,7 @@ pub fn all() -> Vec<Case> {
     vec![
         Case {
             name: "llamacpp-queue",
-            mechanism: "llama-server, 2 slots, 1 -> 8 req/s of 64 tokens: requests wait for a free slot (llamacpp:requests_deferred)",
+            mechanism: "llama-server, 2 slots, 1 -> 4 req/s of 64 tokens: requests wait for a free slot (llamacpp:requests_deferred)",
             expected: "queue",
             run: queue,
         },
@@ -31,14 +32,14 @@ pub fn all() -> Vec<Case> {
             run: cpu_quota,
         },
         Case {
-            name: "llamacpp-loss",
-            mechanism: "llama-server, nftables drops 10% of its segments on loopback, 2 req/s",
+            name: "llamacpp-loss-netns",
+            mechanism: "llama-server in a netns, nftables drops 15% of segments both ways on its veth, 2 req/s (it closes every connection after a stream, so loss hits connects as well as streams)",
             expected: "network",
-            run: loss,
+            run: loss_netns,
         },
         Case {
             name: "llamacpp-kv-exhausted",
-            mechanism: "llama-server, one KV pool of 1,024 tokens shared by 4 slots (--kv-unified), 1 -> 6 req/s of 128+256 tokens: the pool fills, decode finds no free cell at batch size 1 and every running request fails with \"Context size has been exceeded.\"",
+            mechanism: "llama-server, one KV pool of 512 tokens shared by 4 slots (--kv-unified), 0.5 req/s of 128+32 tokens, then 1 req/s of 128+256: two sequences no longer fit, decode finds no free cell at batch size 1 and every running request fails with \"Context size has been exceeded.\"",
             expected: "errors",
             run: kv_exhausted,
         },
@@ -85,26 +86,31 @@ fn run(name: &str, cfg: &Config, load: &Load) -> Value {
 }
 
 fn queue() -> Value {
-    run("llama-queue", &Config::slots(2), &llm(1.0, 8.0, 64))
+    run("llama-queue", &Config::slots(2), &llm(1.0, 4.0, 64))
 }
 
 fn healthy(rps: f64) -> Value {
     run("llama-healthy", &Config::slots(8), &llm(rps, rps, 32))
 }
 
-/// 4 slots decoding 128-token prompts into 256-token answers need up to 1,536 cells; the one
-/// pool has 1,024. llama.cpp (tools/server/server-context.cpp, the decode loop) first evicts
-/// idle slots' cached prompts and halves the batch; when a batch of one still finds no free
-/// cell it fails every processing slot with "Context size has been exceeded." and clears them.
-/// It has no preemption and no swap: KV exhaustion is an error, not a wait.
+/// One KV pool of 512 cells for 4 slots: a baseline request (128 + 32 tokens) fits twice over,
+/// a peak request (128 + 256) once. llama.cpp (tools/server/server-context.cpp, the decode
+/// loop) first evicts idle slots' cached prompts and halves the batch; when a batch of one
+/// still finds no free cell it fails every processing slot with "Context size has been
+/// exceeded." and clears them. It has no preemption and no swap: KV exhaustion is an error,
+/// not a wait.
 fn kv_exhausted() -> Value {
     let cfg = Config {
         slots: 4,
-        ctx: 1024,
+        ctx: 512,
         unified: true,
         threads: 1,
     };
-    run("llama-kv", &cfg, &llm(1.0, 6.0, 256))
+    let load = Load {
+        peak_output_tokens: Some(256),
+        ..llm(0.5, 1.0, 32)
+    };
+    run("llama-kv", &cfg, &load)
 }
 
 /// The server at `rps` throughout, returned once the baseline ran: the caller makes the fault.
@@ -117,6 +123,13 @@ fn past_baseline(name: &str, rps: f64) -> (LlamaServer, Stress) {
         FIRST,
         &[],
     );
+    wait_for_tokens(&server);
+    std::thread::sleep(BASELINE);
+    (server, stress)
+}
+
+/// Waits until the server generated its first tokens (the load reached it).
+fn wait_for_tokens(server: &LlamaServer) {
     let deadline = std::time::Instant::now() + Duration::from_mins(1);
     while server.metric("tokens_predicted_total").unwrap_or(0.0) <= 0.0 {
         assert!(
@@ -125,8 +138,6 @@ fn past_baseline(name: &str, rps: f64) -> (LlamaServer, Stress) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(BASELINE);
-    (server, stress)
 }
 
 fn cpu_quota() -> Value {
@@ -140,12 +151,40 @@ fn cpu_quota() -> Value {
     r
 }
 
-fn loss() -> Value {
-    let (server, stress) = past_baseline("llama-loss", 2.0);
-    let loss = RandomLoss::from_port(server.addr.port(), 10);
-    std::thread::sleep(PEAK);
-    drop(loss);
-    let r = stress.finish_with_report();
+/// Loss of the netns case, both ways. A stream of small segments recovers most losses within
+/// a token's time (the next segments' duplicate ACKs, RACK): 5% both ways stalled 1 request in
+/// 20 here, a handshake's 1 s SYN timeout. Lost handshakes and final segments are what llama.cpp's
+/// users feel, as it opens a connection per stream.
+const LOSS_PERCENT: u32 = 15;
+
+/// In a namespace of its own, so that loss can take both directions on its veth: requests and
+/// answers, and the handshakes of the connections llama-server closes after every stream.
+fn loss_netns() -> Value {
+    let ns = NetNs::create("llamaloss");
+    let addr = std::net::SocketAddr::from((NetNs::NS_ADDR, 8000));
+    let server = LlamaServer::start(
+        &["ip", "netns", "exec", &ns.name, "nice", "-n", &FIRST.to_string()],
+        addr,
+        &Config::slots(4),
+    );
+    let pid = server.pid().to_string();
+    let name = "llama-lossns";
+    let stress = Stress::start(
+        name,
+        &engine_scenario(name, &server, &llm(2.0, 2.0, 32)),
+        None,
+        FIRST,
+        &["--allow-remote", "--pid", &pid],
+    );
+    wait_for_tokens(&server);
+    std::thread::sleep(BASELINE);
+    let r = {
+        let loss = RandomLoss::on_device(&ns.name, &ns.ns_dev, LOSS_PERCENT);
+        std::thread::sleep(PEAK);
+        drop(loss);
+        stress.finish_with_report()
+    };
     drop(server);
+    drop(ns);
     r
 }

@@ -58,6 +58,7 @@ fn queue_bound_is_queue() {
             input_tokens: 128,
             output_tokens: 256,
             peak_input_tokens: None,
+            peak_output_tokens: None,
         },
     );
     assert_peak(
@@ -126,6 +127,7 @@ fn cpu_hogs_on_the_engine_cpu_are_cpu_runqueue() {
             input_tokens: 128,
             output_tokens: 32,
             peak_input_tokens: None,
+            peak_output_tokens: None,
         },
         2,
         SIM_CPU,
@@ -151,6 +153,7 @@ fn starved_load_generator_is_loadgen_and_untrustworthy() {
             input_tokens: 128,
             output_tokens: 32,
             peak_input_tokens: None,
+            peak_output_tokens: None,
         },
         2,
         LOADGEN_CPU,
@@ -187,6 +190,7 @@ fn gpu_memory_profile_is_gpu_memory() {
             input_tokens: 128,
             output_tokens: 32,
             peak_input_tokens: Some(640),
+            peak_output_tokens: None,
         },
     );
     assert_peak(
@@ -216,6 +220,7 @@ fn congested_link_is_network() {
         input_tokens: 128,
         output_tokens: 32,
         peak_input_tokens: None,
+        peak_output_tokens: None,
     };
     let pid = sim.pid().to_string();
     // The sim is in another network namespace: name its pid (the port is not ours to see).

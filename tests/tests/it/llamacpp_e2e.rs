@@ -51,9 +51,9 @@ fn llama_server_under_a_cpu_quota_is_cpu_runqueue() {
 }
 
 #[test]
-fn loss_on_llama_servers_socket_is_network() {
+fn loss_on_llama_servers_path_is_network() {
     check(
-        "llamacpp-loss",
+        "llamacpp-loss-netns",
         &[],
         &["loss_hit_share", "retransmits", "client_server_gap_ms"],
     );
