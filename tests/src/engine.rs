@@ -5,10 +5,9 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
 };
 
-use crate::http_get;
+use crate::{http_get, wait_ready};
 
 /// `target/engine` of the workspace (where `cargo xtask setup` builds the engine).
 fn dir() -> PathBuf {
@@ -106,22 +105,9 @@ impl LlamaServer {
             })
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        let mut server = Self { child, addr };
-        let deadline = Instant::now() + Duration::from_mins(1);
-        loop {
-            if http_get(addr, "/health").is_some_and(|b| b.contains("ok")) {
-                return server;
-            }
-            if let Some(st) = server.child.try_wait().expect("try_wait") {
-                panic!("llama-server {cmd:?} exited at start: {st}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "llama-server did not become healthy on {addr} within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        wait_ready(&mut child, addr, "/health", "ok", "llama-server");
+        Self { child, addr }
     }
 
     /// Its process id (the prefix commands exec).

@@ -131,6 +131,31 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
     out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
 }
 
+/// Waits up to 60 s until `GET path` on `addr` answers a body containing `ready`; panics when
+/// `child` (called `what`) exits first or the time runs out.
+pub fn wait_ready(
+    child: &mut std::process::Child,
+    addr: std::net::SocketAddr,
+    path: &str,
+    ready: &str,
+    what: &str,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
+    loop {
+        if http_get(addr, path).is_some_and(|b| b.contains(ready)) {
+            return;
+        }
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            panic!("{what} exited at start: {st}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not answer {path} on {addr} within 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// `inferscope sim` in its own process, killed when dropped.
 pub struct Sim {
     child: std::process::Child,
@@ -166,26 +191,13 @@ impl Sim {
             argv.push(std::ffi::OsStr::new(a));
         }
         argv.extend(extra.iter().map(std::ffi::OsStr::new));
-        let child = std::process::Command::new(argv[0])
+        let mut child = std::process::Command::new(argv[0])
             .args(&argv[1..])
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
-        let mut sim = Self { child, addr };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
-        loop {
-            if http_get(addr, "/metrics").is_some_and(|b| b.contains("vllm:")) {
-                return sim;
-            }
-            if let Some(st) = sim.child.try_wait().expect("try_wait") {
-                panic!("the sim {argv:?} exited at start: {st}");
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the sim {argv:?} did not answer /metrics on {addr} within 60 s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        wait_ready(&mut child, addr, "/metrics", "vllm:", &format!("the sim {argv:?}"));
+        Self { child, addr }
     }
 
     /// Its process id (the prefix commands exec, so this is the sim's own).

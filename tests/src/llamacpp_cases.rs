@@ -12,7 +12,7 @@ use crate::{
     engine::{Config, LlamaServer, MODEL},
     explain::{BASELINE, FIRST, Load, PEAK, Stress, loopback, scenario},
     faults::{CpuQuota, RandomLoss},
-    NetNs,
+    Hogs, NetNs,
 };
 
 /// The llama.cpp cases.
@@ -30,6 +30,12 @@ pub fn all() -> Vec<Case> {
             mechanism: "llama-server in a cgroup-v1 cpu group throttled to 10% of a CPU during the peak, 2 req/s",
             expected: "cpu_runqueue",
             run: cpu_quota,
+        },
+        Case {
+            name: "llamacpp-noisy-neighbour",
+            mechanism: "llama-server pinned to CPU 1 at 1 req/s; two busy loops at its own priority join it on CPU 1 during the peak",
+            expected: "cpu_runqueue",
+            run: noisy_neighbour,
         },
         Case {
             name: "llamacpp-loss-netns",
@@ -138,6 +144,32 @@ fn wait_for_tokens(server: &LlamaServer) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Two busy loops at the engine's own niceness on its CPU: each of its threads now waits for
+/// its turn (a third of the CPU), with no quota and nothing in the engine changed.
+fn noisy_neighbour() -> Value {
+    let server = LlamaServer::start(
+        &["taskset", "-c", "1", "nice", "-n", &FIRST.to_string()],
+        loopback(),
+        &Config::slots(4),
+    );
+    let name = "llama-noisy";
+    let stress = Stress::start(
+        name,
+        &engine_scenario(name, &server, &llm(1.0, 1.0, 32)),
+        Some(0),
+        FIRST,
+        &[],
+    );
+    wait_for_tokens(&server);
+    std::thread::sleep(BASELINE);
+    let hogs = Hogs::start_on(2, FIRST, 1);
+    std::thread::sleep(PEAK);
+    drop(hogs);
+    let r = stress.finish_with_report();
+    drop(server);
+    r
 }
 
 fn cpu_quota() -> Value {

@@ -56,7 +56,7 @@ enum Task {
 fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup::all(),
-        Task::Test { args } => setup::all().and_then(|()| test(&args)),
+        Task::Test { args } => setup::base().and_then(|()| test(&args)),
         Task::Demo { engine } => setup::all().and_then(|()| demo::run(&engine)),
         Task::Man => man(),
         Task::Bench { which } => setup::all().and_then(|()| bench::run(which.as_deref())),
@@ -83,6 +83,21 @@ fn man() -> anyhow::Result<()> {
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {
+    // The engine (a C++ build of many minutes when cold) builds while cargo compiles the tests:
+    // cargo's serial tail (the daemon crate, linking) leaves a CPU free for it.
+    let engine = std::thread::spawn(engine::setup);
+    let compiled = run::status(&mut run::cargo(&[
+        "test",
+        "--workspace",
+        "--exclude",
+        "probe-ebpf",
+        "--no-run",
+    ]));
+    let engine = engine
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the engine build panicked")));
+    compiled?;
+    engine?;
     // --no-fail-fast: one CI run reports every failing test binary, not just the first.
     let mut cmd = run::cargo(&[
         "test",

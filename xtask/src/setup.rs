@@ -30,12 +30,17 @@ const DEBIAN_PACKAGES: [(&str, &str); 10] = [
 const PYTHON_PACKAGES: [&str; 3] = ["openai", "chromadb", "numpy"];
 
 pub fn all() -> anyhow::Result<()> {
+    base()?;
+    crate::engine::setup()
+}
+
+/// Everything but the engine (which `cargo xtask test` builds while cargo compiles).
+pub fn base() -> anyhow::Result<()> {
     rust_src()?;
     bpf_linker()?;
     mounts();
     debian_packages()?;
-    python_venv()?;
-    crate::engine::setup()
+    python_venv()
 }
 
 /// Prints what a step did.
