@@ -196,7 +196,13 @@ impl Sim {
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
-        wait_ready(&mut child, addr, "/metrics", "vllm:", &format!("the sim {argv:?}"));
+        wait_ready(
+            &mut child,
+            addr,
+            "/metrics",
+            "vllm:",
+            &format!("the sim {argv:?}"),
+        );
         Self { child, addr }
     }
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::{
+    Hogs, NetNs,
     cases::{Case, llm},
     engine::{Config, LlamaServer, MODEL},
     explain::{BASELINE, FIRST, Load, PEAK, Stress, loopback, scenario},
     faults::{CpuQuota, RandomLoss},
-    Hogs, NetNs,
 };
 
 /// The llama.cpp cases.
@@ -195,7 +195,15 @@ fn loss_netns() -> Value {
     let ns = NetNs::create("llamaloss");
     let addr = std::net::SocketAddr::from((NetNs::NS_ADDR, 8000));
     let server = LlamaServer::start(
-        &["ip", "netns", "exec", &ns.name, "nice", "-n", &FIRST.to_string()],
+        &[
+            "ip",
+            "netns",
+            "exec",
+            &ns.name,
+            "nice",
+            "-n",
+            &FIRST.to_string(),
+        ],
         addr,
         &Config::slots(4),
     );

@@ -52,7 +52,11 @@ fn llama_server_under_a_cpu_quota_is_cpu_runqueue() {
 
 #[test]
 fn a_noisy_neighbour_on_llama_servers_cpu_is_cpu_runqueue() {
-    check("llamacpp-noisy-neighbour", &[], &["runq_p99_us", "runq_mean_us"]);
+    check(
+        "llamacpp-noisy-neighbour",
+        &[],
+        &["runq_p99_us", "runq_mean_us"],
+    );
 }
 
 #[test]
