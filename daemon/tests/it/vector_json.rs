@@ -281,7 +281,7 @@ async fn an_index_rebuild_shows_as_latency_spikes_in_the_health_view() {
     let s = scenario(&format!(
         "target: http://{}\nphases:
   - name: rebuild
-    duration: 6s
+    duration: 12s
     load: {{shape: constant, rate: 20}}
     request: {{endpoint: vector_search, top_k: 5, recall_sample: 50%}}
     events: [{{at: 2s, path: /v1/vector/rebuild}}]
@@ -293,8 +293,10 @@ async fn an_index_rebuild_shows_as_latency_spikes_in_the_health_view() {
         .unwrap();
     let v = r.phases[0].vector.as_ref().unwrap();
     let at: Vec<f64> = v.spikes.iter().map(|x| x.start_s).collect();
+    // Spikes are seconds over 3x the median second: the phase is long enough that the rebuild's
+    // seconds stay a minority even when a busy machine (parallel tests) stretches it.
     assert!(
-        !at.is_empty() && at.iter().all(|s| (2.0..=4.0).contains(s)),
+        !at.is_empty() && at.iter().all(|s| (2.0..=8.0).contains(s)),
         "{at:?} {:?}",
         r.events
     );
