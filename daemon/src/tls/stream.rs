@@ -111,6 +111,9 @@ pub enum Hint {
     WrongName,
     /// The certificate is expired or not yet valid.
     Validity,
+    /// The server presents a CA certificate as its own (basicConstraints `CA:TRUE`, what
+    /// `openssl req -x509` makes by default).
+    CaAsEndEntity,
     /// The peer does not seem to speak TLS at all.
     NotTls,
     /// Nothing specific to advise.
@@ -128,6 +131,9 @@ impl Hint {
             }
             Hint::Validity => {
                 "; the certificate is outside its validity period: check the server's certificate and this host's clock (or --insecure for a test server)"
+            }
+            Hint::CaAsEndEntity => {
+                "; the server presents a CA certificate (basicConstraints CA:TRUE, the default of `openssl req -x509`) as its own, which TLS clients refuse even when it is the one given with --ca-file: re-issue it with `-addext basicConstraints=critical,CA:FALSE` (or --insecure for a test server)"
             }
             Hint::NotTls => {
                 "; the server does not seem to speak TLS on this port (for plain HTTP use http://)"
@@ -197,6 +203,10 @@ fn describe(e: &io::Error) -> (String, Hint) {
                 | CertificateError::ExpiredContext { .. }
                 | CertificateError::NotValidYet
                 | CertificateError::NotValidYetContext { .. } => Hint::Validity,
+                // webpki's own error, which rustls passes through as `Other`.
+                CertificateError::Other(o) if format!("{o:?}").contains("CaUsedAsEndEntity") => {
+                    Hint::CaAsEndEntity
+                }
                 _ => Hint::None,
             },
             rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {

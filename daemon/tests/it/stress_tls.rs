@@ -181,6 +181,44 @@ fn https_targets_are_trusted_refused_or_accepted_loudly() {
     );
 }
 
+/// A self-signed certificate made the usual way (`openssl req -x509 -newkey rsa:2048 -nodes
+/// -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1`): basicConstraints `CA:TRUE`, and
+/// the same certificate given with `--ca-file`. rustls refuses a CA as an end entity; the line
+/// says so and what to do, never a bare rustls error.
+#[test]
+fn an_openssl_default_self_signed_certificate_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let cert = params.self_signed(&key).unwrap();
+    let (cert_path, key_path) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    std::fs::write(dir.path().join("other.pem"), ca("some other CA").1.pem()).unwrap();
+    let sim = SimProcess::start([
+        OsStr::new("--corpus-size"),
+        OsStr::new("50"),
+        OsStr::new("--tls-cert"),
+        cert_path.as_os_str(),
+        OsStr::new("--tls-key"),
+        key_path.as_os_str(),
+    ]);
+    let ca = cert_path.to_str().unwrap();
+    let (code, err, r) = stress(dir.path(), &sim.url, &["--rate", "10", "--ca-file", ca]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(r.phases[0].counts.ok, 0, "{:?}", r.phases[0].counts);
+    let line = err
+        .lines()
+        .find(|l| l.contains("failed with `tls` errors"))
+        .unwrap_or_else(|| panic!("no tls line in {err}"));
+    assert!(line.contains("CA:FALSE"), "{line}");
+    assert!(line.contains("--insecure"), "{line}");
+}
+
 #[test]
 fn bad_tls_files_are_one_line_errors() {
     let pki = Pki::new();
