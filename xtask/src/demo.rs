@@ -12,7 +12,6 @@
 use std::{
     net::TcpStream,
     process::{Child, Command},
-    time::Duration,
 };
 
 use anyhow::{Context as _, bail};
@@ -26,18 +25,7 @@ const ADDR: &str = "127.0.0.1:8000";
 const SIM_ARGS: [&str; 4] = ["--profile", "kv-pressure", "--num-gpu-blocks", "600"];
 /// llama-server flags: 4 slots of 2,048 tokens on one compute thread, so that the scaled
 /// peak fills the slots and requests wait for one (its `requests_deferred`).
-const LLAMA_ARGS: [&str; 10] = [
-    "--parallel",
-    "4",
-    "--ctx-size",
-    "8192",
-    "--threads",
-    "1",
-    "--alias",
-    "random-llama",
-    "--metrics",
-    "--no-webui",
-];
+const LLAMA_ARGS: [&str; 6] = ["--parallel", "4", "--ctx-size", "8192", "--threads", "1"];
 
 /// The server under load, stopped when dropped.
 struct Server(Child);
@@ -88,7 +76,7 @@ pub fn run(engine: &str) -> anyhow::Result<()> {
                 .spawn()
                 .context("starting inferscope sim")?,
         );
-        wait_for(&format!("http://{ADDR}/metrics"))?;
+        run::wait_for_http(&format!("http://{ADDR}/metrics"))?;
         (
             sim,
             "examples/seed-matrix.yaml",
@@ -148,32 +136,15 @@ fn start_llama() -> anyhow::Result<Server> {
         "demo: starting llama.cpp's llama-server {} on {ADDR}",
         LLAMA_ARGS.join(" ")
     );
+    let mut cmd = Command::new(crate::engine::server_bin());
+    crate::engine::serve_args(&mut cmd, host, port);
     let server = Server(
-        Command::new(crate::engine::server_bin())
-            .arg("--model")
-            .arg(crate::engine::model())
-            .args(["--host", host, "--port", port])
-            .args(LLAMA_ARGS)
+        cmd.args(LLAMA_ARGS)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .context("starting llama-server (cargo xtask setup builds it)")?,
     );
-    wait_for(&format!("http://{ADDR}/health"))?;
+    run::wait_for_http(&format!("http://{ADDR}/health"))?;
     Ok(server)
-}
-
-/// Waits up to 60 s until `url` answers 2xx.
-fn wait_for(url: &str) -> anyhow::Result<()> {
-    for _ in 0..600 {
-        if Command::new("curl")
-            .args(["-sf", "-o", "/dev/null", url])
-            .status()
-            .is_ok_and(|s| s.success())
-        {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    bail!("{url} did not answer within 60 s")
 }

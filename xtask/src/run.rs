@@ -54,3 +54,18 @@ pub fn stdout(cmd: &mut Command) -> anyhow::Result<String> {
 pub fn is_root() -> bool {
     stdout(Command::new("id").arg("-u")).is_ok_and(|s| s == "0")
 }
+
+/// Waits up to 60 s until `url` answers 2xx (`curl -sf`).
+pub fn wait_for_http(url: &str) -> anyhow::Result<()> {
+    for _ in 0..600 {
+        if Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", url])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    bail!("{url} did not answer within 60 s")
+}

@@ -365,20 +365,17 @@ impl OwnConn {
         req.headers_mut()
             .entry(hyper::header::HOST)
             .or_insert_with(|| self.host.clone());
+        // Only a reused connection can have been closed under the request: keep a copy then.
         let reused = self.conn.as_ref().is_some_and(|c| !c.0.is_closed());
         let copy = reused.then(|| copy_request(&req));
-        match self.send_once(req).await {
-            Err((_, Some(e))) if closed_before_answer(&e) && copy.is_some() => {
-                let copy = copy.unwrap_or_else(|| unreachable!("checked above"));
-                self.send_once(copy)
-                    .await
-                    .map(|(resp, l, r)| (resp, l, r, true))
-                    .map_err(|(fail, _)| fail)
+        let (sent, resent) = match (self.send_once(req).await, copy) {
+            (Err((_, Some(e))), Some(copy)) if closed_before_answer(&e) => {
+                (self.send_once(copy).await, true)
             }
-            other => other
-                .map(|(resp, l, r)| (resp, l, r, false))
-                .map_err(|(fail, _)| fail),
-        }
+            (first, _) => (first, false),
+        };
+        sent.map(|(resp, l, r)| (resp, l, r, resent))
+            .map_err(|(fail, _)| fail)
     }
 
     /// One send, connecting when there is no open connection. A failed send drops the

@@ -82,25 +82,12 @@ pub fn run() -> anyhow::Result<()> {
 fn llama(cpu: usize) -> anyhow::Result<Server> {
     let port = procs::free_port()?;
     let mut cmd = procs::pinned(cpu, engine::server_bin());
-    cmd.arg("--model")
-        .arg(engine::model())
-        .args(["--alias", "random-llama", "--host", "127.0.0.1"])
-        .args(["--port", &port.to_string()])
-        .args(["--parallel", "8", "--ctx-size", "8192", "--threads", "1"])
-        .args(["--metrics", "--no-webui"]);
+    engine::serve_args(&mut cmd, "127.0.0.1", &port.to_string());
+    cmd.args(["--parallel", "8", "--ctx-size", "8192", "--threads", "1"]);
     let server = Server::start(cmd, format!("127.0.0.1:{port}"), "llama-server")?;
     // The port opens before the model is loaded: wait for /health.
-    for _ in 0..600 {
-        if std::process::Command::new("curl")
-            .args(["-sf", &format!("http://{}/health", server.addr)])
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return Ok(server);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    anyhow::bail!("llama-server did not become healthy within 60 s")
+    crate::run::wait_for_http(&format!("http://{}/health", server.addr))?;
+    Ok(server)
 }
 
 fn sim(cpu: usize) -> anyhow::Result<Server> {
