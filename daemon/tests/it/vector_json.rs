@@ -300,8 +300,10 @@ async fn an_index_rebuild_shows_as_latency_spikes_in_the_health_view() {
         "{at:?} {:?}",
         r.events
     );
+    // The rebuild's own seconds are hundreds of ms; the seconds after it, while the backlog
+    // drains, may be spikes too (over 3x the median) at a few tens of ms.
     assert!(
-        v.spikes.iter().all(|x| x.e2e_mean_ms > 100.0),
+        v.spikes.iter().any(|x| x.e2e_mean_ms > 100.0),
         "{:?}",
         v.spikes
     );
