@@ -3,9 +3,11 @@
 //! Data flows one way: `probes -> collect -> attribute -> export`; see `docs/design.md`.
 
 pub mod api;
+pub mod atomic;
 pub mod attribute;
 pub mod clock;
 pub mod collect;
+pub mod dial;
 pub mod export;
 pub mod gpu;
 pub mod loadgen;

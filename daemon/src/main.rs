@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     };
     cli::logging::init(cli.log_format, default_filter);
     // Every connection (load generator) and watched process's file (daemon) is a descriptor.
-    if let Err(e) = inferscope::loadgen::dial::raise_fd_limit() {
+    if let Err(e) = inferscope::dial::raise_fd_limit() {
         eprintln!("inferscope: cannot raise the open-file limit: {e}");
     }
     let result = match cli.command {

@@ -15,8 +15,9 @@ use tokio_util::sync::CancellationToken;
 use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 use crate::{
     clock::unix_ms,
+    dial::is_loopback,
     export::otlp::{OtlpExporter, Sampler, live},
-    loadgen::{self, Options, Scenario, Stop, StopKind, models, scenario::is_loopback},
+    loadgen::{self, Options, Scenario, Stop, StopKind, models},
     tls::TlsOptions,
 };
 

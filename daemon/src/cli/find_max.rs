@@ -5,7 +5,7 @@ use std::{path::Path, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use inferscope::{
-    export::atomic,
+    atomic,
     loadgen::{
         Options, Scenario,
         knee::{self, Knob, Outcome, Overrides, SearchSpec, SearchStop},

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use inferscope::export::{atomic, report::load_only};
 use inferscope::loadgen;
+use inferscope::{atomic, export::report::load_only};
 
 /// The `--html` flag.
 #[derive(clap::Args, Debug, Clone, Default)]

@@ -18,7 +18,7 @@ use std::sync::{
 };
 
 use anyhow::{Context as _, bail};
-use inferscope::export::atomic;
+use inferscope::atomic;
 use inferscope::loadgen::{
     self, Endpoint, Options, Scenario, Shard, StopKind,
     client::Target,

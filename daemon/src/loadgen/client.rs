@@ -18,10 +18,8 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
 };
 
-use super::{
-    dial::{self, GuardedConnector},
-    record::{ErrorClass, RequestRecord},
-};
+use super::record::{ErrorClass, RequestRecord};
+use crate::dial::{self, GuardedConnector};
 use crate::tls::{self, ConnectError, TlsConnector, TlsError, TlsOptions};
 
 type Hyper = Client<TlsConnector<GuardedConnector>, Full<Bytes>>;

@@ -17,6 +17,7 @@ use std::{
 use std::panic::AssertUnwindSafe;
 
 use crate::clock::{self, RunClock};
+use crate::dial::is_loopback;
 
 use futures_util::FutureExt as _;
 use hyper::Method;
@@ -39,7 +40,7 @@ use super::{
         VectorInfo,
     },
     request::{Executed, PhaseCtx, Prepared},
-    scenario::{CapPolicy, Phase, Scenario, is_loopback},
+    scenario::{CapPolicy, Phase, Scenario},
     shard::Shard,
     tally::{self, Msg},
     vector::{ApiKind, health, setup, truth::Pending, truth::Truth},

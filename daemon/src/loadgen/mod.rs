@@ -26,7 +26,6 @@ pub mod client;
 pub mod complexity;
 pub mod conversation;
 pub mod dataset;
-pub mod dial;
 pub mod engine;
 pub mod failures;
 pub mod files;

@@ -24,9 +24,10 @@ use super::{
     Options, Scenario,
     client::{Target, build_client},
     record::Endpoint,
-    scenario::{Phase, is_loopback},
+    scenario::Phase,
     template::JsonTemplate,
 };
+use crate::dial::is_loopback;
 
 /// Where the `OpenAI` API lists its models.
 pub const MODELS_PATH: &str = "/v1/models";

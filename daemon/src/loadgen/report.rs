@@ -307,7 +307,7 @@ impl StressReport {
     /// Writes the JSON report (pretty-printed) to `path`.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         // Complete or absent: a temporary file beside it, flushed, synced and renamed.
-        crate::export::atomic::write_atomic(path, |w| {
+        crate::atomic::write_atomic(path, |w| {
             serde_json::to_writer(w, self).map_err(std::io::Error::other)
         })
     }

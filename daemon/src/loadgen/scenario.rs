@@ -10,7 +10,6 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use serde::Deserialize;
 
 pub use super::shape::Load;
-pub use super::validate::is_loopback;
 use super::{
     dataset::{Dataset, DatasetSpec},
     limits::{

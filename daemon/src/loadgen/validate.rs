@@ -482,15 +482,6 @@ fn read_trace(files: Files<'_>, name: &Path, speed: f64) -> Result<Vec<Duration>
     })
 }
 
-/// Whether `host` is loopback (`localhost`, `127.0.0.0/8`, `::1`).
-#[must_use]
-pub fn is_loopback(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// `serde_norway` places our own validation errors at the start of the enclosing mapping;
 /// when the message quotes the offending text, point at that text instead.
 fn refine(src: &str, at: (usize, usize), msg: &str) -> (usize, usize) {

@@ -11,7 +11,7 @@
 //! - `webhook: URL`: the firing as a JSON body, `POST`ed; each attempt has the timeout; a
 //!   connection error, a timeout, a 429 or a 5xx is retried [`RETRIES`] times after 0.25 s,
 //!   0.5 s and 1 s; other statuses are final. The connection is opened through the load
-//!   generator's guard ([`crate::loadgen::dial`]): the address actually dialled must be on
+//!   generator's guard ([`crate::dial`]): the address actually dialled must be on
 //!   loopback unless remote targets are allowed, whatever the URL's spelling; a refusal is
 //!   final.
 
@@ -23,7 +23,7 @@ use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use tokio::{sync::mpsc, task::JoinSet};
 
 use super::{Firing, Outcome, rule::Action};
-use crate::loadgen::dial::{DialError, GuardedConnector};
+use crate::dial::{DialError, GuardedConnector};
 
 /// Retries of a webhook after its first attempt.
 pub const RETRIES: u32 = 3;

@@ -442,14 +442,14 @@ pub fn start(engine: Engine, on_done: Option<OnDone>, allow_remote: bool) -> Sta
 }
 
 /// Webhooks outside loopback are refused unless `allow_remote`, before anything starts: asked
-/// of the guard that every webhook connection goes through ([`crate::loadgen::dial`]), which
+/// of the guard that every webhook connection goes through ([`crate::dial`]), which
 /// checks again on the address it dials.
 pub fn check_remote(rules: &[Rule], allow_remote: bool) -> Result<(), String> {
     for r in rules {
         if let Action::Webhook(url) = &r.action
             && let Ok(uri) = url.parse::<hyper::Uri>()
-            && let Ok((host, port)) = crate::loadgen::dial::host_port(&uri)
-            && let Err(e) = crate::loadgen::dial::check_blocking(&host, port, allow_remote)
+            && let Ok((host, port)) = crate::dial::host_port(&uri)
+            && let Err(e) = crate::dial::check_blocking(&host, port, allow_remote)
         {
             return Err(format!("trigger `{}`: webhook {url}: {e}", r.name));
         }

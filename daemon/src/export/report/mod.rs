@@ -236,7 +236,7 @@ impl Report {
 
 // Atomic: a reader (or a crash) sees the old file or the complete new one, never a torn one.
 fn write(path: &Path, text: &str) -> Result<(), ReportError> {
-    crate::export::atomic::write_bytes(path, text.as_bytes()).map_err(|source| ReportError::Io {
+    crate::atomic::write_bytes(path, text.as_bytes()).map_err(|source| ReportError::Io {
         path: path.to_owned(),
         source,
     })

@@ -279,6 +279,15 @@ fn socket_keepalive(s: &TcpStream) -> io::Result<()> {
     }
 }
 
+/// Whether `host` is loopback (`localhost`, `127.0.0.0/8`, `::1`).
+#[must_use]
+pub fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
