@@ -11,6 +11,7 @@ pub mod dial;
 pub mod export;
 pub mod gpu;
 pub mod loadgen;
+pub mod measure;
 pub mod probes;
 pub mod scrape;
 pub mod sim;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::signals::Signal;
 use crate::collect::timeline::{Timeline, Window};
-use crate::loadgen::Endpoint;
+use crate::measure::Endpoint;
 
 /// Windows taken as the baseline when the time line has no phases.
 pub const DEFAULT_BASELINE_WINDOWS: usize = 5;

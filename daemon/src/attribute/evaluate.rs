@@ -233,7 +233,7 @@ fn error_classes(ctx: &Ctx<'_>) -> Vec<Evidence> {
         return Vec::new();
     };
     let failed: u64 = load.error_classes.values().sum();
-    let mut classes: Vec<(&crate::loadgen::ErrorClass, &u64)> = load.error_classes.iter().collect();
+    let mut classes: Vec<(&crate::measure::ErrorClass, &u64)> = load.error_classes.iter().collect();
     classes.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
     classes
         .into_iter()

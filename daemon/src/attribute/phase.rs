@@ -10,7 +10,7 @@ use super::baseline::{Baseline, Baselines, NOISE_SIGMAS, median};
 use super::signals::Signal;
 use super::verdict::{Cause, CauseScore, Evidence, Missing};
 use crate::collect::timeline::{Quantiles, Timeline, Window};
-use crate::loadgen::ErrorClass;
+use crate::measure::ErrorClass;
 
 /// Least share of a phase's windows for a cause to be its dominant verdict.
 pub const DOMINANT_MIN_SHARE: f64 = 0.25;

@@ -290,7 +290,7 @@ impl Signal {
             S::E2eP99Ms => load?.e2e_ms.map(|q| q.p99),
             S::RecallMean => load?.recall_mean,
             S::VectorShare => Some(f64::from(u8::from(
-                load?.endpoint? == crate::loadgen::Endpoint::VectorSearch,
+                load?.endpoint? == crate::measure::Endpoint::VectorSearch,
             ))),
             S::PhaseEvents => Some(load?.phase_events_before as f64),
             S::ErrorRate => load

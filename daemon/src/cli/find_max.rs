@@ -10,8 +10,8 @@ use inferscope::{
         Options, Scenario,
         knee::{self, Knob, Outcome, Overrides, SearchSpec, SearchStop},
         scenario::Load,
-        slo::Slo,
     },
+    measure::slo::Slo,
 };
 use tokio_util::sync::CancellationToken;
 

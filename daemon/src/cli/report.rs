@@ -6,7 +6,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
-use inferscope::{export::report::Report, loadgen::merge};
+use inferscope::{export::report::Report, measure::merge};
 
 /// Arguments of `inferscope report`.
 #[derive(clap::Args)]

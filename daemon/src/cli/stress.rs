@@ -22,12 +22,12 @@ use inferscope::atomic;
 use inferscope::loadgen::{
     self, Endpoint, Options, Scenario, Shard, StopKind,
     client::Target,
-    failures, models,
+    models,
     overrides::{Overrides, PhaseFlag},
     scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
-    slo::Slo,
     template::{JsonTemplate, Template},
 };
+use inferscope::measure::{failures, slo::Slo};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 

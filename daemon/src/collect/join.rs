@@ -10,7 +10,7 @@
 use std::{collections::HashMap, net::SocketAddr};
 
 use super::kernel::{Exchange, Retransmit};
-use crate::loadgen::{RequestRecord, StressReport};
+use crate::measure::{RequestRecord, StressReport};
 
 /// Exchanges indexed by client address.
 pub struct Exchanges<'a> {
@@ -136,7 +136,7 @@ impl Joined<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadgen::Endpoint;
+    use crate::measure::Endpoint;
 
     /// A run that started at monotonic time 0, so record times are kernel times.
     fn report() -> StressReport {

@@ -9,7 +9,7 @@ use super::{
     stats::{quantile, quantiles},
     timeline::{LoadSignals, Mark, Timeline},
 };
-use crate::loadgen::{Endpoint, ErrorClass, RequestRecord, StressReport};
+use crate::measure::{Endpoint, ErrorClass, RequestRecord, StressReport};
 
 /// Unix ms of a record time (µs since the run's start).
 fn unix_ms(report: &StressReport, us: u64) -> u64 {
@@ -222,7 +222,7 @@ fn add(a: &mut Acc, r: &RequestRecord) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadgen::{Endpoint, PhaseReport};
+    use crate::measure::{Endpoint, PhaseReport};
 
     fn phase(name: &str, rate: f64) -> PhaseReport {
         let summary = serde_json::json!({"count": 0, "mean": 0.0, "p50": 0.0, "p90": 0.0, "p95": 0.0, "p99": 0.0, "p999": 0.0, "max": 0.0});

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::loadgen::{Endpoint, ErrorClass};
+use crate::measure::{Endpoint, ErrorClass};
 
 /// p50/p95/p99/max of one distribution in one window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -1,6 +1,6 @@
 //! JSON Schemas (draft 2020-12) of the two report formats, generated from the report types
 //! themselves (schemars reads their serde attributes), so a schema cannot drift from what is
-//! written: `stress --out report.json` ([`crate::loadgen::StressReport`]) and the explained
+//! written: `stress --out report.json` ([`crate::measure::StressReport`]) and the explained
 //! `report.json` of `stress --explain` ([`crate::export::report::Report`]). Checked in under
 //! `docs/schema/`; a test fails when the checked-in files differ from the generated ones
 //! (`INFERSCOPE_WRITE_SCHEMA=1 cargo test -p inferscope --lib schema` rewrites them).
@@ -34,7 +34,7 @@ impl Format {
     pub fn schema(self) -> Value {
         let (mut schema, title) = match self {
             Format::Stress => (
-                schemars::schema_for!(crate::loadgen::StressReport),
+                schemars::schema_for!(crate::measure::StressReport),
                 "inferscope stress report (stress --out report.json)",
             ),
             Format::Explain => (

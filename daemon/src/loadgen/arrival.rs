@@ -12,6 +12,7 @@ use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
 use super::limits::HARD_MAX_DURATION;
+use crate::measure::Shard;
 
 /// The open-loop shapes (see `scenario::Load` for the YAML form).
 #[derive(Debug, Clone, PartialEq)]
@@ -252,9 +253,39 @@ pub fn gap_cv(offsets: &[f64]) -> f64 {
     if mean > 0.0 { var.sqrt() / mean } else { 0.0 }
 }
 
+/// A shard's part of a phase's arrivals (see [`Shard`]): deterministic schedules are
+/// interleaved so the shards' union is exactly the whole; random ones divide the rate.
+impl Shard {
+    /// This shard's arrival offsets for a phase of length `duration` (see the module doc),
+    /// produced lazily.
+    pub fn schedule<R: Rng + Clone>(
+        self,
+        a: &Arrival,
+        duration: Duration,
+        rng: &mut R,
+    ) -> Schedule<R> {
+        let n = f64::from(self.count);
+        match a {
+            // Deterministic schedules: interleave the whole one, so the union is exact.
+            Arrival::Constant(_) | Arrival::Ramp { .. } | Arrival::Trace(_) => {
+                Schedule::new(a, duration, rng).every_nth(self.index as usize, self.count as usize)
+            }
+            Arrival::Gamma { rate, burstiness } => Schedule::new(
+                &Arrival::Gamma {
+                    rate: rate / n,
+                    burstiness: *burstiness,
+                },
+                duration,
+                rng,
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loadgen::arrival;
     use rand::{RngCore as _, SeedableRng, rngs::SmallRng};
 
     fn secs(v: &[Duration]) -> Vec<f64> {
@@ -456,5 +487,43 @@ mod tests {
         assert_eq!(e.0, 2, "{e:?}");
         assert!(e.1.contains("7 days"), "{e:?}");
         assert_eq!(parse_trace("0\n1\n", 1e-300).unwrap_err().0, 2);
+    }
+
+    #[test]
+    fn deterministic_schedules_interleave_into_the_whole() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let d = Duration::from_secs(3);
+        for a in [
+            Arrival::Constant(10.0),
+            Arrival::Ramp {
+                from: 2.0,
+                to: 20.0,
+            },
+            Arrival::Trace((0..31).map(|i| Duration::from_millis(i * 90)).collect()),
+        ] {
+            let whole = arrival::schedule(&a, d, &mut rng);
+            let mut union: Vec<Duration> = (0..3)
+                .flat_map(|i| Shard::new(i, 3).unwrap().schedule(&a, d, &mut rng))
+                .collect();
+            union.sort();
+            assert_eq!(union, whole, "{a:?}");
+            let mut first = Shard::new(1, 3).unwrap().schedule(&a, d, &mut rng);
+            assert_eq!(first.next(), Some(whole[1]));
+        }
+    }
+
+    #[test]
+    fn random_rates_are_divided() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let a = Arrival::Gamma {
+            rate: 90.0,
+            burstiness: 1.0,
+        };
+        let s = Shard::new(2, 3).unwrap();
+        let offs = s.schedule(&a, Duration::from_secs(10), &mut rng);
+        assert_eq!(offs.count(), 300);
+        assert!((s.rate(90.0) - 30.0).abs() < 1e-12);
+        assert_ne!(s.seed(5), Shard::new(1, 3).unwrap().seed(5));
+        assert_eq!(Shard::WHOLE.seed(5), 5);
     }
 }

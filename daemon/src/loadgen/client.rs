@@ -18,8 +18,8 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
 };
 
-use super::record::{ErrorClass, RequestRecord};
 use crate::dial::{self, GuardedConnector};
+use crate::measure::record::{ErrorClass, RequestRecord};
 use crate::tls::{self, ConnectError, TlsConnector, TlsError, TlsOptions};
 
 type Hyper = Client<TlsConnector<GuardedConnector>, Full<Bytes>>;

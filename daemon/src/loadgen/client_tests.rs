@@ -12,7 +12,7 @@ use tokio::{
 };
 
 use super::*;
-use crate::loadgen::record::{Endpoint, RequestRecord};
+use crate::measure::record::{Endpoint, RequestRecord};
 
 /// A raw HTTP/1.1 server that announces `Keep-Alive: timeout=5, max=100` but answers only
 /// `answers` requests per connection: it reads the next request and closes without a word,

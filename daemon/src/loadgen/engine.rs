@@ -34,16 +34,20 @@ use super::{
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
     complexity::{self, Shaper},
     conversation::Conversation,
+    request::{Executed, PhaseCtx, Prepared},
+    scenario::{CapPolicy, Phase, Scenario},
+    tally::{self, Msg},
+    vector::{ApiKind, setup, truth::Pending, truth::Truth},
+};
+use crate::measure::vector_health as health;
+
+use crate::measure::{
     record::{ErrorClass, RequestRecord},
     report::{
         EventRecord, PhaseInfo, PhaseReport, SCHEMA, Stop, StopKind, StressReport, VERSION,
         VectorInfo,
     },
-    request::{Executed, PhaseCtx, Prepared},
-    scenario::{CapPolicy, Phase, Scenario},
     shard::Shard,
-    tally::{self, Msg},
-    vector::{ApiKind, health, setup, truth::Pending, truth::Truth},
 };
 
 /// Messages queued between the request tasks and the collector (about 300 bytes each).
@@ -434,7 +438,7 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
             .request
             .retry
             .as_ref()
-            .map(super::resilience::RetrySpec::t_max_ms),
+            .map(super::retry::RetrySpec::t_max_ms),
         vector: ctx.vector.as_ref().map(|v| VectorInfo {
             ef_search: v.ef_search,
             sweep_of: p.sweep_of.clone(),

@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    Options, RunError, Scenario, StressReport,
+use super::{Options, RunError, Scenario, StressReport, scenario::Load};
+
+use crate::measure::{
     metrics::decode_hist,
     report::PhaseReport,
-    scenario::Load,
     slo::{Metric, Series, Slo, Stat},
 };
 
@@ -292,7 +292,7 @@ fn table_header(knob: Knob) -> Vec<String> {
 }
 
 fn table_row(knob: Knob, s: &Step) -> Vec<String> {
-    let lat = |k: &str, q: fn(&super::metrics::Summary) -> f64| {
+    let lat = |k: &str, q: fn(&crate::measure::metrics::Summary) -> f64| {
         s.phase
             .latency_ms
             .get(k)

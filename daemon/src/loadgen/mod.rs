@@ -27,25 +27,18 @@ pub mod complexity;
 pub mod conversation;
 pub mod dataset;
 pub mod engine;
-pub mod failures;
 pub mod files;
 pub mod knee;
 pub mod limits;
-pub mod merge;
-pub mod metrics;
 pub mod models;
 pub mod observe;
 pub mod openai;
 pub mod overrides;
 pub mod progress;
-pub mod record;
-pub mod report;
 pub mod request;
-pub mod resilience;
+pub mod retry;
 pub mod scenario;
 pub mod shape;
-pub mod shard;
-pub mod slo;
 pub mod sse;
 pub mod tally;
 pub mod template;
@@ -53,7 +46,8 @@ pub mod validate;
 pub mod vector;
 
 pub use engine::{Options, RunError, run};
-pub use record::{Endpoint, ErrorClass, RequestRecord};
-pub use report::{PhaseReport, Stop, StopKind, StressReport};
 pub use scenario::{Scenario, ScenarioError};
-pub use shard::Shard;
+// What a run returns, for the callers of `run`: the types themselves live in `measure`.
+pub use crate::measure::{
+    Endpoint, ErrorClass, PhaseReport, RequestRecord, Shard, Stop, StopKind, StressReport,
+};

@@ -23,11 +23,12 @@ use hyper::Method;
 use super::{
     Options, Scenario,
     client::{Target, build_client},
-    record::Endpoint,
     scenario::Phase,
     template::JsonTemplate,
 };
+
 use crate::dial::is_loopback;
+use crate::measure::record::Endpoint;
 
 /// Where the `OpenAI` API lists its models.
 pub const MODELS_PATH: &str = "/v1/models";

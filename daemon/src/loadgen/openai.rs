@@ -17,9 +17,10 @@ use serde_json::Value;
 
 use super::{
     client::{Via, fail_status, read_body, send, us_since},
-    record::{ErrorClass, RequestRecord, TokenSource},
     sse::{SseParser, Tail},
 };
+
+use crate::measure::record::{ErrorClass, RequestRecord, TokenSource};
 
 /// Content chunks one answer may carry (their times are kept: 8 bytes each).
 pub const MAX_TOKEN_TIMES: usize = 1 << 20;
@@ -489,7 +490,7 @@ data: [DONE]\n\n";
         assert_eq!(st.token_us.len(), 2);
         assert_eq!((st.usage_output, st.usage_input), (Some(3), Some(5)));
         assert_eq!(st.finish_reason.as_deref(), Some("length"));
-        let mut rec = RequestRecord::new(0, 0, super::super::record::Endpoint::Chat, 0);
+        let mut rec = RequestRecord::new(0, 0, crate::measure::record::Endpoint::Chat, 0);
         st.fill(&mut rec);
         assert_eq!(
             (rec.output_tokens, rec.token_source),
@@ -501,7 +502,7 @@ data: [DONE]\n\n";
     fn completions_without_usage_counts_deltas() {
         let (st, r) = run(b"data: {\"choices\":[{\"text\":\"a\"}]}\r\n\r\ndata: {\"choices\":[{\"text\":\"b\",\"finish_reason\":\"stop\"}]}\r\n\r\ndata: [DONE]\r\n\r\n");
         assert_eq!(r, Ok(()));
-        let mut rec = RequestRecord::new(0, 0, super::super::record::Endpoint::Completions, 0);
+        let mut rec = RequestRecord::new(0, 0, crate::measure::record::Endpoint::Completions, 0);
         st.fill(&mut rec);
         assert_eq!(
             (rec.output_tokens, rec.token_source),

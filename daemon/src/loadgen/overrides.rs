@@ -16,10 +16,13 @@ use std::{path::Path, time::Duration};
 
 use super::{
     files::Files,
-    record::Endpoint,
     scenario::{Phase, Scenario, ScenarioError},
-    slo::{Op, Slo},
     template::JsonTemplate,
+};
+
+use crate::measure::{
+    record::Endpoint,
+    slo::{Op, Slo},
 };
 
 /// A `stress` flag that describes the single phase of a run without a scenario file.

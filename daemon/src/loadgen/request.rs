@@ -15,11 +15,14 @@ use super::{
     conversation::{Conversation, TurnRequest, system_prompt},
     dataset::{Dataset, Row, Turn},
     openai,
-    record::{Chaos, Endpoint, RequestRecord},
     scenario::{ChaosSpec, Phase, RequestSpec},
-    slo::Slo,
     template::{Ctx, JsonTemplate, Template},
     vector::{self, ApiKind, VectorCall, VectorPhase, truth::Pending},
+};
+
+use crate::measure::{
+    record::{Chaos, Endpoint, RequestRecord},
+    slo::Slo,
 };
 
 /// Ground truth of a sim vector search when `exact_path` is not given.
@@ -197,7 +200,7 @@ impl PhaseCtx {
 
     /// The phase's retry policy.
     #[must_use]
-    pub fn retry(&self) -> Option<&super::resilience::RetrySpec> {
+    pub fn retry(&self) -> Option<&super::retry::RetrySpec> {
         self.spec.retry.as_ref()
     }
 

@@ -16,11 +16,10 @@ use super::{
         de_duration, de_opt_dimensions, de_opt_duration, de_opt_in_flight, de_opt_oversize,
         de_opt_tokens_per_s,
     },
-    record::Endpoint,
-    slo::Slo,
     template::{JsonTemplate, Template},
     validate::{de_opt_json_template, de_opt_ratio, de_opt_template, de_ratio, de_slos},
 };
+use crate::measure::{record::Endpoint, slo::Slo};
 
 /// Hard ceilings no scenario can exceed (guardrails against typos such as `rate: 20000`).
 pub const HARD_MAX_IN_FLIGHT: usize = 100_000;
@@ -232,7 +231,7 @@ pub struct RequestSpec {
     pub check: Option<super::check::CheckSpec>,
     /// Resend requests that failed the way an outage does; gives the phase's MSR (see
     /// `resilience.rs`).
-    pub retry: Option<super::resilience::RetrySpec>,
+    pub retry: Option<super::retry::RetrySpec>,
 }
 
 /// `request.conversation`: each arrival (open loop) or each user in turn (closed loop) runs a

@@ -7,12 +7,13 @@ use std::{collections::VecDeque, time::Duration};
 use tokio::{sync::mpsc, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::{
+use crate::measure::{
     metrics::{Hist, PhaseMetrics},
-    progress::{self, Progress},
     record::RequestRecord,
     report::{EventRecord, Stop, StopKind},
 };
+
+use super::progress::{self, Progress};
 
 /// Messages from dispatchers and request tasks.
 #[derive(Debug)]

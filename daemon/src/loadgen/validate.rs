@@ -12,12 +12,12 @@ use super::{
     dataset::Dataset,
     files::Files,
     limits,
-    record::Endpoint,
     scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Phase, Scenario, ScenarioError},
     shape::Load,
-    slo::Slo,
     template::{JsonTemplate, Template},
 };
+
+use crate::measure::{record::Endpoint, slo::Slo};
 
 impl Scenario {
     /// Reads, parses, validates and resolves a scenario file.

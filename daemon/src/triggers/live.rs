@@ -13,7 +13,7 @@ use crate::collect::{
     stats::quantiles,
     timeline::{LoadSignals, Window},
 };
-use crate::loadgen::RequestRecord;
+use crate::measure::RequestRecord;
 
 /// Records waiting between two windows at most; a fuller channel slows the generator's
 /// record collector (never its requests) until the next window drains it.
@@ -113,7 +113,7 @@ fn fold(records: &[RequestRecord], len_ms: u64) -> LoadSignals {
 #[allow(clippy::float_cmp)]
 mod tests {
     use super::*;
-    use crate::loadgen::{Endpoint, ErrorClass};
+    use crate::measure::{Endpoint, ErrorClass};
 
     #[tokio::test]
     async fn finished_records_fill_a_window_without_load() {

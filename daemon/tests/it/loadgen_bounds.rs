@@ -4,7 +4,8 @@
 use std::{path::Path, time::Duration};
 
 use axum::{Router, routing::get};
-use inferscope::loadgen::{self, Options, Scenario, client::MAX_BODY, record::ErrorClass};
+use inferscope::loadgen::{self, Options, Scenario, client::MAX_BODY};
+use inferscope::measure::record::ErrorClass;
 use tokio_util::sync::CancellationToken;
 
 async fn server() -> String {
@@ -45,7 +46,7 @@ async fn a_body_past_the_limit_fails_the_request_instead_of_filling_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_past_the_budget_are_counted_not_kept() {
     let target = server().await;
-    let one = std::mem::size_of::<loadgen::record::RequestRecord>();
+    let one = std::mem::size_of::<inferscope::measure::RequestRecord>();
     let opts = Options {
         // Room for five short records.
         records_budget: one * 5 + one / 2,

@@ -275,7 +275,7 @@ async fn a_server_restarted_mid_run_gives_a_failover_time_and_an_msr() {
     assert!((res.msr - want).abs() < 1e-9, "{res:?}");
     assert_eq!(
         res.grade,
-        inferscope::loadgen::resilience::Grade::of(res.msr)
+        inferscope::measure::resilience::Grade::of(res.msr)
     );
     // First attempts alone are the phase's requests; every task ended in a success.
     assert_eq!(p.counts.finished, 60, "{:?}", p.counts);

@@ -8,12 +8,12 @@ use std::{
     process::Command,
 };
 
-use inferscope::loadgen::{
-    Scenario,
+use inferscope::loadgen::{Scenario, scenario::Load};
+
+use inferscope::measure::{
     metrics::decode_hist,
     record::{Chaos, ErrorClass, TokenSource},
     report::StressReport,
-    scenario::Load,
 };
 
 fn bin() -> Command {

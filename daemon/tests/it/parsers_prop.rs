@@ -5,9 +5,10 @@
 use std::path::Path;
 
 use inferscope::loadgen::{
-    Scenario, arrival, client::Target, merge, metrics, openai::StreamState, request::PhaseCtx,
-    sse::SseParser,
+    Scenario, arrival, client::Target, openai::StreamState, request::PhaseCtx, sse::SseParser,
 };
+
+use inferscope::measure::{merge, metrics};
 use proptest::prelude::*;
 use rand::{SeedableRng as _, rngs::SmallRng};
 

@@ -5,8 +5,9 @@
 
 use std::path::Path;
 
-use inferscope::loadgen::{
-    self, Options, Scenario, Shard, StressReport,
+use inferscope::loadgen::{self, Options, Scenario, Shard, StressReport};
+
+use inferscope::measure::{
     merge::{self, MergeError},
     metrics::{PhaseMetrics, decode_hist},
     report::PhaseReport,

@@ -14,7 +14,7 @@ use sim_process::SimProcess;
 
 use inferscope::{
     api::{LoadgenLauncher, RunLauncher as _, RunState},
-    loadgen::report::StressReport,
+    measure::report::StressReport,
 };
 
 #[test]

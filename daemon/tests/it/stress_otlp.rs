@@ -9,7 +9,7 @@ use std::{
     process::Command,
 };
 
-use inferscope::loadgen::report::StressReport;
+use inferscope::measure::report::StressReport;
 use opentelemetry_proto::tonic::metrics::v1::{HistogramDataPoint, Metric, metric};
 use opentelemetry_proto::tonic::trace::v1::Span;
 

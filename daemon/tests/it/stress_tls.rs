@@ -15,7 +15,7 @@ use std::{
 use sim_process::SimProcess;
 
 use inferscope::{
-    loadgen::report::StressReport,
+    measure::report::StressReport,
     scrape::{ScrapeConfig, ScrapeError, Scraper},
     tls::TlsOptions,
 };

@@ -17,7 +17,8 @@ use tokio::task::JoinHandle;
 
 use super::{OtlpError, OtlpExporter, SampledRequest, Stage};
 use crate::export::catalog::Labels;
-use crate::loadgen::{ErrorClass, Options, RequestRecord, Scenario, observe};
+use crate::loadgen::{Options, Scenario, observe};
+use crate::measure::{ErrorClass, RequestRecord};
 
 /// Records waiting for the export task; a full queue slows the run's record collector, never
 /// its requests (recording itself never blocks).
@@ -258,7 +259,7 @@ impl LiveExport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadgen::Endpoint;
+    use crate::measure::Endpoint;
 
     fn rec(id: u64) -> RequestRecord {
         RequestRecord::new(id, 0, Endpoint::Chat, 0)

@@ -4,7 +4,7 @@
 //! evidence was collected, and the page says so; its verdicts rest on the load alone.
 
 use crate::collect::{session::ServerSide, timeline::Timeline};
-use crate::loadgen::StressReport;
+use crate::measure::StressReport;
 
 use super::{Report, of_run::start_ms};
 

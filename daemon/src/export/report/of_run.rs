@@ -11,7 +11,7 @@ use crate::collect::{
     session::ServerSide,
     timeline::{Quantiles, Timeline},
 };
-use crate::loadgen::{PhaseReport, StressReport};
+use crate::measure::{PhaseReport, StressReport};
 
 impl Report {
     /// The report of load run `lg`, watched by a node that ended with `finished`.

@@ -10,10 +10,8 @@
 
 pub mod api;
 pub mod corpus;
-pub mod health;
 pub mod json;
 pub mod path;
-pub mod report;
 pub mod setup;
 pub mod truth;
 
@@ -26,10 +24,8 @@ use rand_distr::{Distribution, StandardNormal};
 
 pub use api::{ApiKind, JsonApiSpec, VectorPhase};
 
-use super::{
-    client::{Target, Via, fail_status, read_body, send, us_since},
-    record::{ErrorClass, RequestRecord},
-};
+use super::client::{Target, Via, fail_status, read_body, send, us_since};
+use crate::measure::record::{ErrorClass, RequestRecord};
 
 /// A random unit vector (uniform direction) of `dims` dimensions.
 pub fn random_unit_vector<R: Rng>(dims: usize, rng: &mut R) -> Vec<f32> {

@@ -90,7 +90,7 @@ fn real_failures(p: &PhaseReport) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadgen::record::{Endpoint, RequestRecord};
+    use crate::measure::record::{Endpoint, RequestRecord};
 
     fn report(ok: u64, errors: &[(&str, u64)], records: Vec<RequestRecord>) -> StressReport {
         let phase = serde_json::json!({

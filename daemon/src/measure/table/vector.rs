@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::health::VectorView;
-use crate::loadgen::report::{PhaseReport, fmt_ms};
+use super::fmt_ms;
+use crate::measure::{report::PhaseReport, vector_health::VectorView};
 
 /// The joint view and index health lines of one phase.
 pub fn lines(s: &mut String, p: &PhaseReport, v: &VectorView) {

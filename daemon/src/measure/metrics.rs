@@ -120,7 +120,7 @@ pub struct PhaseMetrics {
     /// When the phase started, µs since the run's start.
     pub start_us: u64,
     /// Sampled vector queries: latency and recall together (`vector/health.rs`).
-    pub vector: super::vector::health::Samples,
+    pub vector: super::vector_health::Samples,
 }
 
 /// The per-phase histograms, in report order.
@@ -237,7 +237,7 @@ impl Default for PhaseMetrics {
             tasks_ok: 0,
             resilience: super::resilience::Tracker::default(),
             start_us: 0,
-            vector: super::vector::health::Samples::default(),
+            vector: super::vector_health::Samples::default(),
         }
     }
 }
@@ -319,7 +319,7 @@ impl PhaseMetrics {
         if let Some(recall) = r.recall {
             // Stored +1 so that a recall of 0 is kept (HDR values start at 1).
             self.add(Hist::Recall, (recall * RECALL_SCALE).round() as u64 + 1);
-            self.vector.push(super::vector::health::Sample {
+            self.vector.push(super::vector_health::Sample {
                 at_us: r.end_us.saturating_sub(self.start_us),
                 e2e_us: r.e2e_us(),
                 recall,
@@ -391,10 +391,10 @@ impl PhaseMetrics {
             }
             Metric::Recall(s) => stat(Hist::Recall, s),
             Metric::RecallDrift | Metric::RecallMinWindow => {
-                let window = super::vector::health::window_for(elapsed_s);
+                let window = super::vector_health::window_for(elapsed_s);
                 let h = self
                     .vector
-                    .health(window, super::vector::health::REBUILD_BELOW)?;
+                    .health(window, super::vector_health::REBUILD_BELOW)?;
                 Some(if m == Metric::RecallDrift {
                     h.drift
                 } else {
@@ -419,7 +419,7 @@ impl PhaseMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadgen::record::{Endpoint, RequestRecord};
+    use crate::measure::record::{Endpoint, RequestRecord};
 
     #[test]
     fn histograms_roundtrip_and_merge_exactly() {

@@ -8,12 +8,9 @@
 //! - trace replay: every N-th recorded arrival, starting at arrival `i`;
 //! - closed-loop concurrency: `users / N` users each, the remainder going to the lowest shards.
 
-use std::{fmt, str::FromStr, time::Duration};
+use std::{fmt, str::FromStr};
 
-use rand::Rng;
 use serde::{Deserialize, Serialize};
-
-use super::arrival::{Arrival, Schedule};
 
 /// Shard `index` of `count` (0-based index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -63,31 +60,6 @@ impl Shard {
         Ok(Shard { index, count })
     }
 
-    /// This shard's arrival offsets for a phase of length `duration` (see the module doc),
-    /// produced lazily.
-    pub fn schedule<R: Rng + Clone>(
-        self,
-        a: &Arrival,
-        duration: Duration,
-        rng: &mut R,
-    ) -> Schedule<R> {
-        let n = f64::from(self.count);
-        match a {
-            // Deterministic schedules: interleave the whole one, so the union is exact.
-            Arrival::Constant(_) | Arrival::Ramp { .. } | Arrival::Trace(_) => {
-                Schedule::new(a, duration, rng).every_nth(self.index as usize, self.count as usize)
-            }
-            Arrival::Gamma { rate, burstiness } => Schedule::new(
-                &Arrival::Gamma {
-                    rate: rate / n,
-                    burstiness: *burstiness,
-                },
-                duration,
-                rng,
-            ),
-        }
-    }
-
     /// This shard's closed-loop users out of `users`: the remainder goes to the lowest shards.
     #[must_use]
     pub fn users(self, users: usize) -> usize {
@@ -115,10 +87,7 @@ impl Shard {
 
 #[cfg(test)]
 mod tests {
-    use rand::{SeedableRng as _, rngs::SmallRng};
-
     use super::*;
-    use crate::loadgen::arrival;
 
     #[test]
     fn parses_and_validates() {
@@ -139,44 +108,6 @@ mod tests {
             assert!(e.contains("e.g. 0/4") && !e.contains('\n'), "{e}");
         }
         assert_eq!(Shard { index: 1, count: 4 }.to_string(), "1/4");
-    }
-
-    #[test]
-    fn deterministic_schedules_interleave_into_the_whole() {
-        let mut rng = SmallRng::seed_from_u64(1);
-        let d = Duration::from_secs(3);
-        for a in [
-            Arrival::Constant(10.0),
-            Arrival::Ramp {
-                from: 2.0,
-                to: 20.0,
-            },
-            Arrival::Trace((0..31).map(|i| Duration::from_millis(i * 90)).collect()),
-        ] {
-            let whole = arrival::schedule(&a, d, &mut rng);
-            let mut union: Vec<Duration> = (0..3)
-                .flat_map(|i| Shard::new(i, 3).unwrap().schedule(&a, d, &mut rng))
-                .collect();
-            union.sort();
-            assert_eq!(union, whole, "{a:?}");
-            let mut first = Shard::new(1, 3).unwrap().schedule(&a, d, &mut rng);
-            assert_eq!(first.next(), Some(whole[1]));
-        }
-    }
-
-    #[test]
-    fn random_rates_are_divided() {
-        let mut rng = SmallRng::seed_from_u64(7);
-        let a = Arrival::Gamma {
-            rate: 90.0,
-            burstiness: 1.0,
-        };
-        let s = Shard::new(2, 3).unwrap();
-        let offs = s.schedule(&a, Duration::from_secs(10), &mut rng);
-        assert_eq!(offs.count(), 300);
-        assert!((s.rate(90.0) - 30.0).abs() < 1e-12);
-        assert_ne!(s.seed(5), Shard::new(1, 3).unwrap().seed(5));
-        assert_eq!(Shard::WHOLE.seed(5), 5);
     }
 
     #[test]

@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn per_request_goodput_check() {
-        use crate::loadgen::record::{Endpoint, RequestRecord};
+        use crate::measure::record::{Endpoint, RequestRecord};
         let mut r = RequestRecord::new(0, 0, Endpoint::Chat, 1000);
         r.token_us = vec![301_000, 311_000];
         r.end_us = 311_000;

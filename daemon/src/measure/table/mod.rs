@@ -1,0 +1,161 @@
+//! The terminal table of a stress report: one row per phase, its extra lines (errors,
+//! resends, recall, vector view, tasks and conversations, failed SLOs), then the sweep
+//! frontiers.
+
+pub mod vector;
+
+use std::fmt::Write as _;
+
+use super::{
+    metrics::Summary,
+    report::{PhaseReport, StressReport},
+};
+
+impl StressReport {
+    /// The terminal table: one row per phase, then failed SLOs.
+    #[must_use]
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{:<16} {:<18} {:>8} {:>7} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}",
+            "phase",
+            "load",
+            "finished",
+            "err%",
+            "drop",
+            "req/s",
+            "tok/s",
+            "ttft p50",
+            "ttft p99",
+            "itl p99",
+            "e2e p99",
+            "lag p99",
+            "slo"
+        );
+        for p in &self.phases {
+            let l = |n: &str, f: fn(&Summary) -> f64| {
+                p.latency_ms
+                    .get(n)
+                    .filter(|s| s.count > 0)
+                    .map_or_else(|| "-".into(), |s| fmt_ms(f(s)))
+            };
+            let slo = if p.slo.is_empty() {
+                "-"
+            } else if p.slo.iter().all(|r| r.pass) {
+                "pass"
+            } else {
+                "FAIL"
+            };
+            let _ = writeln!(
+                s,
+                "{:<16} {:<18} {:>8} {:>6.2}% {:>6} {:>7.1} {:>9.0} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}",
+                p.name,
+                p.load_level,
+                p.counts.finished,
+                p.error_rate * 100.0,
+                p.counts.dropped,
+                p.requests_per_s,
+                p.output_tokens_per_s,
+                l("ttft", |s| s.p50),
+                l("ttft", |s| s.p99),
+                l("itl", |s| s.p99),
+                l("e2e", |s| s.p99),
+                l("send_lag", |s| s.p99),
+                slo
+            );
+            if !p.counts.errors.is_empty() {
+                let errs: Vec<String> = p
+                    .counts
+                    .errors
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect();
+                let _ = writeln!(s, "  errors: {}", errs.join(", "));
+            }
+            if p.counts.reconnected > 0 {
+                let _ = writeln!(
+                    s,
+                    "  resent on a fresh connection: {} (the server closed kept-alive connections unannounced; not errors)",
+                    p.counts.reconnected
+                );
+            }
+            if p.recall.count > 0 {
+                let _ = writeln!(
+                    s,
+                    "  recall@k: mean {:.3}, p50 {:.3} over {} sampled queries",
+                    p.recall.mean, p.recall.p50, p.recall.count
+                );
+            }
+            if let Some(v) = &p.vector {
+                vector::lines(&mut s, p, v);
+            }
+            conversation_lines(&mut s, p);
+            for r in p.slo.iter().filter(|r| !r.pass) {
+                let obs = r
+                    .observed
+                    .map_or_else(|| "no data".into(), |v| format!("{v:.3}"));
+                let _ = writeln!(s, "  SLO failed: {} (observed {obs})", r.slo);
+            }
+        }
+        vector::frontiers(&mut s, &self.phases);
+        if let Some(why) = &self.stopped {
+            let _ = writeln!(s, "stopped early: {why}");
+        }
+        s
+    }
+}
+
+pub fn fmt_ms(v: f64) -> String {
+    if v >= 10_000.0 {
+        format!("{:.1}s", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.0}ms")
+    } else {
+        format!("{v:.2}ms")
+    }
+}
+
+/// The lines of tasks (checks, conversations), per-turn TTFT and ICE, when a phase has them.
+fn conversation_lines(s: &mut String, p: &PhaseReport) {
+    // Semantic throughput where tasks are more than requests (checks, conversations).
+    if p.tasks_succeeded < p.tasks || p.tasks < p.counts.finished {
+        let _ = writeln!(
+            s,
+            "  tasks: {} of {} succeeded, sTPS {:.2}; token QPS {:.0} (input + output)",
+            p.tasks_succeeded, p.tasks, p.semantic_tasks_per_s, p.tokens_per_s
+        );
+    }
+    if let (Some(first), Some(later)) = (
+        p.latency_ms.get("ttft_first_turn"),
+        p.latency_ms.get("ttft_later_turns"),
+    ) {
+        let _ = writeln!(
+            s,
+            "  TTFT p50 turn 1 {}, later turns {}",
+            fmt_ms(first.p50),
+            fmt_ms(later.p50)
+        );
+    }
+    if let Some(r) = &p.resilience {
+        let _ = writeln!(
+            s,
+            "  resilience: MSR {:.2} ({}): failover {:.0} ms of T_max {:.0} over {} outages{}, retries {} of {} succeeded",
+            r.msr,
+            r.grade.name(),
+            r.failover_ms,
+            r.t_max_ms,
+            r.outages,
+            if r.unrecovered { " (unrecovered)" } else { "" },
+            r.retries_succeeded,
+            r.retries
+        );
+    }
+    if p.ice.count > 0 {
+        let _ = writeln!(
+            s,
+            "  ICE (std of turn entropies): p50 {:.3}, p95 {:.3} nats over {} conversations",
+            p.ice.p50, p.ice.p95, p.ice.count
+        );
+    }
+}
