@@ -12,6 +12,7 @@ pub mod export;
 pub mod gpu;
 pub mod loadgen;
 pub mod measure;
+pub mod node;
 pub mod probes;
 pub mod scrape;
 pub mod sim;

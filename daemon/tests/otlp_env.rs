@@ -7,8 +7,8 @@ mod otlp_collector_double;
 
 use std::time::{Duration, SystemTime};
 
+use inferscope::collect::catalog::Labels;
 use inferscope::collect::timeline::{LoadSignals, Window};
-use inferscope::export::catalog::Labels;
 use inferscope::export::otlp::{
     OtlpConfig, OtlpExporter, OtlpOptions, Protocol, SampledRequest, Stage, resource_attributes,
 };

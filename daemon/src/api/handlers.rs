@@ -12,9 +12,9 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::api::marks::{Mark, Marks};
 use crate::api::runs::{LaunchError, RunLauncher};
 use crate::clock::unix_ms;
+use crate::node::marks::{Mark, Marks};
 
 /// What every handler sees.
 pub(crate) struct AppState {

@@ -1,112 +1,12 @@
-//! Phase marks from external load generators (k6, guidellm, locust): "from this instant on, my
-//! run is in phase X". The time line asks [`Marks::phase_at`] for each window so verdicts are
-//! reported per phase of *their* run. [`MarkingLauncher`] marks the phases of runs posted to the
-//! control API the same way.
+//! [`MarkingLauncher`] marks the phases of runs posted to the control API on the node's time
+//! line, as external load generators do with `POST /api/v1/marks` ([`crate::node::marks`]).
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 use crate::api::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 use crate::clock::unix_ms;
-
-/// Longest phase or source name accepted.
-pub const MAX_NAME_LEN: usize = 128;
-
-/// One phase boundary.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mark {
-    /// Phase that starts at `at_unix_ms`.
-    pub phase: String,
-    /// When it starts, Unix ms.
-    pub at_unix_ms: u64,
-    /// Who marked it (`k6`, `guidellm`, ...), if said.
-    pub source: Option<String>,
-}
-
-/// Why a mark was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MarkError {
-    /// Empty, too long, or has control characters (they would end up in terminal reports).
-    #[error("{field} must be 1-{MAX_NAME_LEN} printable characters")]
-    BadName {
-        /// `phase` or `source`.
-        field: &'static str,
-    },
-}
-
-fn check(field: &'static str, s: &str) -> Result<(), MarkError> {
-    if s.is_empty() || s.chars().count() > MAX_NAME_LEN || s.chars().any(char::is_control) {
-        Err(MarkError::BadName { field })
-    } else {
-        Ok(())
-    }
-}
-
-/// A bounded, time-ordered list of marks shared by the API (writer) and the time line (reader).
-/// When full, the oldest mark is forgotten.
-#[derive(Debug, Clone)]
-pub struct Marks {
-    inner: Arc<Mutex<VecDeque<Mark>>>,
-    capacity: usize,
-}
-
-impl Default for Marks {
-    fn default() -> Self {
-        Self::new(4096)
-    }
-}
-
-impl Marks {
-    /// An empty list holding at most `capacity` marks (at least 1).
-    #[must_use]
-    pub fn new(capacity: usize) -> Self {
-        let capacity = capacity.max(1);
-        Self {
-            inner: Arc::new(Mutex::new(VecDeque::with_capacity(capacity))),
-            capacity,
-        }
-    }
-
-    /// Adds a mark, keeping the list ordered by time (marks may arrive late, with an explicit
-    /// time). A mark at the same instant as an existing one replaces it.
-    pub fn push(&self, mark: Mark) -> Result<(), MarkError> {
-        check("phase", &mark.phase)?;
-        if let Some(s) = &mark.source {
-            check("source", s)?;
-        }
-        let mut list = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        match list.binary_search_by_key(&mark.at_unix_ms, |m| m.at_unix_ms) {
-            Ok(i) => list[i] = mark,
-            Err(i) => list.insert(i, mark),
-        }
-        while list.len() > self.capacity {
-            list.pop_front();
-        }
-        Ok(())
-    }
-
-    /// The phase in force at `unix_ms`: the newest mark at or before it.
-    #[must_use]
-    pub fn phase_at(&self, unix_ms: u64) -> Option<String> {
-        let list = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let i = list.partition_point(|m| m.at_unix_ms <= unix_ms);
-        i.checked_sub(1).map(|i| list[i].phase.clone())
-    }
-
-    /// All marks, oldest first.
-    #[must_use]
-    pub fn list(&self) -> Vec<Mark> {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .cloned()
-            .collect()
-    }
-}
+use crate::node::marks::{Mark, Marks};
 
 /// How often a running run's phase is read.
 const POLL: Duration = Duration::from_millis(200);
@@ -184,50 +84,6 @@ impl RunLauncher for MarkingLauncher {
 
     fn report(&self, id: &str) -> Option<serde_json::Value> {
         self.inner.report(id)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn mark(phase: &str, at: u64) -> Mark {
-        Mark {
-            phase: phase.into(),
-            at_unix_ms: at,
-            source: Some("k6".into()),
-        }
-    }
-
-    #[test]
-    fn phase_is_the_latest_mark_at_or_before() {
-        let m = Marks::new(10);
-        m.push(mark("peak", 2000)).unwrap();
-        m.push(mark("baseline", 1000)).unwrap(); // late, but ordered by time
-        assert_eq!(m.phase_at(999), None);
-        assert_eq!(m.phase_at(1000).as_deref(), Some("baseline"));
-        assert_eq!(m.phase_at(1999).as_deref(), Some("baseline"));
-        assert_eq!(m.phase_at(5000).as_deref(), Some("peak"));
-        m.push(mark("chaos", 2000)).unwrap();
-        assert_eq!(m.phase_at(2000).as_deref(), Some("chaos"));
-        assert_eq!(m.list().len(), 2);
-    }
-
-    #[test]
-    fn bounded_and_validated() {
-        let m = Marks::new(3);
-        for i in 0..10 {
-            m.push(mark(&format!("p{i}"), i * 10)).unwrap();
-        }
-        let l = m.list();
-        assert_eq!(l.len(), 3);
-        assert_eq!(l[0].phase, "p7");
-        assert_eq!(
-            m.push(mark("", 1)),
-            Err(MarkError::BadName { field: "phase" })
-        );
-        assert!(m.push(mark("a\x1b[1Ab", 1)).is_err());
-        assert!(m.push(mark(&"x".repeat(MAX_NAME_LEN + 1), 1)).is_err());
     }
 }
 

@@ -39,9 +39,10 @@ use std::sync::Arc;
 use axum::Router;
 use tokio::net::{TcpListener, UnixListener};
 
+pub use crate::node::marks::{Mark, MarkError, Marks};
 pub use auth::{MIN_TOKEN_LEN, Token, check_distinct, require_token};
 pub use launcher::LoadgenLauncher;
-pub use marks::{Mark, MarkError, MarkingLauncher, Marks};
+pub use marks::MarkingLauncher;
 pub use runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 
 /// Where the API listens.

@@ -1,4 +1,4 @@
-//! The daemon's read endpoints, answered by asking the running [`Node`](crate::collect::node::Node):
+//! The daemon's read endpoints, answered by asking the running [`Node`](crate::node::Node):
 //!
 //! | route | answer |
 //! |---|---|
@@ -26,15 +26,12 @@ use serde_json::json;
 
 use crate::{
     attribute::WindowVerdict,
-    collect::{
-        node::{NodeGone, NodeHandle, Selection},
-        timeline::Window,
-    },
+    collect::{catalog::Labels, timeline::Window},
     export::{
-        catalog::Labels,
         prometheus::{self, DropCounter},
         report::{Report, ReportError, RunMeta},
     },
+    node::{NodeGone, NodeHandle, Selection},
 };
 
 /// Drop counters of a stage outside the node (the OTLP export), read at every scrape.

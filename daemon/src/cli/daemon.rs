@@ -10,16 +10,9 @@ use inferscope::{
         Api, ApiConfig, Bind, LoadgenLauncher, MarkingLauncher, Marks, Token, check_distinct, node,
         require_token, serve,
     },
-    collect::{
-        discover,
-        node::{Node, NodeOptions},
-        procfs,
-        session::SessionOptions,
-    },
-    export::{
-        catalog::Labels,
-        otlp::{OtlpExporter, Sampler, live::DEFAULT_SAMPLE},
-    },
+    collect::{catalog::Labels, discover, procfs, session::SessionOptions},
+    export::otlp::{OtlpExporter, Sampler, live::DEFAULT_SAMPLE},
+    node::{Node, NodeOptions},
     probes::privileges,
 };
 use tokio_util::sync::CancellationToken;
@@ -302,7 +295,8 @@ pub async fn serve(
     });
     let trigger_metrics: Option<node::ExtraMetrics> = triggers.as_ref().map(|(_, counts)| {
         let c = Arc::clone(counts);
-        Arc::new(move || c.prometheus()) as node::ExtraMetrics
+        Arc::new(move || inferscope::export::prometheus::trigger_counts(&c.get(), c.dropped()))
+            as node::ExtraMetrics
     });
     let mut app = node::routes_with(handle, otlp_drops, trigger_metrics, args.show_cmdlines);
     if let Some(token) = metrics_token {

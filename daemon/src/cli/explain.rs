@@ -6,13 +6,10 @@ use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use inferscope::{
-    collect::{
-        discover,
-        node::{Node, NodeOptions},
-        session::SessionOptions,
-    },
+    collect::{discover, session::SessionOptions},
     export::report::Report,
     loadgen::{self, Options, Scenario},
+    node::{Node, NodeOptions},
 };
 use tokio_util::sync::CancellationToken;
 

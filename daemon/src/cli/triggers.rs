@@ -6,9 +6,9 @@ use std::{path::Path, sync::Arc};
 
 use anyhow::{Context as _, bail};
 use inferscope::{
-    collect::node::NodeOptions,
     export::otlp::OtlpExporter,
     loadgen::{Options, Scenario},
+    node::NodeOptions,
     triggers::{self, Counts, Engine, Firing, Rule, action::OnDone, live::LiveLoad},
 };
 use tokio::task::JoinHandle;

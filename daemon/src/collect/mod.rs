@@ -1,11 +1,11 @@
 //! Kernel events and samples -> time-windowed aggregates; procfs enrichment.
 
+pub mod catalog;
 pub mod cuda;
 pub mod discover;
 pub mod join;
 pub mod kernel;
 pub mod load;
-pub mod node;
 pub mod procfs;
 pub mod runq;
 pub mod server;

@@ -1,6 +1,6 @@
 //! The collectors of one time line: kernel probes on the server's processes (and the load
 //! generator's own), the server's `/metrics`, and NVML. Whatever cannot start is recorded as
-//! missing evidence and collection goes on; [`crate::collect::node::Node`] drives them.
+//! missing evidence and collection goes on; [`crate::node::Node`] drives them.
 
 use std::{path::PathBuf, time::Duration};
 

@@ -1,7 +1,6 @@
 //! Getting results out: OTLP, the Prometheus endpoint and the signal catalogue both publish,
 //! and the run reports (JSON, HTML, terminal).
 
-pub mod catalog;
 pub mod otlp;
 pub mod prometheus;
 pub mod report;

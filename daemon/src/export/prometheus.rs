@@ -7,8 +7,8 @@
 use std::fmt::Write as _;
 
 use crate::attribute::{Cause, Verdict};
+use crate::collect::catalog::{Kind, Labels, SIGNALS, Totals};
 use crate::collect::timeline::Window;
-use crate::export::catalog::{Kind, Labels, SIGNALS, Totals};
 use crate::probes::HookStatus;
 
 /// The content type of the exposition format written here.
@@ -184,6 +184,30 @@ fn sample(
     out.push(' ');
     out.push_str(&format_value(value));
     out.push('\n');
+}
+
+/// The trigger engine's counters as Prometheus text: `inferscope_trigger_firings_total{rule}`
+/// (every rule, from 0; `firings` as [`crate::triggers::Counts::get`] gives them) and
+/// `inferscope_trigger_actions_dropped_total` (firings whose action could not be queued).
+#[must_use]
+pub fn trigger_counts(firings: &[(String, u64)], dropped: u64) -> String {
+    let mut s = String::from(
+        "# HELP inferscope_trigger_firings_total Times each trigger rule fired.\n\
+         # TYPE inferscope_trigger_firings_total counter\n",
+    );
+    for (name, n) in firings {
+        let _ = writeln!(
+            s,
+            "inferscope_trigger_firings_total{{rule=\"{}\"}} {n}",
+            escape_label(name)
+        );
+    }
+    s.push_str(
+        "# HELP inferscope_trigger_actions_dropped_total Firings whose action was not run (the action queue was full).\n\
+         # TYPE inferscope_trigger_actions_dropped_total counter\n",
+    );
+    let _ = writeln!(s, "inferscope_trigger_actions_dropped_total {dropped}");
+    s
 }
 
 /// Escapes a label value: backslash, double quote and newline (format 0.0.4).

@@ -2,7 +2,7 @@
 //! the collection pipeline folds the generator's records into the time line only after the
 //! run, so triggers on client metrics (TTFT, error rate) read the records that *finished*
 //! since the last window closed, as the generator hands them over
-//! ([`crate::loadgen::Options::observer`]). The report's time line keeps its own fold by
+//! (`loadgen::Options::observer`). The report's time line keeps its own fold by
 //! intended start; the two differ by the requests' latency.
 
 use std::collections::BTreeMap;
@@ -26,7 +26,7 @@ pub struct LiveLoad {
 }
 
 impl LiveLoad {
-    /// A channel for [`crate::loadgen::Options::observer`] and the reader of its other end;
+    /// A channel for `loadgen::Options::observer` and the reader of its other end;
     /// `phases` names the scenario's phases by index.
     #[must_use]
     pub fn channel(phases: Vec<String>) -> (mpsc::Sender<RequestRecord>, Self) {

@@ -2,7 +2,7 @@
 //! and error rate >= 5% for 2 minutes -> roll back").
 //!
 //! Rules ([`rule`]) are read once from a scenario's `triggers:` block or a `--triggers` file.
-//! The one collection pipeline ([`crate::collect::node::Node`]) calls the [`Engine`] as each
+//! The one collection pipeline ([`crate::node::Node`]) calls the [`Engine`] as each
 //! window closes (an observer); the engine reads the window's metrics ([`metric`]) and its
 //! verdict, keeps each rule's episode ([`episode`]) and hands the firings to the action task
 //! ([`action`]), which runs them off the window loop. Firings are counted ([`Counts`], the
@@ -33,7 +33,6 @@ pub mod rule;
 
 use std::{
     collections::BTreeMap,
-    fmt::Write as _,
     path::Path,
     sync::{
         Arc,
@@ -56,8 +55,8 @@ use self::{
 };
 use crate::{
     attribute::{Verdict, WindowVerdict},
-    collect::{node::Observer, timeline::Window},
-    export::prometheus::escape_label,
+    collect::timeline::Window,
+    node::Observer,
 };
 
 /// Firings waiting for the action task at most; more are dropped and counted.
@@ -223,31 +222,10 @@ impl Counts {
             .collect()
     }
 
-    /// Prometheus text: `inferscope_trigger_firings_total{rule}` (every rule, from 0) and
-    /// `inferscope_trigger_actions_dropped_total` (firings whose action could not be queued).
+    /// Firings whose action could not be queued.
     #[must_use]
-    pub fn prometheus(&self) -> String {
-        let mut s = String::from(
-            "# HELP inferscope_trigger_firings_total Times each trigger rule fired.\n\
-             # TYPE inferscope_trigger_firings_total counter\n",
-        );
-        for (name, n) in self.get() {
-            let _ = writeln!(
-                s,
-                "inferscope_trigger_firings_total{{rule=\"{}\"}} {n}",
-                escape_label(&name)
-            );
-        }
-        s.push_str(
-            "# HELP inferscope_trigger_actions_dropped_total Firings whose action was not run (the action queue was full).\n\
-             # TYPE inferscope_trigger_actions_dropped_total counter\n",
-        );
-        let _ = writeln!(
-            s,
-            "inferscope_trigger_actions_dropped_total {}",
-            self.dropped.load(Ordering::Relaxed)
-        );
-        s
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 }
 
@@ -401,7 +379,7 @@ fn holds(
 
 /// A running set of triggers.
 pub struct Started {
-    /// Push it onto [`crate::collect::node::NodeOptions::observers`].
+    /// Push it onto [`crate::node::NodeOptions::observers`].
     pub observer: Observer,
     /// The action task: ends once the observer is dropped (the node stopped) and every action
     /// is done, with the firings and their outcomes.

@@ -177,7 +177,7 @@ fn counts_render_as_prometheus_counters() {
     let r = rules(SEED);
     let c = Counts::new(&r);
     c.rules[0].1.fetch_add(2, Ordering::Relaxed);
-    let text = c.prometheus();
+    let text = crate::export::prometheus::trigger_counts(&c.get(), c.dropped());
     assert!(
         text.contains("inferscope_trigger_firings_total{rule=\"rollback\"} 2\n"),
         "{text}"

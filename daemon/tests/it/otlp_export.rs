@@ -8,7 +8,7 @@ use crate::{otlp_collector_double, otlp_fixtures::*};
 
 use std::collections::HashMap;
 
-use inferscope::export::catalog::SIGNALS;
+use inferscope::collect::catalog::SIGNALS;
 use inferscope::export::otlp::{ExportStats, OtlpConfig, OtlpExporter, Protocol};
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, SystemTime};
 
+use inferscope::collect::catalog::Labels;
 use inferscope::collect::timeline::{
     GpuSignals, LoadSignals, NetSignals, Quantiles, RunqSignals, ServerSignals, Window,
 };
-use inferscope::export::catalog::Labels;
 use inferscope::export::otlp::{OtlpConfig, OtlpOptions, Protocol, SampledRequest, Stage};
 
 pub fn q(p50: f64) -> Quantiles {

@@ -10,8 +10,8 @@ use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use inferscope::collect::catalog::{Labels, Totals};
 use inferscope::collect::timeline::{GpuSignals, LoadSignals, Quantiles, RunqSignals, Window};
-use inferscope::export::catalog::{Labels, Totals};
 use inferscope::export::prometheus::{CONTENT_TYPE, DropCounter, Snapshot, render};
 use inferscope::probes::HookStatus;
 

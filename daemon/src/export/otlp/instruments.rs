@@ -9,8 +9,8 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 
 use crate::attribute::{Cause, Verdict};
+use crate::collect::catalog::{Kind, Labels, SIGNALS, Signal};
 use crate::collect::timeline::Window;
-use crate::export::catalog::{Kind, Labels, SIGNALS, Signal};
 use crate::export::otlp::spans::SampledRequest;
 
 /// Semantic-convention name of the per-request duration histogram.

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::{OtlpError, OtlpExporter, SampledRequest, Stage};
-use crate::export::catalog::Labels;
+use crate::collect::catalog::Labels;
 use crate::loadgen::{Options, Scenario, observe};
 use crate::measure::{ErrorClass, RequestRecord};
 

@@ -3,7 +3,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), inferscope::export::otlp::OtlpError> {
 //! use inferscope::export::otlp::{OtlpConfig, OtlpExporter, OtlpOptions, resource_attributes};
-//! use inferscope::export::catalog::Labels;
+//! use inferscope::collect::catalog::Labels;
 //! let env = |k: &str| std::env::var(k).ok();
 //! let config = OtlpConfig::resolve(&OtlpOptions::default(), &env)?;
 //! // Inside a tokio runtime (gRPC connections live on it).
@@ -53,8 +53,8 @@ pub use instruments::{
 pub use live::{LiveCounts, LiveExport, Sampler};
 pub use spans::{LAST_TOKEN_EVENT, REQUEST_SPAN, SampledRequest, Stage};
 
+use crate::collect::catalog::Labels;
 use crate::collect::timeline::Window;
-use crate::export::catalog::Labels;
 use accounting::{Counters, CountingMetricExporter, CountingProcessor, CountingSpanExporter};
 use instruments::Instruments;
 

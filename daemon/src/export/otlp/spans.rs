@@ -8,7 +8,7 @@ use opentelemetry::trace::{Event, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracer;
 
-use crate::export::catalog::Labels;
+use crate::collect::catalog::Labels;
 
 /// One stage of a request's waterfall, e.g. `queue` or `gpu_sync`.
 #[derive(Debug, Clone, PartialEq)]

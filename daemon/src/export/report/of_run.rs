@@ -1,17 +1,17 @@
 //! The explained report of a load run: the collectors' time line, realigned to the load's start,
 //! with the load's records folded in, the per-request waterfalls, and the phases' exact
 //! latencies from the load generator. `stress --explain` (with a
-//! [`Node`](crate::collect::node::Node) beside the load) and `stress --html` (the load alone,
+//! [`Node`](crate::node::Node) beside the load) and `stress --html` (the load alone,
 //! `load_only.rs`) build their reports here.
 
 use super::{PhaseLatency, Report, RunMeta, waterfall};
 use crate::collect::{
     load,
-    node::Finished,
     session::ServerSide,
     timeline::{Quantiles, Timeline},
 };
 use crate::measure::{PhaseReport, StressReport};
+use crate::node::Finished;
 
 impl Report {
     /// The report of load run `lg`, watched by a node that ended with `finished`.

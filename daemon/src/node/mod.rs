@@ -23,6 +23,7 @@
 //! # }
 //! ```
 
+pub mod marks;
 mod query;
 
 use std::{
@@ -35,15 +36,16 @@ use tokio::sync::mpsc;
 
 pub use query::{Latest, NodeGone, NodeHandle, NodeStatus, SelectError, Selected, Selection};
 
-use super::{
-    session::{ServerSide, Session, SessionOptions},
-    timeline::{Timeline, Window},
-};
 use crate::{
-    api::Marks,
     attribute::{WindowVerdict, rolling},
-    export::catalog::Totals,
+    collect::{
+        catalog::Totals,
+        session::{ServerSide, Session, SessionOptions},
+        timeline::{Timeline, Window},
+    },
 };
+
+use marks::Marks;
 
 /// Windows whose phase is taken from the marks again at every tick, so a mark posted up to this
 /// many windows late (with its own `at`) still labels them.
@@ -255,12 +257,12 @@ impl Node {
 
     /// Counts a failed step and logs it when its message changes (a server that is down
     /// fails every scrape; one line says so).
-    fn count(&mut self, e: &super::session::StepError) {
+    fn count(&mut self, e: &crate::collect::session::StepError) {
         *self.step_errors.entry(e.step()).or_default() += 1;
         let msg = e.to_string();
         if self.last_step_error.as_ref() != Some(&msg) {
             tracing::warn!("window {}: {msg}; collection goes on", self.closed);
-            if matches!(e, super::session::StepError::Kernel(_)) {
+            if matches!(e, crate::collect::session::StepError::Kernel(_)) {
                 self.session.missing.push(msg.clone());
             }
             self.last_step_error = Some(msg);
@@ -276,8 +278,8 @@ impl Node {
 
 #[cfg(test)]
 mod tests {
+    use super::marks::Mark;
     use super::*;
-    use crate::api::Mark;
     use crate::attribute::Cause;
 
     /// A node without collectors (no server, no metrics URL): windows are closed empty.

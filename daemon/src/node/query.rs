@@ -10,11 +10,11 @@ use super::Node;
 use crate::{
     attribute::{WindowVerdict, baseline::is_baseline_name},
     collect::{
+        catalog::Totals,
         kernel::Losses,
         procfs::{self, ProcessInfo},
         timeline::{Timeline, Window},
     },
-    export::catalog::Totals,
     probes::HookStatus,
 };
 
