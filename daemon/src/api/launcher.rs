@@ -17,7 +17,7 @@ use crate::{
     clock::unix_ms,
     dial::is_loopback,
     export::otlp::{OtlpExporter, Sampler, live},
-    loadgen::{self, Options, Scenario, Stop, StopKind, models},
+    loadgen::{self, Options, Scenario, Stop, StopKind, engine::models},
     tls::TlsOptions,
 };
 
@@ -162,7 +162,7 @@ fn off_workers<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Settles the model (`loadgen::models`: a model the target does not serve fails the run
+/// Settles the model (`loadgen::engine::models`: a model the target does not serve fails the run
 /// before any request), then runs the scenario.
 async fn discover_and_run(
     id: &str,

@@ -1,7 +1,7 @@
 //! `inferscope stress`: run a load scenario (YAML) or a one-phase load from flags.
 //!
 //! Without a model (no `--model`, no `model:`), LLM phases use the first model the target's
-//! `/v1/models` lists (`loadgen::models`); a model it does not list stops the run before it
+//! `/v1/models` lists (`loadgen::engine::models`); a model it does not list stops the run before it
 //! starts.
 //!
 //! Exit status: 0 all SLOs held; 2 an SLO failed, or the model asked for is not served;
@@ -22,10 +22,10 @@ use inferscope::atomic;
 use inferscope::loadgen::{
     self, Endpoint, Options, Scenario, Shard, StopKind,
     client::Target,
-    models,
-    overrides::{Overrides, PhaseFlag},
+    engine::models,
+    scenario::overrides::{Overrides, PhaseFlag},
+    scenario::template::{JsonTemplate, Template},
     scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
-    template::{JsonTemplate, Template},
 };
 use inferscope::measure::{failures, slo::Slo};
 use tokio::signal::unix::{SignalKind, signal};
@@ -142,7 +142,7 @@ enum EndpointArg {
 }
 
 /// The scenario to run: the file, or one phase from the flags, with the flags over it
-/// (`loadgen::overrides`: flag over file, or refused), validated once.
+/// (`loadgen::scenario::overrides`: flag over file, or refused), validated once.
 fn scenario(args: &Args) -> anyhow::Result<Scenario> {
     let mut overrides = overrides(args)?;
     let scenario = if let Some(path) = &args.scenario {
@@ -151,7 +151,7 @@ fn scenario(args: &Args) -> anyhow::Result<Scenario> {
     } else {
         let mut scenario = from_flags(args)?;
         overrides.apply(&mut scenario, "the run")?;
-        loadgen::limits::check(&scenario).map_err(|e| anyhow::anyhow!("flags: {e}"))?;
+        loadgen::scenario::limits::check(&scenario).map_err(|e| anyhow::anyhow!("flags: {e}"))?;
         scenario
     };
     args.find_max.check(&scenario)?;

@@ -70,7 +70,7 @@ pub fn start_for_stress(
     // Beside any other watcher of the records (a live OTLP export).
     let phases = scenario.phases.iter().map(|p| p.name.clone()).collect();
     let (tx, live) = LiveLoad::channel(phases);
-    inferscope::loadgen::observe::add(opts, tx);
+    inferscope::loadgen::engine::observe::add(opts, tx);
     let engine = Engine::new(rules).with_live(live);
     let say: OnDone = Arc::new(|f: &Firing| {
         let outcome = f

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::{Options, RunError, Scenario, StressReport, scenario::Load};
+use crate::loadgen::{Options, RunError, Scenario, StressReport, scenario::Load};
 
 use crate::measure::{
     metrics::decode_hist,
@@ -125,8 +125,8 @@ impl SearchSpec {
         let start = block.start.unwrap_or(from_phase);
         let ceiling = flags.max.or(block.max).unwrap_or(ceiling);
         let limit = match knob {
-            Knob::Rate => super::scenario::HARD_MAX_RATE,
-            Knob::Users => super::scenario::HARD_MAX_IN_FLIGHT as f64,
+            Knob::Rate => crate::loadgen::scenario::HARD_MAX_RATE,
+            Knob::Users => crate::loadgen::scenario::HARD_MAX_IN_FLIGHT as f64,
         };
         if !(start > 0.0 && start <= ceiling && ceiling <= limit) {
             return Err(format!(
@@ -418,7 +418,7 @@ impl Planner {
     }
 }
 
-/// Runs the search: one [`super::run`] per step of `base`'s first phase with the load
+/// Runs the search: one [`crate::loadgen::run`] per step of `base`'s first phase with the load
 /// replaced. `on_step` sees each step as it ends (the sweep table's live rows).
 pub async fn search(
     base: &Scenario,
@@ -434,7 +434,7 @@ pub async fn search(
         warm.phases[0].name = "warm-up".into();
         warm.phases[0].duration = spec.warmup;
         warm.phases[0].slo.clear();
-        super::run(&warm, opts.clone(), cancel.clone()).await?;
+        crate::loadgen::run(&warm, opts.clone(), cancel.clone()).await?;
         tokio::time::sleep(spec.pause).await;
     }
     let mut steps = Vec::new();
@@ -458,7 +458,7 @@ pub async fn search(
             }
         }
         let scenario = step_scenario(base, spec, load, steps.len());
-        let report = super::run(&scenario, opts.clone(), cancel.clone()).await?;
+        let report = crate::loadgen::run(&scenario, opts.clone(), cancel.clone()).await?;
         if report.stopped.is_some() && cancel.is_cancelled() {
             break SearchStop::Interrupted;
         }
@@ -675,7 +675,9 @@ mod tests {
         assert!(e.contains("needs an SLO"), "{e}");
     }
 
-    fn phase_without_slo(mut p: super::super::scenario::Phase) -> super::super::scenario::Phase {
+    fn phase_without_slo(
+        mut p: crate::loadgen::scenario::Phase,
+    ) -> crate::loadgen::scenario::Phase {
         p.slo.clear();
         p
     }

@@ -19,31 +19,10 @@
 //! # Ok(()) }
 //! ```
 
-pub mod arrival;
-pub mod caps;
-pub mod check;
 pub mod client;
-pub mod complexity;
-pub mod conversation;
-pub mod dataset;
 pub mod engine;
-pub mod files;
 pub mod knee;
-pub mod limits;
-pub mod models;
-pub mod observe;
-pub mod openai;
-pub mod overrides;
-pub mod progress;
-pub mod request;
-pub mod retry;
 pub mod scenario;
-pub mod shape;
-pub mod sse;
-pub mod tally;
-pub mod template;
-pub mod validate;
-pub mod vector;
 
 pub use engine::{Options, RunError, run};
 pub use scenario::{Scenario, ScenarioError};

@@ -7,7 +7,7 @@
 //! 4. Write one row per kept query, cluster by cluster, nearest first:
 //!    `{"prompt": .., "cluster": k, "temperature": t, "complexity": s}` with `t` uniform in
 //!    [0.3, 0.8] (3 decimals) from the seed and `s` the prompt's 0-100 complexity
-//!    ([`crate::loadgen::complexity`]).
+//!    ([`crate::loadgen::engine::complexity`]).
 //!
 //! Random draws use `Xoshiro256` generators, whose sequences are fixed by their algorithm,
 //! so a seed gives the same bytes on every machine and release.
@@ -28,12 +28,12 @@ use super::{
     cluster::{self, ClusterError},
     embed::{EmbedError, Embedder},
 };
-use crate::loadgen::complexity;
+use crate::loadgen::engine::complexity;
 
 /// Most distinct queries clustered in one build (about 400 MB of local embeddings).
 pub const MAX_QUERIES: usize = 100_000;
 /// Longest query, bytes (as the load generator's datasets).
-pub const MAX_QUERY_BYTES: usize = crate::loadgen::dataset::MAX_PROMPT_BYTES;
+pub const MAX_QUERY_BYTES: usize = crate::loadgen::scenario::dataset::MAX_PROMPT_BYTES;
 /// Temperatures are drawn uniformly from this range (the seed's [0.3, 0.8]).
 pub const TEMPERATURE: (f64, f64) = (0.3, 0.8);
 /// Exemplars per cluster in the report, and the characters each is cut to.

@@ -4,7 +4,7 @@ use crate::loadgen_support;
 
 use std::path::Path;
 
-use inferscope::loadgen::{self, Options, Scenario, arrival::gap_cv};
+use inferscope::loadgen::{self, Options, Scenario, scenario::arrival::gap_cv};
 use tokio_util::sync::CancellationToken;
 
 async fn run_shape(load: &str, secs: u64) -> (Vec<f64>, loadgen::StressReport) {

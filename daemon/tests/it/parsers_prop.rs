@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use inferscope::loadgen::{
-    Scenario, arrival, client::Target, openai::StreamState, request::PhaseCtx, sse::SseParser,
+    Scenario, client::Target, client::openai::StreamState, client::sse::SseParser,
+    engine::request::PhaseCtx, scenario::arrival,
 };
 
 use inferscope::measure::{merge, metrics};

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use inferscope::loadgen::{self, Options, Scenario, complexity};
+use inferscope::loadgen::{self, Options, Scenario, engine::complexity};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::{OtlpError, OtlpExporter, SampledRequest, Stage};
 use crate::collect::catalog::Labels;
-use crate::loadgen::{Options, Scenario, observe};
+use crate::loadgen::{Options, Scenario, engine::observe};
 use crate::measure::{ErrorClass, RequestRecord};
 
 /// Records waiting for the export task; a full queue slows the run's record collector, never

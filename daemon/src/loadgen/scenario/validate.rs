@@ -6,15 +6,15 @@ use std::{collections::BTreeMap, path::Path, sync::Arc, time::Duration};
 use rand::{SeedableRng, rngs::SmallRng};
 use serde::{Deserialize, Deserializer, de::Error as _};
 
-use super::{
-    arrival,
+use crate::loadgen::{
     client::check_path,
-    dataset::Dataset,
-    files::Files,
-    limits,
+    scenario::arrival,
+    scenario::dataset::Dataset,
+    scenario::files::Files,
+    scenario::limits,
+    scenario::shape::Load,
+    scenario::template::{JsonTemplate, Template},
     scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Phase, Scenario, ScenarioError},
-    shape::Load,
-    template::{JsonTemplate, Template},
 };
 
 use crate::measure::{record::Endpoint, slo::Slo};
@@ -43,7 +43,7 @@ impl Scenario {
 
     /// Parses YAML text posted by someone else (the control API): datasets and traces only
     /// from below `data_dir` (none at all without one), each read capped at
-    /// [`super::files::MAX_POSTED_FILE_BYTES`].
+    /// [`crate::loadgen::scenario::files::MAX_POSTED_FILE_BYTES`].
     pub fn from_posted_yaml(
         src: &str,
         file: &str,
@@ -263,7 +263,7 @@ fn check_phase(
 
 /// What is wrong with a vector phase's API settings, if anything (and the text to point at).
 fn vector_problem(p: &Phase) -> Option<(Option<String>, String)> {
-    use super::vector::ApiKind;
+    use crate::loadgen::engine::vector::ApiKind;
     let r = &p.request;
     let api = r.api.unwrap_or_default();
     let here = |s: &str| Some(s.to_string());
@@ -297,7 +297,7 @@ fn vector_problem(p: &Phase) -> Option<(Option<String>, String)> {
         ));
     }
     if let Some(j) = &r.json {
-        use super::vector::json::Var;
+        use crate::loadgen::scenario::body::Var;
         if !j.body.uses(Var::Vector) && !j.body.uses(Var::Text) {
             return Some((
                 here("json"),
@@ -403,7 +403,7 @@ fn llm_extras_problem(
     endpoint: Endpoint,
     loaded: &BTreeMap<String, Arc<Dataset>>,
 ) -> Option<String> {
-    use super::conversation::{MAX_SYSTEM_WORDS, MAX_TURNS};
+    use crate::loadgen::engine::conversation::{MAX_SYSTEM_WORDS, MAX_TURNS};
     if let Some(c) = &p.request.conversation {
         if endpoint != Endpoint::Chat {
             return Some(
@@ -427,7 +427,7 @@ fn llm_extras_problem(
             .as_ref()
             .and_then(|d| loaded.get(d))
             .is_some_and(|d| d.has_conversations());
-        if c.reply == super::scenario::ReplySource::Recorded && !recorded {
+        if c.reply == crate::loadgen::scenario::ReplySource::Recorded && !recorded {
             return Some(
                 "`reply: recorded` needs a ShareGPT dataset with replies (`request.dataset`)"
                     .into(),
@@ -446,7 +446,7 @@ fn llm_extras_problem(
     if !matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
         return Some("`check:` needs an LLM endpoint (chat or completions)".into());
     }
-    super::check::Check::compile(check).err()
+    crate::loadgen::scenario::check::Check::compile(check).err()
 }
 
 /// Every path of a phase (request, ground truth, events) must be absolute: glued to the base

@@ -15,9 +15,9 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::Request;
 use serde_json::Value;
 
-use super::{
+use crate::loadgen::{
+    client::sse::{SseParser, Tail},
     client::{Via, fail_status, read_body, send, us_since},
-    sse::{SseParser, Tail},
 };
 
 use crate::measure::record::{ErrorClass, RequestRecord, TokenSource};
@@ -29,7 +29,7 @@ pub const MAX_TOKEN_TIMES: usize = 1 << 20;
 #[derive(Debug, Default)]
 pub struct StreamState {
     parser: SseParser,
-    events: Vec<super::sse::SseEvent>,
+    events: Vec<crate::loadgen::client::sse::SseEvent>,
     /// Time of each content-bearing delta (µs since run start).
     pub token_us: Vec<u64>,
     /// `usage.completion_tokens`.
@@ -41,7 +41,7 @@ pub struct StreamState {
     /// `[DONE]` was seen.
     pub done: bool,
     /// The answer's text, when kept (see [`StreamState::keeping_text`]); at most
-    /// [`super::conversation::MAX_REPLY_BYTES`].
+    /// [`crate::loadgen::engine::conversation::MAX_REPLY_BYTES`].
     pub text: Option<String>,
     /// Sum and count of the tokens' entropies from their `top_logprobs` (nats).
     entropy: (f64, u64),
@@ -284,7 +284,8 @@ impl StreamState {
             self.token_us.push(now);
         }
         if let (Some(t), Some(kept)) = (s.text, self.text.as_mut()) {
-            let room = super::conversation::MAX_REPLY_BYTES.saturating_sub(kept.len());
+            let room =
+                crate::loadgen::engine::conversation::MAX_REPLY_BYTES.saturating_sub(kept.len());
             let mut end = t.len().min(room);
             while !t.is_char_boundary(end) {
                 end -= 1;
@@ -407,7 +408,10 @@ async fn read_answer(
             Some(Err(e)) => {
                 st.fill(rec);
                 rec.end_us = us_since(t0);
-                rec.fail(ErrorClass::Transport, super::client::error_chain(&e));
+                rec.fail(
+                    ErrorClass::Transport,
+                    crate::loadgen::client::error_chain(&e),
+                );
                 return;
             }
             Some(Ok(frame)) => {

@@ -16,15 +16,15 @@ use hyper::{
 };
 use serde_json::{Value, json};
 
-use super::{
+use crate::loadgen::client::{HttpClient, Target, error_chain};
+use crate::loadgen::engine::vector::{
     api::{
         ApiKind, VectorPhase, chroma_add_body, chroma_collections, chroma_space, qdrant_distance,
         qdrant_points_body,
     },
     corpus::Corpus,
-    json::Vars,
 };
-use crate::loadgen::client::{HttpClient, Target, error_chain};
+use crate::loadgen::scenario::body::Vars;
 
 /// How long one setup request may take (a large insert batch included).
 const SETUP_TIMEOUT: Duration = Duration::from_mins(2);
@@ -179,7 +179,7 @@ async fn seed_corpus(
     v: &VectorPhase,
     corpus: &Corpus,
     batch: usize,
-    metric: super::corpus::Metric,
+    metric: crate::loadgen::engine::vector::corpus::Metric,
     http: &Http<'_>,
 ) -> Result<(), String> {
     let dims = corpus.dims;

@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
-use super::{
-    dataset::Turn,
+use crate::loadgen::{
+    scenario::dataset::Turn,
     scenario::{ConversationSpec, ReplySource},
 };
 

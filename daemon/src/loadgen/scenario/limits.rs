@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, de::Error as _};
 
-use super::scenario::{HARD_MAX_IN_FLIGHT, Load, Scenario};
+use crate::loadgen::scenario::{HARD_MAX_IN_FLIGHT, Load, Scenario};
 
 /// Longest duration a scenario may name (phase, timeout, grace, event offset): a week.
 pub const HARD_MAX_DURATION: Duration = Duration::from_hours(7 * 24);

@@ -9,7 +9,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::scenario::CapPolicy;
+use crate::loadgen::scenario::CapPolicy;
 
 /// The in-flight permits a request holds until it ends (run-wide, and the phase's).
 pub type Permits = (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>);

@@ -5,19 +5,32 @@
 //! `examples/seed-matrix.yaml` is a complete example. Unknown keys are refused, and
 //! every error names the file, the line and what is wrong.
 
+pub mod arrival;
+pub mod body;
+pub mod check;
+pub mod dataset;
+pub mod files;
+pub mod json_path;
+pub mod limits;
+pub mod overrides;
+pub mod retry;
+pub mod shape;
+pub mod template;
+pub mod validate;
+
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use serde::Deserialize;
 
-pub use super::shape::Load;
-use super::{
-    dataset::{Dataset, DatasetSpec},
-    limits::{
+pub use crate::loadgen::scenario::shape::Load;
+use crate::loadgen::{
+    scenario::dataset::{Dataset, DatasetSpec},
+    scenario::limits::{
         de_duration, de_opt_dimensions, de_opt_duration, de_opt_in_flight, de_opt_oversize,
         de_opt_tokens_per_s,
     },
-    template::{JsonTemplate, Template},
-    validate::{de_opt_json_template, de_opt_ratio, de_opt_template, de_ratio, de_slos},
+    scenario::template::{JsonTemplate, Template},
+    scenario::validate::{de_opt_json_template, de_opt_ratio, de_opt_template, de_ratio, de_slos},
 };
 use crate::measure::{record::Endpoint, slo::Slo};
 
@@ -208,14 +221,14 @@ pub struct RequestSpec {
     pub exact_path: Option<String>,
     /// Vector search: the API the server speaks, `sim` (default), `chroma`, `qdrant` or
     /// `json` (see `vector/`).
-    pub api: Option<super::vector::ApiKind>,
+    pub api: Option<crate::loadgen::engine::vector::ApiKind>,
     /// Vector search (`chroma`, `qdrant`): the collection (default `inferscope`).
     pub collection: Option<String>,
     /// Vector search, `api: json`: body template and JSON paths of the answer.
-    pub json: Option<super::vector::JsonApiSpec>,
+    pub json: Option<crate::loadgen::engine::vector::JsonApiSpec>,
     /// Vector search: the corpus the client inserts before the run and searches exactly for
     /// recall@k (any API but `sim`).
-    pub corpus: Option<super::vector::corpus::CorpusSpec>,
+    pub corpus: Option<crate::loadgen::engine::vector::corpus::CorpusSpec>,
     /// Vector search: recall below which a sampled query counts as low-recall in the joint
     /// view (default 90%).
     #[serde(default, deserialize_with = "de_opt_ratio")]
@@ -228,10 +241,10 @@ pub struct RequestSpec {
     /// `conversation.rs`).
     pub conversation: Option<ConversationSpec>,
     /// LLM: whether an answer did its task (semantic throughput; see `check.rs`).
-    pub check: Option<super::check::CheckSpec>,
+    pub check: Option<crate::loadgen::scenario::check::CheckSpec>,
     /// Resend requests that failed the way an outage does; gives the phase's MSR (see
     /// `resilience.rs`).
-    pub retry: Option<super::retry::RetrySpec>,
+    pub retry: Option<crate::loadgen::scenario::retry::RetrySpec>,
 }
 
 /// `request.conversation`: each arrival (open loop) or each user in turn (closed loop) runs a

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
-use super::limits::HARD_MAX_DURATION;
+use crate::loadgen::scenario::limits::HARD_MAX_DURATION;
 use crate::measure::Shard;
 
 /// The open-loop shapes (see `scenario::Load` for the YAML form).
@@ -285,7 +285,7 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadgen::arrival;
+    use crate::loadgen::scenario::arrival;
     use rand::{RngCore as _, SeedableRng, rngs::SmallRng};
 
     fn secs(v: &[Duration]) -> Vec<f64> {

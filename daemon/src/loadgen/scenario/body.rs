@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use super::path::{AnswerPaths, JsonPath};
+pub use crate::loadgen::scenario::json_path::{AnswerPaths, JsonPath};
 
 /// A placeholder a template may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

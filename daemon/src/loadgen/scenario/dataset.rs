@@ -7,7 +7,7 @@ use rand_distr::{Distribution, Normal};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::files::Files;
+use crate::loadgen::scenario::files::Files;
 
 /// One prompt (and whatever else its source row carried).
 #[derive(Debug, Clone, PartialEq)]

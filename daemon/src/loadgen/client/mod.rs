@@ -2,6 +2,9 @@
 //! with keep-alive and `TCP_NODELAY`, TLS for `https://` targets (`crate::tls`), plus
 //! plain-HTTP requests (health checks, benchmarks).
 
+pub mod openai;
+pub mod sse;
+
 use std::{
     net::SocketAddr,
     sync::Arc,
@@ -601,5 +604,4 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
-#[path = "client_tests.rs"]
 mod tests;

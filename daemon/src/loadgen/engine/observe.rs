@@ -3,7 +3,7 @@
 
 use tokio::sync::mpsc;
 
-use super::{Options, RequestRecord};
+use crate::loadgen::{Options, RequestRecord};
 
 /// Records queued between the tee and each of its two watchers.
 const TEE_QUEUE: usize = 4096;

@@ -10,14 +10,14 @@ use hyper::{
 use rand::{Rng, rngs::SmallRng};
 use serde_json::{Map, Value, json};
 
-use super::{
+use crate::loadgen::{
+    client::openai,
     client::{Target, TargetError, Via, plain},
-    conversation::{Conversation, TurnRequest, system_prompt},
-    dataset::{Dataset, Row, Turn},
-    openai,
+    engine::conversation::{Conversation, TurnRequest, system_prompt},
+    engine::vector::{self, ApiKind, VectorCall, VectorPhase, truth::Pending},
+    scenario::dataset::{Dataset, Row, Turn},
+    scenario::template::{Ctx, JsonTemplate, Template},
     scenario::{ChaosSpec, Phase, RequestSpec},
-    template::{Ctx, JsonTemplate, Template},
-    vector::{self, ApiKind, VectorCall, VectorPhase, truth::Pending},
 };
 
 use crate::measure::{
@@ -53,7 +53,7 @@ pub struct PhaseCtx {
     /// The shared system prompt of the phase's conversations.
     system: Option<String>,
     /// What an answer must be for its task to succeed.
-    check: Option<super::check::Check>,
+    check: Option<crate::loadgen::scenario::check::Check>,
 }
 
 /// One request ready to go.
@@ -152,7 +152,7 @@ impl PhaseCtx {
                             api.paths()
                         }
                     },
-                    |j| vector::json::AnswerPaths {
+                    |j| crate::loadgen::scenario::body::AnswerPaths {
                         ids: j.ids.clone(),
                         scores: j.scores.clone(),
                     },
@@ -185,7 +185,7 @@ impl PhaseCtx {
                 .request
                 .check
                 .as_ref()
-                .map(super::check::Check::compile)
+                .map(crate::loadgen::scenario::check::Check::compile)
                 .transpose()
                 .map_err(TargetError::Check)?,
             system: phase
@@ -200,7 +200,7 @@ impl PhaseCtx {
 
     /// The phase's retry policy.
     #[must_use]
-    pub fn retry(&self) -> Option<&super::retry::RetrySpec> {
+    pub fn retry(&self) -> Option<&crate::loadgen::scenario::retry::RetrySpec> {
         self.spec.retry.as_ref()
     }
 

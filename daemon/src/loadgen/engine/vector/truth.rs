@@ -11,7 +11,7 @@ use std::sync::{
 
 use tokio::sync::oneshot;
 
-use super::{corpus::Corpus, recall_at_k};
+use crate::loadgen::engine::vector::{corpus::Corpus, recall_at_k};
 
 /// Samples queued at most.
 const QUEUE: usize = 4096;

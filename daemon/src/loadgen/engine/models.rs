@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! # async fn demo(mut scenario: inferscope::loadgen::Scenario) -> Result<(), Box<dyn std::error::Error>> {
-//! use inferscope::loadgen::{Options, models};
+//! use inferscope::loadgen::{Options, engine::models};
 //! let found = models::discover(&mut scenario, &Options::new()).await?;
 //! if let Some(line) = found.note() {
 //!     eprintln!("inferscope: {line}");
@@ -20,11 +20,11 @@ use std::{fmt::Write as _, time::Duration};
 use http_body_util::{BodyExt as _, Limited};
 use hyper::Method;
 
-use super::{
+use crate::loadgen::{
     Options, Scenario,
     client::{Target, build_client},
     scenario::Phase,
-    template::JsonTemplate,
+    scenario::template::JsonTemplate,
 };
 
 use crate::dial::is_loopback;
@@ -236,8 +236,10 @@ async fn list(
         .map_err(|e| e.to_string())?;
     let ask = async {
         let resp = client.request(req).await.map_err(|e| {
-            crate::tls::ConnectError::tls_in(&e)
-                .map_or_else(|| super::client::error_chain(&e), ToString::to_string)
+            crate::tls::ConnectError::tls_in(&e).map_or_else(
+                || crate::loadgen::client::error_chain(&e),
+                ToString::to_string,
+            )
         })?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_LIST_BYTES)

@@ -6,6 +6,16 @@
 //! late timer still has its clock running (coordinated omission handled), and the gap
 //! shows separately as send lag.
 
+pub mod caps;
+pub mod complexity;
+pub mod conversation;
+pub mod models;
+pub mod observe;
+pub mod progress;
+pub mod request;
+pub mod tally;
+pub mod vector;
+
 use std::{
     sync::{
         Arc,
@@ -28,16 +38,16 @@ use tokio::{
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use super::{
-    arrival::Schedule,
-    caps::{Acquired, Permits, TokenBucket, acquire},
+use crate::loadgen::{
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
-    complexity::{self, Shaper},
-    conversation::Conversation,
-    request::{Executed, PhaseCtx, Prepared},
+    engine::caps::{Acquired, Permits, TokenBucket, acquire},
+    engine::complexity::Shaper,
+    engine::conversation::Conversation,
+    engine::request::{Executed, PhaseCtx, Prepared},
+    engine::tally::Msg,
+    engine::vector::{ApiKind, setup, truth::Pending, truth::Truth},
+    scenario::arrival::Schedule,
     scenario::{CapPolicy, Phase, Scenario},
-    tally::{self, Msg},
-    vector::{ApiKind, setup, truth::Pending, truth::Truth},
 };
 use crate::measure::vector_health as health;
 
@@ -254,7 +264,7 @@ impl Setup {
         if !opts.allow_remote && !is_loopback(&host) {
             return Err(RunError::Remote(scenario.target.clone()));
         }
-        super::limits::check(scenario).map_err(RunError::Invalid)?;
+        crate::loadgen::scenario::limits::check(scenario).map_err(RunError::Invalid)?;
         let target = Target::new(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
         let event_uris = scenario
             .phases
@@ -400,7 +410,7 @@ async fn dispatch(
             )
             .await
         } else {
-            let users = if let super::scenario::Load::Concurrency { users } = phase.load {
+            let users = if let crate::loadgen::scenario::Load::Concurrency { users } = phase.load {
                 share.users(users)
             } else {
                 0
@@ -438,7 +448,7 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
             .request
             .retry
             .as_ref()
-            .map(super::retry::RetrySpec::t_max_ms),
+            .map(crate::loadgen::scenario::retry::RetrySpec::t_max_ms),
         vector: ctx.vector.as_ref().map(|v| VectorInfo {
             ef_search: v.ef_search,
             sweep_of: p.sweep_of.clone(),
@@ -450,7 +460,11 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
 
 /// Chroma sets `ef_search` on the collection, not per query: a Chroma phase with one sets it
 /// as it starts (a sweep's steps one after the other). The change is an event of the phase.
-async fn chroma_ef_search(shared: &Arc<Shared>, phase: u32, v: &super::vector::VectorPhase) {
+async fn chroma_ef_search(
+    shared: &Arc<Shared>,
+    phase: u32,
+    v: &crate::loadgen::engine::vector::VectorPhase,
+) {
     let (Some(ef), Some(uri)) = (v.ef_search, v.collection_uri.clone()) else {
         return;
     };
@@ -743,7 +757,7 @@ impl Turns {
             .await;
         };
         if let Some(ok) = task {
-            let ice = super::conversation::ice(&entropies);
+            let ice = crate::loadgen::engine::conversation::ice(&entropies);
             let _ = shared.tx.send(Msg::Task(ctx.index, ok, ice)).await;
         }
         if own.is_none() {
@@ -905,7 +919,7 @@ async fn attempt(
 async fn event(
     shared: Arc<Shared>,
     phase: u32,
-    ev: super::scenario::EventSpec,
+    ev: crate::loadgen::scenario::EventSpec,
     uri: hyper::Uri,
     at: Instant,
     cancel: CancellationToken,
@@ -918,7 +932,7 @@ async fn event(
     let at_us = us_since(shared.t0);
     let outcome = match tokio::time::timeout(shared.timeout, shared.client.request(req)).await {
         Ok(Ok(resp)) => format!("HTTP {}", resp.status().as_u16()),
-        Ok(Err(e)) => super::client::error_chain(&e),
+        Ok(Err(e)) => crate::loadgen::client::error_chain(&e),
         Err(_) => "timeout".into(),
     };
     let request = format!("{method} {}", ev.path);

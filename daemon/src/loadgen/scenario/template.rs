@@ -16,7 +16,7 @@
 use rand::{Rng, seq::IndexedRandom};
 use serde_json::Value;
 
-use super::dataset::Row;
+use crate::loadgen::scenario::dataset::Row;
 
 /// A template that could not be compiled.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -331,7 +331,7 @@ mod tests {
 
     #[test]
     fn a_lone_dataset_field_keeps_its_json_type() {
-        use crate::loadgen::{dataset::Dataset, files::Files};
+        use crate::loadgen::{scenario::dataset::Dataset, scenario::files::Files};
         let dir = tempfile::tempdir().unwrap();
         let line = r#"{"prompt":"p","temperature":0.42,"tools":[{"type":"function"}]}"#;
         std::fs::write(dir.path().join("d.jsonl"), line).unwrap();

@@ -10,7 +10,7 @@ use crate::measure::record::RequestRecord;
 
 pub use crate::measure::resilience::RetryOn;
 
-use super::limits::de_duration;
+use crate::loadgen::scenario::limits::de_duration;
 
 /// `request.retry`: resend a request that failed the way an outage does.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

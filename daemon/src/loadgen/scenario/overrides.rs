@@ -14,10 +14,10 @@
 
 use std::{path::Path, time::Duration};
 
-use super::{
-    files::Files,
+use crate::loadgen::{
+    scenario::files::Files,
+    scenario::template::JsonTemplate,
     scenario::{Phase, Scenario, ScenarioError},
-    template::JsonTemplate,
 };
 
 use crate::measure::{

@@ -55,10 +55,10 @@ impl CorpusSpec {
         if self.vectors == 0 || self.dimensions == 0 {
             return Some("corpus vectors and dimensions must be above 0".into());
         }
-        if self.dimensions > super::super::limits::HARD_MAX_DIMENSIONS {
+        if self.dimensions > crate::loadgen::scenario::limits::HARD_MAX_DIMENSIONS {
             return Some(format!(
                 "corpus dimensions must be at most {}",
-                super::super::limits::HARD_MAX_DIMENSIONS
+                crate::loadgen::scenario::limits::HARD_MAX_DIMENSIONS
             ));
         }
         if self.vectors.saturating_mul(self.dimensions) > MAX_CORPUS_FLOATS {

@@ -13,7 +13,7 @@ use crate::measure::{
     report::{EventRecord, Stop, StopKind},
 };
 
-use super::progress::{self, Progress};
+use crate::loadgen::engine::progress::{self, Progress};
 
 /// Messages from dispatchers and request tasks.
 #[derive(Debug)]

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use serde::Deserialize;
 
-use super::{arrival, limits::BURSTINESS, scenario::HARD_MAX_RATE};
+use crate::loadgen::{scenario::HARD_MAX_RATE, scenario::arrival, scenario::limits::BURSTINESS};
 
 /// Load shapes, written `load: {shape: poisson, rate: 20}`. Open-loop shapes take
 /// requests per second; `concurrency` is closed loop.
@@ -53,7 +53,7 @@ pub enum Load {
     },
     /// `complexity_shaping: true` on an open-loop shape (constant, poisson, gamma, ramp): the
     /// gap before each request is stretched by its prompt's complexity score, so its
-    /// effective rate is `base * 0.75^(score/20)` (see `loadgen::complexity`). Never wraps
+    /// effective rate is `base * 0.75^(score/20)` (see `loadgen::engine::complexity`). Never wraps
     /// a trace, concurrency or another `Shaped`.
     Shaped(Box<Load>),
 }

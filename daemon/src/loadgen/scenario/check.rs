@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::limits::de_duration;
+use crate::loadgen::scenario::limits::de_duration;
 
 /// `request.check` as written.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]

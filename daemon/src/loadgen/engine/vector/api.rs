@@ -8,9 +8,9 @@ use hyper::{Method, Uri};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{
-    corpus::{Corpus, CorpusSpec, Metric},
-    json::{AnswerPaths, BodyTemplate, InsertTemplate, JsonPath, Vars, write_vector},
+use crate::loadgen::engine::vector::corpus::{Corpus, CorpusSpec, Metric};
+use crate::loadgen::scenario::body::{
+    AnswerPaths, BodyTemplate, InsertTemplate, JsonPath, Vars, write_vector,
 };
 
 /// Chroma's default tenant and database (v2 API).
@@ -82,7 +82,7 @@ pub struct InsertSpec {
     pub body: InsertTemplate,
 }
 
-/// A phase's vector settings, compiled; [`super::setup`] completes them before the run
+/// A phase's vector settings, compiled; [`crate::loadgen::engine::vector::setup`] completes them before the run
 /// (dimension, Chroma's collection id, the corpus).
 #[derive(Debug)]
 pub struct VectorPhase {

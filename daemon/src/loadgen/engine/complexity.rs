@@ -272,7 +272,7 @@ impl Shaper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadgen::arrival::{Arrival, Schedule};
+    use crate::loadgen::scenario::arrival::{Arrival, Schedule};
     use rand::{SeedableRng, rngs::SmallRng};
 
     #[test]
@@ -382,7 +382,7 @@ mod tests {
 
     #[test]
     fn complexity_shaping_parses_on_open_loop_shapes_only() {
-        use crate::loadgen::shape::Load;
+        use crate::loadgen::scenario::shape::Load;
         let parse = serde_norway::from_str::<Load>;
         let l = parse("{shape: poisson, rate: 10, complexity_shaping: true}").unwrap();
         assert!(l.complexity_shaping());
