@@ -20,7 +20,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::loadgen::{Options, RunError, Scenario, StressReport, scenario::Load};
+use crate::loadgen::{
+    engine::{Options, RunError, run},
+    scenario::{Load, Scenario},
+};
+use crate::measure::StressReport;
 
 use crate::measure::{
     metrics::decode_hist,
@@ -434,7 +438,7 @@ pub async fn search(
         warm.phases[0].name = "warm-up".into();
         warm.phases[0].duration = spec.warmup;
         warm.phases[0].slo.clear();
-        crate::loadgen::run(&warm, opts.clone(), cancel.clone()).await?;
+        run(&warm, opts.clone(), cancel.clone()).await?;
         tokio::time::sleep(spec.pause).await;
     }
     let mut steps = Vec::new();
@@ -458,7 +462,7 @@ pub async fn search(
             }
         }
         let scenario = step_scenario(base, spec, load, steps.len());
-        let report = crate::loadgen::run(&scenario, opts.clone(), cancel.clone()).await?;
+        let report = run(&scenario, opts.clone(), cancel.clone()).await?;
         if report.stopped.is_some() && cancel.is_cancelled() {
             break SearchStop::Interrupted;
         }

@@ -22,6 +22,10 @@ use crate::loadgen::{
 
 use crate::measure::record::{ErrorClass, RequestRecord, TokenSource};
 
+/// Longest model answer kept in a conversation's history, bytes (the rest is cut: a bounded
+/// history).
+pub const MAX_REPLY_BYTES: usize = 64 << 10;
+
 /// Content chunks one answer may carry (their times are kept: 8 bytes each).
 pub const MAX_TOKEN_TIMES: usize = 1 << 20;
 
@@ -41,7 +45,7 @@ pub struct StreamState {
     /// `[DONE]` was seen.
     pub done: bool,
     /// The answer's text, when kept (see [`StreamState::keeping_text`]); at most
-    /// [`crate::loadgen::engine::conversation::MAX_REPLY_BYTES`].
+    /// [`MAX_REPLY_BYTES`].
     pub text: Option<String>,
     /// Sum and count of the tokens' entropies from their `top_logprobs` (nats).
     entropy: (f64, u64),
@@ -284,8 +288,7 @@ impl StreamState {
             self.token_us.push(now);
         }
         if let (Some(t), Some(kept)) = (s.text, self.text.as_mut()) {
-            let room =
-                crate::loadgen::engine::conversation::MAX_REPLY_BYTES.saturating_sub(kept.len());
+            let room = MAX_REPLY_BYTES.saturating_sub(kept.len());
             let mut end = t.len().min(room);
             while !t.is_char_boundary(end) {
                 end -= 1;
@@ -482,7 +485,7 @@ data: [DONE]\n\n";
             b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"logprobs\":{\"content\":[{\"token\":\"a\",\"logprob\":-0.69,\"top_logprobs\":[{\"token\":\"a\",\"logprob\":-0.6931471805599453},{\"token\":\"b\",\"logprob\":-0.6931471805599453}]}]},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
         );
         r.unwrap();
-        let mut rec = RequestRecord::new(0, 0, crate::loadgen::Endpoint::Chat, 0);
+        let mut rec = RequestRecord::new(0, 0, crate::measure::Endpoint::Chat, 0);
         st.fill(&mut rec);
         assert!((rec.entropy.unwrap() - 2f64.ln()).abs() < 1e-9);
     }

@@ -17,13 +17,6 @@ use crate::loadgen::{
     scenario::{ConversationSpec, ReplySource},
 };
 
-/// Most turns one conversation may have.
-pub const MAX_TURNS: u32 = 1000;
-/// Longest shared system prompt, words.
-pub const MAX_SYSTEM_WORDS: u32 = 100_000;
-/// Longest model answer kept in a history, bytes (the rest is cut: a bounded history).
-pub const MAX_REPLY_BYTES: usize = 64 << 10;
-
 /// Words the shared system prompt cycles through.
 const SYSTEM_WORDS: &[&str] = &[
     "You",

@@ -20,10 +20,11 @@ use std::{fmt::Write as _, time::Duration};
 use http_body_util::{BodyExt as _, Limited};
 use hyper::Method;
 
+use super::Options;
 use crate::loadgen::{
-    Options, Scenario,
     client::{Target, build_client},
     scenario::Phase,
+    scenario::Scenario,
     scenario::template::JsonTemplate,
 };
 

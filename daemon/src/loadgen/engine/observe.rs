@@ -3,7 +3,8 @@
 
 use tokio::sync::mpsc;
 
-use crate::loadgen::{Options, RequestRecord};
+use super::Options;
+use crate::measure::RequestRecord;
 
 /// Records queued between the tee and each of its two watchers.
 const TEE_QUEUE: usize = 4096;
@@ -41,7 +42,7 @@ fn tee(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadgen::Endpoint;
+    use crate::measure::Endpoint;
 
     #[tokio::test]
     async fn one_watcher_is_the_observer_two_both_get_every_record() {

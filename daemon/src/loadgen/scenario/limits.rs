@@ -17,6 +17,10 @@ pub const HARD_MAX_TOKENS_PER_S: f64 = 1e9;
 pub const HARD_MAX_OVERSIZE_TOKENS: u32 = 1_000_000;
 /// Largest vector `dimensions`.
 pub const HARD_MAX_DIMENSIONS: usize = 65_536;
+/// Most turns one conversation may have.
+pub const MAX_TURNS: u32 = 1000;
+/// Longest shared system prompt, words.
+pub const MAX_SYSTEM_WORDS: u32 = 100_000;
 /// Range of a gamma shape's `burstiness`.
 pub const BURSTINESS: (f64, f64) = (1e-3, 1e3);
 
@@ -161,7 +165,7 @@ pub fn check(s: &Scenario) -> Result<(), String> {
 mod tests {
     use std::path::Path;
 
-    use crate::loadgen::Scenario;
+    use crate::loadgen::scenario::Scenario;
 
     fn load(phase_extra: &str, top: &str) -> Result<Scenario, String> {
         let src = format!(

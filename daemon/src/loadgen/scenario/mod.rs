@@ -17,6 +17,7 @@ pub mod retry;
 pub mod shape;
 pub mod template;
 pub mod validate;
+pub mod vector;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -221,14 +222,14 @@ pub struct RequestSpec {
     pub exact_path: Option<String>,
     /// Vector search: the API the server speaks, `sim` (default), `chroma`, `qdrant` or
     /// `json` (see `vector/`).
-    pub api: Option<crate::loadgen::engine::vector::ApiKind>,
+    pub api: Option<vector::ApiKind>,
     /// Vector search (`chroma`, `qdrant`): the collection (default `inferscope`).
     pub collection: Option<String>,
     /// Vector search, `api: json`: body template and JSON paths of the answer.
-    pub json: Option<crate::loadgen::engine::vector::JsonApiSpec>,
+    pub json: Option<vector::JsonApiSpec>,
     /// Vector search: the corpus the client inserts before the run and searches exactly for
     /// recall@k (any API but `sim`).
-    pub corpus: Option<crate::loadgen::engine::vector::corpus::CorpusSpec>,
+    pub corpus: Option<vector::CorpusSpec>,
     /// Vector search: recall below which a sampled query counts as low-recall in the joint
     /// view (default 90%).
     #[serde(default, deserialize_with = "de_opt_ratio")]

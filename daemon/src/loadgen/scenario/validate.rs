@@ -263,7 +263,7 @@ fn check_phase(
 
 /// What is wrong with a vector phase's API settings, if anything (and the text to point at).
 fn vector_problem(p: &Phase) -> Option<(Option<String>, String)> {
-    use crate::loadgen::engine::vector::ApiKind;
+    use super::vector::ApiKind;
     let r = &p.request;
     let api = r.api.unwrap_or_default();
     let here = |s: &str| Some(s.to_string());
@@ -403,7 +403,7 @@ fn llm_extras_problem(
     endpoint: Endpoint,
     loaded: &BTreeMap<String, Arc<Dataset>>,
 ) -> Option<String> {
-    use crate::loadgen::engine::conversation::{MAX_SYSTEM_WORDS, MAX_TURNS};
+    use super::limits::{MAX_SYSTEM_WORDS, MAX_TURNS};
     if let Some(c) = &p.request.conversation {
         if endpoint != Endpoint::Chat {
             return Some(

@@ -5,82 +5,14 @@ use std::{fmt::Write as _, sync::Arc};
 
 use bytes::Bytes;
 use hyper::{Method, Uri};
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::loadgen::engine::vector::corpus::{Corpus, CorpusSpec, Metric};
-use crate::loadgen::scenario::body::{
-    AnswerPaths, BodyTemplate, InsertTemplate, JsonPath, Vars, write_vector,
-};
+use crate::loadgen::engine::vector::corpus::Corpus;
+use crate::loadgen::scenario::body::{AnswerPaths, Vars, write_vector};
+pub use crate::loadgen::scenario::vector::{ApiKind, CorpusSpec, InsertSpec, JsonApiSpec, Metric};
 
 /// Chroma's default tenant and database (v2 API).
 pub const CHROMA_BASE: &str = "/api/v2/tenants/default_tenant/databases/default_database";
-
-/// `request.api`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApiKind {
-    /// `inferscope sim`: `POST /v1/vector/search {"vector"|"text", "top_k", "ef_search"}`.
-    #[default]
-    Sim,
-    /// Chroma's v2 HTTP API (`chroma run`).
-    Chroma,
-    /// Qdrant's REST API (`POST /collections/{name}/points/search`).
-    Qdrant,
-    /// Any HTTP API, from `request.json`.
-    Json,
-}
-
-impl ApiKind {
-    /// The name used in messages.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            ApiKind::Sim => "sim",
-            ApiKind::Chroma => "chroma",
-            ApiKind::Qdrant => "qdrant",
-            ApiKind::Json => "json",
-        }
-    }
-
-    /// Where the built-in APIs put ids and scores (`json` has its own).
-    #[must_use]
-    pub fn paths(self) -> AnswerPaths {
-        match self {
-            ApiKind::Sim | ApiKind::Json => {
-                AnswerPaths::fixed("$.results[*].id", "$.results[*].distance")
-            }
-            ApiKind::Chroma => AnswerPaths::fixed("$.ids[0]", "$.distances[0]"),
-            ApiKind::Qdrant => AnswerPaths::fixed("$.result[*].id", "$.result[*].score"),
-        }
-    }
-}
-
-/// `request.json`: the generic adapter.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JsonApiSpec {
-    /// The search body, with `${vector}`, `${top_k}`, `${ef_search}`, `${text}`.
-    pub body: BodyTemplate,
-    /// JSON path to the result ids, best first (e.g. `$.results[*].id`).
-    pub ids: JsonPath,
-    /// JSON path to their scores or distances (checked: one number per id).
-    pub scores: Option<JsonPath>,
-    /// How to insert `request.corpus` (without it the collection must already hold it).
-    pub insert: Option<InsertSpec>,
-}
-
-/// `request.json.insert`: one request per batch of the corpus.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InsertSpec {
-    /// Path under the target.
-    pub path: String,
-    /// Method (default POST).
-    pub method: Option<String>,
-    /// The body, with `${ids}` (strings), `${num_ids}` (numbers) and `${vectors}`.
-    pub body: InsertTemplate,
-}
 
 /// A phase's vector settings, compiled; [`crate::loadgen::engine::vector::setup`] completes them before the run
 /// (dimension, Chroma's collection id, the corpus).

@@ -4,75 +4,8 @@
 
 use rand::{Rng, SeedableRng as _, rngs::StdRng};
 use rand_distr::{Distribution, StandardNormal};
-use serde::Deserialize;
 
-/// Largest corpus held, in numbers (`vectors x dimensions`): 256 MiB of `f32`.
-pub const MAX_CORPUS_FLOATS: usize = 64 << 20;
-
-/// The distance a collection is created with. The corpus and the queries are unit vectors,
-/// so all three rank neighbours the same way and the client's ground truth holds for each.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    /// Squared Euclidean distance (Chroma `l2`, Qdrant `Euclid`).
-    #[default]
-    L2,
-    /// Cosine distance (Chroma `cosine`, Qdrant `Cosine`).
-    Cosine,
-    /// Inner product (Chroma `ip`, Qdrant `Dot`).
-    Ip,
-}
-
-/// `request.corpus`: what the client inserts and searches exactly.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CorpusSpec {
-    /// Number of vectors (ids `0..vectors`).
-    pub vectors: usize,
-    /// Dimensions of each.
-    pub dimensions: usize,
-    /// Seed of the vectors (default: the scenario's `seed`, else 0).
-    pub seed: Option<u64>,
-    /// The collection's distance (default `l2`).
-    #[serde(default)]
-    pub metric: Metric,
-    /// Insert the corpus before the run (default true); `false`: the collection already
-    /// holds this corpus (inserted by an earlier run or phase with the same seed).
-    #[serde(default = "yes")]
-    pub insert: bool,
-    /// Vectors per insert request (default 256).
-    pub batch: Option<usize>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl CorpusSpec {
-    /// What is wrong with the sizes, if anything.
-    #[must_use]
-    pub fn problem(&self) -> Option<String> {
-        if self.vectors == 0 || self.dimensions == 0 {
-            return Some("corpus vectors and dimensions must be above 0".into());
-        }
-        if self.dimensions > crate::loadgen::scenario::limits::HARD_MAX_DIMENSIONS {
-            return Some(format!(
-                "corpus dimensions must be at most {}",
-                crate::loadgen::scenario::limits::HARD_MAX_DIMENSIONS
-            ));
-        }
-        if self.vectors.saturating_mul(self.dimensions) > MAX_CORPUS_FLOATS {
-            return Some(format!(
-                "corpus of {} x {} numbers is above the limit of {MAX_CORPUS_FLOATS}: use fewer vectors",
-                self.vectors, self.dimensions
-            ));
-        }
-        if self.batch.is_some_and(|b| b == 0 || b > 100_000) {
-            return Some("corpus batch must be 1..=100000".into());
-        }
-        None
-    }
-}
+pub use crate::loadgen::scenario::vector::{CorpusSpec, MAX_CORPUS_FLOATS, Metric};
 
 /// The vectors, flat: row `i` is `data[i*dims..(i+1)*dims]`, id `i`.
 #[derive(Debug)]
