@@ -67,7 +67,7 @@ pub fn setup() -> anyhow::Result<()> {
 fn server() -> anyhow::Result<()> {
     let built = std::fs::read_to_string(stamp()).is_ok_and(|v| v.trim() == VERSION);
     if built && server_bin().exists() {
-        crate::setup::done("llama-server", &format!("already built ({VERSION})"));
+        crate::run::done("llama-server", &format!("already built ({VERSION})"));
         return Ok(());
     }
     for (tool, package) in [("cmake", "cmake"), ("g++", "g++"), ("curl", "curl")] {
@@ -118,7 +118,7 @@ fn server() -> anyhow::Result<()> {
     )
     .context("building llama-server (cmake --build)")?;
     std::fs::write(stamp(), VERSION)?;
-    crate::setup::done(
+    crate::run::done(
         "llama-server",
         &format!(
             "built in {:.0} s: {}",
@@ -162,7 +162,7 @@ fn fetch_source() -> anyhow::Result<()> {
 fn write_model() -> anyhow::Result<()> {
     let script = run::root().join("tests/engine/write_model.py");
     if model().exists() && is_newer(&model(), &script) {
-        crate::setup::done(
+        crate::run::done(
             "engine model",
             &format!("already written: {}", model().display()),
         );
@@ -177,7 +177,7 @@ fn write_model() -> anyhow::Result<()> {
             .env("PYTHONPATH", source().join("gguf-py")),
     )
     .with_context(|| format!("writing the model with {}", script.display()))?;
-    crate::setup::done("engine model", &format!("written: {}", model().display()));
+    crate::run::done("engine model", &format!("written: {}", model().display()));
     Ok(())
 }
 

@@ -69,3 +69,8 @@ pub fn wait_for_http(url: &str) -> anyhow::Result<()> {
     }
     bail!("{url} did not answer within 60 s")
 }
+
+/// Prints what a step did.
+pub fn done(step: &str, what: &str) {
+    println!("setup: {step}: {what}");
+}

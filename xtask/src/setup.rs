@@ -7,7 +7,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::run;
+use crate::run::{self, done};
 
 /// Debian packages the tests and benchmarks use as real peers.
 const DEBIAN_PACKAGES: [(&str, &str); 10] = [
@@ -41,11 +41,6 @@ pub fn base() -> anyhow::Result<()> {
     mounts();
     debian_packages()?;
     python_venv()
-}
-
-/// Prints what a step did.
-pub fn done(step: &str, what: &str) {
-    println!("setup: {step}: {what}");
 }
 
 fn rust_src() -> anyhow::Result<()> {

@@ -237,7 +237,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         atomic::check_output_file(out)
             .with_context(|| format!("--out {} cannot be written", out.display()))?;
     }
-    super::triggers::check_stress(&scenario, &args.explain, args.allow_remote)?;
+    super::triggers::check_stress(
+        &scenario,
+        args.explain.triggers_file(),
+        args.explain.explain,
+        args.allow_remote,
+    )?;
     if args.explain.explain {
         let dir = args.explain.report_dir();
         atomic::check_output_dir(dir)

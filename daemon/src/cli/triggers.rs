@@ -13,8 +13,6 @@ use inferscope::{
 };
 use tokio::task::JoinHandle;
 
-use super::explain::ExplainArgs;
-
 /// The scenario's rules and the file's, checked: unique names, webhooks on loopback unless
 /// `allow_remote`.
 fn rules(
@@ -39,14 +37,16 @@ fn rules(
     Ok(rules)
 }
 
-/// Checks the rules of a `stress` run before it starts: they need `--explain`.
+/// Checks the rules of a `stress` run before it starts (the scenario's and `--triggers
+/// file`'s): they need `--explain`.
 pub fn check_stress(
     scenario: &Scenario,
-    explain: &ExplainArgs,
+    file: Option<&Path>,
+    explain: bool,
     allow_remote: bool,
 ) -> anyhow::Result<()> {
-    let rules = rules(scenario, explain.triggers_file(), allow_remote)?;
-    if !rules.is_empty() && !explain.explain {
+    let rules = rules(scenario, file, allow_remote)?;
+    if !rules.is_empty() && !explain {
         bail!(
             "trigger rules are judged on the explained windows: add --explain (or remove `triggers:` / --triggers)"
         );

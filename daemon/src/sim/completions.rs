@@ -15,11 +15,11 @@ use super::{
     config::SimConfig,
     fixed::{FixedRequest, Schedule},
     format::{Format, Kind},
-    http::{AppState, St},
     openai::{self, ApiError, ChatRequest, CompletionRequest, Prompt},
     sampler::Sampler,
     scheduler::{FinishReason, NewSeq, Scheduler},
-    stream::{AbortGuard, Collected, Source, SseBody, collect, reason_str},
+    state::{AppState, St},
+    stream::{AbortGuard, Collected, Source, SseBody, collect},
     tokenizer::{self, fnv1a},
 };
 
@@ -297,7 +297,7 @@ async fn generate(state: Arc<AppState>, mut gen_req: Gen) -> Response {
             tokens,
             reason,
             prompt_tokens,
-        } => Json(gen_req.fmt.full(&tokens, reason_str(reason), prompt_tokens)).into_response(),
+        } => Json(gen_req.fmt.full(&tokens, reason.as_str(), prompt_tokens)).into_response(),
         Collected::Failed(e) => e.into_response(),
     }
 }

@@ -99,7 +99,7 @@ impl Schedule {
         let mut m = self.sh.metrics();
         m.e2e.observe(self.req.arrival.elapsed().as_secs_f64());
         m.queue.observe(0.0);
-        m.finished(super::stream::reason_str(self.req.reason));
+        m.finished(self.req.reason.as_str());
         drop(m);
         self.done = true;
         Poll::Ready(Some(Event::Finished {

@@ -1,6 +1,6 @@
 //! HTTP routes: the OpenAI-compatible API, `/health`, `/metrics` and the vector service.
 
-use std::sync::{Arc, atomic::AtomicU64};
+use std::sync::Arc;
 
 use axum::{
     Json, Router,
@@ -15,54 +15,12 @@ use serde_json::json;
 
 use super::{
     completions::{self, check_model},
-    config::SimConfig,
-    engine::{Engine, Shared},
-    faults::Faults,
     format,
     openai::{self, ApiError, EmbeddingInput, EmbeddingRequest},
     scheduler::Scheduler,
-    tokenizer,
-    vector::{self, VectorService},
+    state::{AppState, St},
+    tokenizer, vector,
 };
-
-/// State of one server, shared by all handlers.
-#[derive(Debug)]
-pub struct AppState {
-    /// Configuration.
-    pub cfg: SimConfig,
-    /// The engine (absent in `fixed` mode).
-    pub engine: Option<Arc<Engine>>,
-    /// Metrics and counters.
-    pub shared: Arc<Shared>,
-    /// Vector search.
-    pub vector: Arc<VectorService>,
-    /// Fault injection.
-    pub faults: Faults,
-    pub(crate) next_id: AtomicU64,
-}
-
-impl AppState {
-    /// Assembles the state.
-    #[must_use]
-    pub fn new(
-        cfg: SimConfig,
-        engine: Option<Arc<Engine>>,
-        shared: Arc<Shared>,
-        vector: Arc<VectorService>,
-    ) -> Self {
-        let faults = Faults::new(&cfg.faults, std::time::Instant::now());
-        Self {
-            cfg,
-            engine,
-            shared,
-            vector,
-            faults,
-            next_id: AtomicU64::new(1),
-        }
-    }
-}
-
-pub(crate) type St = State<Arc<AppState>>;
 
 /// The router.
 pub fn router(state: Arc<AppState>) -> Router {

@@ -24,6 +24,7 @@ pub mod openai;
 pub mod profiles;
 pub mod sampler;
 pub mod scheduler;
+pub mod state;
 pub mod stream;
 pub mod tokenizer;
 pub mod vector;
@@ -40,7 +41,7 @@ pub use profiles::{PROFILE_NAMES, profile};
 
 use axum::serve::ListenerExt as _;
 use engine::{Engine, EngineError, Shared};
-use http::AppState;
+use state::AppState;
 use vector::VectorService;
 
 /// Why the simulator could not start or stopped.

@@ -45,6 +45,17 @@ pub enum FinishReason {
     Length,
 }
 
+impl FinishReason {
+    /// The OpenAI `finish_reason`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
 /// What a step produced.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {

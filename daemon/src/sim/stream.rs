@@ -52,13 +52,6 @@ impl Drop for AbortGuard {
 
 /// Name of a finish reason on the wire.
 #[must_use]
-pub fn reason_str(r: FinishReason) -> &'static str {
-    match r {
-        FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-    }
-}
-
 /// Where a request's events come from.
 #[derive(Debug)]
 pub enum Source {
@@ -130,7 +123,7 @@ impl Body for SseBody {
                     completion_tokens,
                 }) => {
                     out.push_str(&this.fmt.sse_end(
-                        reason_str(reason),
+                        reason.as_str(),
                         prompt_tokens,
                         completion_tokens,
                     ));
