@@ -8,7 +8,7 @@
   Job (so a new manifest is not forgotten).
 
 The exported names are read from the daemon's source: the signal catalogue
-(daemon/src/export/catalog.rs: counters get `_total`) and the names the Prometheus renderer
+(daemon/src/collect/catalog.rs: counters get `_total`) and the names the Prometheus renderer
 and the trigger counters write literally. Usage: deploy/check_monitoring.py (from anywhere).
 """
 import json
@@ -28,7 +28,7 @@ def non_test(path):
 
 def exported():
     names = set()
-    signals = non_test(ROOT / "daemon/src/export/catalog.rs")
+    signals = non_test(ROOT / "daemon/src/collect/catalog.rs")
     rows = re.findall(r'signal!\("[^"]+",\s*"(inferscope_[a-z0-9_]+)",\s*"[^"]*",\s*(Counter|Gauge)', signals)
     if len(rows) < 20:
         sys.exit(f"check_monitoring: found only {len(rows)} signals in signals.rs: has its format changed?")
