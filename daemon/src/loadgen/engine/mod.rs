@@ -85,6 +85,19 @@ pub struct Options {
     pub shard: Shard,
     /// Whom an `https://` target's certificate must come from (`--ca-file`, `--insecure`).
     pub tls: crate::tls::TlsOptions,
+    /// A fault the engine injects into itself, for tests of its failure handling; `None` in
+    /// every real run.
+    pub fault: Option<Fault>,
+}
+
+/// A fault the engine injects into itself (see [`Options::fault`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The first phase's dispatcher panics as it takes request number `request` (0-based).
+    DispatcherPanic {
+        /// The request it panics on.
+        request: u64,
+    },
 }
 
 impl Default for Options {
@@ -97,6 +110,7 @@ impl Default for Options {
             progress: false,
             shard: Shard::WHOLE,
             tls: crate::tls::TlsOptions::default(),
+            fault: None,
         }
     }
 }
@@ -142,6 +156,8 @@ struct Shared {
     seq: AtomicU64,
     /// The client-side recall ground truth (phases with a corpus).
     truth: Option<Truth>,
+    /// [`Options::fault`].
+    fault: Option<Fault>,
 }
 
 /// Runs every phase of `scenario` and returns the report. Cancelling `cancel` stops sending at
@@ -170,6 +186,7 @@ pub async fn run(
     let shared = Arc::new(Shared {
         client: setup.client,
         truth: setup.truth,
+        fault: opts.fault,
         allow_remote: opts.allow_remote,
         shard: share,
         target: setup.target,
@@ -585,12 +602,9 @@ async fn open_loop(
             e
         } else {
             let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-            // A dispatcher panic, injected by the test that checks it becomes a failed run.
-            #[cfg(test)]
-            assert!(
-                !(ctx.index == 0 && seq == 5 && phase.name == "test-panic"),
-                "injected panic"
-            );
+            if let Some(Fault::DispatcherPanic { request }) = shared.fault {
+                assert!(!(ctx.index == 0 && seq == request), "injected panic");
+            }
             let Some((conv, prepared)) = first_request(ctx, rng, seq) else {
                 continue;
             };
@@ -961,14 +975,16 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let sim = crate::sim::start(cfg, l).await.unwrap();
         let yaml = format!(
-            "target: http://{}\nphases:\n  - name: test-panic\n    duration: 2s\n    load: {{shape: constant, rate: 20}}\n    request: {{endpoint: http, path: /metrics}}\n",
+            "target: http://{}\nphases:\n  - name: p\n    duration: 2s\n    load: {{shape: constant, rate: 20}}\n    request: {{endpoint: http, path: /metrics}}\n",
             sim.addr()
         );
         let s = Scenario::from_yaml(&yaml, "t.yaml", Path::new(".")).unwrap();
         let t = std::time::Instant::now();
-        let r = run(&s, Options::new(), CancellationToken::new())
-            .await
-            .unwrap();
+        let opts = Options {
+            fault: Some(Fault::DispatcherPanic { request: 5 }),
+            ..Options::new()
+        };
+        let r = run(&s, opts, CancellationToken::new()).await.unwrap();
         let why = r.stopped.unwrap().to_string();
         assert!(why.starts_with("failed: internal error"), "{why}");
         assert!(why.contains("injected panic"), "{why}");
