@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long = "name", value_name = "NAME")]
     names: Vec<String>,
     /// The server's Prometheus endpoint (default: `http://127.0.0.1:<port>/metrics` of the
-    /// first --port).
+    /// first --port; without --port, found on the watched servers' listening addresses).
     #[arg(long, value_name = "URL")]
     metrics_url: Option<String>,
     /// Hook the CUDA driver API in this library or binary too (repeatable).
@@ -381,8 +381,11 @@ fn node_options(
     if let Some(url) = &metrics_url {
         tracing::info!("scraping {url}");
     } else {
-        tracing::info!("server metrics: off (give --metrics-url or --port)");
+        tracing::info!(
+            "server metrics: looking for them on each server's listening ports (or give --metrics-url)"
+        );
     }
+    let tls_for_find = tls.clone();
     let mut opts = NodeOptions::new(SessionOptions {
         servers,
         loadgen: None,
@@ -397,6 +400,11 @@ fn node_options(
     opts.discover = Some(Box::new(move || finder.targets()));
     opts.rediscover_every = REDISCOVER_EVERY;
     opts.keep_joins = false;
+    let find_tls = tls_for_find;
+    opts.find_metrics = Some(Box::new(move |pids: Vec<u32>| {
+        let tls = find_tls.clone();
+        Box::pin(async move { find_metrics(&pids, &tls).await })
+    }));
     if let Some(x) = otlp {
         let x = Arc::clone(x);
         let labels = Labels::default();
@@ -409,6 +417,24 @@ fn node_options(
         ));
     }
     opts
+}
+
+/// The metrics endpoint of the first of `pids` that exports a known server's metrics on one
+/// of its listening addresses; what was found on each is logged.
+async fn find_metrics(pids: &[u32], tls: &inferscope::tls::TlsOptions) -> Option<String> {
+    let mut url = None;
+    for &pid in pids {
+        let addrs = tokio::task::spawn_blocking(move || discover::listening_addrs(pid))
+            .await
+            .unwrap_or_default();
+        let found = inferscope::scrape::find::metrics_on(&addrs, tls).await;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        tracing::info!("server {pid} ({}): {found}", comm.trim());
+        if url.is_none() {
+            url = found.url().map(str::to_string);
+        }
+    }
+    url
 }
 
 /// Waits (5 s at most each) for the HTTP servers to drain after the stop was signalled.

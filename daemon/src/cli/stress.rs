@@ -232,22 +232,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     .enable_all()
     .build()
     .context("starting the tokio runtime")?;
-    // Outputs are checked before the run spends its time, not after.
-    if let Some(out) = &args.out {
-        atomic::check_output_file(out)
-            .with_context(|| format!("--out {} cannot be written", out.display()))?;
-    }
-    super::triggers::check_stress(
-        &scenario,
-        args.explain.triggers_file(),
-        args.explain.explain,
-        args.allow_remote,
-    )?;
-    if args.explain.explain {
-        let dir = args.explain.report_dir();
-        atomic::check_output_dir(dir)
-            .with_context(|| format!("--report-dir {} cannot be written", dir.display()))?;
-    }
+    check_before_run(args, &scenario)?;
     // The model is settled before the run: a wrong one ends it here, not in N failed requests.
     if let Err(e) = rt.block_on(settle_model(&mut scenario, &opts)) {
         eprintln!("inferscope: {e}");
@@ -308,6 +293,27 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("inferscope: {line}");
     }
     Ok(exit_code(&report, signalled.load(Ordering::Relaxed)))
+}
+
+/// What can be checked before the run spends its time, not after: the outputs can be
+/// written, the trigger rules hold.
+fn check_before_run(args: &Args, scenario: &Scenario) -> anyhow::Result<()> {
+    if let Some(out) = &args.out {
+        atomic::check_output_file(out)
+            .with_context(|| format!("--out {} cannot be written", out.display()))?;
+    }
+    super::triggers::check_stress(
+        scenario,
+        args.explain.triggers_file(),
+        args.explain.explain,
+        args.allow_remote,
+    )?;
+    if args.explain.explain {
+        let dir = args.explain.report_dir();
+        atomic::check_output_dir(dir)
+            .with_context(|| format!("--report-dir {} cannot be written", dir.display()))?;
+    }
+    Ok(())
 }
 
 /// The model of the LLM phases: the first `/v1/models` lists when none is given (said on

@@ -61,6 +61,11 @@ impl StepError {
 pub struct Session {
     kernel: Option<KernelCollector>,
     scraper: Option<ServerCollector>,
+    /// The URL scraped now.
+    scraping: Option<String>,
+    /// How often to scrape, and with which TLS, for a URL found later ([`Session::scrape`]).
+    scrape_every: Duration,
+    tls: crate::tls::TlsOptions,
     nvml: NvmlCollector,
     /// Evidence that is missing and why, for the report.
     pub missing: Vec<String>,
@@ -101,26 +106,43 @@ impl Session {
                 }
             }
         };
+        let scrape_every = opts.window.min(Duration::from_secs(1)) / 2;
         let scraper = match &opts.metrics_url {
-            Some(url) => {
-                let every = opts.window.min(Duration::from_secs(1)) / 2;
-                match ServerCollector::start(url, every, &opts.tls) {
-                    Ok(s) => Some(s),
-                    Err(e) => {
-                        missing.push(format!("server metrics off: {e}"));
-                        None
-                    }
+            Some(url) => match ServerCollector::start(url, scrape_every, &opts.tls) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    missing.push(format!("server metrics off: {e}"));
+                    None
                 }
-            }
+            },
             None => None,
         };
         let nvml = NvmlCollector::start(opts.window);
         Self {
             kernel,
+            scraping: scraper.as_ref().and(opts.metrics_url.clone()),
             scraper,
+            scrape_every,
+            tls: opts.tls.clone(),
             nvml,
             missing,
         }
+    }
+
+    /// The URL of the server's metrics scraped now.
+    #[must_use]
+    pub fn scraping(&self) -> Option<&str> {
+        self.scraping.as_deref()
+    }
+
+    /// Scrapes `url` from now on instead of what was scraped before (a metrics endpoint found
+    /// after the start).
+    pub fn scrape(&mut self, url: &str) -> Result<(), StepError> {
+        let s = ServerCollector::start(url, self.scrape_every, &self.tls)
+            .map_err(|e| StepError::Scrape(e.to_string()))?;
+        self.scraper = Some(s);
+        self.scraping = Some(url.to_string());
+        Ok(())
     }
 
     /// Whether the kernel probes are running.

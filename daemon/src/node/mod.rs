@@ -29,10 +29,11 @@ mod query;
 use std::{
     collections::{BTreeMap, VecDeque},
     future::Future,
+    pin::Pin,
     time::{Duration, Instant},
 };
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 pub use query::{Latest, NodeGone, NodeHandle, NodeStatus, SelectError, Selected, Selection};
 
@@ -57,6 +58,12 @@ pub type Discover = Box<dyn FnMut() -> Vec<u32> + Send>;
 /// Called with every closed window and its verdict (e.g. the OTLP export).
 pub type Observer = Box<dyn FnMut(&Window, &WindowVerdict) + Send>;
 
+/// Finds the metrics endpoint of the server processes watched (the daemon without
+/// `--metrics-url`): asked at the start and whenever the set changes; the URL it answers with
+/// is scraped from then on.
+pub type FindMetrics =
+    Box<dyn FnMut(Vec<u32>) -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send>;
+
 /// How the node runs.
 pub struct NodeOptions {
     /// What to collect.
@@ -75,6 +82,8 @@ pub struct NodeOptions {
     pub keep_joins: bool,
     /// Called as each window closes.
     pub observers: Vec<Observer>,
+    /// Finds the servers' metrics endpoint when `session.metrics_url` names none.
+    pub find_metrics: Option<FindMetrics>,
 }
 
 impl NodeOptions {
@@ -89,6 +98,7 @@ impl NodeOptions {
             rediscover_every: 10,
             keep_joins: true,
             observers: Vec::new(),
+            find_metrics: None,
         }
     }
 }
@@ -121,6 +131,8 @@ pub struct Node {
     step_errors: BTreeMap<&'static str, u64>,
     last_step_error: Option<String>,
     rx: mpsc::Receiver<query::Query>,
+    /// The answer of [`NodeOptions::find_metrics`] asked last, until it comes.
+    finding: Option<oneshot::Receiver<Option<String>>>,
 }
 
 impl Node {
@@ -143,7 +155,11 @@ impl Node {
             step_errors: BTreeMap::new(),
             last_step_error: None,
             rx,
+            finding: None,
         };
+        let mut node = node;
+        let servers = node.session.servers();
+        node.find_metrics(servers);
         (node, NodeHandle::new(tx))
     }
 
@@ -203,11 +219,13 @@ impl Node {
                     was = pids(&was),
                     "the server processes changed; watching the new set"
                 );
-                if let Err(e) = self.session.watch(now) {
+                if let Err(e) = self.session.watch(now.clone()) {
                     self.count(&e);
                 }
+                self.find_metrics(now);
             }
         }
+        self.take_found_metrics();
         let t = &mut self.timeline;
         // From the first origin: `retain_last` moves the time line's own origin forward.
         let at = self.origin_unix_ms + (self.closed - 1) * t.len_ms + t.len_ms / 2;
@@ -252,6 +270,43 @@ impl Node {
         // Verdict indices follow the kept windows.
         for (i, v) in self.verdicts.iter_mut().enumerate() {
             v.index = i;
+        }
+    }
+
+    /// Asks [`NodeOptions::find_metrics`] (when set and no URL was given) where `servers`
+    /// export their metrics; the answer is taken at a later tick.
+    fn find_metrics(&mut self, servers: Vec<u32>) {
+        if self.opts.session.metrics_url.is_some() || servers.is_empty() {
+            return;
+        }
+        let Some(find) = self.opts.find_metrics.as_mut() else {
+            return;
+        };
+        let (tx, rx) = oneshot::channel();
+        let fut = find(servers);
+        tokio::spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        self.finding = Some(rx);
+    }
+
+    /// Scrapes the URL [`Node::find_metrics`] found, once it is known.
+    fn take_found_metrics(&mut self) {
+        let Some(rx) = self.finding.as_mut() else {
+            return;
+        };
+        match rx.try_recv() {
+            Err(oneshot::error::TryRecvError::Empty) => {}
+            Err(oneshot::error::TryRecvError::Closed) | Ok(None) => self.finding = None,
+            Ok(Some(url)) => {
+                self.finding = None;
+                if self.session.scraping() != Some(url.as_str()) {
+                    tracing::info!("scraping {url}");
+                    if let Err(e) = self.session.scrape(&url) {
+                        self.count(&e);
+                    }
+                }
+            }
         }
     }
 

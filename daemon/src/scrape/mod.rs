@@ -32,6 +32,7 @@
 
 pub mod client;
 pub mod error;
+pub mod find;
 pub mod mapping;
 pub mod prom_text;
 pub mod window;

@@ -46,7 +46,7 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
-    /// The OpenAI `finish_reason`.
+    /// The `OpenAI` `finish_reason`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {

@@ -10,79 +10,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use inferscope_tests::{Sim, explain::loopback, free_port, http_get, inferscope_bin, root_or_skip};
+use inferscope_tests::{Sim, daemon::Daemon, explain::loopback, free_port, root_or_skip};
 use serde_json::Value;
 
 const SIM_FLAGS: &[&str] = &["--num-gpu-blocks", "256"];
-
-struct Daemon {
-    child: Child,
-    metrics: SocketAddr,
-    api: SocketAddr,
-}
-
-impl Daemon {
-    /// `inferscope daemon --port PORT`; waits until `/metrics` answers.
-    fn start(port: u16) -> Self {
-        let metrics = loopback();
-        let api = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let child = Command::new(inferscope_bin())
-            .args(["daemon", "--port", &port.to_string(), "--interval", "1s"])
-            .args(["--metrics-listen", &metrics.to_string()])
-            .args(["--api-listen", &api.to_string(), "--duration", "180s"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn inferscope daemon");
-        let mut d = Self {
-            child,
-            metrics,
-            api,
-        };
-        let deadline = Instant::now() + Duration::from_mins(1);
-        while http_get(metrics, "/metrics").is_none() {
-            if let Some(st) = d.child.try_wait().unwrap() {
-                panic!("inferscope daemon exited at start: {st}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon did not serve /metrics"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        d
-    }
-
-    fn get(&self, path: &str) -> String {
-        http_get(self.metrics, path).unwrap_or_else(|| panic!("GET {path}: no answer"))
-    }
-
-    fn report(&self, phase: &str) -> Value {
-        let body = self.get(&format!("/api/v1/report?phase={phase}"));
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("report {phase}: {e}: {body}"))
-    }
-
-    /// SIGTERM; the daemon must stop by itself, cleanly.
-    fn stop(mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                assert!(st.success(), "the daemon exited with {st} on SIGTERM");
-                return;
-            }
-            assert!(Instant::now() < deadline, "the daemon ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The Python generator running `phases` (`NAME:SECONDS:RATE`) against `sim`.
 fn generator(sim: &Sim, d: &Daemon, phases: &[&str]) -> Child {
@@ -167,7 +98,7 @@ fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
         return;
     };
     let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", loopback(), SIM_FLAGS);
-    let d = Daemon::start(sim.addr.port());
+    let d = Daemon::start(&["--port", &sim.addr.port().to_string()]);
     let mut g = generator(&sim, &d, &["baseline:8:2", "peak:12:16", "cooldown:3:2"]);
     let seen = watch_for_kv_in_peak(&d, &mut g);
     assert!(seen, "/metrics never showed kv_cache during the peak");
@@ -182,7 +113,7 @@ fn the_daemon_before_the_server_and_the_server_restarted() {
         return;
     };
     let addr = loopback();
-    let d = Daemon::start(addr.port());
+    let d = Daemon::start(&["--port", &addr.port().to_string()]);
     std::thread::sleep(Duration::from_secs(2));
     let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
     let mut g = generator(&sim, &d, &["baseline:8:2"]);

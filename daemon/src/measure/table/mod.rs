@@ -106,6 +106,8 @@ impl StressReport {
     }
 }
 
+/// A latency in ms as the table prints it.
+#[must_use]
 pub fn fmt_ms(v: f64) -> String {
     if v >= 10_000.0 {
         format!("{:.1}s", v / 1000.0)

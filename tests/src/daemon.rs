@@ -1,0 +1,107 @@
+//! `inferscope daemon` started by a test: its ports, its HTTP answers and its log.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::{explain::loopback, free_port, http_get, inferscope_bin};
+
+/// `inferscope daemon` as its own process, killed when dropped.
+pub struct Daemon {
+    child: Child,
+    /// Where it serves `/metrics` and `/api/v1/...`.
+    pub metrics: SocketAddr,
+    /// Its control API.
+    pub api: SocketAddr,
+    /// Where its log (stderr) goes.
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// `inferscope daemon ARGS` with a 1 s window, on free loopback ports; waits until
+    /// `/metrics` answers.
+    #[must_use]
+    pub fn start(args: &[&str]) -> Self {
+        let metrics = loopback();
+        let api = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let log = std::env::temp_dir().join(format!(
+            "inferscope-daemon-{}-{}.log",
+            std::process::id(),
+            metrics.port()
+        ));
+        let child = Command::new(inferscope_bin())
+            .args(["daemon", "--interval", "1s"])
+            .args(args)
+            .args(["--metrics-listen", &metrics.to_string()])
+            .args(["--api-listen", &api.to_string(), "--duration", "180s"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the daemon's log file"))
+            .spawn()
+            .expect("spawn inferscope daemon");
+        let mut d = Self {
+            child,
+            metrics,
+            api,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_mins(1);
+        while http_get(metrics, "/metrics").is_none() {
+            if let Some(st) = d.child.try_wait().unwrap() {
+                panic!("inferscope daemon exited at start: {st}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not serve /metrics"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        d
+    }
+
+    /// `GET path`; panics without an answer.
+    #[must_use]
+    pub fn get(&self, path: &str) -> String {
+        http_get(self.metrics, path).unwrap_or_else(|| panic!("GET {path}: no answer"))
+    }
+
+    /// `/api/v1/report?phase=PHASE`, parsed.
+    #[must_use]
+    pub fn report(&self, phase: &str) -> Value {
+        let body = self.get(&format!("/api/v1/report?phase={phase}"));
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("report {phase}: {e}: {body}"))
+    }
+
+    /// What it logged so far.
+    #[must_use]
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM; the daemon must stop by itself, cleanly.
+    pub fn stop(mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "the daemon exited with {st} on SIGTERM");
+                return;
+            }
+            assert!(Instant::now() < deadline, "the daemon ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
