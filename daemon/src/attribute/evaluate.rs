@@ -91,9 +91,15 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
 pub fn outranks(a: Cause, b: Cause) -> bool {
     match a {
         Cause::Loadgen => b != Cause::Loadgen,
+        // A full cache (recompute), a failing allocator or a starved server also makes every
+        // step slower: they explain a saturated-looking engine.
         Cause::KvCache | Cause::GpuMemory | Cause::CpuRunqueue => {
-            matches!(b, Cause::Queue | Cause::Errors)
+            matches!(b, Cause::Queue | Cause::Errors | Cause::Compute)
         }
+        // Its rule needs free slots and a first token as many steps away as before: a kernel
+        // view of requests waiting longer for their first token is then waiting for the longer
+        // steps, not for admission.
+        Cause::Compute => matches!(b, Cause::Queue | Cause::Errors),
         // A rebuild is CPU work of the server's own: its threads wait for a CPU because of it.
         Cause::VectorIndex => matches!(b, Cause::Queue | Cause::Errors | Cause::CpuRunqueue),
         Cause::Queue | Cause::Network => b == Cause::Errors,
