@@ -209,7 +209,7 @@ fn slower_steps_at_the_same_batch_are_not_compute() {
 }
 
 #[test]
-fn a_starved_cpu_outranks_the_slower_steps_it_causes() {
+fn a_starved_cpu_is_cpu_runqueue_not_the_slower_steps_it_causes() {
     let t = timeline(&[
         W::base("baseline", 1, 6.5, 40.0),
         W {
@@ -219,8 +219,9 @@ fn a_starved_cpu_outranks_the_slower_steps_it_causes() {
     ]);
     let p = dominant(&t, "peak");
     assert_eq!(p.dominant, Cause::CpuRunqueue, "{p:#?}");
+    // Outside contention (the run-queue p99 x2 and +5 ms) is what `compute` requires absent.
     assert!(
-        p.runners_up.iter().any(|r| r.cause == Cause::Compute),
+        !p.runners_up.iter().any(|r| r.cause == Cause::Compute),
         "{:#?}",
         p.runners_up
     );

@@ -91,11 +91,15 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
 pub fn outranks(a: Cause, b: Cause) -> bool {
     match a {
         Cause::Loadgen => b != Cause::Loadgen,
-        // A full cache (recompute), a failing allocator or a starved server also makes every
-        // step slower: they explain a saturated-looking engine.
-        Cause::KvCache | Cause::GpuMemory | Cause::CpuRunqueue => {
+        // A full cache (recompute) or a failing allocator also makes every step slower: they
+        // explain a saturated-looking engine. A starved server does too, but its threads'
+        // waits are evidence against `compute` (its rule wants the run queue flat), so the
+        // confidences decide between them: an engine busy with its own batch makes its own
+        // threads wait a little (seen: the mean x5 at a few hundred µs), outside load a lot.
+        Cause::KvCache | Cause::GpuMemory => {
             matches!(b, Cause::Queue | Cause::Errors | Cause::Compute)
         }
+        Cause::CpuRunqueue => matches!(b, Cause::Queue | Cause::Errors),
         // Its rule needs free slots and a first token as many steps away as before: a kernel
         // view of requests waiting longer for their first token is then waiting for the longer
         // steps, not for admission.

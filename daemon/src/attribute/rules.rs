@@ -208,11 +208,13 @@ pub const RULES: &[Rule] = &[
             // The first token costs as many steps as before: the engine is only slower. A
             // request that waits for a slot raises it far more than its steps do.
             need(S::TtftPerItl, Flat { ratio: 2.0, slack: 2.0 }, 2.0),
-            // Its own work: the serving process busy (on a CPU, or blocked on its device), no
-            // outside contention for its CPUs, a cache with room and no preemptions.
+            // Its own work, not outside contention for its CPUs: no run-queue p99 rise of the
+            // kind `cpu_runqueue` names (the engine's own busy threads wait a little longer).
+            need(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
+            // The serving process busy (on a CPU, or blocked on its device), a cache with room
+            // and no preemptions.
             supp(S::EngineBusyShare, AtLeast(0.8), 1.0),
             supp(S::GpuSyncPerLaunchMs, Rises { ratio: 1.5, min_delta: 1.0 }, 2.0),
-            supp(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
             supp(S::KvUsage, Below(0.9), 1.0),
             supp(S::PreemptionsPerS, Below(0.01), 1.0),
         ],

@@ -94,3 +94,21 @@ fn llama_server_at_two_healthy_loads_is_none() {
         }
     }
 }
+
+#[test]
+fn llama_server_with_free_slots_and_more_streams_is_compute() {
+    for name in ["llamacpp-compute-2", "llamacpp-compute-4"] {
+        if let Some(r) = check(name, &["itl_p50_ms"], &["batch_mean", "server_tpot_ms"]) {
+            assert_no_transport_errors(&r);
+        }
+    }
+}
+
+#[test]
+fn llama_server_saturated_without_its_metrics_is_compute() {
+    check(
+        "llamacpp-compute-4-nometrics",
+        &["itl_p50_ms", "in_flight_max"],
+        &[],
+    );
+}
