@@ -186,12 +186,7 @@ impl Sim {
             argv.push(std::ffi::OsStr::new("--profile"));
             argv.push(std::ffi::OsStr::new(profile));
         }
-        for a in [
-            "--listen",
-            &listen,
-            "--corpus-size",
-            "200",
-        ] {
+        for a in ["--listen", &listen, "--corpus-size", "200"] {
             argv.push(std::ffi::OsStr::new(a));
         }
         argv.extend(extra.iter().map(std::ffi::OsStr::new));

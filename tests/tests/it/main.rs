@@ -1,7 +1,7 @@
 //! The root integration tests: one binary, each file a module. They need root (eBPF) and share
 //! the machine's CPUs, so each takes the machine for itself (`root_or_skip`).
-mod cuda_uprobes;
 mod compute_e2e;
+mod cuda_uprobes;
 mod daemon_sim;
 mod daemon_verdicts;
 mod explain_e2e;
