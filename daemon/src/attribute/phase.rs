@@ -340,7 +340,8 @@ fn summarise_one(
     }
 }
 
-/// Which of `compute` and `queue` came first in the phase's windows, when both did, with the
+/// Which of `compute` and `queue` came first in the phase's windows, when both did (each in at
+/// least [`TAIL_MIN_WINDOWS`] windows), with the
 /// order in words: `compute saturated first (+2 s), requests queued from +5 s`.
 fn onset(
     idx: &[usize],
@@ -348,10 +349,15 @@ fn onset(
     verdicts: &[WindowVerdict],
 ) -> (Option<Cause>, Option<String>) {
     let start = idx.first().map_or(0, |&i| windows[i].start_unix_ms);
+    // One window is an anecdote: each needs two to have happened at all.
     let first = |c: Cause| {
-        idx.iter()
-            .find(|&&i| verdicts[i].verdict.cause == c)
-            .map(|&i| windows[i].start_unix_ms.saturating_sub(start) as f64 / 1000.0)
+        let of: Vec<usize> = idx
+            .iter()
+            .copied()
+            .filter(|&i| verdicts[i].verdict.cause == c)
+            .collect();
+        (of.len() >= TAIL_MIN_WINDOWS)
+            .then(|| windows[of[0]].start_unix_ms.saturating_sub(start) as f64 / 1000.0)
     };
     match (first(Cause::Compute), first(Cause::Queue)) {
         (Some(c), Some(q)) if c <= q => (
