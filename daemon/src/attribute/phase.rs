@@ -283,15 +283,7 @@ fn summarise_one(
         .map(|&i| &verdicts[i])
         .filter(|v| v.verdict.cause == dominant)
         .collect();
-    let confidence = if of_dominant.is_empty() {
-        0.0
-    } else {
-        of_dominant
-            .iter()
-            .map(|v| v.verdict.confidence)
-            .sum::<f64>()
-            / of_dominant.len() as f64
-    };
+    let confidence = mean_confidence(&of_dominant);
     let representative = of_dominant
         .iter()
         .max_by(|a, b| a.verdict.confidence.total_cmp(&b.verdict.confidence));
@@ -306,13 +298,7 @@ fn summarise_one(
         n,
     );
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
-    let (came_first, order) = onset(idx, windows, verdicts);
-    let hint = match order {
-        Some(order) if matches!(dominant, Cause::Compute | Cause::Queue) => {
-            format!("{order}: {}", dominant.hint())
-        }
-        _ => dominant.hint().to_owned(),
-    };
+    let (came_first, hint) = onset(dominant, idx, windows, verdicts);
     PhaseSummary {
         start_unix_ms: phase_windows.first().map_or(0, |w| w.start_unix_ms),
         end_unix_ms: phase_windows
@@ -340,10 +326,35 @@ fn summarise_one(
     }
 }
 
+/// The mean confidence of `verdicts` (0 when there are none).
+fn mean_confidence(verdicts: &[&WindowVerdict]) -> f64 {
+    if verdicts.is_empty() {
+        return 0.0;
+    }
+    verdicts.iter().map(|v| v.verdict.confidence).sum::<f64>() / verdicts.len() as f64
+}
+
 /// Which of `compute` and `queue` came first in the phase's windows, when both did (each in at
-/// least [`TAIL_MIN_WINDOWS`] windows), with the
-/// order in words: `compute saturated first (+2 s), requests queued from +5 s`.
+/// least [`TAIL_MIN_WINDOWS`] windows), and the hint of the `dominant` cause, led by the order
+/// in words when it is one of them: `compute saturated first (+2 s), requests queued from +5 s`.
 fn onset(
+    dominant: Cause,
+    idx: &[usize],
+    windows: &[Window],
+    verdicts: &[WindowVerdict],
+) -> (Option<Cause>, String) {
+    let (came_first, order) = order(idx, windows, verdicts);
+    let hint = match order {
+        Some(order) if matches!(dominant, Cause::Compute | Cause::Queue) => {
+            format!("{order}: {}", dominant.hint())
+        }
+        _ => dominant.hint().to_owned(),
+    };
+    (came_first, hint)
+}
+
+/// See [`onset`]: the cause that came first, and the order in words.
+fn order(
     idx: &[usize],
     windows: &[Window],
     verdicts: &[WindowVerdict],

@@ -401,6 +401,18 @@ impl Signal {
             }),
             S::GpuAllocChurn => gpu.map(|g| g.allocs.min(g.frees) as f64),
             S::GpuMemUsedFrac => gpu?.mem_used_frac,
+            // ItlP50Ms, InFlightMax, TtftPerItl, BatchMean, ServerTpotMs, EngineBusyShare,
+            // GpuSyncPerLaunchMs.
+            _ => self.raw_engine(w),
+        }
+    }
+
+    /// The signals of an engine's steps and batch (`compute`), in one window.
+    fn raw_engine(self, w: &Window) -> Option<f64> {
+        use Signal as S;
+        let load = w.load.as_ref();
+        let gpu = w.gpu.as_ref();
+        match self {
             S::ItlP50Ms => load?.itl_ms.map(|q| q.p50),
             S::InFlightMax => load
                 .filter(|l| l.requests > 0)
@@ -409,8 +421,8 @@ impl Signal {
                 let l = load?;
                 Some(l.ttft_ms?.p50 / l.itl_ms?.p50.max(0.001))
             }
-            S::BatchMean => server?.batch_mean,
-            S::ServerTpotMs => server?.tpot_mean_ms,
+            S::BatchMean => w.server.as_ref()?.batch_mean,
+            S::ServerTpotMs => w.server.as_ref()?.tpot_mean_ms,
             S::EngineBusyShare => {
                 let oncpu = w.runq.as_ref()?.oncpu_ms?;
                 let sync = gpu.map_or(0.0, |g| g.sync_ms);
@@ -420,6 +432,7 @@ impl Signal {
                 let g = gpu?;
                 (g.launches > 0).then(|| g.sync_ms / g.launches as f64)
             }
+            _ => None,
         }
     }
 
