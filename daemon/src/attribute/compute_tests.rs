@@ -241,3 +241,24 @@ fn longer_steps_are_server_compute_in_the_decomposition() {
     assert!(compute >= 20.0, "{d:#?}");
     assert!(d.queue_ms.unwrap() < 1.0, "{d:#?}");
 }
+
+#[test]
+fn without_load_records_the_servers_own_steps_and_batch_name_compute() {
+    // The node daemon beside an external generator: no client records, the server's time per
+    // token and batch, and the kernel's whole exchange for the latency rise.
+    let mut t = saturating(true);
+    for w in &mut t.windows {
+        let l = w.load.take().unwrap();
+        let e2e = l.e2e_ms.unwrap().p50;
+        w.net.as_mut().unwrap().exchange_p50_ms = Some(e2e);
+    }
+    let a = attribute(&t);
+    let p = a.phase("peak").unwrap();
+    assert_eq!(p.dominant, Cause::Compute, "{p:#?}");
+    let met: Vec<&str> = p.evidence.iter().map(|e| e.signal.as_str()).collect();
+    assert!(
+        met.contains(&"server_tpot_ms") && met.contains(&"batch_mean"),
+        "{met:?}"
+    );
+    assert_eq!(a.phase("baseline").unwrap().dominant, Cause::None);
+}
