@@ -126,7 +126,7 @@ fn llamacpp_slots_and_deferred_requests() {
             s.busy_slots_per_decode,
             s.generation_seconds_total
         ),
-        (Some(104.0), Some(2.06731), Some(0.494784))
+        (Some(104.0), Some(2.06731), Some(0.494_784))
     );
     // Releases that still export the KV gauge give it.
     let old = format!("{LLAMACPP}llamacpp:kv_cache_usage_ratio 0.75\n");
