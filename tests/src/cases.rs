@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use crate::{
     NetNs, Sim,
-    explain::{BASELINE, FIRST, Load, Stress, loopback, run, scenario},
+    explain::{
+        BASELINE, FIRST, Load, NO_SERVER_METRICS, Stress, loopback, run, scenario, streams_scenario,
+    },
     faults::{CpuQuota, NoMetricsServer, RandomLoss, Writes},
 };
 
@@ -87,6 +89,24 @@ fn sim_and_python() -> Vec<Case> {
             run: || nometrics(16, 8.0, Writes::NoDelay),
         },
         Case {
+            name: "compute-sim",
+            mechanism: "sim whose steps cost 2 ms + 1.5 ms per sequence (half on its CPU, half blocked in cuStreamSynchronize), 256 sequences and 4096 KV blocks, 1 -> 8 streams",
+            expected: "compute",
+            run: || compute_sim(8, true),
+        },
+        Case {
+            name: "compute-sim-nometrics",
+            mechanism: "the compute-sim engine, 1 -> 4 streams, its /metrics left unread",
+            expected: "compute",
+            run: || compute_sim(4, false),
+        },
+        Case {
+            name: "healthy-sim-streams",
+            mechanism: "sim healthy profile (2 ms + 20 us per sequence), 1 -> 4 streams: the batch grows, each step barely",
+            expected: "none",
+            run: healthy_sim_streams,
+        },
+        Case {
             name: "healthy-sim",
             mechanism: "sim healthy profile, 2 -> 4 req/s",
             expected: "none",
@@ -157,6 +177,46 @@ fn kv_pressure() -> Value {
 
 fn queue_sim() -> Value {
     run("queue", "queue-bound", &[], &llm(2.0, 12.0, 256))
+}
+
+/// A sim engine whose step grows with its batch: 2 ms + 1.5 ms per sequence, with room for
+/// 256 sequences and 4096 KV blocks (64 streams of 100 tokens use under 2%).
+pub const COMPUTE_SIM_TOML: &str = "[cost]\nfixed_us = 2000.0\nper_seq_us = 1500.0\nper_prefill_token_us = 5.0\ncpu_fraction = 0.5\n";
+
+/// 1 stream, then `users`, against [`COMPUTE_SIM_TOML`]; `metrics` false leaves `/metrics`
+/// unread.
+fn compute_sim(users: u32, metrics: bool) -> Value {
+    let dir = std::env::temp_dir().join(format!("inferscope-compute-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("sim.toml");
+    std::fs::write(&config, COMPUTE_SIM_TOML).unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let sim = Sim::start(
+        &["nice", "-n", &FIRST.to_string()],
+        "",
+        loopback(),
+        &["--config", &config],
+    );
+    let name = if metrics { "compute" } else { "compute-nm" };
+    let yaml = streams_scenario(name, &sim.url(), "inferscope-sim", users, 32, 64);
+    let extra: &[&str] = if metrics { &[] } else { &NO_SERVER_METRICS };
+    let r = Stress::start(name, &yaml, None, FIRST, extra).finish();
+    drop(sim);
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+fn healthy_sim_streams() -> Value {
+    let sim = Sim::start(
+        &["nice", "-n", &FIRST.to_string()],
+        "healthy",
+        loopback(),
+        &[],
+    );
+    // 4 streams, as compute-sim-nometrics: at 8 the sim's own per-stream work (HTTP, SSE) on
+    // a 2-CPU machine slows its steps.
+    let yaml = streams_scenario("none-streams", &sim.url(), "inferscope-sim", 4, 32, 64);
+    Stress::start("none-streams", &yaml, None, FIRST, &[]).finish()
 }
 
 fn healthy_sim() -> Value {

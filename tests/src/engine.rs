@@ -54,6 +54,10 @@ pub struct Config {
     pub unified: bool,
     /// `--threads`: compute threads of the decode loop.
     pub threads: u32,
+    /// `--threads-http`: threads serving HTTP; each open stream holds one (and llama-server
+    /// closes every connection after a stream), so a new request waits unread when all are
+    /// busy.
+    pub http_threads: u32,
 }
 
 impl Config {
@@ -65,6 +69,7 @@ impl Config {
             ctx: 1024 * slots,
             unified: false,
             threads: 1,
+            http_threads: 4,
         }
     }
 }
@@ -97,7 +102,8 @@ impl LlamaServer {
             .args(["--parallel", &cfg.slots.to_string()])
             .args(["--ctx-size", &cfg.ctx.to_string()])
             .args(["--threads", &cfg.threads.to_string()])
-            .args(["--threads-http", "4", "--metrics", "--no-webui"])
+            .args(["--threads-http", &cfg.http_threads.to_string()])
+            .args(["--metrics", "--no-webui"])
             .arg(if cfg.unified {
                 "--kv-unified"
             } else {

@@ -60,6 +60,36 @@ pub fn scenario(name: &str, target: &str, l: &Load) -> String {
     )
 }
 
+/// A closed-loop scenario: `peak_users` streams at the peak, one in the baseline and the
+/// cooldown, each asking `output_tokens` tokens for a prompt of `input_tokens` (streamed).
+#[must_use]
+pub fn streams_scenario(
+    name: &str,
+    target: &str,
+    model: &str,
+    peak_users: u32,
+    input_tokens: u32,
+    output_tokens: u32,
+) -> String {
+    let phase = |phase: &str, secs: u64, users: u32| {
+        format!(
+            "  - name: {phase}\n    duration: {secs}s\n    load: {{shape: concurrency, users: {users}}}\n    request: {{endpoint: chat, model: {model}, dataset: chat, stream: true, ignore_eos: true}}\n"
+        )
+    };
+    format!(
+        "name: e2e-{name}\ntarget: {target}\ntimeout: 30s\ngrace: 2s\nseed: 7\ndatasets:\n  chat:\n    synthetic:\n      input_tokens: {{mean: {input_tokens}, stddev: {}}}\n      output_tokens: {{mean: {output_tokens}, stddev: {}}}\n      count: 500\nphases:\n{}{}{}",
+        input_tokens / 8,
+        output_tokens / 8,
+        phase("baseline", BASELINE.as_secs(), 1),
+        phase("peak", PEAK.as_secs(), peak_users),
+        phase("cooldown", COOLDOWN.as_secs(), 1),
+    )
+}
+
+/// `stress --explain` flags that leave the server's `/metrics` unread (a port nothing listens
+/// on): the verdict rests on the kernel's and the client's evidence alone.
+pub const NO_SERVER_METRICS: [&str; 2] = ["--metrics-url", "http://127.0.0.1:9/metrics"];
+
 /// A running `inferscope stress --explain`.
 pub struct Stress {
     child: Child,

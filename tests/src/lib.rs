@@ -165,7 +165,8 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// Starts `inferscope sim --profile PROFILE --listen ADDR EXTRA...` under `prefix` (e.g.
+    /// Starts `inferscope sim --profile PROFILE --listen ADDR EXTRA...` (no `--profile` when
+    /// `profile` is empty) under `prefix` (e.g.
     /// `["taskset", "-c", "1"]`, or `["ip", "netns", "exec", "ns"]`; empty for none) and waits
     /// until it answers `/metrics`.
     #[must_use]
@@ -180,15 +181,13 @@ impl Sim {
         let mut argv: Vec<&std::ffi::OsStr> = prefix.iter().map(std::ffi::OsStr::new).collect();
         argv.push(bin.as_os_str());
         // A small vector corpus: the index is built at start, which takes a minute unoptimised.
-        for a in [
-            "sim",
-            "--profile",
-            profile,
-            "--listen",
-            &listen,
-            "--corpus-size",
-            "200",
-        ] {
+        // An empty profile leaves the choice to `extra` (e.g. `--config FILE`).
+        argv.push(std::ffi::OsStr::new("sim"));
+        if !profile.is_empty() {
+            argv.push(std::ffi::OsStr::new("--profile"));
+            argv.push(std::ffi::OsStr::new(profile));
+        }
+        for a in ["--listen", &listen, "--corpus-size", "200"] {
             argv.push(std::ffi::OsStr::new(a));
         }
         argv.extend(extra.iter().map(std::ffi::OsStr::new));

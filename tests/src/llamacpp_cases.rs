@@ -11,7 +11,10 @@ use crate::{
     Hogs, NetNs,
     cases::{Case, llm},
     engine::{Config, LlamaServer, MODEL},
-    explain::{BASELINE, FIRST, Load, PEAK, Stress, loopback, scenario},
+    explain::{
+        BASELINE, FIRST, Load, NO_SERVER_METRICS, PEAK, Stress, loopback, scenario,
+        streams_scenario,
+    },
     faults::{CpuQuota, RandomLoss},
 };
 
@@ -48,6 +51,24 @@ pub fn all() -> Vec<Case> {
             mechanism: "llama-server, one KV pool of 512 tokens shared by 4 slots (--kv-unified), 0.5 req/s of 128+32 tokens, then 1 req/s of 128+256: two sequences no longer fit, decode finds no free cell at batch size 1 and every running request fails with \"Context size has been exceeded.\"",
             expected: "errors",
             run: kv_exhausted,
+        },
+        Case {
+            name: "llamacpp-compute-2",
+            mechanism: "llama-server, one compute thread, 8 slots, 1 -> 2 streams of 64 tokens: every step carries both sequences (free slots, nothing deferred)",
+            expected: "compute",
+            run: || compute(2, true),
+        },
+        Case {
+            name: "llamacpp-compute-4",
+            mechanism: "llama-server, one compute thread, 8 slots, 1 -> 4 streams of 64 tokens",
+            expected: "compute",
+            run: || compute(4, true),
+        },
+        Case {
+            name: "llamacpp-compute-4-nometrics",
+            mechanism: "as llamacpp-compute-4 with its /metrics left unread: the client's ITL and concurrency, the kernel's view of its process",
+            expected: "compute",
+            run: || compute(4, false),
         },
         Case {
             name: "llamacpp-healthy-low",
@@ -95,6 +116,27 @@ fn queue() -> Value {
     run("llama-queue", &Config::slots(2), &llm(1.0, 4.0, 64))
 }
 
+/// One compute thread, 8 slots (free ones), and HTTP threads for every stream and the scraper:
+/// 1 stream, then `users`, each decode step carrying every sequence. With `metrics` false the
+/// run leaves `/metrics` unread.
+fn compute(users: u32, metrics: bool) -> Value {
+    let cfg = Config {
+        http_threads: 8,
+        ..Config::slots(8)
+    };
+    let server = start(&cfg);
+    let name = if metrics {
+        "llama-compute"
+    } else {
+        "llama-compute-nm"
+    };
+    let yaml = streams_scenario(name, &server.url(), MODEL, users, 32, 64);
+    let extra: &[&str] = if metrics { &[] } else { &NO_SERVER_METRICS };
+    let r = Stress::start(name, &yaml, None, FIRST, extra).finish_with_report();
+    drop(server);
+    r
+}
+
 fn healthy(rps: f64) -> Value {
     run("llama-healthy", &Config::slots(8), &llm(rps, rps, 32))
 }
@@ -111,6 +153,7 @@ fn kv_exhausted() -> Value {
         ctx: 512,
         unified: true,
         threads: 1,
+        http_threads: 4,
     };
     let load = Load {
         peak_output_tokens: Some(256),

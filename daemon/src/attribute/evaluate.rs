@@ -91,9 +91,19 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
 pub fn outranks(a: Cause, b: Cause) -> bool {
     match a {
         Cause::Loadgen => b != Cause::Loadgen,
-        Cause::KvCache | Cause::GpuMemory | Cause::CpuRunqueue => {
-            matches!(b, Cause::Queue | Cause::Errors)
+        // A full cache (recompute) or a failing allocator also makes every step slower: they
+        // explain a saturated-looking engine. A starved server does too, but `compute` requires
+        // its run-queue p99 flat, so the confidences decide between them: an engine busy with
+        // its own batch makes its own threads wait a little (seen: the mean x5 at a few hundred
+        // µs, `cpu_runqueue` 0.61 against `compute` 0.81), outside load a lot.
+        Cause::KvCache | Cause::GpuMemory => {
+            matches!(b, Cause::Queue | Cause::Errors | Cause::Compute)
         }
+        Cause::CpuRunqueue => matches!(b, Cause::Queue | Cause::Errors),
+        // Its rule needs free slots and a first token as many steps away as before: a kernel
+        // view of requests waiting longer for their first token is then waiting for the longer
+        // steps, not for admission.
+        Cause::Compute => matches!(b, Cause::Queue | Cause::Errors),
         // A rebuild is CPU work of the server's own: its threads wait for a CPU because of it.
         Cause::VectorIndex => matches!(b, Cause::Queue | Cause::Errors | Cause::CpuRunqueue),
         Cause::Queue | Cause::Network => b == Cause::Errors,

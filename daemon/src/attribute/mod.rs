@@ -28,6 +28,9 @@ mod verdict;
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+mod compute_tests;
+
 use serde::{Deserialize, Serialize};
 
 use crate::collect::timeline::Timeline;

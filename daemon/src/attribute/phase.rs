@@ -24,6 +24,12 @@ pub const TAIL_MIN_WINDOWS: usize = 2;
 /// rise is turned into milliseconds of TTFT.
 pub const FIRST_TOKEN_WAKEUPS: f64 = 3.0;
 
+/// Engine steps on a request's path to its first token: the step in flight when it arrives
+/// (half of one on average) and the step that carries its prompt. Steps that grew longer (the
+/// client's ITL p50 rose) add this many times their growth to the first token: server compute,
+/// not queue, in the decomposition.
+pub const FIRST_TOKEN_STEPS: f64 = 1.5;
+
 /// What the load generator achieved in a phase.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseLoad {
@@ -155,6 +161,11 @@ pub struct PhaseSummary {
     pub runners_up: Vec<CauseScore>,
     /// What to do about the dominant verdict.
     pub hint: String,
+    /// When the engine's compute saturated and requests also queued in this phase, the one
+    /// whose windows came first (a saturated engine queues next): `compute` when its windows
+    /// led, `queue` when requests waited before any step slowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub came_first: Option<Cause>,
     /// Some windows' latencies are suspect (the load generator lagged).
     pub untrustworthy: bool,
     /// Latency increase over the baseline (absent for the baseline itself).
@@ -272,15 +283,7 @@ fn summarise_one(
         .map(|&i| &verdicts[i])
         .filter(|v| v.verdict.cause == dominant)
         .collect();
-    let confidence = if of_dominant.is_empty() {
-        0.0
-    } else {
-        of_dominant
-            .iter()
-            .map(|v| v.verdict.confidence)
-            .sum::<f64>()
-            / of_dominant.len() as f64
-    };
+    let confidence = mean_confidence(&of_dominant);
     let representative = of_dominant
         .iter()
         .max_by(|a, b| a.verdict.confidence.total_cmp(&b.verdict.confidence));
@@ -295,6 +298,7 @@ fn summarise_one(
         n,
     );
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
+    let (came_first, hint) = onset(dominant, idx, windows, verdicts);
     PhaseSummary {
         start_unix_ms: phase_windows.first().map_or(0, |w| w.start_unix_ms),
         end_unix_ms: phase_windows
@@ -308,7 +312,8 @@ fn summarise_one(
         confidence,
         evidence,
         runners_up,
-        hint: dominant.hint().to_owned(),
+        hint,
+        came_first,
         untrustworthy,
         decomposition: if is_baseline {
             None
@@ -318,6 +323,67 @@ fn summarise_one(
         missing,
         marks: Vec::new(),
         name,
+    }
+}
+
+/// The mean confidence of `verdicts` (0 when there are none).
+fn mean_confidence(verdicts: &[&WindowVerdict]) -> f64 {
+    if verdicts.is_empty() {
+        return 0.0;
+    }
+    verdicts.iter().map(|v| v.verdict.confidence).sum::<f64>() / verdicts.len() as f64
+}
+
+/// Which of `compute` and `queue` came first in the phase's windows, when both did (each in at
+/// least [`TAIL_MIN_WINDOWS`] windows), and the hint of the `dominant` cause, led by the order
+/// in words when it is one of them: `compute saturated first (+2 s), requests queued from +5 s`.
+fn onset(
+    dominant: Cause,
+    idx: &[usize],
+    windows: &[Window],
+    verdicts: &[WindowVerdict],
+) -> (Option<Cause>, String) {
+    let (came_first, order) = order(idx, windows, verdicts);
+    let hint = match order {
+        Some(order) if matches!(dominant, Cause::Compute | Cause::Queue) => {
+            format!("{order}: {}", dominant.hint())
+        }
+        _ => dominant.hint().to_owned(),
+    };
+    (came_first, hint)
+}
+
+/// See [`onset`]: the cause that came first, and the order in words.
+fn order(
+    idx: &[usize],
+    windows: &[Window],
+    verdicts: &[WindowVerdict],
+) -> (Option<Cause>, Option<String>) {
+    let start = idx.first().map_or(0, |&i| windows[i].start_unix_ms);
+    // One window is an anecdote: each needs two to have happened at all.
+    let first = |c: Cause| {
+        let of: Vec<usize> = idx
+            .iter()
+            .copied()
+            .filter(|&i| verdicts[i].verdict.cause == c)
+            .collect();
+        (of.len() >= TAIL_MIN_WINDOWS)
+            .then(|| windows[of[0]].start_unix_ms.saturating_sub(start) as f64 / 1000.0)
+    };
+    match (first(Cause::Compute), first(Cause::Queue)) {
+        (Some(c), Some(q)) if c <= q => (
+            Some(Cause::Compute),
+            Some(format!(
+                "compute saturated first (+{c:.0} s), requests queued from +{q:.0} s"
+            )),
+        ),
+        (Some(c), Some(q)) => (
+            Some(Cause::Queue),
+            Some(format!(
+                "requests queued first (+{q:.0} s), steps slowed from +{c:.0} s"
+            )),
+        ),
+        _ => (None, None),
     }
 }
 
@@ -467,11 +533,13 @@ fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<Decom
         "no run-queue data (kernel probes off: needs root)",
     );
     // The server's queue-time metric when it exports one; else the kernel's server-side time
-    // that neither CPU work per request nor run-queue delay accounts for.
+    // that neither CPU work per request, longer engine steps nor run-queue delay accounts for.
     let queue_ms = need(
         delta(Signal::QueueTimeP50Ms).or_else(|| {
             let work = delta(Signal::ServerCpuPerRequestMs).unwrap_or(0.0).max(0.0);
-            server_side.map(|s| (s - work - cpu_scheduling_ms.unwrap_or(0.0).max(0.0)).max(0.0))
+            let steps = delta(Signal::ItlP50Ms).unwrap_or(0.0).max(0.0) * FIRST_TOKEN_STEPS;
+            server_side
+                .map(|s| (s - work - steps - cpu_scheduling_ms.unwrap_or(0.0).max(0.0)).max(0.0))
         }),
         "queue",
         "no server queue-time metric and no kernel server-side timing",

@@ -193,6 +193,33 @@ pub const RULES: &[Rule] = &[
         ],
     },
     Rule {
+        cause: Cause::Compute,
+        signature: "saturated",
+        conditions: &[
+            // Each step takes longer: the client's token gap, the server's own time per token.
+            trig(S::ItlP50Ms, Rises { ratio: 1.5, min_delta: 2.0 }, 3.0),
+            trig(S::ServerTpotMs, Rises { ratio: 1.5, min_delta: 2.0 }, 2.0),
+            // ... because the batch grew: more sequences share each step.
+            need(S::InFlightMax, Rises { ratio: 1.5, min_delta: 1.0 }, 2.0),
+            need(S::BatchMean, Rises { ratio: 1.5, min_delta: 0.5 }, 2.0),
+            // Free slots: nothing waits for admission (a saturated engine queues next, and then
+            // the verdict is `queue`).
+            need(S::Waiting, Flat { ratio: 2.0, slack: 2.0 }, 1.0),
+            // The first token costs as many steps as before: the engine is only slower. A
+            // request that waits for a slot raises it far more than its steps do.
+            need(S::TtftPerItl, Flat { ratio: 2.0, slack: 2.0 }, 2.0),
+            // Its own work, not outside contention for its CPUs: no run-queue p99 rise of the
+            // kind `cpu_runqueue` names (the engine's own busy threads wait a little longer).
+            need(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
+            // The serving process busy (on a CPU, or blocked on its device), a cache with room
+            // and no preemptions.
+            supp(S::EngineBusyShare, AtLeast(0.8), 1.0),
+            supp(S::GpuSyncPerLaunchMs, Rises { ratio: 1.5, min_delta: 1.0 }, 2.0),
+            supp(S::KvUsage, Below(0.9), 1.0),
+            supp(S::PreemptionsPerS, Below(0.01), 1.0),
+        ],
+    },
+    Rule {
         cause: Cause::GpuMemory,
         signature: "allocations",
         conditions: &[

@@ -116,6 +116,23 @@ pub enum Signal {
     GpuAllocChurn,
     /// NVML device memory used / total.
     GpuMemUsedFrac,
+    /// Client inter-token latency p50, ms: one engine step of a streaming sequence.
+    ItlP50Ms,
+    /// Most requests in flight at once (the load generator's concurrency).
+    InFlightMax,
+    /// Client TTFT p50 / ITL p50: the first token in engine steps. An engine that is only
+    /// slower keeps it; requests that wait for admission raise it.
+    TtftPerItl,
+    /// Mean sequences per engine step (the batch), from the server's metrics.
+    BatchMean,
+    /// The server's own mean time per output token of one sequence, ms.
+    ServerTpotMs,
+    /// Share of the window the serving process was busy: its on-CPU time plus host time
+    /// blocked in GPU synchronisation, over the window (1 = one thread busy throughout).
+    EngineBusyShare,
+    /// Host time blocked in GPU synchronisation per kernel or graph launch, ms: the device
+    /// time of one step when the engine launches and waits once per step.
+    GpuSyncPerLaunchMs,
 }
 
 /// Where a window's signal comes from, for naming what is missing.
@@ -183,6 +200,13 @@ impl Signal {
         Signal::GpuAllocsAfterWarmup,
         Signal::GpuAllocChurn,
         Signal::GpuMemUsedFrac,
+        Signal::ItlP50Ms,
+        Signal::InFlightMax,
+        Signal::TtftPerItl,
+        Signal::BatchMean,
+        Signal::ServerTpotMs,
+        Signal::EngineBusyShare,
+        Signal::GpuSyncPerLaunchMs,
     ];
 }
 
@@ -238,7 +262,10 @@ impl Signal {
             | S::ErrorRate
             | S::AchievedShareOfTarget
             | S::SendLagP50Ms
-            | S::SendLagP95Ms => Source::Load,
+            | S::SendLagP95Ms
+            | S::ItlP50Ms
+            | S::InFlightMax
+            | S::TtftPerItl => Source::Load,
             S::Waiting
             | S::RunningShareOfCap
             | S::KvUsage
@@ -250,13 +277,16 @@ impl Signal {
             | S::ServerTtftP50Ms
             | S::PromptTokensPerRequest
             | S::PrefixHitRate
-            | S::QueueShareOfTtft => Source::Server,
+            | S::QueueShareOfTtft
+            | S::BatchMean
+            | S::ServerTpotMs => Source::Server,
             S::TtftRiseFromQueue | S::ServerWaitShare => Source::Baseline,
             S::LoadgenRunqP99Us
             | S::RunqP99Us
             | S::RunqMeanUs
             | S::RunqTotalShare
-            | S::ServerCpuPerRequestMs => Source::Runq,
+            | S::ServerCpuPerRequestMs
+            | S::EngineBusyShare => Source::Runq,
             S::SrttMeanUs
             | S::Retransmits
             | S::KernelFirstTokenP50Ms
@@ -266,9 +296,11 @@ impl Signal {
             | S::ReadDelayMs
             | S::ClientServerGapMs
             | S::FrontendMs => Source::Net,
-            S::GpuOom | S::GpuAllocsAfterWarmup | S::GpuAllocChurn | S::GpuMemUsedFrac => {
-                Source::Gpu
-            }
+            S::GpuOom
+            | S::GpuAllocsAfterWarmup
+            | S::GpuAllocChurn
+            | S::GpuMemUsedFrac
+            | S::GpuSyncPerLaunchMs => Source::Gpu,
         }
     }
 
@@ -369,6 +401,38 @@ impl Signal {
             }),
             S::GpuAllocChurn => gpu.map(|g| g.allocs.min(g.frees) as f64),
             S::GpuMemUsedFrac => gpu?.mem_used_frac,
+            // ItlP50Ms, InFlightMax, TtftPerItl, BatchMean, ServerTpotMs, EngineBusyShare,
+            // GpuSyncPerLaunchMs.
+            _ => self.raw_engine(w),
+        }
+    }
+
+    /// The signals of an engine's steps and batch (`compute`), in one window.
+    fn raw_engine(self, w: &Window) -> Option<f64> {
+        use Signal as S;
+        let load = w.load.as_ref();
+        let gpu = w.gpu.as_ref();
+        match self {
+            S::ItlP50Ms => load?.itl_ms.map(|q| q.p50),
+            S::InFlightMax => load
+                .filter(|l| l.requests > 0)
+                .map(|l| l.in_flight_max as f64),
+            S::TtftPerItl => {
+                let l = load?;
+                Some(l.ttft_ms?.p50 / l.itl_ms?.p50.max(0.001))
+            }
+            S::BatchMean => w.server.as_ref()?.batch_mean,
+            S::ServerTpotMs => w.server.as_ref()?.tpot_mean_ms,
+            S::EngineBusyShare => {
+                let oncpu = w.runq.as_ref()?.oncpu_ms?;
+                let sync = gpu.map_or(0.0, |g| g.sync_ms);
+                Some((oncpu + sync) / w.len_ms.max(1) as f64)
+            }
+            S::GpuSyncPerLaunchMs => {
+                let g = gpu?;
+                (g.launches > 0).then(|| g.sync_ms / g.launches as f64)
+            }
+            _ => None,
         }
     }
 

@@ -305,3 +305,32 @@ fn verdict_serialises_with_snake_case_cause() {
     let back: Verdict = serde_json::from_value(json).unwrap();
     assert_eq!(back.cause, Cause::KvCache);
 }
+
+/// Recorded from llama.cpp's `llama-server` (one compute thread, 8 slots, random weights):
+/// 1 stream, then 4, with and without its `/metrics` (`llamacpp-compute-4` and `-nometrics`).
+#[test]
+fn recorded_llama_server_saturating_its_thread_is_compute() {
+    for (name, metrics) in [
+        ("llamacpp_compute", true),
+        ("llamacpp_compute_nometrics", false),
+    ] {
+        let a = attribute(&fixture(name));
+        assert_quiet_baseline(&a);
+        let p = peak(&a);
+        assert_eq!(p.dominant, Cause::Compute, "{name}: {:#?}", p.shares);
+        assert!(p.shares[0].share >= 0.7, "{name}: {:#?}", p.shares);
+        // Without the server's metrics a third of the rule's weight is missing: less sure.
+        let least = if metrics { 0.8 } else { 0.6 };
+        assert!(p.confidence >= least, "{name}: {}", p.confidence);
+        let names = evidence_names(p);
+        assert!(names.contains(&"itl_p50_ms"), "{name}: {names:?}");
+        assert_eq!(names.contains(&"batch_mean"), metrics, "{name}: {names:?}");
+        // The first token rose by less than the steps on its way explain: server compute,
+        // not queue.
+        let d = p.decomposition.as_ref().unwrap();
+        assert!(
+            d.server_compute_ms.unwrap_or(0.0) >= d.queue_ms.unwrap_or(0.0),
+            "{name}: {d:#?}"
+        );
+    }
+}

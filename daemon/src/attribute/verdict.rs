@@ -24,6 +24,9 @@ pub enum Cause {
     GpuMemory,
     /// Queueing/admission: requests wait for a batch slot while the GPU keeps up per token.
     Queue,
+    /// The engine's compute is saturated: each step takes longer as the batch grows, with free
+    /// slots, room in the KV cache and its CPUs to itself.
+    Compute,
     /// The server's threads wait for a CPU.
     CpuRunqueue,
     /// The network path between client and server.
@@ -43,10 +46,11 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in the order reports list them.
-    pub const ALL: [Cause; 10] = [
+    pub const ALL: [Cause; 11] = [
         Cause::KvCache,
         Cause::GpuMemory,
         Cause::Queue,
+        Cause::Compute,
         Cause::CpuRunqueue,
         Cause::Network,
         Cause::Loadgen,
@@ -63,6 +67,7 @@ impl Cause {
             Cause::KvCache => "kv_cache",
             Cause::GpuMemory => "gpu_memory",
             Cause::Queue => "queue",
+            Cause::Compute => "compute",
             Cause::CpuRunqueue => "cpu_runqueue",
             Cause::Network => "network",
             Cause::Loadgen => "loadgen",
@@ -88,6 +93,12 @@ impl Cause {
             Cause::Queue => {
                 "requests wait for admission: add replicas, or raise max_num_seqs / \
                  max_num_batched_tokens if KV usage allows"
+            }
+            Cause::Compute => {
+                "the engine's compute is saturated (each step slower as the batch grows): for \
+                 latency, cap concurrent sequences (max_num_seqs, --parallel); for throughput, add \
+                 replicas; a faster model or quantisation, or speculative decoding, shortens each \
+                 step"
             }
             Cause::CpuRunqueue => {
                 "server threads wait for a CPU: pin/isolate the server's CPUs, reduce co-located \
@@ -282,6 +293,7 @@ mod tests {
                 "\"kv_cache\"",
                 "\"gpu_memory\"",
                 "\"queue\"",
+                "\"compute\"",
                 "\"cpu_runqueue\"",
                 "\"network\"",
                 "\"loadgen\"",

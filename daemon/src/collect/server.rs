@@ -77,6 +77,11 @@ pub fn server_signals(w: &WindowSignals) -> ServerSignals {
         ttft_p95_ms: w.ttft.map(|l| l.p95 * 1000.0),
         ttft_mean_ms: w.ttft.map(|l| l.mean * 1000.0),
         prompt_tokens_per_s: w.prompt_tokens_per_s,
+        batch_mean: w.batch_mean.or(w.running.map(|g| g.last)),
+        tpot_mean_ms: w
+            .itl
+            .map(|l| l.mean * 1000.0)
+            .or(w.generation_s_per_token.map(|s| s * 1000.0)),
     }
 }
 

@@ -91,6 +91,14 @@ pub struct ServerSignals {
     pub ttft_mean_ms: Option<f64>,
     /// Prompt tokens per second (rises faster than requests under recompute).
     pub prompt_tokens_per_s: Option<f64>,
+    /// Mean sequences per engine step (llama.cpp: busy slots per decode over the window;
+    /// others: running requests at the window's last scrape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_mean: Option<f64>,
+    /// The server's mean time per output token of one sequence, ms (vLLM/SGLang inter-token
+    /// histogram mean; llama.cpp generation seconds over tokens generated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_mean_ms: Option<f64>,
 }
 
 /// Run-queue delay of the watched server's threads (and of the load generator's).

@@ -96,6 +96,14 @@ pub struct Signals {
     pub prompt_tokens_total: Option<f64>,
     /// Cumulative generated tokens.
     pub generation_tokens_total: Option<f64>,
+    /// Cumulative seconds spent generating, summed over sequences (llama.cpp
+    /// `tokens_predicted_seconds_total`): with the generated tokens, the time per output token.
+    pub generation_seconds_total: Option<f64>,
+    /// Cumulative engine steps (llama.cpp `n_decode_total`, `llama_decode()` calls).
+    pub decode_steps_total: Option<f64>,
+    /// Mean sequences per engine step since start (llama.cpp `n_busy_slots_per_decode`): an
+    /// average since start, windowed with [`Self::decode_steps_total`].
+    pub busy_slots_per_decode: Option<f64>,
     /// Queue time, seconds.
     pub queue_time: Option<Histogram>,
     /// Time to first token, seconds (TGI has none).
@@ -160,6 +168,9 @@ pub fn extract(exp: &Exposition, opts: &SignalOptions) -> Signals {
         prefix_cache_hit_rate: None,
         prompt_tokens_total: None,
         generation_tokens_total: None,
+        generation_seconds_total: None,
+        decode_steps_total: None,
+        busy_slots_per_decode: None,
         queue_time: None,
         ttft: None,
         itl: None,
@@ -217,13 +228,18 @@ pub fn extract(exp: &Exposition, opts: &SignalOptions) -> Signals {
         // (`requests_processing`), tasks deferred for want of a free slot (`requests_deferred`),
         // prompt tokens evaluated (cached ones excluded) and tokens generated. It exports no KV
         // usage, queue time or latency histograms; releases before the KV gauge was removed
-        // exported `kv_cache_usage_ratio`, taken when present.
+        // exported `kv_cache_usage_ratio`, taken when present. Its step counter and the mean busy
+        // slots per step (since start) give the batch of a window; seconds spent generating over
+        // tokens generated, the time per output token (both counted when a request ends).
         ServerKind::LlamaCpp => {
             s.running = sum(exp, "llamacpp:requests_processing");
             s.waiting = sum(exp, "llamacpp:requests_deferred");
             s.kv_usage = max(exp, "llamacpp:kv_cache_usage_ratio");
             s.prompt_tokens_total = sum(exp, "llamacpp:prompt_tokens_total");
             s.generation_tokens_total = sum(exp, "llamacpp:tokens_predicted_total");
+            s.generation_seconds_total = sum(exp, "llamacpp:tokens_predicted_seconds_total");
+            s.decode_steps_total = sum(exp, "llamacpp:n_decode_total");
+            s.busy_slots_per_decode = max(exp, "llamacpp:n_busy_slots_per_decode");
         }
         ServerKind::Unknown => {}
     }

@@ -119,6 +119,15 @@ fn llamacpp_slots_and_deferred_requests() {
         (s.kv_usage, s.queue_time, s.ttft, s.itl),
         (None, None, None, None)
     );
+    // The batch and the time per token come from counters (see window.rs).
+    assert_eq!(
+        (
+            s.decode_steps_total,
+            s.busy_slots_per_decode,
+            s.generation_seconds_total
+        ),
+        (Some(104.0), Some(2.06731), Some(0.494_784))
+    );
     // Releases that still export the KV gauge give it.
     let old = format!("{LLAMACPP}llamacpp:kv_cache_usage_ratio 0.75\n");
     assert_eq!(signals(&old).kv_usage, Some(0.75));

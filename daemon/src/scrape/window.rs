@@ -61,6 +61,13 @@ pub struct WindowSignals {
     pub prompt_tokens_per_s: Option<f64>,
     /// Generated tokens per second.
     pub generation_tokens_per_s: Option<f64>,
+    /// Mean sequences per engine step in the window (llama.cpp: the increase of busy slots
+    /// summed over steps, `n_busy_slots_per_decode` x `n_decode_total`, over the increase of
+    /// steps); 0 when the engine took no step. `None` for servers without those counters.
+    pub batch_mean: Option<f64>,
+    /// Seconds per generated token, per sequence, of the requests that ended in the window
+    /// (llama.cpp: generation seconds over tokens generated).
+    pub generation_s_per_token: Option<f64>,
     /// Queue time of requests admitted in the window.
     pub queue_time: Option<LatencyWindow>,
     /// Time to first token.
@@ -137,6 +144,9 @@ struct Accumulated {
     prefix_hits: Option<f64>,
     prompt_tokens: Option<f64>,
     generation_tokens: Option<f64>,
+    generation_seconds: Option<f64>,
+    decode_steps: Option<f64>,
+    busy_slots: Option<f64>,
     queue_time: Option<Histogram>,
     ttft: Option<Histogram>,
     itl: Option<Histogram>,
@@ -189,6 +199,23 @@ impl WindowBuilder {
                 prev.generation_tokens_total,
                 cur.generation_tokens_total,
             );
+            add(
+                &mut a.generation_seconds,
+                prev.generation_seconds_total,
+                cur.generation_seconds_total,
+            );
+            add(
+                &mut a.decode_steps,
+                prev.decode_steps_total,
+                cur.decode_steps_total,
+            );
+            // An average since start times its step count is the busy slots summed over every
+            // step since start: a counter like the others.
+            add(
+                &mut a.busy_slots,
+                busy_slot_steps(prev),
+                busy_slot_steps(&cur),
+            );
             add_hist(
                 &mut a.queue_time,
                 prev.queue_time.as_ref(),
@@ -234,11 +261,25 @@ impl WindowBuilder {
             prefix_cache_hit_rate,
             prompt_tokens_per_s: rate(acc.prompt_tokens),
             generation_tokens_per_s: rate(acc.generation_tokens),
+            batch_mean: match (acc.busy_slots, acc.decode_steps) {
+                (Some(b), Some(n)) if n >= 1.0 => Some(b / n),
+                (Some(_), Some(_)) => Some(0.0),
+                _ => None,
+            },
+            generation_s_per_token: match (acc.generation_seconds, acc.generation_tokens) {
+                (Some(s), Some(n)) if n > 0.0 => Some(s / n),
+                _ => None,
+            },
             queue_time: acc.queue_time.as_ref().and_then(latency),
             ttft: acc.ttft.as_ref().and_then(latency),
             itl: acc.itl.as_ref().and_then(latency),
         })
     }
+}
+
+/// Busy slots summed over every engine step since start (llama.cpp exports their mean).
+fn busy_slot_steps(s: &Signals) -> Option<f64> {
+    Some(s.busy_slots_per_decode? * s.decode_steps_total?)
 }
 
 /// Counter increase between two scrapes; a decrease means a reset.

@@ -19,6 +19,9 @@ fn empty(server: ServerKind) -> Signals {
         prefix_cache_hit_rate: None,
         prompt_tokens_total: None,
         generation_tokens_total: None,
+        generation_seconds_total: None,
+        decode_steps_total: None,
+        busy_slots_per_decode: None,
         queue_time: None,
         ttft: None,
         itl: None,
@@ -213,4 +216,46 @@ fn baseline_gauges_and_changed_bucket_layouts() {
     );
     let ttft = win.ttft.unwrap();
     assert_eq!((ttft.count, ttft.p50), (1500.0, 1.25));
+}
+
+#[test]
+fn llamacpp_busy_slots_since_start_become_the_windows_batch() {
+    let t0 = Instant::now();
+    let at = |busy: f64, decodes: f64, tokens: f64, secs: f64| {
+        let mut s = empty(ServerKind::LlamaCpp);
+        s.busy_slots_per_decode = Some(busy);
+        s.decode_steps_total = Some(decodes);
+        s.generation_tokens_total = Some(tokens);
+        s.generation_seconds_total = Some(secs);
+        s
+    };
+    let mut w = WindowBuilder::new();
+    // 1000 steps of one sequence since start; then 200 steps of 4 (a mean since start of 1.5,
+    // printed with six digits as llama.cpp does) ...
+    w.push(t0, at(1.0, 1000.0, 1000.0, 6.5));
+    w.push(t0 + Duration::from_secs(1), at(1.5, 1200.0, 1800.0, 27.3));
+    let win = w.finish().unwrap();
+    let batch = win.batch_mean.unwrap();
+    assert!((batch - 4.0).abs() < 1e-6, "{batch}");
+    // ... whose 800 tokens took 26 ms each, per sequence.
+    let tpot = win.generation_s_per_token.unwrap();
+    assert!((tpot - 0.026).abs() < 1e-9, "{tpot}");
+    // An idle window: no step, a batch of 0, no token time.
+    w.push(t0 + Duration::from_secs(2), at(1.5, 1200.0, 1800.0, 27.3));
+    let idle = w.finish().unwrap();
+    assert_eq!(idle.batch_mean, Some(0.0));
+    assert_eq!(idle.generation_s_per_token, None);
+    // A restart: the counters start again from zero.
+    w.push(t0 + Duration::from_secs(3), at(2.0, 50.0, 100.0, 1.0));
+    assert!((w.finish().unwrap().batch_mean.unwrap() - 2.0).abs() < 1e-9);
+    // Other servers have no such counters.
+    assert_eq!(empty_window_batch(), None);
+}
+
+fn empty_window_batch() -> Option<f64> {
+    let t0 = Instant::now();
+    let mut w = WindowBuilder::new();
+    w.push(t0, empty(ServerKind::Vllm));
+    w.push(t0 + Duration::from_secs(1), empty(ServerKind::Vllm));
+    w.finish().unwrap().batch_mean
 }

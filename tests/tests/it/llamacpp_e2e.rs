@@ -94,3 +94,53 @@ fn llama_server_at_two_healthy_loads_is_none() {
         }
     }
 }
+
+#[test]
+fn llama_server_with_free_slots_and_four_streams_is_compute() {
+    // Each step carries 4 sequences on the one compute thread: ~4x the step of one.
+    if let Some(r) = check(
+        "llamacpp-compute-4",
+        &["itl_p50_ms", "batch_mean"],
+        &["server_tpot_ms", "in_flight_max"],
+    ) {
+        assert_no_transport_errors(&r);
+    }
+}
+
+#[test]
+fn llama_server_with_free_slots_and_two_streams_is_compute() {
+    let Some(machine) = root_or_skip("llamacpp-compute-2") else {
+        return;
+    };
+    if !engine::built_or_skip("llamacpp-compute-2") {
+        return;
+    }
+    let case = cases::named("llamacpp-compute-2");
+    let report = (case.run)();
+    drop(machine);
+    // Each step 2x: a baseline whose own ITL wandered by half of it (other work on a shared
+    // machine took the engine's CPU) cannot resolve that, and `none` is then the honest verdict.
+    let level = &report["baselines"][0]["values"]["itl_p50_ms"];
+    let (median, spread) = (
+        level["median"].as_f64().expect("baseline ITL p50"),
+        level["spread"].as_f64().unwrap_or(0.0),
+    );
+    if 3.0 * spread > 0.5 * median {
+        println!(
+            "llamacpp-compute-2 not judged: the baseline's ITL p50 {median:.1} ms +- {spread:.1} \
+             cannot resolve a 2x step"
+        );
+        return;
+    }
+    assert_peak(&report, "compute", &["itl_p50_ms", "batch_mean"], &[]);
+    assert_no_transport_errors(&report);
+}
+
+#[test]
+fn llama_server_saturated_without_its_metrics_is_compute() {
+    check(
+        "llamacpp-compute-4-nometrics",
+        &["itl_p50_ms", "in_flight_max"],
+        &[],
+    );
+}

@@ -4,7 +4,7 @@
   'use strict';
   var SVGNS = 'http://www.w3.org/2000/svg';
   var CAUSE_COLORS = {
-    kv_cache: '#d62728', gpu_memory: '#9467bd', queue: '#ff7f0e', cpu_runqueue: '#8c564b',
+    kv_cache: '#d62728', gpu_memory: '#9467bd', queue: '#ff7f0e', compute: '#17becf', cpu_runqueue: '#8c564b',
     network: '#1f77b4', loadgen: '#555555', vector_index: '#2ca02c', errors: '#e377c2',
     unexplained: '#bcbd22', none: '#b8bfcc'
   };
