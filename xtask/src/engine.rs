@@ -105,6 +105,11 @@ fn server() -> anyhow::Result<()> {
                 // One compute thread pool of its own (no OpenMP runtime to install).
                 "-DGGML_OPENMP=OFF",
             ])
+            // Unity builds for the non-compute libraries (xtask/engine/unity.cmake).
+            .arg(format!(
+                "-DCMAKE_PROJECT_INCLUDE={}",
+                run::root().join("xtask/engine/unity.cmake").display()
+            ))
             .stdout(std::process::Stdio::null()),
     )
     .context("configuring llama.cpp (cmake)")?;
