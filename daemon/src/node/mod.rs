@@ -6,7 +6,7 @@
 //! ```no_run
 //! # async fn demo() {
 //! use std::time::Duration;
-//! use inferscope::collect::{node::{Node, NodeOptions}, session::SessionOptions};
+//! use inferscope::{collect::session::SessionOptions, node::{Node, NodeOptions}};
 //! let (node, handle) = Node::start(NodeOptions::new(SessionOptions {
 //!     servers: vec![1234],
 //!     loadgen: None,
