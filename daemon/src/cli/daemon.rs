@@ -428,8 +428,7 @@ async fn find_metrics(pids: &[u32], tls: &inferscope::tls::TlsOptions) -> Option
             .await
             .unwrap_or_default();
         let found = inferscope::scrape::find::metrics_on(&addrs, tls).await;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        tracing::info!("server {pid} ({}): {found}", comm.trim());
+        tracing::info!("server {pid} ({}): {found}", procfs::comm(pid));
         if url.is_none() {
             url = found.url().map(str::to_string);
         }

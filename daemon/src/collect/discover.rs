@@ -11,25 +11,22 @@ use std::{
 /// from `/proc/<pid>/net/tcp{,6}`: a server in a pod without `hostNetwork` listens in its own
 /// namespace, which the daemon's `/proc/net/tcp` does not show.
 fn listening_inodes(pid: u32, port: u16) -> HashSet<u64> {
-    let mut out = HashSet::new();
-    for file in ["tcp", "tcp6"] {
-        if let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{file}")) {
-            out.extend(parse_listening(&text, port));
-        }
-    }
-    out
+    listen_rows(pid)
+        .into_iter()
+        .filter(|r| r.addr.port() == port)
+        .map(|r| r.inode)
+        .collect()
 }
 
-/// Inodes of LISTEN (`0A`) rows of a `/proc/net/tcp` table whose local port is `port`.
-fn parse_listening(text: &str, port: u16) -> Vec<u64> {
-    text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
-            (local_port == port && *f.get(3)? == "0A").then(|| f.get(9)?.parse().ok())?
-        })
-        .collect()
+/// The LISTEN rows of `pid`'s network namespace (`/proc/<pid>/net/tcp` and `tcp6`).
+fn listen_rows(pid: u32) -> Vec<Listen> {
+    let mut rows = Vec::new();
+    for (file, v6) in [("tcp", false), ("tcp6", true)] {
+        if let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{file}")) {
+            rows.extend(parse_listen_rows(&text, v6));
+        }
+    }
+    rows
 }
 
 /// One LISTEN row of a `/proc/net/tcp{,6}` table.
@@ -106,12 +103,7 @@ fn parse_local_addrs(fib_trie: &str) -> Vec<Ipv4Addr> {
 pub fn listening_addrs(pid: u32) -> Vec<SocketAddr> {
     let ns = |p: &str| fs::read_link(format!("/proc/{p}/ns/net")).ok();
     let own_netns = ns("self").is_some_and(|me| ns(&pid.to_string()).as_ref() == Some(&me));
-    let mut rows = Vec::new();
-    for (file, v6) in [("tcp", false), ("tcp6", true)] {
-        if let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{file}")) {
-            rows.extend(parse_listen_rows(&text, v6));
-        }
-    }
+    let rows = listen_rows(pid);
     let inodes: HashSet<u64> = rows.iter().map(|r| r.inode).collect();
     let held = held_sockets(pid, &inodes);
     let pod = if own_netns {
@@ -253,9 +245,16 @@ mod tests {
    0: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 100 0 0 10 0\n\
    1: 0100007F:1F40 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0 20 4 30 10 -1\n\
    2: 0100007F:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0 100 0 0 10 0\n";
-        assert_eq!(parse_listening(t, 8000), vec![4242]);
-        assert_eq!(parse_listening(t, 80), vec![4444]);
-        assert!(parse_listening("garbage\nmore garbage", 80).is_empty());
+        let inodes = |port: u16| -> Vec<u64> {
+            parse_listen_rows(t, false)
+                .iter()
+                .filter(|r| r.addr.port() == port)
+                .map(|r| r.inode)
+                .collect()
+        };
+        assert_eq!(inodes(8000), vec![4242]);
+        assert_eq!(inodes(80), vec![4444]);
+        assert!(parse_listen_rows("garbage\nmore garbage", false).is_empty());
     }
 
     #[test]
