@@ -254,13 +254,18 @@ fn a_scenario_carries_its_rules_and_points_at_a_bad_one() {
     let good = format!(
         "{base}triggers:\n  - name: kv\n    when: [verdict == kv_cache]\n    for: 3s\n    run: [/bin/true]\n"
     );
-    let s = crate::loadgen::Scenario::from_yaml(&good, "s.yaml", Path::new(".")).unwrap();
+    let plan = crate::loadgen::Plan::from_yaml(&good, "s.yaml", Path::new(".")).unwrap();
+    let s = plan.scenario();
     assert_eq!(s.triggers.len(), 1);
     assert_eq!(s.triggers[0].hold, std::time::Duration::from_secs(3));
     let bad = format!(
         "{base}triggers:\n  - name: kv\n    when:\n      - kv_usage >= 0.9\n      - kv_usage is high\n    run: [/bin/true]\n"
     );
-    let e = crate::loadgen::Scenario::from_yaml(&bad, "s.yaml", Path::new(".")).unwrap_err();
+    let crate::loadgen::PlanError::Scenario(e) =
+        crate::loadgen::Plan::from_yaml(&bad, "s.yaml", Path::new(".")).unwrap_err()
+    else {
+        panic!("not a scenario error");
+    };
     assert_eq!(e.line.map(|l| l.0), Some(10), "{e}");
     assert!(e.msg.contains("condition `kv_usage is high`"), "{e}");
 }
