@@ -163,15 +163,13 @@ fn key(id: &str) -> Option<u64> {
 impl RunLauncher for LoadgenLauncher {
     fn start(&self, text: &str) -> Result<RunHandle, LaunchError> {
         let plan =
-            off_workers(|| Plan::from_posted_yaml(text, "scenario", self.data_dir.as_deref()))
-                .map_err(|e| LaunchError::InvalidScenario(e.to_string()))?;
+            off_workers(|| Plan::from_posted_yaml(text, "scenario", self.data_dir.as_deref()))?;
         let scenario = plan.scenario();
         let host = scenario.target_host().unwrap_or_default();
         if !self.allow_remote && !is_loopback(&host) {
-            return Err(LaunchError::InvalidScenario(format!(
-                "target {} is not a loopback address: start the daemon with --allow-remote to load a remote service",
-                scenario.target
-            )));
+            return Err(LaunchError::Remote {
+                target: scenario.target.clone(),
+            });
         }
         let mut st = self.lock();
         if let Some((n, _)) = st
@@ -179,9 +177,9 @@ impl RunLauncher for LoadgenLauncher {
             .iter()
             .find(|(_, r)| matches!(r.status.state, RunState::Running | RunState::Stopping))
         {
-            return Err(LaunchError::Busy(format!(
-                "run-{n} is still running: stop it first (POST /api/v1/runs/run-{n}/stop)"
-            )));
+            return Err(LaunchError::Busy {
+                running: format!("run-{n}"),
+            });
         }
         st.next += 1;
         let n = st.next;
