@@ -298,20 +298,19 @@ async fn an_index_rebuild_shows_as_latency_spikes_in_the_health_view() {
         .await
         .unwrap();
     let v = r.phases[0].vector.as_ref().unwrap();
-    let at: Vec<f64> = v.spikes.iter().map(|x| x.start_s).collect();
-    // Spikes are seconds over 3x the median second: the phase is long enough that the rebuild's
-    // seconds stay a minority even when a busy machine (parallel tests) stretches it.
+    // Spikes are seconds over 3x the median second. The rebuild's own seconds are hundreds of
+    // ms, and the slowest spike is one of them; other seconds (the backlog draining after it, a
+    // busy machine running parallel tests) may be spikes too, at a few tens of ms.
+    let slowest = v
+        .spikes
+        .iter()
+        .max_by(|a, b| a.e2e_mean_ms.total_cmp(&b.e2e_mean_ms))
+        .unwrap_or_else(|| panic!("no spike: {:?}", r.events));
     assert!(
-        !at.is_empty() && at.iter().all(|s| (2.0..=8.0).contains(s)),
-        "{at:?} {:?}",
+        (2.0..=8.0).contains(&slowest.start_s) && slowest.e2e_mean_ms > 100.0,
+        "{:?} {:?}",
+        v.spikes,
         r.events
-    );
-    // The rebuild's own seconds are hundreds of ms; the seconds after it, while the backlog
-    // drains, may be spikes too (over 3x the median) at a few tens of ms.
-    assert!(
-        v.spikes.iter().any(|x| x.e2e_mean_ms > 100.0),
-        "{:?}",
-        v.spikes
     );
     assert!(r.table().contains("latency spikes"), "{}", r.table());
     sim.shutdown().await.unwrap();

@@ -164,8 +164,8 @@ pub enum RunError {
     #[error("internal error: {0}")]
     Internal(String),
     /// A vector phase's setup failed (seeding, dimension, a test query): what to do.
-    #[error("{0}")]
-    Vector(String),
+    #[error(transparent)]
+    Vector(#[from] vector::errors::SetupError),
 }
 
 struct Shared {
@@ -537,7 +537,7 @@ async fn chroma_ef_search(
     };
     let outcome = match setup::chroma_set_ef(&http, uri, ef).await {
         Ok(()) => "HTTP 200".to_string(),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
     let _ = shared
         .tx
@@ -571,10 +571,7 @@ async fn vector_setup(
         let Some(v) = ctx.vector.as_mut() else {
             continue;
         };
-        setup
-            .phase(v, &http, seed, text)
-            .await
-            .map_err(RunError::Vector)?;
+        setup.phase(v, &http, seed, text).await?;
         // The sim's answer is known (and its dimension checked above); any other API gets a
         // test query, so that a body or path that does not fit fails here, in one line.
         if v.api == ApiKind::Sim {
@@ -582,9 +579,7 @@ async fn vector_setup(
         }
         let probe = ctx.prepare(&mut SmallRng::seed_from_u64(0), 0);
         if let Some(v) = &ctx.vector {
-            setup::preflight(v, &http, probe.body)
-                .await
-                .map_err(RunError::Vector)?;
+            setup::preflight(v, &http, probe.body).await?;
         }
     }
     Ok(())
