@@ -206,7 +206,11 @@ fn files_are_checked_with_their_lines() {
     let remote =
         rules("triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://10.0.0.1/h'}\n");
     let e = check_remote(&remote, false).unwrap_err();
-    assert!(e.contains("--allow-remote"), "{e}");
+    assert_eq!(
+        (e.rule.as_str(), e.url.as_str()),
+        ("w", "http://10.0.0.1/h")
+    );
+    assert!(e.to_string().contains("--allow-remote"), "{e}");
     check_remote(&remote, true).unwrap();
     let local = rules(
         "triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://localhost:9/h'}\n",
@@ -220,7 +224,7 @@ fn files_are_checked_with_their_lines() {
     };
     check_remote(&hook("http://0x7f000001:9/h"), false).unwrap();
     for url in ["http://167772161/h", "http://[::ffff:10.0.0.1]/h"] {
-        let e = check_remote(&hook(url), false).unwrap_err();
+        let e = check_remote(&hook(url), false).unwrap_err().to_string();
         assert!(e.contains("refusing to connect") && e.contains(url), "{e}");
         check_remote(&hook(url), true).unwrap();
     }
