@@ -113,7 +113,7 @@ async fn three_shards_merge_to_exactly_the_whole() {
 
     // The same through the binary: files in, merged file out.
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_inferscope"));
+    let mut cmd = crate::cli::inferscope();
     cmd.args(["report", "merge"]);
     for (name, r) in &parts {
         let path = dir.path().join(name);
@@ -149,7 +149,7 @@ fn a_bad_shard_is_refused_in_one_line() {
         ("3/3", "i must be smaller than N"),
         ("0/0", "N must be at least 1"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        let out = crate::cli::inferscope()
             .args(["stress", "--target", "http://127.0.0.1:9", "--rate", "1"])
             .args(["--duration", "1s", "--shard", arg])
             .output()
