@@ -12,6 +12,7 @@ mod fd_limit;
 mod hostile_flags;
 mod hung_support;
 mod loadgen_bounds;
+mod loadgen_caps;
 mod loadgen_measures;
 mod loadgen_pause;
 mod loadgen_rate;

@@ -41,7 +41,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::loadgen::{
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
-    engine::caps::{Acquired, Permits, TokenBucket, acquire},
+    engine::caps::{Permits, PhaseCaps, Taken},
     engine::complexity::Shaper,
     engine::conversation::Conversation,
     engine::request::{Executed, PhaseCtx, Prepared},
@@ -49,7 +49,7 @@ use crate::loadgen::{
     engine::vector::{ApiKind, setup, truth::Pending, truth::Truth},
     scenario::arrival::Schedule,
     scenario::plan::Plan,
-    scenario::{CapPolicy, Phase, Scenario},
+    scenario::{Phase, Scenario},
 };
 use crate::measure::vector_health as health;
 
@@ -62,6 +62,9 @@ use crate::measure::{
     shard::Shard,
 };
 
+/// How late after its phase's end an arrival due before it may still be sent (timer and
+/// scheduling jitter); a dispatcher or runtime further behind drops what it has not sent.
+pub const END_SLACK: Duration = Duration::from_millis(100);
 /// Messages queued between the request tasks and the collector (about 300 bytes each).
 const MSG_QUEUE: usize = 16_384;
 /// Default [`Options::records_budget`]: 256 MiB of records (about 600,000 short requests).
@@ -464,12 +467,20 @@ async fn dispatch(
                 cancel.clone(),
             ));
         }
+        let caps = Arc::new(PhaseCaps::new(
+            shared.global.clone(),
+            phase.max_in_flight,
+            phase.max_tokens_per_s,
+            phase.when_capped,
+            end,
+        ));
         let scheduled = if let Some(a) = phase.load.arrival() {
             let offsets = share.schedule(&a, phase.duration, rng);
             open_loop(
                 shared,
                 ctx,
                 phase,
+                &caps,
                 offsets,
                 phase_start,
                 rng,
@@ -485,7 +496,8 @@ async fn dispatch(
             };
             for _ in 0..users {
                 let rng = SmallRng::seed_from_u64(rng.next_u64());
-                tracker.spawn(user(shared.clone(), ctx.clone(), rng, end, cancel.clone()));
+                let (shared, ctx, caps) = (shared.clone(), ctx.clone(), caps.clone());
+                tracker.spawn(user(shared, ctx, caps, rng, cancel.clone()));
             }
             0
         };
@@ -598,20 +610,18 @@ async fn open_loop(
     shared: &Arc<Shared>,
     ctx: &Arc<PhaseCtx>,
     phase: &Phase,
+    caps: &Arc<PhaseCaps>,
     mut offsets: Schedule<SmallRng>,
     start: Instant,
     rng: &mut SmallRng,
     tracker: &TaskTracker,
     cancel: &CancellationToken,
 ) -> u64 {
-    let phase_sem = phase
-        .max_in_flight
-        .map(|n| Arc::new(Semaphore::new(n.max(1))));
-    let mut bucket = phase.max_tokens_per_s.map(TokenBucket::new);
     let mut scheduled = 0;
-    // Waiting for a cap never runs past the phase's end: the next phase starts on time, and
-    // the arrivals not sent by then count as scheduled and dropped.
-    let end = start + phase.duration;
+    // Nothing is sent after the phase's end, whether a cap held it back or the dispatcher
+    // itself fell behind: the next phase starts on time, and the arrivals not sent by then
+    // count as scheduled and dropped.
+    let end = caps.end();
     // At the phase's end: the arrival in hand (already counted as scheduled) and those not
     // taken yet are dropped.
     let overrun = async |left_after: usize, scheduled: &mut u64| {
@@ -644,6 +654,10 @@ async fn open_loop(
         let deadline = start + off;
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
+        if Instant::now() >= end + END_SLACK {
+            overrun(offsets.remaining(), &mut scheduled).await;
+            break;
+        }
         let (seq, conv, prepared) = if let Some(e) = early {
             e
         } else {
@@ -656,73 +670,50 @@ async fn open_loop(
             };
             (seq, conv, prepared)
         };
-        if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
-            match (
-                b.reserve(f64::from(n), phase.when_capped),
-                phase.when_capped,
-            ) {
-                (None, _) => {
-                    let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
-                    continue;
-                }
-                (Some(wait), CapPolicy::Wait) if !wait.is_zero() => {
-                    if Instant::now().checked_add(wait).is_none_or(|t| t > end) {
-                        overrun(offsets.remaining(), &mut scheduled).await;
-                        break;
-                    }
-                    tokio::select! { () = tokio::time::sleep(wait) => {}, () = cancel.cancelled() => break }
-                }
-                _ => {}
-            }
-        }
-        let capped = acquire(
-            &shared.global,
-            phase_sem.as_ref(),
-            phase.when_capped,
-            cancel,
-        );
-        let permits = match tokio::time::timeout_at(end, capped).await {
-            Ok(Acquired::Yes(p)) => p,
-            Ok(Acquired::Full) => {
+        let permits = match caps.take(prepared.max_tokens, cancel).await {
+            Taken::Send(p) => p,
+            Taken::Dropped => {
                 let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
                 continue;
             }
-            Ok(Acquired::Cancelled) => break,
-            Err(_) => {
+            Taken::Ended => {
                 overrun(offsets.remaining(), &mut scheduled).await;
                 break;
             }
+            Taken::Cancelled => break,
         };
         let intended = deadline
             .into_std()
             .saturating_duration_since(shared.t0)
             .as_micros() as u64;
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, intended);
-        match conv {
-            Some(conv) => {
-                let turns = Turns {
-                    conv,
-                    end,
-                    rng: SmallRng::seed_from_u64(rng.next_u64()),
-                };
-                let (shared, ctx, cancel) = (shared.clone(), ctx.clone(), cancel.clone());
-                tracker.spawn(async move {
-                    let first =
-                        one(shared.clone(), ctx.clone(), prepared, rec, permits, None).await;
-                    turns.follow(&shared, &ctx, first, &cancel, None).await;
-                });
+        let end = caps.end();
+        let sent = one(
+            shared.clone(),
+            ctx.clone(),
+            prepared,
+            rec,
+            permits,
+            end,
+            None,
+        );
+        let Some(conv) = conv else {
+            tracker.spawn(async move {
+                sent.await;
+            });
+            continue;
+        };
+        let turns = Turns {
+            conv,
+            caps: caps.clone(),
+            rng: SmallRng::seed_from_u64(rng.next_u64()),
+        };
+        let (shared, ctx, cancel) = (shared.clone(), ctx.clone(), cancel.clone());
+        tracker.spawn(async move {
+            if let Some(first) = sent.await {
+                turns.follow(&shared, &ctx, first, &cancel, None).await;
             }
-            None => {
-                tracker.spawn(one(
-                    shared.clone(),
-                    ctx.clone(),
-                    prepared,
-                    rec,
-                    permits,
-                    None,
-                ));
-            }
-        }
+        });
     }
     scheduled
 }
@@ -759,7 +750,8 @@ struct Answered {
 /// think time, until the conversation ends, a turn fails, or the phase ends.
 struct Turns {
     conv: Conversation,
-    end: Instant,
+    /// The phase's caps, which every turn takes as the first did.
+    caps: Arc<PhaseCaps>,
     rng: SmallRng,
 }
 
@@ -790,31 +782,42 @@ impl Turns {
             }
             // Cut by the phase's end or a stop: not a task, neither succeeded nor failed.
             let wake = Instant::now() + think;
-            if wake >= self.end {
+            if wake >= self.caps.end() {
                 break None;
             }
             tokio::select! { () = tokio::time::sleep_until(wake) => {}, () = cancel.cancelled() => break None }
-            let Ok(Ok(permit)) =
-                tokio::time::timeout_at(self.end, shared.global.clone().acquire_owned()).await
-            else {
-                break None;
-            };
             let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
             let Some(p) = ctx.prepare_turn(&mut self.rng, seq, &mut self.conv) else {
                 break None;
             };
+            let permits = match self.caps.take(p.max_tokens, cancel).await {
+                Taken::Send(permits) => permits,
+                // A turn the caps drop ends its conversation, cut (not a task).
+                Taken::Dropped => {
+                    sent += 1;
+                    let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
+                    break None;
+                }
+                Taken::Ended | Taken::Cancelled => break None,
+            };
             // A follow-up turn is closed loop: it is due when it is sent.
             let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
             sent += 1;
-            answered = one(
+            let end = self.caps.end();
+            let Some(next) = one(
                 shared.clone(),
                 ctx.clone(),
                 p,
                 rec,
-                (permit, None),
+                permits,
+                end,
                 own.as_deref_mut(),
             )
-            .await;
+            .await
+            else {
+                break None;
+            };
+            answered = next;
         };
         if let Some(ok) = task {
             let ice = crate::loadgen::engine::conversation::ice(&entropies);
@@ -831,23 +834,22 @@ impl Turns {
 async fn user(
     shared: Arc<Shared>,
     ctx: Arc<PhaseCtx>,
+    caps: Arc<PhaseCaps>,
     mut rng: SmallRng,
-    end: Instant,
     cancel: CancellationToken,
 ) {
     // Each user owns one connection, as a wrk/oha connection does.
     let mut own = OwnConn::new(&shared.target, shared.timeout, shared.allow_remote);
     let mut n = 0;
-    while Instant::now() < end && !cancel.is_cancelled() {
-        // Waiting for room never runs past the phase's end.
-        let Ok(Ok(permit)) =
-            tokio::time::timeout_at(end, shared.global.clone().acquire_owned()).await
-        else {
-            break;
-        };
+    while Instant::now() < caps.end() && !cancel.is_cancelled() {
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
         // A user runs one conversation at a time, turn after turn.
         let Some((conv, prepared)) = first_request(&ctx, &mut rng, seq) else {
+            break;
+        };
+        // A closed loop waits for its caps (validation refuses `when_capped: drop` for one);
+        // waiting for room never runs past the phase's end.
+        let Taken::Send(permits) = caps.take(prepared.max_tokens, &cancel).await else {
             break;
         };
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
@@ -856,15 +858,19 @@ async fn user(
             ctx.clone(),
             prepared,
             rec,
-            (permit, None),
+            permits,
+            caps.end(),
             Some(&mut own),
         )
         .await;
         n += 1;
+        let Some(first) = first else {
+            break;
+        };
         if let Some(conv) = conv {
             let turns = Turns {
                 conv,
-                end,
+                caps: caps.clone(),
                 rng: SmallRng::seed_from_u64(rng.next_u64()),
             };
             n += turns
@@ -877,18 +883,26 @@ async fn user(
 
 /// One request, and its retries under the phase's retry policy: each attempt reported as it
 /// ends. A request outside a conversation with a policy is a task decided by its last attempt.
+///
+/// A request whose task starts only after the phase's `end` and [`END_SLACK`] (its dispatcher,
+/// or the runtime, fell behind) is not sent: it counts as dropped, and `None` is returned.
 async fn one(
     shared: Arc<Shared>,
     ctx: Arc<PhaseCtx>,
     p: Prepared,
     mut rec: RequestRecord,
     _permits: Permits,
+    end: Instant,
     mut own: Option<&mut OwnConn>,
-) -> Answered {
+) -> Option<Answered> {
+    if Instant::now() >= end + END_SLACK {
+        let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
+        return None;
+    }
     let Some(policy) = ctx.retry() else {
         let (rec, answered, truth) = attempt(&shared, &ctx, p, rec, own).await;
         deliver(&shared, rec, truth).await;
-        return answered;
+        return Some(answered);
     };
     let mut n = 1;
     rec.attempt = Some(n);
@@ -904,7 +918,7 @@ async fn one(
                 let ok = answered.ok && answered.passed;
                 let _ = shared.tx.send(Msg::Task(ctx.index, ok, None)).await;
             }
-            return answered;
+            return Some(answered);
         }
         tokio::select! { () = tokio::time::sleep(wait) => {}, () = shared.hard_stop.cancelled() => {} }
         n += 1;

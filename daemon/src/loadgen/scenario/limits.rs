@@ -222,7 +222,13 @@ mod tests {
             "",
         );
         assert!(e.is_err());
-        assert!(load("    max_tokens_per_s: 100\n    max_in_flight: 100000\n", "").is_ok());
+        assert!(
+            load(
+                "    max_tokens_per_s: 100\n    max_in_flight: 100000\n    request: {max_tokens: 8}\n",
+                ""
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -242,6 +242,9 @@ fn check_phase(
             ),
         ));
     }
+    if let Some(why) = caps_problem(p, endpoint) {
+        return Err(err(&at, format!("phase `{}`: {why}", p.name)));
+    }
     if let Some(why) = llm_extras_problem(p, endpoint, loaded) {
         return Err(err(&at, format!("phase `{}`: {why}", p.name)));
     }
@@ -254,6 +257,33 @@ fn check_phase(
         ));
     }
     Ok(())
+}
+
+/// What is wrong with a phase's caps, if anything: the caps must hold for every request of it.
+fn caps_problem(p: &Phase, endpoint: Endpoint) -> Option<String> {
+    if p.max_tokens_per_s.is_some() {
+        if !matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
+            return Some(
+                "`max_tokens_per_s` caps the output tokens requests ask for: it needs an LLM endpoint (chat or completions)"
+                    .into(),
+            );
+        }
+        let in_body = matches!(&p.request.body, Some(JsonTemplate::Object(fields))
+            if fields.iter().any(|(k, _)| k == "max_tokens"));
+        if p.request.max_tokens.is_none() && !in_body {
+            return Some(
+                "`max_tokens_per_s` counts the tokens each request asks for: set `request.max_tokens`"
+                    .into(),
+            );
+        }
+    }
+    if p.when_capped == super::CapPolicy::Drop && matches!(p.load, Load::Concurrency { .. }) {
+        return Some(
+            "`when_capped: drop` drops open-loop arrivals; a closed loop (`concurrency`) waits for its caps: drop `when_capped`"
+                .into(),
+        );
+    }
+    None
 }
 
 /// What is wrong with a vector phase's API settings, if anything (and the text to point at).
