@@ -69,7 +69,7 @@ fn bad_numbers_in_flags_are_one_line_errors_not_panics() {
 #[test]
 fn json_logs_are_one_object_per_line() {
     if !is_root() {
-        eprintln!("skipped: the daemon needs root");
+        crate::peers::missing("json_logs_are_one_object_per_line", "the daemon needs root");
         return;
     }
     let out = crate::cli::inferscope()

@@ -22,6 +22,7 @@ mod otlp_collector_double;
 mod otlp_export;
 mod otlp_fixtures;
 mod parsers_prop;
+mod peers;
 mod phase_end;
 mod prometheus_exposition;
 mod qdrant_double;
