@@ -199,9 +199,9 @@ async fn an_ef_search_sweep_prints_the_frontier_and_health_gates_slos() {
   - name: v
     duration: 1s
     load: {{shape: constant, rate: 30}}
-    sweep: {{ef_search: [10, 200]}}
+    sweep: {{ef_search: [10, 1000]}}
     request: {{endpoint: vector_search, top_k: 10, recall_sample: 100%}}
-    slo: ['recall_min_window >= 0%', 'recall_drift < 100%']
+    slo: ['recall_min_window >= 95%']
 "
     ));
     assert_eq!(s.scenario().phases.len(), 2);
@@ -212,13 +212,20 @@ async fn an_ef_search_sweep_prints_the_frontier_and_health_gates_slos() {
     let (lo, hi) = (&r.phases[0], &r.phases[1]);
     assert_eq!(lo.vector.as_ref().unwrap().ef_search, Some(10));
     assert_eq!(hi.vector.as_ref().unwrap().sweep_of.as_deref(), Some("v"));
+    // ef_search is applied: a wider search finds more of the true neighbours (here about 0.73
+    // against 1.0 over 2,000 vectors) and takes longer (about 2.5 against 9.6 ms at the p50).
     assert!(
-        hi.recall.mean >= lo.recall.mean,
+        hi.recall.mean >= lo.recall.mean + 0.1,
         "{:?} {:?}",
         lo.recall,
         hi.recall
     );
-    assert!(r.slo_pass, "{:?}", lo.slo);
+    let p50 = |p: &inferscope::loadgen::PhaseReport| p.latency_ms["e2e"].p50;
+    assert!(p50(hi) > 1.5 * p50(lo), "{} {}", p50(lo), p50(hi));
+    // The recall SLO judges each step: the narrow search misses it, the wide one meets it.
+    let pass = |p: &inferscope::loadgen::PhaseReport| p.slo.iter().all(|x| x.pass);
+    assert!(!pass(lo) && pass(hi), "{:?} {:?}", lo.slo, hi.slo);
+    assert!(!r.slo_pass);
     assert!(lo.slo.iter().all(|x| x.observed.is_some()));
     let table = r.table();
     assert!(
