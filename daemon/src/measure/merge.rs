@@ -168,6 +168,13 @@ pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
     m.ok += c.ok;
     m.good += c.good;
     m.reconnected += c.reconnected;
+    for (name, n) in &c.chaos {
+        let knob = super::record::Chaos::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| format!("unknown chaos knob `{name}`"))?;
+        *m.chaos.entry(knob).or_default() += n;
+    }
     for (name, n) in &c.errors {
         let class = ErrorClass::ALL
             .into_iter()

@@ -107,6 +107,8 @@ pub struct PhaseMetrics {
     pub counted_errors: u64,
     /// Requests resent on a fresh connection (the server closed the kept-alive one).
     pub reconnected: u64,
+    /// Finished first attempts a chaos knob shaped, by knob.
+    pub chaos: BTreeMap<super::record::Chaos, u64>,
     /// Output tokens of all finished requests.
     pub output_tokens: u64,
     /// Prompt tokens reported by the server.
@@ -231,6 +233,7 @@ impl Default for PhaseMetrics {
             errors: BTreeMap::new(),
             counted_errors: 0,
             reconnected: 0,
+            chaos: BTreeMap::new(),
             output_tokens: 0,
             input_tokens: 0,
             tasks: 0,
@@ -266,6 +269,9 @@ impl PhaseMetrics {
             return;
         }
         self.finished += 1;
+        if let Some(c) = r.chaos {
+            *self.chaos.entry(c).or_default() += 1;
+        }
         // A request outside a conversation and without retries is a task of its own (with
         // retries the engine reports the task after its last attempt).
         if r.turn.is_none() && r.attempt.is_none() {

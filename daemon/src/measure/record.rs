@@ -156,7 +156,9 @@ pub enum TokenSource {
 }
 
 /// Which chaos knob, if any, shaped this request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Chaos {
     /// Sent with `max_tokens = 1`.
@@ -165,6 +167,25 @@ pub enum Chaos {
     AbortMidStream,
     /// The prompt was inflated beyond any context window.
     OversizePrompt,
+}
+
+impl Chaos {
+    /// Every knob.
+    pub const ALL: [Chaos; 3] = [
+        Chaos::MaxTokensOne,
+        Chaos::AbortMidStream,
+        Chaos::OversizePrompt,
+    ];
+
+    /// The knob's name in the scenario's `chaos:` and the report's `counts.chaos`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Chaos::MaxTokensOne => "max_tokens_one",
+            Chaos::AbortMidStream => "abort_mid_stream",
+            Chaos::OversizePrompt => "oversize_prompt",
+        }
+    }
 }
 
 /// One request, from its intended start to its end.

@@ -38,6 +38,11 @@ pub struct Counts {
     /// kept-alive one before answering (not errors: see `client::HttpClient::send`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reconnected: u64,
+    /// Finished requests a chaos knob shaped, by knob (`max_tokens_one`, `abort_mid_stream`,
+    /// `oversize_prompt`): counted apart so that their share can be checked against the
+    /// scenario's (they are among `finished` too).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub chaos: BTreeMap<String, u64>,
 }
 
 /// One phase of the report.
@@ -237,6 +242,10 @@ impl PhaseReport {
                 good: m.good,
                 errors,
                 reconnected: m.reconnected,
+                chaos: super::record::Chaos::ALL
+                    .iter()
+                    .filter_map(|c| m.chaos.get(c).map(|n| (c.name().to_string(), *n)))
+                    .collect(),
             },
             error_rate: m.error_rate(),
             requests_per_s: m.finished as f64 / el,

@@ -73,6 +73,18 @@ impl StressReport {
                     .collect();
                 let _ = writeln!(s, "  errors: {}", errs.join(", "));
             }
+            if !p.counts.chaos.is_empty() {
+                let knobs: Vec<String> = p
+                    .counts
+                    .chaos
+                    .iter()
+                    .map(|(k, v)| {
+                        let share = *v as f64 / p.counts.finished.max(1) as f64;
+                        format!("{k} {v} ({:.0}%)", share * 100.0)
+                    })
+                    .collect();
+                let _ = writeln!(s, "  chaos (on purpose): {}", knobs.join(", "));
+            }
             if p.counts.reconnected > 0 {
                 let _ = writeln!(
                     s,
