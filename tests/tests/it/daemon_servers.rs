@@ -1,0 +1,267 @@
+//! One daemon, three servers on the node at once, each with its own time line and verdict: sim
+//! A under KV pressure in a pod (a kubelet-shaped cgroup path, in a network namespace of its
+//! own), sim B healthy on the same port in another network namespace, and C, a Python server
+//! without metrics, queueing on the host. The daemon starts before them, finds them by their
+//! ports and their metrics by itself (no `--metrics-url`), names A's pod from a kubelet pod list
+//! (a test double: a JSON file served by Python's file server), and says A `kv_cache`, B
+//! `none`, C `queue`, each under its own `server` labels on `/metrics` and in its own report.
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use inferscope_tests::{
+    NetNs, Sim,
+    daemon::Daemon,
+    explain::loopback,
+    faults::{NoMetricsServer, Writes},
+    free_port, root_or_skip, wait_ready,
+};
+use serde_json::Value;
+
+const POD_UID: &str = "6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
+const CONTAINER_ID: &str = "5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b";
+
+/// A kubelet-shaped cgroup (cgroup v1 `cpu` hierarchy, `cgroupfs` driver) for pod A's
+/// container, removed when dropped.
+struct PodCgroup(PathBuf);
+
+impl PodCgroup {
+    fn create() -> Self {
+        let dir = PathBuf::from(format!(
+            "/sys/fs/cgroup/cpu/kubepods/burstable/pod{POD_UID}/{CONTAINER_ID}"
+        ));
+        std::fs::create_dir_all(&dir).expect("create the pod's cgroup");
+        Self(dir)
+    }
+
+    /// A command prefix that joins this cgroup, then execs the rest.
+    fn join(&self) -> Vec<String> {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!("echo $$ > {}/cgroup.procs && exec \"$@\"", self.0.display()),
+            "sh".into(),
+        ]
+    }
+}
+
+impl Drop for PodCgroup {
+    fn drop(&mut self) {
+        // Innermost first; each is empty once its processes were killed.
+        for dir in self.0.ancestors().take(4) {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// A child process killed when dropped.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The kubelet's `/pods` answer naming pod A, served by Python's file server: a test double of
+/// the kubelet (or of the API server's pod list), not a kubelet.
+fn kubelet_pods_double() -> (Kill, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let list = serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "items": [{
+            "metadata": {"name": "sim-a-0", "namespace": "llm", "uid": POD_UID},
+            "status": {"containerStatuses": [
+                {"name": "sim", "containerID": format!("containerd://{CONTAINER_ID}")}
+            ]}
+        }]
+    });
+    std::fs::write(dir.path().join("pods"), list.to_string()).unwrap();
+    let addr = loopback();
+    let mut child = Command::new("python3")
+        .args(["-m", "http.server", &addr.port().to_string()])
+        .args(["--bind", "127.0.0.1", "--directory"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn python3 -m http.server");
+    wait_ready(
+        &mut child,
+        addr,
+        "/pods",
+        "PodList",
+        "the kubelet test double",
+    );
+    (Kill(child), format!("http://{addr}/pods"), dir)
+}
+
+/// The Python generator running `phases` against `target`, marking them on the daemon.
+fn generator(target: &str, d: &Daemon, phases: &[&str], output_tokens: u32) -> Child {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/stream_marks.py");
+    Command::new("python3")
+        .arg(script)
+        .arg(target)
+        .arg(format!("http://{}", d.api))
+        .args(phases)
+        .args(["--output-tokens", &output_tokens.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the Python generator")
+}
+
+/// The daemon's servers (`/api/v1/timeline`), by `server` key.
+fn servers(d: &Daemon) -> Vec<Value> {
+    let status: Value = serde_json::from_str(&d.get("/api/v1/timeline")).unwrap();
+    status["servers"].as_array().cloned().unwrap_or_default()
+}
+
+fn dominant(report: &Value, phase: &str) -> String {
+    report["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == phase)
+        .unwrap_or_else(|| panic!("no phase {phase} in the report: {report:#}"))["dominant"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn three_servers_on_one_node_each_get_their_own_verdict() {
+    let Some(_machine) = root_or_skip("three_servers_on_one_node_each_get_their_own_verdict")
+    else {
+        return;
+    };
+    let (_kubelet, pods_url, _dir) = kubelet_pods_double();
+    let port = free_port();
+    let c_addr = loopback();
+    let d = Daemon::start(&[
+        "--port",
+        &port.to_string(),
+        "--port",
+        &c_addr.port().to_string(),
+        "--pods-url",
+        &pods_url,
+    ]);
+
+    // A: the pod, in a network namespace of its own, under KV pressure.
+    let ns_a = NetNs::create_in("srva", [10, 213, 81]);
+    let ns_b = NetNs::create_in("srvb", [10, 213, 82]);
+    let pod = PodCgroup::create();
+    let mut prefix_a = pod.join();
+    prefix_a.extend(["nice", "-n", "-10", "ip", "netns", "exec", &ns_a.name].map(String::from));
+    let prefix_a: Vec<&str> = prefix_a.iter().map(String::as_str).collect();
+    let a_addr = SocketAddr::from(([10, 213, 81, 2], port));
+    let sim_a = Sim::start(
+        &prefix_a,
+        "kv-pressure",
+        a_addr,
+        &["--num-gpu-blocks", "256"],
+    );
+    // B: healthy, on the same port in another namespace.
+    let b_addr = SocketAddr::from(([10, 213, 82, 2], port));
+    let sim_b = Sim::start(&["ip", "netns", "exec", &ns_b.name], "healthy", b_addr, &[]);
+    // C: no metrics, 2 requests at a time.
+    let c = NoMetricsServer::start(&[], c_addr, 2, 4.0, Writes::NoDelay);
+
+    let key_a = format!("pod:{POD_UID}");
+    let netns_b = std::fs::read_link(format!("/proc/{}/ns/net", sim_b.pid())).unwrap();
+    let netns_b = netns_b.to_string_lossy();
+    let inode_b = netns_b.trim_start_matches("net:[").trim_end_matches(']');
+    let key_b = format!("port:{port}@netns:{inode_b}");
+    let key_c = format!("port:{}", c_addr.port());
+
+    // The daemon finds the three (every 10 windows), A's and B's metrics and A's pod name.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = servers(&d);
+        let by = |k: &str| s.iter().find(|x| x["server"] == k).cloned();
+        let ready = by(&key_a).is_some_and(|a| {
+            a["metrics_url"] == format!("http://{a_addr}/metrics")
+                && a["k8s"]["pod_name"] == "sim-a-0"
+        }) && by(&key_b)
+            .is_some_and(|b| b["metrics_url"] == format!("http://{b_addr}/metrics"))
+            && by(&key_c).is_some_and(|c| c["metrics_url"].is_null());
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not find the three servers: {s:#?}\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    let phases_a = ["baseline:10:2", "peak:14:16", "cooldown:3:2"];
+    let phases_b = ["baseline:10:2", "peak:14:3", "cooldown:3:2"];
+    let phases_c = ["baseline:10:2", "peak:14:30", "cooldown:3:2"];
+    let mut gens = [
+        generator(&sim_a.url(), &d, &phases_a, 384),
+        generator(&sim_b.url(), &d, &phases_b, 64),
+        generator(&format!("http://{}", c.addr), &d, &phases_c, 32),
+    ];
+    // While the peak runs, /metrics says kv_cache for A's pod, under its own labels.
+    let pod_labels = format!(
+        "server=\"{key_a}\",k8s_pod_name=\"sim-a-0\",k8s_pod_uid=\"{POD_UID}\",k8s_namespace_name=\"llm\",k8s_container_name=\"sim\""
+    );
+    let kv_a = format!("inferscope_verdict{{{pod_labels},cause=\"kv_cache\"}} 1\n");
+    let mut seen_kv_a = false;
+    let mut metrics = String::new();
+    let deadline = Instant::now() + Duration::from_mins(2);
+    while gens.iter_mut().any(|g| g.try_wait().unwrap().is_none()) {
+        assert!(Instant::now() < deadline, "the generators did not finish");
+        metrics = d.get("/metrics");
+        seen_kv_a |= metrics.contains(&kv_a);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for g in &mut gens {
+        assert!(g.wait().unwrap().success(), "a generator failed");
+    }
+    for key in [&key_a, &key_b, &key_c] {
+        assert!(
+            metrics.contains(&format!("inferscope_verdict_confidence{{server=\"{key}\"")),
+            "/metrics lacks {key}'s verdict:\n{metrics}"
+        );
+    }
+
+    let report = |key: &str, phase: &str| -> Value {
+        let body = d.get(&format!("/api/v1/report?phase={phase}&server={key}"));
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("report {key} {phase}: {e}: {body}"))
+    };
+    let got: Vec<(String, String)> = [&key_a, &key_b, &key_c]
+        .iter()
+        .map(|k| {
+            let r = report(k, "peak");
+            assert_eq!(r["run"]["target"], **k, "{r:#}");
+            ((*k).clone(), dominant(&r, "peak"))
+        })
+        .collect();
+    let want = [
+        (key_a.clone(), "kv_cache".to_owned()),
+        (key_b.clone(), "none".to_owned()),
+        (key_c.clone(), "queue".to_owned()),
+    ];
+    assert_eq!(got, want, "\n{}", d.log());
+    assert!(seen_kv_a, "/metrics never showed {kv_a}");
+    // Without `server`, a phase every server has is ambiguous, and the answer names them.
+    let any = d.get("/api/v1/report?phase=peak");
+    assert!(
+        any.contains("give ?server=") && any.contains(&key_b),
+        "{any}"
+    );
+    let verdicts: Value =
+        serde_json::from_str(&d.get(&format!("/api/v1/verdicts?limit=3&server={key_c}"))).unwrap();
+    let list = verdicts.as_array().unwrap();
+    assert_eq!(list.len(), 3, "{verdicts:#}");
+    assert!(list.iter().all(|v| v["server"]["server"] == key_c.as_str()));
+    drop((sim_a, sim_b, c));
+    d.stop();
+}
