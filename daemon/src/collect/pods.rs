@@ -222,11 +222,10 @@ struct PodStatus {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct ContainerStatus {
     name: String,
     /// `containerd://<id>`, `cri-o://<id>`, `docker://<id>`; absent until it started.
-    #[serde(default)]
+    #[serde(default, rename = "containerID")]
     container_id: Option<String>,
 }
 

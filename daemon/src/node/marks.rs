@@ -176,7 +176,8 @@ mod tests {
             m.phase_at(2500, &ServerKey::Process(2)).as_deref(),
             Some("baseline")
         );
-        let json = serde_json::to_string(&m.list()[2]).unwrap();
+        let peak = m.list().into_iter().find(|m| m.phase == "peak").unwrap();
+        let json = serde_json::to_string(&peak).unwrap();
         assert!(json.contains("\"server\":\"port:8000@netns:7\""), "{json}");
         let back: Mark = serde_json::from_str(&json).unwrap();
         assert_eq!(back.server, Some(b));

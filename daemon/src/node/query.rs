@@ -292,7 +292,11 @@ impl Node {
         }
     }
 
-    fn select(&self, s: &Selection, server: Option<&ServerKey>) -> Result<Selected, SelectError> {
+    pub(super) fn select(
+        &self,
+        s: &Selection,
+        server: Option<&ServerKey>,
+    ) -> Result<Selected, SelectError> {
         let known = || {
             let k: Vec<String> = self.lines.keys().map(ToString::to_string).collect();
             if k.is_empty() {

@@ -63,12 +63,7 @@ fn run(engine: &mut Engine, seq: &[(f64, u64, f64, Cause)]) -> Vec<usize> {
     seq.iter()
         .enumerate()
         .filter_map(|(i, &(t, e, kv, cause))| {
-            let fired = engine.observe(
-                &target(),
-                &target(),
-                &window(i, t, e, kv),
-                &verdict(i, cause),
-            );
+            let fired = engine.observe(&target(), &window(i, t, e, kv), &verdict(i, cause));
             (!fired.is_empty()).then_some(i)
         })
         .collect()
