@@ -397,13 +397,14 @@ fn node_options(
         tracing::info!("watching server processes {}", pid_list(&servers));
     }
     let metrics_url = args.metrics_url.clone();
-    match &metrics_url {
-        Some(url) => tracing::info!(
+    if let Some(url) = &metrics_url {
+        tracing::info!(
             "server metrics: {url} for the server listening on its port (or the only one); the others' found on their listening ports"
-        ),
-        None => tracing::info!(
+        );
+    } else {
+        tracing::info!(
             "server metrics: looking for them on each server's listening ports (or give --metrics-url)"
-        ),
+        );
     }
     let tls_for_find = tls.clone();
     let pods = pod_source(args, &tls);
@@ -473,11 +474,12 @@ fn pod_source(args: &Args, tls: &inferscope::tls::TlsOptions) -> Option<PodSourc
         }),
         (None, c) => c,
     };
-    match &source {
-        Some(s) => tracing::info!("pod names: from {}", s.url),
-        None => tracing::info!(
+    if let Some(s) = &source {
+        tracing::info!("pod names: from {}", s.url);
+    } else {
+        tracing::info!(
             "pod names: no pod list (not in a cluster, no --pods-url); pods are named by their UIDs"
-        ),
+        );
     }
     source
 }

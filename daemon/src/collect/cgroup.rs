@@ -142,12 +142,12 @@ mod tests {
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
-    fn pod(runtime: Runtime) -> Option<Container> {
-        Some(Container {
+    fn pod(runtime: Runtime) -> Container {
+        Container {
             id: ID.into(),
             runtime,
             pod_uid: Some(UID.into()),
-        })
+        }
     }
 
     #[test]
@@ -163,7 +163,7 @@ mod tests {
             ("v1-docker-kubernetes", Runtime::Unknown),
             ("v2-guaranteed-containerd", Runtime::Containerd),
         ] {
-            assert_eq!(parse(&fixture(file)), pod(runtime), "{file}");
+            assert_eq!(parse(&fixture(file)), Some(pod(runtime)), "{file}");
         }
     }
 

@@ -1,5 +1,5 @@
 //! Kubernetes names for the containers found on the node: this node's pod list, from the API
-//! server (`GET /api/v1/pods?fieldSelector=spec.nodeName=NODE` with the DaemonSet's service
+//! server (`GET /api/v1/pods?fieldSelector=spec.nodeName%3DNODE` with the `DaemonSet`'s service
 //! account, read-only) or the kubelet (`GET https://NODE:10250/pods`, the same `PodList`).
 //! Without either the pods are still told apart by the UIDs of their cgroup paths
 //! ([`super::cgroup`]); the names are a lookup on top.

@@ -245,12 +245,10 @@ impl Node {
         }
         let server_side = self.session.finish();
         let servers = self.lines.len();
-        let (timeline, verdicts) = self
-            .lines
-            .into_values()
-            .next()
-            .map(|l| (l.timeline, l.verdicts.into()))
-            .unwrap_or_else(|| (Timeline::new(self.origin_unix_ms, 1), Vec::new()));
+        let (timeline, verdicts) = self.lines.into_values().next().map_or_else(
+            || (Timeline::new(self.origin_unix_ms, 1), Vec::new()),
+            |l| (l.timeline, l.verdicts.into()),
+        );
         Finished {
             timeline,
             verdicts,
@@ -432,7 +430,7 @@ impl Node {
             return;
         };
         for l in self.lines.values_mut() {
-            let names = l.container.as_ref().and_then(|c| name(c));
+            let names = l.container.as_ref().and_then(&mut *name);
             if names.is_some() {
                 l.name(names);
             }
@@ -641,8 +639,8 @@ mod tests {
                 .spawn()
                 .unwrap()
         };
-        let (mut a, mut b, mut c) = (spawn(), spawn(), spawn());
-        let (pa, pb, pc) = (a.id(), b.id(), c.id());
+        let (mut first, mut second, mut third) = (spawn(), spawn(), spawn());
+        let (pa, pb, pc) = (first.id(), second.id(), third.id());
         let found = Arc::new(Mutex::new(vec![pa, pb]));
         let marks = Marks::default();
         let mut opts = NodeOptions::new(SessionOptions {
@@ -659,8 +657,8 @@ mod tests {
         opts.keep = 5;
         opts.rediscover_every = 1;
         opts.marks = Some(marks.clone());
-        let f = Arc::clone(&found);
-        opts.discover = Some(Box::new(move || f.lock().unwrap().clone()));
+        let shared = Arc::clone(&found);
+        opts.discover = Some(Box::new(move || shared.lock().unwrap().clone()));
         let (mut n, _handle) = Node::start(opts);
         let (ka, kb, kc) = (
             ServerKey::Process(pa),
@@ -704,8 +702,8 @@ mod tests {
         n.tick();
         assert!(!n.lines.contains_key(&kc));
         // Once A is gone, C takes its place; B's time line goes on, bounded by `keep`.
-        a.kill().unwrap();
-        a.wait().unwrap();
+        first.kill().unwrap();
+        first.wait().unwrap();
         *found.lock().unwrap() = vec![pb, pc];
         for _ in 0..6 {
             n.tick();
@@ -727,7 +725,7 @@ mod tests {
         let listed = v.pop().unwrap().await.unwrap();
         assert_eq!(listed.len(), 5);
         assert!(listed.iter().all(|(s, _, _)| s.server == kc.to_string()));
-        for p in [&mut b, &mut c] {
+        for p in [&mut second, &mut third] {
             p.kill().unwrap();
             p.wait().unwrap();
         }

@@ -322,7 +322,7 @@ impl Node {
             }
             None => self.lines.values().collect(),
         };
-        let mut found: Vec<(&Line, (Timeline, (u64, u64)))> = Vec::new();
+        let mut found: Vec<(&Line, Spanned)> = Vec::new();
         let mut first_error = None;
         for l in &candidates {
             match select(&l.timeline, s) {
@@ -357,8 +357,11 @@ impl Node {
     }
 }
 
+/// A selection's windows with the span of the selected ones, Unix ms.
+type Spanned = (Timeline, (u64, u64));
+
 /// The windows of `s` in `t`, after the marked baseline's windows when those are not selected.
-fn select(t: &Timeline, s: &Selection) -> Result<(Timeline, (u64, u64)), SelectError> {
+fn select(t: &Timeline, s: &Selection) -> Result<Spanned, SelectError> {
     let ws = &t.windows;
     let chosen: Vec<usize> = (0..ws.len())
         .filter(|&i| match s {

@@ -25,7 +25,10 @@ use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use tokio::{sync::mpsc, task::JoinSet};
 
 use super::{Firing, Outcome, rule::Action};
-use crate::dial::{DialError, GuardedConnector};
+use crate::{
+    collect::identity::ServerIdentity,
+    dial::{DialError, GuardedConnector},
+};
 
 /// Retries of a webhook after its first attempt.
 pub const RETRIES: u32 = 3;
@@ -129,7 +132,7 @@ async fn run(argv: &[String], timeout: Duration, f: &Firing) -> Outcome {
             f.window_start_unix_ms.to_string(),
         )
         .env("INFERSCOPE_EVIDENCE", f.json());
-    for (name, v) in f.server.iter().flat_map(|s| s.env()) {
+    for (name, v) in f.server.iter().flat_map(ServerIdentity::env) {
         cmd.env(name, v);
     }
     for (name, v) in &f.values {
