@@ -369,3 +369,39 @@ impl Drop for NetNs {
             .output();
     }
 }
+
+/// A loopback HTTP server that answers every POST with 200 and hands over its body.
+#[must_use]
+pub fn webhook_server() -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+            let mut len = 0usize;
+            let mut first = String::new();
+            r.read_line(&mut first).unwrap();
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':')
+                    && k.eq_ignore_ascii_case("content-length")
+                {
+                    len = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            assert!(first.starts_with("POST /hook "), "{first}");
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = tx.send(String::from_utf8(body).unwrap());
+        }
+    });
+    (url, rx)
+}

@@ -5,6 +5,9 @@
 //! ports and their metrics by itself (no `--metrics-url`), names A's pod from a kubelet pod list
 //! (a test double: a JSON file served by Python's file server), and says A `kv_cache`, B
 //! `none`, C `queue`, each under its own `server` labels on `/metrics` and in its own report.
+//! Its `--triggers` rules fire once per episode of each server: a `run:` rule on `kv_cache`
+//! runs its command once, for A, with A's identity in the environment; a `webhook:` rule on
+//! `queue` POSTs C's firing, C's identity in the body.
 use std::{
     net::SocketAddr,
     path::PathBuf,
@@ -17,7 +20,7 @@ use inferscope_tests::{
     daemon::Daemon,
     explain::loopback,
     faults::{NoMetricsServer, Writes},
-    free_port, root_or_skip, wait_ready,
+    free_port, root_or_skip, wait_ready, webhook_server,
 };
 use serde_json::Value;
 
@@ -139,7 +142,18 @@ fn three_servers_on_one_node_each_get_their_own_verdict() {
     else {
         return;
     };
-    let (_kubelet, pods_url, _dir) = kubelet_pods_double();
+    let (_kubelet, pods_url, dir) = kubelet_pods_double();
+    let (hook_url, hooks) = webhook_server();
+    let fired = dir.path().join("fired");
+    let rules = dir.path().join("triggers.yaml");
+    std::fs::write(
+        &rules,
+        format!(
+            "triggers:\n  - name: kv-run\n    when: [verdict == kv_cache]\n    for: 3s\n    cooldown: 10m\n    run: [/bin/sh, -c, 'echo \"$INFERSCOPE_SERVER|$INFERSCOPE_K8S_POD_NAME|$INFERSCOPE_K8S_NAMESPACE_NAME\" >> {}']\n  - name: queue-hook\n    when: [verdict == queue]\n    for: 3s\n    cooldown: 10m\n    webhook: {hook_url}\n",
+            fired.display()
+        ),
+    )
+    .unwrap();
     let port = free_port();
     let c_addr = loopback();
     let d = Daemon::start(&[
@@ -149,6 +163,8 @@ fn three_servers_on_one_node_each_get_their_own_verdict() {
         &c_addr.port().to_string(),
         "--pods-url",
         &pods_url,
+        "--triggers",
+        &rules.to_string_lossy(),
     ]);
 
     // A: the pod, in a network namespace of its own, under KV pressure.
@@ -273,6 +289,39 @@ fn three_servers_on_one_node_each_get_their_own_verdict() {
     let list = verdicts.as_array().unwrap();
     assert_eq!(list.len(), 3, "{verdicts:#}");
     assert!(list.iter().all(|v| v["server"]["server"] == key_c.as_str()));
+
+    // The triggers: kv-run fired once, for A, with A's identity in its environment; every
+    // queue-hook body names its server, C's among them, each server once.
+    let lines = std::fs::read_to_string(&fired).unwrap_or_default();
+    assert_eq!(
+        lines.lines().collect::<Vec<_>>(),
+        [format!("{key_a}|sim-a-0|llm")],
+        "{}",
+        d.log()
+    );
+    let bodies: Vec<Value> = hooks
+        .try_iter()
+        .map(|b| serde_json::from_str(&b).unwrap())
+        .collect();
+    let mut hooked: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["server"]["server"].as_str().unwrap())
+        .collect();
+    hooked.sort_unstable();
+    let n = hooked.len();
+    hooked.dedup();
+    assert_eq!(n, hooked.len(), "one firing per server: {bodies:#?}");
+    assert!(hooked.contains(&key_c.as_str()), "{bodies:#?}");
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b["rule"] == "queue-hook" && b["verdict"]["cause"] == "queue")
+    );
+    let m = d.get("/metrics");
+    assert!(
+        m.contains("inferscope_trigger_firings_total{rule=\"kv-run\"} 1\n"),
+        "{m}"
+    );
     drop((sim_a, sim_b, c));
     d.stop();
 }
