@@ -7,7 +7,7 @@
 //!
 //! Memory: a server's time line keeps [`NodeOptions::keep`] windows and their verdicts, and
 //! at most [`NodeOptions::max_servers`] servers are kept (live or gone), so the time lines
-//! hold at most `max_servers x keep` windows (the daemon: 64 x 3600).
+//! hold at most `max_servers x keep` windows (the daemon: 16 x 3600, about 115 MiB at most).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -88,7 +88,9 @@ pub enum Grouping {
 }
 
 /// Servers kept at most by default (with their time lines); see [`NodeOptions::max_servers`].
-pub const MAX_SERVERS: usize = 64;
+/// A window with its verdict takes about 2 KiB (952 bytes inline, the verdict's evidence on
+/// the heap), so 16 servers of 3600 windows hold at most about 115 MiB; one server about 7 MiB.
+pub const MAX_SERVERS: usize = 16;
 
 /// How the node runs.
 pub struct NodeOptions {
