@@ -247,14 +247,44 @@ impl Place {
     }
 }
 
-/// The server each of `pids` belongs to ([`Place::key`]). A server's pids are sorted; servers
+/// Parents walked up at most to find a lone process's server.
+const MAX_ANCESTORS: usize = 8;
+
+/// The server each of `pids` belongs to ([`Place::key`]); a lone process (no container, no
+/// listener) joins the server of its nearest watched ancestor that has one (an engine's
+/// worker processes under the API server that listens). A server's pids are sorted; servers
 /// are ordered by key.
 #[must_use]
-pub fn group(pids: &[u32], place: impl Fn(u32) -> Place) -> Servers {
+pub fn group(
+    pids: &[u32],
+    place: impl Fn(u32) -> Place,
+    parent: impl Fn(u32) -> Option<u32>,
+) -> Servers {
+    let places: BTreeMap<u32, Place> = pids.iter().map(|&p| (p, place(p))).collect();
+    let key = |pid: u32, p: &Place| -> ServerKey {
+        let own = p.key(pid);
+        if own != ServerKey::Process(pid) {
+            return own;
+        }
+        let mut at = pid;
+        for _ in 0..MAX_ANCESTORS {
+            let Some(up) = parent(at).filter(|&u| u > 1) else {
+                break;
+            };
+            if let Some(k) = places
+                .get(&up)
+                .map(|q| q.key(up))
+                .filter(|k| *k != ServerKey::Process(up))
+            {
+                return k;
+            }
+            at = up;
+        }
+        own
+    };
     let mut out: Servers = BTreeMap::new();
-    for &pid in pids {
-        let p = place(pid);
-        let entry = out.entry(p.key(pid)).or_insert_with(|| Found {
+    for (&pid, p) in &places {
+        let entry = out.entry(key(pid, p)).or_insert_with(|| Found {
             pids: Vec::new(),
             container: p.container.clone(),
         });
@@ -268,7 +298,7 @@ pub fn group(pids: &[u32], place: impl Fn(u32) -> Place) -> Servers {
 /// [`group`] with the places read from `/proc`.
 #[must_use]
 pub fn group_on_host(pids: &[u32]) -> Servers {
-    group(pids, Place::of)
+    group(pids, Place::of, super::procfs::ppid)
 }
 
 /// The servers found, by key.
@@ -357,7 +387,7 @@ mod tests {
             },
             _ => Place::default(),
         };
-        let servers = group(&[7, 101, 100, 3, 7, 10, 11, 12, 200], place);
+        let servers = group(&[7, 101, 100, 3, 7, 10, 11, 12, 200], place, |_| None);
         let keys: Vec<String> = servers.keys().map(ToString::to_string).collect();
         assert_eq!(
             keys,
@@ -377,6 +407,29 @@ mod tests {
         };
         assert_eq!(servers[&port].pids, [10, 11]);
         assert!(servers[&port].container.is_none());
+    }
+
+    #[test]
+    fn a_lone_process_joins_its_listening_ancestor() {
+        let place = |pid: u32| Place {
+            container: None,
+            listener: (pid == 10).then_some((8000, None)),
+        };
+        // 10 listens; 12 is its grandchild through 11 (not watched); 20 is elsewhere.
+        let parent = |pid: u32| match pid {
+            12 => Some(11),
+            11 => Some(10),
+            10 | 20 => Some(1),
+            _ => None,
+        };
+        let servers = group(&[10, 12, 20], place, parent);
+        let keys: Vec<String> = servers.keys().map(ToString::to_string).collect();
+        assert_eq!(keys, ["pid:20", "port:8000"]);
+        let port = ServerKey::Listener {
+            port: 8000,
+            netns: None,
+        };
+        assert_eq!(servers[&port].pids, [10, 12]);
     }
 
     #[test]

@@ -239,10 +239,10 @@ impl Node {
         self.close_tail();
         for line in self.lines.values() {
             if let Some(e) = &line.scrape_error {
-                self.session.missing.push(format!(
-                    "server metrics of {}: last scrape failed: {e}",
-                    line.key
-                ));
+                self.session.missing.push(match line.key {
+                    ServerKey::Target => format!("server metrics: last scrape failed: {e}"),
+                    ref k => format!("server metrics of {k}: last scrape failed: {e}"),
+                });
             }
         }
         let server_side = self.session.finish();
