@@ -225,6 +225,8 @@ fn three_servers_on_one_node_each_get_their_own_verdict() {
     let phases_a = ["baseline:10:2", "peak:14:16", "cooldown:3:2"];
     let phases_b = ["baseline:10:2", "peak:14:2", "cooldown:3:2"];
     let phases_c = ["baseline:10:2", "peak:14:30", "cooldown:3:2"];
+    let (_, cpu_before) = d.cost();
+    let load_started = Instant::now();
     let mut gens = [
         generator(&sim_a.url(), &d, &phases_a, 384),
         generator(&sim_b.url(), &d, &phases_b, 32),
@@ -247,6 +249,13 @@ fn three_servers_on_one_node_each_get_their_own_verdict() {
     for g in &mut gens {
         assert!(g.wait().unwrap().success(), "a generator failed");
     }
+    let (rss_kib, cpu_after) = d.cost();
+    let secs = load_started.elapsed().as_secs_f64();
+    eprintln!(
+        "the daemon with three servers under load (this build's profile): RSS {} MiB, CPU {:.1}% of a core over {secs:.0} s",
+        rss_kib / 1024,
+        (cpu_after - cpu_before) / (secs * 10.0)
+    );
     for key in [&key_a, &key_b, &key_c] {
         assert!(
             metrics.contains(&format!("inferscope_verdict_confidence{{server=\"{key}\"")),
