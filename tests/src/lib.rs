@@ -291,11 +291,11 @@ impl NetNs {
     /// test that must not share addresses with tests running at the same time.
     #[must_use]
     pub fn create_in(tag: &str, net: [u8; 3]) -> Self {
+        // Several namespaces of one test get pairs of their own (names of at most 15 bytes).
+        static PAIRS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let prefix = net.map(|o| o.to_string()).join(".");
         let (host_cidr, ns_cidr) = (format!("{prefix}.1/24"), format!("{prefix}.2/24"));
         let name = format!("isc-{tag}-{}", std::process::id());
-        // Several namespaces of one test get pairs of their own (names of at most 15 bytes).
-        static PAIRS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 100;
         let host_dev = format!("ish{}x{n}", std::process::id() % 100_000);
         let ns_dev = format!("isn{}x{n}", std::process::id() % 100_000);

@@ -12,6 +12,7 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     process::{Child, Command, Stdio},
+    sync::mpsc::Receiver,
     time::{Duration, Instant},
 };
 
@@ -136,6 +137,163 @@ fn dominant(report: &Value, phase: &str) -> String {
         .to_owned()
 }
 
+/// The rules file: `kv-run` appends the firing server's identity to `fired`, `queue-hook`
+/// POSTs to `hook_url`; each fires once per server (a 10-minute cooldown).
+fn triggers_file(dir: &std::path::Path, fired: &std::path::Path, hook_url: &str) -> PathBuf {
+    let rules = dir.join("triggers.yaml");
+    std::fs::write(
+        &rules,
+        format!(
+            "triggers:\n  - name: kv-run\n    when: [verdict == kv_cache]\n    for: 3s\n    cooldown: 10m\n    run: [/bin/sh, -c, 'echo \"$INFERSCOPE_SERVER|$INFERSCOPE_K8S_POD_NAME|$INFERSCOPE_K8S_NAMESPACE_NAME\" >> {}']\n  - name: queue-hook\n    when: [verdict == queue]\n    for: 3s\n    cooldown: 10m\n    webhook: {hook_url}\n",
+            fired.display()
+        ),
+    )
+    .unwrap();
+    rules
+}
+
+/// The three servers' keys and where A and B listen.
+struct Keys {
+    a: String,
+    b: String,
+    c: String,
+    a_addr: SocketAddr,
+    b_addr: SocketAddr,
+}
+
+/// Waits until the daemon has found the three (every 10 windows), A's and B's metrics and
+/// A's pod name.
+fn wait_found(d: &Daemon, k: &Keys) {
+    let deadline = Instant::now() + Duration::from_mins(1);
+    loop {
+        let s = servers(d);
+        let by = |key: &str| s.iter().find(|x| x["server"] == key).cloned();
+        let ready = by(&k.a).is_some_and(|a| {
+            a["metrics_url"] == format!("http://{}/metrics", k.a_addr)
+                && a["k8s"]["pod_name"] == "sim-a-0"
+        }) && by(&k.b)
+            .is_some_and(|b| b["metrics_url"] == format!("http://{}/metrics", k.b_addr))
+            && by(&k.c).is_some_and(|c| c["metrics_url"].is_null());
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not find the three servers: {s:#?}\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Waits for the generators; true when `/metrics` showed `kv_cache` for A's pod, under its own
+/// labels, while they ran. Prints the daemon's cost meanwhile.
+fn watch_load(d: &Daemon, k: &Keys, gens: &mut [Child]) -> bool {
+    let (_, cpu_before) = d.cost();
+    let started = Instant::now();
+    let pod_labels = format!(
+        "server=\"{}\",k8s_pod_name=\"sim-a-0\",k8s_pod_uid=\"{POD_UID}\",k8s_namespace_name=\"llm\",k8s_container_name=\"sim\"",
+        k.a
+    );
+    let kv_a = format!("inferscope_verdict{{{pod_labels},cause=\"kv_cache\"}} 1\n");
+    let mut seen_kv_a = false;
+    let mut metrics = String::new();
+    while gens.iter_mut().any(|g| g.try_wait().unwrap().is_none()) {
+        assert!(
+            started.elapsed() < Duration::from_mins(2),
+            "the generators did not finish"
+        );
+        metrics = d.get("/metrics");
+        seen_kv_a |= metrics.contains(&kv_a);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for g in gens {
+        assert!(g.wait().unwrap().success(), "a generator failed");
+    }
+    let (rss_kib, cpu_after) = d.cost();
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "the daemon with three servers under load (this build's profile): RSS {} MiB, CPU {:.1}% of a core over {secs:.0} s",
+        rss_kib / 1024,
+        (cpu_after - cpu_before) / (secs * 10.0)
+    );
+    for key in [&k.a, &k.b, &k.c] {
+        assert!(
+            metrics.contains(&format!("inferscope_verdict_confidence{{server=\"{key}\"")),
+            "/metrics lacks {key}'s verdict:\n{metrics}"
+        );
+    }
+    seen_kv_a
+}
+
+/// Each server's own report of the peak names its own cause; without `server` the answer
+/// names the servers; `/api/v1/verdicts?server=` lists that server's only.
+fn check_reports(d: &Daemon, k: &Keys) {
+    let report = |key: &str, phase: &str| -> Value {
+        let body = d.get(&format!("/api/v1/report?phase={phase}&server={key}"));
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("report {key} {phase}: {e}: {body}"))
+    };
+    let keys = [&k.a, &k.b, &k.c];
+    let reports: Vec<Value> = keys.iter().map(|key| report(key, "peak")).collect();
+    let got: Vec<(String, String)> = keys
+        .iter()
+        .zip(&reports)
+        .map(|(key, r)| {
+            assert_eq!(r["run"]["target"], **key, "{r:#}");
+            ((*key).clone(), dominant(r, "peak"))
+        })
+        .collect();
+    let want = [
+        (k.a.clone(), "kv_cache".to_owned()),
+        (k.b.clone(), "none".to_owned()),
+        (k.c.clone(), "queue".to_owned()),
+    ];
+    let phases = Value::Array(reports.iter().map(|r| r["phases"].clone()).collect());
+    assert_eq!(got, want, "\n{phases:#}\n{}", d.log());
+    let any = d.get("/api/v1/report?phase=peak");
+    assert!(any.contains("give ?server=") && any.contains(&k.b), "{any}");
+    let verdicts: Value =
+        serde_json::from_str(&d.get(&format!("/api/v1/verdicts?limit=3&server={}", k.c))).unwrap();
+    let list = verdicts.as_array().unwrap();
+    assert_eq!(list.len(), 3, "{verdicts:#}");
+    assert!(list.iter().all(|v| v["server"]["server"] == k.c.as_str()));
+}
+
+/// `kv-run` fired once, for A, with A's identity in its environment; every `queue-hook` body
+/// names its server, C's among them, each server once.
+fn check_triggers(d: &Daemon, k: &Keys, fired: &std::path::Path, hooks: &Receiver<String>) {
+    let lines = std::fs::read_to_string(fired).unwrap_or_default();
+    assert_eq!(
+        lines.lines().collect::<Vec<_>>(),
+        [format!("{}|sim-a-0|llm", k.a)],
+        "{}",
+        d.log()
+    );
+    let bodies: Vec<Value> = hooks
+        .try_iter()
+        .map(|b| serde_json::from_str(&b).unwrap())
+        .collect();
+    let mut hooked: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["server"]["server"].as_str().unwrap())
+        .collect();
+    hooked.sort_unstable();
+    let n = hooked.len();
+    hooked.dedup();
+    assert_eq!(n, hooked.len(), "one firing per server: {bodies:#?}");
+    assert!(hooked.contains(&k.c.as_str()), "{bodies:#?}");
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b["rule"] == "queue-hook" && b["verdict"]["cause"] == "queue")
+    );
+    let m = d.get("/metrics");
+    assert!(
+        m.contains("inferscope_trigger_firings_total{rule=\"kv-run\"} 1\n"),
+        "{m}"
+    );
+}
+
 #[test]
 fn three_servers_on_one_node_each_get_their_own_verdict() {
     let Some(_machine) = root_or_skip("three_servers_on_one_node_each_get_their_own_verdict")
@@ -145,15 +303,7 @@ fn three_servers_on_one_node_each_get_their_own_verdict() {
     let (_kubelet, pods_url, dir) = kubelet_pods_double();
     let (hook_url, hooks) = webhook_server();
     let fired = dir.path().join("fired");
-    let rules = dir.path().join("triggers.yaml");
-    std::fs::write(
-        &rules,
-        format!(
-            "triggers:\n  - name: kv-run\n    when: [verdict == kv_cache]\n    for: 3s\n    cooldown: 10m\n    run: [/bin/sh, -c, 'echo \"$INFERSCOPE_SERVER|$INFERSCOPE_K8S_POD_NAME|$INFERSCOPE_K8S_NAMESPACE_NAME\" >> {}']\n  - name: queue-hook\n    when: [verdict == queue]\n    for: 3s\n    cooldown: 10m\n    webhook: {hook_url}\n",
-            fired.display()
-        ),
-    )
-    .unwrap();
+    let rules = triggers_file(dir.path(), &fired, &hook_url);
     let port = free_port();
     let c_addr = loopback();
     let d = Daemon::start(&[
@@ -193,144 +343,42 @@ fn three_servers_on_one_node_each_get_their_own_verdict() {
     // C: no metrics, 2 requests at a time.
     let c = NoMetricsServer::start(&[], c_addr, 2, 4.0, Writes::NoDelay);
 
-    let key_a = format!("pod:{POD_UID}");
     let netns_b = std::fs::read_link(format!("/proc/{}/ns/net", sim_b.pid())).unwrap();
     let netns_b = netns_b.to_string_lossy();
     let inode_b = netns_b.trim_start_matches("net:[").trim_end_matches(']');
-    let key_b = format!("port:{port}@netns:{inode_b}");
-    let key_c = format!("port:{}", c_addr.port());
-
-    // The daemon finds the three (every 10 windows), A's and B's metrics and A's pod name.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let s = servers(&d);
-        let by = |k: &str| s.iter().find(|x| x["server"] == k).cloned();
-        let ready = by(&key_a).is_some_and(|a| {
-            a["metrics_url"] == format!("http://{a_addr}/metrics")
-                && a["k8s"]["pod_name"] == "sim-a-0"
-        }) && by(&key_b)
-            .is_some_and(|b| b["metrics_url"] == format!("http://{b_addr}/metrics"))
-            && by(&key_c).is_some_and(|c| c["metrics_url"].is_null());
-        if ready {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not find the three servers: {s:#?}\n{}",
-            d.log()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-
-    let phases_a = ["baseline:10:2", "peak:14:16", "cooldown:3:2"];
-    let phases_b = ["baseline:10:2", "peak:14:2", "cooldown:3:2"];
-    let phases_c = ["baseline:10:2", "peak:14:30", "cooldown:3:2"];
-    let (_, cpu_before) = d.cost();
-    let load_started = Instant::now();
-    let mut gens = [
-        generator(&sim_a.url(), &d, &phases_a, 384),
-        generator(&sim_b.url(), &d, &phases_b, 32),
-        generator(&format!("http://{}", c.addr), &d, &phases_c, 32),
-    ];
-    // While the peak runs, /metrics says kv_cache for A's pod, under its own labels.
-    let pod_labels = format!(
-        "server=\"{key_a}\",k8s_pod_name=\"sim-a-0\",k8s_pod_uid=\"{POD_UID}\",k8s_namespace_name=\"llm\",k8s_container_name=\"sim\""
-    );
-    let kv_a = format!("inferscope_verdict{{{pod_labels},cause=\"kv_cache\"}} 1\n");
-    let mut seen_kv_a = false;
-    let mut metrics = String::new();
-    let deadline = Instant::now() + Duration::from_mins(2);
-    while gens.iter_mut().any(|g| g.try_wait().unwrap().is_none()) {
-        assert!(Instant::now() < deadline, "the generators did not finish");
-        metrics = d.get("/metrics");
-        seen_kv_a |= metrics.contains(&kv_a);
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    for g in &mut gens {
-        assert!(g.wait().unwrap().success(), "a generator failed");
-    }
-    let (rss_kib, cpu_after) = d.cost();
-    let secs = load_started.elapsed().as_secs_f64();
-    eprintln!(
-        "the daemon with three servers under load (this build's profile): RSS {} MiB, CPU {:.1}% of a core over {secs:.0} s",
-        rss_kib / 1024,
-        (cpu_after - cpu_before) / (secs * 10.0)
-    );
-    for key in [&key_a, &key_b, &key_c] {
-        assert!(
-            metrics.contains(&format!("inferscope_verdict_confidence{{server=\"{key}\"")),
-            "/metrics lacks {key}'s verdict:\n{metrics}"
-        );
-    }
-
-    let report = |key: &str, phase: &str| -> Value {
-        let body = d.get(&format!("/api/v1/report?phase={phase}&server={key}"));
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("report {key} {phase}: {e}: {body}"))
+    let keys = Keys {
+        a: format!("pod:{POD_UID}"),
+        b: format!("port:{port}@netns:{inode_b}"),
+        c: format!("port:{}", c_addr.port()),
+        a_addr,
+        b_addr,
     };
-    let reports: Vec<Value> = [&key_a, &key_b, &key_c]
-        .iter()
-        .map(|k| report(k, "peak"))
-        .collect();
-    let got: Vec<(String, String)> = [&key_a, &key_b, &key_c]
-        .iter()
-        .zip(&reports)
-        .map(|(k, r)| {
-            assert_eq!(r["run"]["target"], **k, "{r:#}");
-            ((*k).clone(), dominant(r, "peak"))
-        })
-        .collect();
-    let want = [
-        (key_a.clone(), "kv_cache".to_owned()),
-        (key_b.clone(), "none".to_owned()),
-        (key_c.clone(), "queue".to_owned()),
-    ];
-    let phases = Value::Array(reports.iter().map(|r| r["phases"].clone()).collect());
-    assert_eq!(got, want, "\n{phases:#}\n{}", d.log());
-    assert!(seen_kv_a, "/metrics never showed {kv_a}");
-    // Without `server`, a phase every server has is ambiguous, and the answer names them.
-    let any = d.get("/api/v1/report?phase=peak");
-    assert!(
-        any.contains("give ?server=") && any.contains(&key_b),
-        "{any}"
-    );
-    let verdicts: Value =
-        serde_json::from_str(&d.get(&format!("/api/v1/verdicts?limit=3&server={key_c}"))).unwrap();
-    let list = verdicts.as_array().unwrap();
-    assert_eq!(list.len(), 3, "{verdicts:#}");
-    assert!(list.iter().all(|v| v["server"]["server"] == key_c.as_str()));
+    wait_found(&d, &keys);
 
-    // The triggers: kv-run fired once, for A, with A's identity in its environment; every
-    // queue-hook body names its server, C's among them, each server once.
-    let lines = std::fs::read_to_string(&fired).unwrap_or_default();
-    assert_eq!(
-        lines.lines().collect::<Vec<_>>(),
-        [format!("{key_a}|sim-a-0|llm")],
-        "{}",
-        d.log()
-    );
-    let bodies: Vec<Value> = hooks
-        .try_iter()
-        .map(|b| serde_json::from_str(&b).unwrap())
-        .collect();
-    let mut hooked: Vec<&str> = bodies
-        .iter()
-        .map(|b| b["server"]["server"].as_str().unwrap())
-        .collect();
-    hooked.sort_unstable();
-    let n = hooked.len();
-    hooked.dedup();
-    assert_eq!(n, hooked.len(), "one firing per server: {bodies:#?}");
-    assert!(hooked.contains(&key_c.as_str()), "{bodies:#?}");
-    assert!(
-        bodies
-            .iter()
-            .all(|b| b["rule"] == "queue-hook" && b["verdict"]["cause"] == "queue")
-    );
-    let m = d.get("/metrics");
-    assert!(
-        m.contains("inferscope_trigger_firings_total{rule=\"kv-run\"} 1\n"),
-        "{m}"
-    );
+    let mut gens = [
+        generator(
+            &sim_a.url(),
+            &d,
+            &["baseline:10:2", "peak:14:16", "cooldown:3:2"],
+            384,
+        ),
+        generator(
+            &sim_b.url(),
+            &d,
+            &["baseline:10:2", "peak:14:2", "cooldown:3:2"],
+            32,
+        ),
+        generator(
+            &format!("http://{}", c.addr),
+            &d,
+            &["baseline:10:2", "peak:14:30", "cooldown:3:2"],
+            32,
+        ),
+    ];
+    let seen_kv_a = watch_load(&d, &keys, &mut gens);
+    check_reports(&d, &keys);
+    assert!(seen_kv_a, "/metrics never showed kv_cache for {}", keys.a);
+    check_triggers(&d, &keys, &fired, &hooks);
     drop((sim_a, sim_b, c));
     d.stop();
 }
