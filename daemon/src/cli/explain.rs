@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use inferscope::{
     collect::{discover, session::SessionOptions},
     export::report::Report,
-    loadgen::{self, Options, Scenario},
+    loadgen::{self, Options, Plan, Scenario},
     node::{Node, NodeOptions},
 };
 use tokio_util::sync::CancellationToken;
@@ -85,12 +85,13 @@ impl ExplainArgs {
 /// Runs `scenario` with the collectors on; returns the load generator's report and the
 /// explained report (already printed and written to `--report-dir`).
 pub async fn run(
-    scenario: Scenario,
+    plan: &Plan,
     opts: Options,
     cancel: CancellationToken,
     args: &ExplainArgs,
 ) -> anyhow::Result<(loadgen::StressReport, Report)> {
-    let servers = args.servers(&scenario)?;
+    let scenario = plan.scenario();
+    let servers = args.servers(scenario)?;
     let metrics_url = args
         .metrics_url
         .clone()
@@ -116,7 +117,7 @@ pub async fn run(
     node_opts.keep = usize::MAX;
     let mut opts = opts;
     let firings = super::triggers::start_for_stress(
-        &scenario,
+        scenario,
         args.triggers.as_deref(),
         &mut opts,
         &mut node_opts,
@@ -125,13 +126,13 @@ pub async fn run(
     for m in node.missing() {
         eprintln!("explain: {m}");
     }
-    let scenario_run = scenario.clone();
+    let plan_run = plan.clone();
     let load_done = CancellationToken::new();
     let done = load_done.clone();
     let run = tokio::spawn(async move {
         // Dropped when the load ends, even by a panic: the node must not wait forever.
         let _done = done.drop_guard();
-        loadgen::run(&scenario_run, opts, cancel).await
+        loadgen::run(&plan_run, opts, cancel).await
     });
     // The node closes windows in step with the load and stops when it ends.
     let finished = node.run(load_done.cancelled_owned()).await;

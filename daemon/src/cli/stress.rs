@@ -20,9 +20,9 @@ use std::sync::{
 use anyhow::{Context as _, bail};
 use inferscope::atomic;
 use inferscope::loadgen::{
-    self, Endpoint, Options, Scenario, Shard, StopKind,
+    self, Endpoint, Notes, Options, Plan, Scenario, Shard, StopKind,
     client::Target,
-    engine::models,
+    scenario::files::Files,
     scenario::overrides::{Overrides, PhaseFlag},
     scenario::template::{JsonTemplate, Template},
     scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
@@ -141,21 +141,19 @@ enum EndpointArg {
     Http,
 }
 
-/// The scenario to run: the file, or one phase from the flags, with the flags over it
+/// The plan to run: the file, or one phase from the flags, with the flags over it
 /// (`loadgen::scenario::overrides`: flag over file, or refused), validated once.
-fn scenario(args: &Args) -> anyhow::Result<Scenario> {
+fn plan(args: &Args) -> anyhow::Result<Plan> {
     let mut overrides = overrides(args)?;
-    let scenario = if let Some(path) = &args.scenario {
+    let plan = if let Some(path) = &args.scenario {
         overrides.phase_flags = phase_flags(args);
-        Scenario::from_file_with(path, &overrides)?
+        Plan::from_file(path, &overrides)?
     } else {
-        let mut scenario = from_flags(args)?;
-        overrides.apply(&mut scenario, "the run")?;
-        loadgen::scenario::limits::check(&scenario).map_err(|e| anyhow::anyhow!("flags: {e}"))?;
-        scenario
+        let files = Files::Relative(std::path::Path::new("."));
+        Plan::compile(from_flags(args)?, &files, &overrides)?
     };
-    args.find_max.check(&scenario)?;
-    Ok(scenario)
+    args.find_max.check(plan.scenario())?;
+    Ok(plan)
 }
 
 /// The flags that go over any scenario, the file's or the one [`from_flags`] makes.
@@ -197,10 +195,11 @@ fn phase_flags(args: &Args) -> Vec<PhaseFlag> {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let mut scenario = scenario(args)?;
+    let plan = plan(args)?;
+    let scenario = plan.scenario();
     // A search that cannot run is said before anything is asked of the target.
-    let search = if args.find_max.wanted(&scenario) {
-        Some(args.find_max.spec(&scenario)?)
+    let search = if args.find_max.wanted(scenario) {
+        Some(args.find_max.spec(scenario)?)
     } else {
         None
     };
@@ -218,6 +217,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         progress: !args.quiet && std::io::stderr().is_terminal(),
         shard: args.shard.unwrap_or(Shard::WHOLE),
         tls,
+        notes: Notes::Stderr,
         ..Options::new()
     };
     // One CPU to run on (a pinned run, a one-core container): the single-threaded scheduler
@@ -232,19 +232,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     .enable_all()
     .build()
     .context("starting the tokio runtime")?;
-    check_before_run(args, &scenario)?;
-    // The model is settled before the run: a wrong one ends it here, not in N failed requests.
-    if let Err(e) = rt.block_on(settle_model(&mut scenario, &opts)) {
-        eprintln!("inferscope: {e}");
-        return Ok(ExitCode::from(2));
-    }
+    check_before_run(args, scenario)?;
     let signalled = Arc::new(AtomicU8::new(0));
     if let Some(spec) = search {
-        let (_, code) = rt.block_on(async {
+        let searched = rt.block_on(async {
             let cancel = CancellationToken::new();
             watch_signals(scenario.grace, cancel.clone(), signalled.clone())?;
             super::find_max::run(
-                &scenario,
+                &plan,
                 &spec,
                 opts,
                 cancel,
@@ -252,7 +247,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 args.out.as_deref(),
             )
             .await
-        })?;
+        });
+        let code = match searched {
+            Ok((_, code)) => code,
+            Err(e) => return model_not_served(e),
+        };
         let signal = signalled.load(Ordering::Relaxed);
         return Ok(if signal == 0 {
             code
@@ -266,19 +265,23 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let grace = scenario.grace;
         watch_signals(grace, c, sig)?;
         let mut opts = opts;
-        let live = args.otlp.start(&scenario, &mut opts)?;
+        let live = args.otlp.start(&plan, &mut opts)?;
         let report = if args.explain.explain {
-            super::explain::run(scenario.clone(), opts, cancel, &args.explain)
+            super::explain::run(&plan, opts, cancel, &args.explain)
                 .await
                 .map(|(r, _)| r)
         } else {
-            Ok(loadgen::run(&scenario, opts, cancel).await?)
+            Ok(loadgen::run(&plan, opts, cancel).await?)
         };
         if let Some(live) = live {
             live.finish().await?;
         }
         report
-    })?;
+    });
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => return model_not_served(e),
+    };
     if !args.explain.explain {
         print!("{}", report.table());
     }
@@ -316,17 +319,16 @@ fn check_before_run(args: &Args, scenario: &Scenario) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The model of the LLM phases: the first `/v1/models` lists when none is given (said on
-/// stderr), or an error when the one given is not served.
-async fn settle_model(
-    scenario: &mut Scenario,
-    opts: &Options,
-) -> Result<(), models::ModelNotServed> {
-    let found = models::discover(scenario, opts).await?;
-    if let Some(line) = found.note() {
-        eprintln!("inferscope: {line}");
+/// A run that ended before its first request because the model it names is not served exits
+/// 2 with that one line; any other error is the caller's.
+fn model_not_served(e: anyhow::Error) -> anyhow::Result<ExitCode> {
+    match e.downcast_ref::<loadgen::RunError>() {
+        Some(loadgen::RunError::Model(m)) => {
+            eprintln!("inferscope: {m}");
+            Ok(ExitCode::from(2))
+        }
+        _ => Err(e),
     }
-    Ok(())
 }
 
 /// The exit status of a finished run (see the module's documentation); `signal` is the code

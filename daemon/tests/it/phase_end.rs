@@ -7,7 +7,7 @@ use hung_support::hung_server;
 
 use std::{path::Path, time::Duration};
 
-use inferscope::loadgen::{self, Options, Scenario};
+use inferscope::loadgen::{self, Options, Plan};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,7 +20,7 @@ async fn a_capped_phase_stops_at_its_end_and_counts_the_rest_as_dropped() {
          \x20   request: {{endpoint: http, path: /}}\n",
         hung_server().0
     );
-    let s = Scenario::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap();
+    let s = Plan::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap();
     let t = std::time::Instant::now();
     let r = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await

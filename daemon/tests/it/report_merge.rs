@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use inferscope::loadgen::{self, Options, Scenario, Shard, StressReport};
+use inferscope::loadgen::{self, Options, Plan, Shard, StressReport};
 
 use inferscope::measure::{
     merge::{self, MergeError},
@@ -29,7 +29,7 @@ async fn whole_run() -> StressReport {
          \x20   chaos: {{max_tokens_one: 0.2}}\n",
         sim.addr()
     );
-    let scenario = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
+    let scenario = Plan::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
     let report = loadgen::run(&scenario, Options::new(), CancellationToken::new())
         .await
         .unwrap();

@@ -14,7 +14,7 @@ use std::{
 
 use axum::{body::Bytes, extract::State, http::Request, response::Response};
 use inferscope::loadgen::{
-    self, Options, Scenario,
+    self, Options, Plan,
     client::{HttpClient, Target, build_client},
 };
 use serde_json::{Value, json};
@@ -226,7 +226,7 @@ async fn chroma_seeded_by_the_client_and_its_recall_matches_a_brute_force_check(
     };
     let (addr, seen) = proxy(&chroma.url).await;
     let (n, dims, k) = (1500usize, 24usize, 10usize);
-    let s = Scenario::from_yaml(
+    let s = Plan::from_yaml(
         &format!(
             "target: http://{addr}\nseed: 11\nphases:
   - name: chroma
@@ -342,7 +342,7 @@ async fn the_json_adapter_drives_chroma_with_its_own_template() {
     .unwrap();
     assert_eq!(status, 200, "{made}");
     let id = made["id"].as_str().unwrap();
-    let s = Scenario::from_yaml(
+    let s = Plan::from_yaml(
         &format!(
             "target: {}\nseed: 5\nphases:
   - name: j

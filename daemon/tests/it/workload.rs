@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use inferscope::loadgen::{self, Options, Scenario, engine::complexity};
+use inferscope::loadgen::{self, Options, Plan, engine::complexity};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -386,7 +386,7 @@ async fn shaped_run(prompt: &str, rate: f64, secs: u64, shaping: bool) -> usize 
         "target: http://{addr}\nseed: 5\ndatasets:\n  d:\n    prompts: [{prompt}]\nphases:\n  - name: p\n    duration: {secs}s\n    load: {{shape: constant, rate: {rate}, complexity_shaping: {shaping}}}\n    request: {{endpoint: chat, dataset: d, max_tokens: 2, stream: false}}\n",
         prompt = serde_json::to_string(prompt).unwrap()
     );
-    let s = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
+    let s = Plan::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
     let report = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await
         .unwrap();
@@ -449,7 +449,7 @@ async fn a_built_dataset_is_a_stress_dataset() {
         "target: {}\nseed: 1\ndatasets:\n  d: {{path: dataset.jsonl}}\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 20, complexity_shaping: true}}\n    request: {{endpoint: chat, model: {model}, dataset: d, max_tokens: 4, temperature: \"${{dataset.temperature}}\"}}\n",
         sim.url()
     );
-    let s = Scenario::from_yaml(&yaml, "<test>", dir.path()).unwrap();
+    let s = Plan::from_yaml(&yaml, "<test>", dir.path()).unwrap();
     let report = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await
         .unwrap();

@@ -94,8 +94,9 @@ impl TokenBucket {
 mod tests {
     use super::*;
 
-    #[test]
-    fn token_bucket_waits_or_drops() {
+    // Paused time: the bucket refills as the test advances the clock, without waiting.
+    #[tokio::test(start_paused = true)]
+    async fn token_bucket_waits_or_drops() {
         let mut b = TokenBucket::new(100.0);
         assert_eq!(b.reserve(80.0, CapPolicy::Wait), Some(Duration::ZERO));
         // 20 left: 50 more must wait 0.3 s at 100 tokens/s.
@@ -103,7 +104,7 @@ mod tests {
         assert!((w.as_secs_f64() - 0.3).abs() < 0.01, "{w:?}");
         // Now at -30: a dropping caller is refused until the bucket refills.
         assert_eq!(b.reserve(10.0, CapPolicy::Drop), None);
-        std::thread::sleep(Duration::from_millis(400));
+        tokio::time::advance(Duration::from_millis(400)).await;
         assert_eq!(b.reserve(10.0, CapPolicy::Drop), Some(Duration::ZERO));
     }
 }

@@ -47,6 +47,7 @@ use crate::loadgen::{
     engine::tally::Msg,
     engine::vector::{ApiKind, setup, truth::Pending, truth::Truth},
     scenario::arrival::Schedule,
+    scenario::plan::Plan,
     scenario::{CapPolicy, Phase, Scenario},
 };
 use crate::measure::vector_health as health;
@@ -88,6 +89,29 @@ pub struct Options {
     /// A fault the engine injects into itself, for tests of its failure handling; `None` in
     /// every real run.
     pub fault: Option<Fault>,
+    /// Where the run's notes go (the model discovery chose, ...).
+    pub notes: Notes,
+}
+
+/// Where a run's notes go: what it chose for the user (the model when none was given), said
+/// once before the first request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Notes {
+    /// The log (`tracing`, level info): the daemon's runs.
+    #[default]
+    Log,
+    /// Standard error, one line each, `inferscope: ` first: the command line.
+    Stderr,
+}
+
+impl Notes {
+    /// Says `line`.
+    pub fn say(self, line: &str) {
+        match self {
+            Notes::Log => tracing::info!("{line}"),
+            Notes::Stderr => eprintln!("inferscope: {line}"),
+        }
+    }
 }
 
 /// A fault the engine injects into itself (see [`Options::fault`]).
@@ -111,6 +135,7 @@ impl Default for Options {
             shard: Shard::WHOLE,
             tls: crate::tls::TlsOptions::default(),
             fault: None,
+            notes: Notes::Log,
         }
     }
 }
@@ -132,15 +157,15 @@ pub enum RunError {
     /// The target URL or a header is unusable.
     #[error(transparent)]
     Target(#[from] TargetError),
-    /// A number is out of range (a scenario built in code or changed by flags).
-    #[error("{0}")]
-    Invalid(String),
+    /// A model the scenario names is not served by the target (nothing was sent).
+    #[error(transparent)]
+    Model(#[from] models::ModelNotServed),
     /// The run's own machinery failed (a bug): the message says where.
     #[error("internal error: {0}")]
     Internal(String),
     /// A vector phase's setup failed (seeding, dimension, a test query): what to do.
-    #[error("{0}")]
-    Vector(String),
+    #[error(transparent)]
+    Vector(#[from] vector::errors::SetupError),
 }
 
 struct Shared {
@@ -160,18 +185,19 @@ struct Shared {
     fault: Option<Fault>,
 }
 
-/// Runs every phase of `scenario` and returns the report. Cancelling `cancel` stops sending at
-/// once; requests in flight get `scenario.grace` to finish, then are aborted.
+/// Runs every phase of `plan` and returns the report. Cancelling `cancel` stops sending at
+/// once; requests in flight get the scenario's `grace` to finish, then are aborted.
 ///
-/// The stages: `Setup::new` checks and resolves what every request needs, the tally starts,
-/// `dispatch` sends the phases, `drain` waits for the requests in flight, and the tally's
-/// totals become the report.
+/// The stages: `Setup::new` checks and resolves what every request needs (the model too), the
+/// tally starts, `dispatch` sends the phases, `drain` waits for the requests in flight, and
+/// the tally's totals become the report.
 pub async fn run(
-    scenario: &Scenario,
+    plan: &Plan,
     mut opts: Options,
     cancel: CancellationToken,
 ) -> Result<StressReport, RunError> {
-    let setup = Setup::new(scenario, &opts).await?;
+    let setup = Setup::new(plan, &opts).await?;
+    let scenario = plan.scenario();
     let share = opts.shard;
     let mut rng = SmallRng::seed_from_u64(share.seed(scenario.seed.unwrap_or_else(clock::unix_ns)));
     // Bounded: a tally that falls behind slows the senders instead of queueing records
@@ -274,14 +300,26 @@ struct Setup {
 }
 
 impl Setup {
-    async fn new(scenario: &Scenario, opts: &Options) -> Result<Self, RunError> {
+    async fn new(plan: &Plan, opts: &Options) -> Result<Self, RunError> {
+        let scenario = plan.scenario();
         let host = scenario
             .target_host()
             .ok_or_else(|| TargetError::Url(scenario.target.clone()))?;
         if !opts.allow_remote && !is_loopback(&host) {
             return Err(RunError::Remote(scenario.target.clone()));
         }
-        crate::loadgen::scenario::limits::check(scenario).map_err(RunError::Invalid)?;
+        // Once per plan (a knee search's steps share their base's): a model the target does
+        // not serve ends the run here, not in N failed requests.
+        let models = plan
+            .models()
+            .get_or_try_init(|| async {
+                let found = models::discover(scenario, opts).await?;
+                if let Some(line) = found.note() {
+                    opts.notes.say(&line);
+                }
+                Ok::<_, models::ModelNotServed>(found)
+            })
+            .await?;
         let target = Target::new(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
         let event_uris = scenario
             .phases
@@ -297,7 +335,13 @@ impl Setup {
             .phases
             .iter()
             .enumerate()
-            .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target))
+            .map(|(i, p)| {
+                let mut p = std::borrow::Cow::Borrowed(p);
+                if let Some(model) = models.model_for(&p) {
+                    p.to_mut().request.model = Some(model.to_owned());
+                }
+                PhaseCtx::new(i as u32, &p, plan, &target)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let client = build_client(&target, scenario.timeout, opts.allow_remote);
         vector_setup(&mut ctxs, &client, &target, scenario.seed).await?;
@@ -493,7 +537,7 @@ async fn chroma_ef_search(
     };
     let outcome = match setup::chroma_set_ef(&http, uri, ef).await {
         Ok(()) => "HTTP 200".to_string(),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
     let _ = shared
         .tx
@@ -527,10 +571,7 @@ async fn vector_setup(
         let Some(v) = ctx.vector.as_mut() else {
             continue;
         };
-        setup
-            .phase(v, &http, seed, text)
-            .await
-            .map_err(RunError::Vector)?;
+        setup.phase(v, &http, seed, text).await?;
         // The sim's answer is known (and its dimension checked above); any other API gets a
         // test query, so that a body or path that does not fit fails here, in one line.
         if v.api == ApiKind::Sim {
@@ -538,9 +579,7 @@ async fn vector_setup(
         }
         let probe = ctx.prepare(&mut SmallRng::seed_from_u64(0), 0);
         if let Some(v) = &ctx.vector {
-            setup::preflight(v, &http, probe.body)
-                .await
-                .map_err(RunError::Vector)?;
+            setup::preflight(v, &http, probe.body).await?;
         }
     }
     Ok(())
@@ -978,7 +1017,7 @@ mod tests {
             "target: http://{}\nphases:\n  - name: p\n    duration: 2s\n    load: {{shape: constant, rate: 20}}\n    request: {{endpoint: http, path: /metrics}}\n",
             sim.addr()
         );
-        let s = Scenario::from_yaml(&yaml, "t.yaml", Path::new(".")).unwrap();
+        let s = Plan::from_yaml(&yaml, "t.yaml", Path::new(".")).unwrap();
         let t = std::time::Instant::now();
         let opts = Options {
             fault: Some(Fault::DispatcherPanic { request: 5 }),
