@@ -77,9 +77,21 @@ fn dominant(report: &Value, phase: &str) -> String {
 fn assert_verdicts(d: &Daemon) {
     let peak = d.report("peak");
     assert_eq!(peak["schema_version"], 2);
-    assert_eq!(dominant(&peak, "peak"), "kv_cache", "{peak:#}");
+    assert_eq!(
+        dominant(&peak, "peak"),
+        "kv_cache",
+        "{peak:#}\n{}\n{}",
+        d.get("/api/v1/timeline"),
+        d.log()
+    );
     let base = d.report("baseline");
-    assert_eq!(dominant(&base, "baseline"), "none", "{base:#}");
+    assert_eq!(
+        dominant(&base, "baseline"),
+        "none",
+        "{base:#}\n{}\n{}",
+        d.get("/api/v1/timeline"),
+        d.log()
+    );
     let verdicts: Value = serde_json::from_str(&d.get("/api/v1/verdicts?limit=5")).unwrap();
     let list = verdicts.as_array().unwrap();
     assert_eq!(list.len(), 5, "{verdicts:#}");
