@@ -74,7 +74,8 @@ pub struct Args {
     /// Window length of the time line.
     #[arg(long, default_value = "1s", value_parser = super::args::positive_duration)]
     interval: Duration,
-    /// Windows kept in memory.
+    /// Windows kept in memory per server (several servers share 14,400 windows, or this if
+    /// more).
     #[arg(long, default_value_t = 3600)]
     keep: usize,
     /// Exit after this long (default: until SIGTERM / Ctrl-C).
@@ -419,9 +420,12 @@ fn node_options(
     });
     opts.grouping = Grouping::PerServer;
     opts.keep = args.keep.max(1);
+    // One server keeps all of --keep whatever it is; several share the total.
+    opts.max_windows = opts.max_windows.max(opts.keep);
     tracing::info!(
-        "one time line per server, {} windows each, {} servers at most",
+        "one time line per server: {} windows each, {} over all servers, {} servers at most",
         opts.keep,
+        opts.max_windows,
         opts.max_servers
     );
     if let Some(source) = pods {

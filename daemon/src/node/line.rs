@@ -126,6 +126,13 @@ impl Line {
             self.verdicts.extend(skipped);
         }
         self.verdicts.push_back(v.clone());
+        let dropped = self.trim(keep);
+        Some((index - dropped, v))
+    }
+
+    /// Keeps the newest `keep` windows (at least one) and their verdicts; returns how many
+    /// windows were dropped.
+    pub fn trim(&mut self, keep: usize) -> usize {
         let before = self.timeline.windows.len();
         self.timeline.retain_last(keep.max(1));
         while self.verdicts.len() > self.timeline.windows.len() {
@@ -135,6 +142,6 @@ impl Line {
         for (i, v) in self.verdicts.iter_mut().enumerate() {
             v.index = i;
         }
-        Some((index - (before - self.timeline.windows.len()), v))
+        before - self.timeline.windows.len()
     }
 }

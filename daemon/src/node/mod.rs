@@ -5,9 +5,10 @@
 //! Readers (the HTTP routes, a finished `stress --explain` run) ask it over a channel through
 //! a [`NodeHandle`]; nothing else holds a time line.
 //!
-//! Memory: a server's time line keeps [`NodeOptions::keep`] windows and their verdicts, and
-//! at most [`NodeOptions::max_servers`] servers are kept (live or gone), so the time lines
-//! hold at most `max_servers x keep` windows (the daemon: 16 x 3600, about 115 MiB at most).
+//! Memory: a server's time line keeps [`NodeOptions::keep`] windows and their verdicts, all
+//! servers together [`NodeOptions::max_windows`] (each its share), and at most
+//! [`NodeOptions::max_servers`] servers are kept, live or gone (the daemon: 3600 windows per
+//! server, 14,400 in all, about 72 MiB; 16 servers).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -88,9 +89,12 @@ pub enum Grouping {
 }
 
 /// Servers kept at most by default (with their time lines); see [`NodeOptions::max_servers`].
-/// A window with its verdict takes about 2 KiB (952 bytes inline, the verdict's evidence on
-/// the heap), so 16 servers of 3600 windows hold at most about 115 MiB; one server about 7 MiB.
 pub const MAX_SERVERS: usize = 16;
+
+/// Windows kept by default over all servers together; see [`NodeOptions::max_windows`]. A
+/// window with its verdict takes about 5 KiB (measured: 3600 daemon windows with their
+/// verdicts, 18 MiB of RSS), so about 72 MiB at most.
+pub const MAX_WINDOWS: usize = 4 * 3600;
 
 /// How the node runs.
 pub struct NodeOptions {
@@ -100,9 +104,11 @@ pub struct NodeOptions {
     pub grouping: Grouping,
     /// Windows kept per server; older ones are dropped.
     pub keep: usize,
+    /// Windows kept over all servers together: with `n` servers each keeps at most
+    /// `max_windows / n` (and `keep`).
+    pub max_windows: usize,
     /// Servers kept at most, live or gone: a new server past it replaces the one gone longest,
-    /// or is not watched (and logged) while all are live. Memory is bounded by
-    /// `max_servers x keep` windows.
+    /// or is not watched (and logged) while all are live.
     pub max_servers: usize,
     /// Phase marks from external load generators; each window takes the phase in force at
     /// its start (for its server).
@@ -123,14 +129,15 @@ pub struct NodeOptions {
 }
 
 impl NodeOptions {
-    /// Defaults: one target, keep 3600 windows, [`MAX_SERVERS`], no marks, no discovery, keep
-    /// joins.
+    /// Defaults: one target, keep 3600 windows, [`MAX_WINDOWS`] in all, [`MAX_SERVERS`], no
+    /// marks, no discovery, keep joins.
     #[must_use]
     pub fn new(session: SessionOptions) -> Self {
         Self {
             session,
             grouping: Grouping::Target,
             keep: 3600,
+            max_windows: MAX_WINDOWS,
             max_servers: MAX_SERVERS,
             marks: None,
             discover: None,
@@ -300,8 +307,12 @@ impl Node {
         if !self.opts.keep_joins {
             self.session.forget_joins();
         }
-        let keep = self.opts.keep;
-        for l in self.lines.values_mut().filter(|l| l.gone_at.is_none()) {
+        let keep = self.keep();
+        for l in self.lines.values_mut() {
+            if l.gone_at.is_some() {
+                l.trim(keep);
+                continue;
+            }
             let Some((index, v)) = l.close(at, keep) else {
                 continue;
             };
@@ -324,6 +335,13 @@ impl Node {
             }
             self.last_step_error = Some(msg);
         }
+    }
+
+    /// Windows each server keeps now: [`NodeOptions::keep`], within its share of
+    /// [`NodeOptions::max_windows`].
+    fn keep(&self) -> usize {
+        let share = self.opts.max_windows / self.lines.len().max(1);
+        self.opts.keep.min(share).max(1)
     }
 
     fn close_tail(&mut self) {

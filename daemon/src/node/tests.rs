@@ -122,6 +122,8 @@ async fn each_server_has_its_own_time_line_marks_verdicts_and_a_bound() {
     opts.grouping = Grouping::PerServer;
     opts.max_servers = 2;
     opts.keep = 5;
+    // Two servers share 8 windows: 4 each.
+    opts.max_windows = 8;
     opts.rediscover_every = 1;
     opts.marks = Some(marks.clone());
     let shared = Arc::clone(&found);
@@ -168,7 +170,7 @@ async fn each_server_has_its_own_time_line_marks_verdicts_and_a_bound() {
     found.lock().unwrap().push(pc);
     n.tick();
     assert!(!n.lines.contains_key(&kc));
-    // Once A is gone, C takes its place; B's time line goes on, bounded by `keep`.
+    // Once A is gone, C takes its place; B's time line goes on, bounded by its share.
     first.kill().unwrap();
     first.wait().unwrap();
     *found.lock().unwrap() = vec![pb, pc];
@@ -177,7 +179,7 @@ async fn each_server_has_its_own_time_line_marks_verdicts_and_a_bound() {
     }
     let keys: Vec<&ServerKey> = n.lines.keys().collect();
     assert_eq!(keys, [&kb, &kc]);
-    assert_eq!(n.lines[&kb].timeline.windows.len(), 5);
+    assert_eq!(n.lines[&kb].timeline.windows.len(), 4);
     assert!(
         n.lines
             .values()
@@ -190,7 +192,7 @@ async fn each_server_has_its_own_time_line_marks_verdicts_and_a_bound() {
         tx
     }));
     let listed = v.pop().unwrap().await.unwrap();
-    assert_eq!(listed.len(), 5);
+    assert_eq!(listed.len(), 4);
     assert!(listed.iter().all(|(s, _, _)| s.server == kc.to_string()));
     for p in [&mut second, &mut third] {
         p.kill().unwrap();
