@@ -134,15 +134,6 @@ impl Session {
         self.nvml.status().to_string()
     }
 
-    /// The server processes watched now.
-    #[must_use]
-    pub fn servers(&self) -> Vec<u32> {
-        self.kernel
-            .as_ref()
-            .map(|k| k.options().servers.clone())
-            .unwrap_or_default()
-    }
-
     /// Watches `servers` instead of the processes watched now.
     pub fn watch(&mut self, servers: Vec<u32>) -> Result<(), StepError> {
         let Some(k) = self.kernel.as_mut() else {
