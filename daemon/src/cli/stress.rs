@@ -22,6 +22,7 @@ use inferscope::atomic;
 use inferscope::loadgen::{
     self, Endpoint, Notes, Options, Plan, Scenario, Shard, StopKind,
     client::Target,
+    engine::barrier::StartAt,
     scenario::files::Files,
     scenario::overrides::{Overrides, PhaseFlag},
     scenario::template::{JsonTemplate, Template},
@@ -115,6 +116,12 @@ pub struct Args {
     /// `inferscope report merge`.
     #[arg(long, value_name = "i/N")]
     shard: Option<Shard>,
+    /// Start the first request at this time, after the setup: the shards of one load start
+    /// together (`report merge` refuses shards that did not run at once). A time
+    /// (`2026-12-02T12:30:00Z`), `@UNIX_SECONDS`, or `next:2m` (the next whole two minutes,
+    /// which every shard started within the same two minutes agrees on).
+    #[arg(long, value_name = "TIME")]
+    start_at: Option<StartAt>,
     #[command(flatten)]
     tls: super::tls::TlsArgs,
     #[command(flatten)]
@@ -203,9 +210,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    args.otlp.check(search.is_some())?;
-    args.html
-        .check(args.explain.explain, args.no_records, search.is_some())?;
+    check_output_flags(args, search.is_some())?;
     let tls = args.tls.options()?;
     if args.tls.insecure() {
         eprintln!("inferscope: {}", super::tls::INSECURE_WARNING);
@@ -218,6 +223,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         shard: args.shard.unwrap_or(Shard::WHOLE),
         tls,
         notes: Notes::Stderr,
+        start_at: args.start_at,
         ..Options::new()
     };
     // One CPU to run on (a pinned run, a one-core container): the single-threaded scheduler
@@ -296,6 +302,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("inferscope: {line}");
     }
     Ok(exit_code(&report, signalled.load(Ordering::Relaxed)))
+}
+
+/// The flags that depend on whether the run is a knee search.
+fn check_output_flags(args: &Args, searching: bool) -> anyhow::Result<()> {
+    args.otlp.check(searching)?;
+    if searching && args.start_at.is_some() {
+        bail!(
+            "--start-at starts the shards of one load together; a knee search is one process: drop --start-at"
+        );
+    }
+    args.html
+        .check(args.explain.explain, args.no_records, searching)
 }
 
 /// What can be checked before the run spends its time, not after: the outputs can be

@@ -17,7 +17,7 @@ use inferscope::measure::{
 };
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    crate::cli::inferscope()
 }
 
 fn tmp(name: &str, text: &str) -> PathBuf {

@@ -4,6 +4,7 @@
 mod api_hardening;
 mod api_runs;
 mod build_relay;
+mod cli;
 mod completions;
 mod control_api;
 mod dependencies;

@@ -168,7 +168,7 @@ proptest! {
         let p = dir.path().join("r.json");
         std::fs::write(&p, &text).unwrap();
         if let Ok(r) = merge::read(&p) {
-            let _ = merge::merge(&[("a".into(), r.clone()), ("b".into(), r)]);
+            let _ = merge::merge(&[("a".into(), r.clone()), ("b".into(), r)], merge::Allow::default());
         }
     }
 }

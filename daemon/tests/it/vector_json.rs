@@ -3,7 +3,7 @@
 //! wrong one refused, from a scenario and from flags), the `ef_search` sweep and its
 //! frontier, index health in SLOs, and the demo's vector phases.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
 use inferscope::loadgen::{self, Options, Plan, RunError, scenario::overrides::Overrides};
 use tokio_util::sync::CancellationToken;
@@ -96,7 +96,7 @@ fn flags_take_the_dimension_from_the_sim_or_refuse_a_wrong_one() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (target, sim) = rt.block_on(sim(200));
     let stress = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        crate::cli::inferscope()
             .args(["stress", "--target", &target, "--endpoint", "vector-search"])
             .args([
                 "--rate",

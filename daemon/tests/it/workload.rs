@@ -8,7 +8,6 @@ use crate::loadgen_support;
 use std::{
     collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
-    process::{Command, Output},
     time::{Duration, Instant},
 };
 
@@ -22,17 +21,10 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn inferscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_inferscope"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// Runs `workload build` and returns its stdout; panics with its stderr on failure.
 fn build(args: &[&str]) -> String {
     let t = Instant::now();
-    let out = inferscope(&[&["workload", "build"], args].concat());
+    let out = crate::cli::run(&[&["workload", "build"], args].concat());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{args:?}: {stderr}");
     eprintln!(
@@ -246,7 +238,7 @@ fn embeddings_from_the_sim_endpoint() {
     );
 
     // A wrong model is one line that says what to check.
-    let out = inferscope(&[
+    let out = crate::cli::run(&[
         "workload",
         "build",
         "--from",
@@ -289,7 +281,7 @@ fn bad_logs_are_one_line_errors() {
     for (name, text, says) in cases {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
-        let out = inferscope(&[
+        let out = crate::cli::run(&[
             "workload",
             "build",
             "--from",
@@ -317,7 +309,7 @@ fn bad_logs_are_one_line_errors() {
         dir.path().join("o.jsonl").to_str().unwrap(),
     ]);
     assert!(ok.contains("2 queries (2 distinct)"), "{ok}");
-    let out = inferscope(&[
+    let out = crate::cli::run(&[
         "workload",
         "build",
         "--from",

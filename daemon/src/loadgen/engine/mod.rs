@@ -6,6 +6,7 @@
 //! late timer still has its clock running (coordinated omission handled), and the gap
 //! shows separately as send lag.
 
+pub mod barrier;
 pub mod caps;
 pub mod complexity;
 pub mod conversation;
@@ -91,6 +92,8 @@ pub struct Options {
     pub fault: Option<Fault>,
     /// Where the run's notes go (the model discovery chose, ...).
     pub notes: Notes,
+    /// A common start with other shards (`--start-at`): the run waits for it after its setup.
+    pub start_at: Option<barrier::StartAt>,
 }
 
 /// Where a run's notes go: what it chose for the user (the model when none was given), said
@@ -136,6 +139,7 @@ impl Default for Options {
             tls: crate::tls::TlsOptions::default(),
             fault: None,
             notes: Notes::Log,
+            start_at: None,
         }
     }
 }
@@ -198,6 +202,9 @@ pub async fn run(
 ) -> Result<StressReport, RunError> {
     let setup = Setup::new(plan, &opts).await?;
     let scenario = plan.scenario();
+    if let Some(start) = opts.start_at {
+        barrier::meet(start, &cancel, opts.notes).await;
+    }
     let share = opts.shard;
     let mut rng = SmallRng::seed_from_u64(share.seed(scenario.seed.unwrap_or_else(clock::unix_ns)));
     // Bounded: a tally that falls behind slows the senders instead of queueing records
