@@ -63,6 +63,30 @@ impl Daemon {
         d
     }
 
+    /// Its process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its resident memory (`VmRSS`, KiB) and CPU time so far (ms).
+    #[must_use]
+    pub fn cost(&self) -> (u64, f64) {
+        let pid = self.pid();
+        let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0);
+        (rss, inferscope::collect::procfs::cpu_ms(pid).unwrap_or(0.0))
+    }
+
     /// `GET path`; panics without an answer.
     #[must_use]
     pub fn get(&self, path: &str) -> String {

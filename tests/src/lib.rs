@@ -303,11 +303,14 @@ impl NetNs {
     /// test that must not share addresses with tests running at the same time.
     #[must_use]
     pub fn create_in(tag: &str, net: [u8; 3]) -> Self {
+        // Several namespaces of one test get pairs of their own (names of at most 15 bytes).
+        static PAIRS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let prefix = net.map(|o| o.to_string()).join(".");
         let (host_cidr, ns_cidr) = (format!("{prefix}.1/24"), format!("{prefix}.2/24"));
         let name = format!("isc-{tag}-{}", std::process::id());
-        let host_dev = format!("ish{}", std::process::id() % 100_000);
-        let ns_dev = format!("isn{}", std::process::id() % 100_000);
+        let n = PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 100;
+        let host_dev = format!("ish{}x{n}", std::process::id() % 100_000);
+        let ns_dev = format!("isn{}x{n}", std::process::id() % 100_000);
         let _ = std::process::Command::new("ip")
             .args(["netns", "del", &name])
             .output();
@@ -377,4 +380,40 @@ impl Drop for NetNs {
             .args(["netns", "del", &self.name])
             .output();
     }
+}
+
+/// A loopback HTTP server that answers every POST with 200 and hands over its body.
+#[must_use]
+pub fn webhook_server() -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+            let mut len = 0usize;
+            let mut first = String::new();
+            r.read_line(&mut first).unwrap();
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':')
+                    && k.eq_ignore_ascii_case("content-length")
+                {
+                    len = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            assert!(first.starts_with("POST /hook "), "{first}");
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = tx.send(String::from_utf8(body).unwrap());
+        }
+    });
+    (url, rx)
 }

@@ -99,10 +99,14 @@ struct MarkBody {
     /// Unix ms; now when absent.
     at: Option<u64>,
     source: Option<String>,
+    /// The server it marks (`port:8000`, `pod:UID`, ...); every server when absent.
+    #[serde(default)]
+    server: Option<crate::collect::identity::ServerKey>,
 }
 
-/// `POST /api/v1/marks`: `{"phase": "peak", "at": 1700000000000, "source": "k6"}`. The body is
-/// parsed as JSON whatever its content type, so a `curl -d` or a k6 `http.post` works as is.
+/// `POST /api/v1/marks`: `{"phase": "peak", "at": 1700000000000, "source": "k6"}`, with
+/// `"server": "port:8000"` to mark one server's time line only. The body is parsed as JSON
+/// whatever its content type, so a `curl -d` or a k6 `http.post` works as is.
 async fn create_mark(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
     let parsed: MarkBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
@@ -112,6 +116,7 @@ async fn create_mark(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
         phase: parsed.phase,
         at_unix_ms: parsed.at.unwrap_or_else(unix_ms),
         source: parsed.source,
+        server: parsed.server,
     };
     match st.marks.push(mark.clone()) {
         Ok(()) => (StatusCode::CREATED, Json(mark)).into_response(),

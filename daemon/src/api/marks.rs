@@ -59,6 +59,7 @@ impl RunLauncher for MarkingLauncher {
                         phase: phase.clone().unwrap_or_default(),
                         at_unix_ms: unix_ms(),
                         source: Some("control API".to_owned()),
+                        server: None,
                     };
                     if let Err(e) = marks.push(mark) {
                         tracing::warn!("marking {id}: {e}");

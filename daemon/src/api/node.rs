@@ -2,15 +2,17 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /metrics` | Prometheus text: the newest window's signals, `inferscope_verdict{cause}`, `inferscope_verdict_confidence`, probes, drops |
-//! | `GET /api/v1/timeline` | processes, probes, losses, failed steps, and the kept time line (JSON) |
-//! | `GET /api/v1/verdicts?limit=N` | the newest N windows' verdicts with their evidence and signals (default 60) |
-//! | `GET /api/v1/report?phase=NAME` or `?from=MS&to=MS` | `report.json` of those windows, as `stress --explain` writes it |
+//! | `GET /metrics` | Prometheus text: each server's newest window's signals, `inferscope_verdict{server,cause}`, `inferscope_verdict_confidence{server}`, probes, drops |
+//! | `GET /api/v1/timeline` | processes, servers (identity, metrics endpoint, kept time line), probes, losses, failed steps (JSON) |
+//! | `GET /api/v1/verdicts?limit=N&server=KEY` | each server's (or `KEY`'s) newest N windows' verdicts with their server, evidence and signals (default 60) |
+//! | `GET /api/v1/report?phase=NAME` or `?from=MS&to=MS`, `&server=KEY` | `report.json` of one server's windows, as `stress --explain` writes it |
 //! | `GET /api/v1/report.html?...` | the same as a self-contained HTML page |
 //!
-//! A report covers the selected windows and, when a phase is marked `baseline`, that phase's
-//! windows too: the windows are attributed as `stress --explain` attributes a run, against the
-//! marked baseline (else the selection's first phase).
+//! A report covers one server's selected windows and, when a phase is marked `baseline`, that
+//! phase's windows of the same server: they are attributed as `stress --explain` attributes a
+//! run, against the marked baseline (else the selection's first phase). Without `server` it is
+//! the one server that has such windows; several: the answer names them. The report's
+//! `target` is the server's key, its title names it.
 
 use std::sync::Arc;
 
@@ -26,7 +28,11 @@ use serde_json::json;
 
 use crate::{
     attribute::WindowVerdict,
-    collect::{catalog::Labels, timeline::Window},
+    collect::{
+        catalog::Labels,
+        identity::{ServerIdentity, ServerKey},
+        timeline::Window,
+    },
     export::{
         prometheus::{self, DropCounter},
         report::{Report, ReportError, RunMeta},
@@ -121,13 +127,26 @@ async fn metrics(
     if let Some(f) = &extra_drops {
         drops.extend(f());
     }
+    let labels: Vec<Labels> = latest
+        .servers
+        .iter()
+        .map(|s| Labels::of_server(&s.identity))
+        .collect();
+    let series: Vec<prometheus::Series<'_>> = latest
+        .servers
+        .iter()
+        .zip(&labels)
+        .map(|(s, labels)| prometheus::Series {
+            latest: s.window.as_ref(),
+            totals: &s.totals,
+            labels,
+            verdict: s.verdict.as_ref().map(|v| &v.verdict),
+        })
+        .collect();
     let text = prometheus::render(&prometheus::Snapshot {
-        latest: latest.window.as_ref(),
-        totals: &latest.totals,
-        labels: &Labels::default(),
+        series: &series,
         probes: &latest.status.hooks,
         drops: &drops,
-        verdict: latest.verdict.as_ref().map(|v| &v.verdict),
     });
     let text = match &extra_metrics {
         Some(f) => text + &f(),
@@ -160,11 +179,14 @@ async fn timeline(
 #[serde(deny_unknown_fields)]
 struct VerdictsQuery {
     limit: Option<usize>,
+    server: Option<ServerKey>,
 }
 
 /// One window's verdict as `/api/v1/verdicts` lists it.
 #[derive(Serialize)]
 struct VerdictOut {
+    /// The server whose window it is.
+    server: ServerIdentity,
     #[serde(flatten)]
     verdict: WindowVerdict,
     /// The window's signals, the evidence's source.
@@ -175,16 +197,26 @@ async fn verdicts(
     State(St { node, .. }): State<St>,
     q: Result<Query<VerdictsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = q else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "query: give ?limit=N (a number of windows), or nothing",
-        );
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "query: give ?limit=N (a number of windows) and/or ?server=KEY, or nothing ({})",
+                    e.body_text()
+                ),
+            );
+        }
     };
-    match node.verdicts(q.limit.unwrap_or(60)).await {
+    match node.verdicts(q.limit.unwrap_or(60), q.server).await {
         Ok(list) => Json(
             list.into_iter()
-                .map(|(verdict, window)| VerdictOut { verdict, window })
+                .map(|(server, verdict, window)| VerdictOut {
+                    server,
+                    verdict,
+                    window,
+                })
                 .collect::<Vec<_>>(),
         )
         .into_response(),
@@ -198,27 +230,28 @@ struct ReportQuery {
     phase: Option<String>,
     from: Option<u64>,
     to: Option<u64>,
+    server: Option<ServerKey>,
 }
 
 /// What to say to a report query that selects nothing sensible.
-const REPORT_USAGE: &str =
-    "give ?phase=NAME, or ?from=MS&to=MS (Unix ms, from < to; to may be left out)";
+const REPORT_USAGE: &str = "give ?phase=NAME, or ?from=MS&to=MS (Unix ms, from < to; to may be left out), and ?server=KEY (port:PORT, pid:PID, pod:UID, ...) when several servers have those windows";
 
 impl ReportQuery {
-    fn selection(self) -> Option<Selection> {
-        match (self.phase, self.from, self.to) {
-            (Some(p), None, None) => Some(Selection::Phase(p)),
-            (None, Some(from), Some(to)) if from < to => Some(Selection::Range { from, to }),
-            (None, Some(from), None) => Some(Selection::Range { from, to: u64::MAX }),
-            _ => None,
-        }
+    fn selection(self) -> Option<(Selection, Option<ServerKey>)> {
+        let s = match (self.phase, self.from, self.to) {
+            (Some(p), None, None) => Selection::Phase(p),
+            (None, Some(from), Some(to)) if from < to => Selection::Range { from, to },
+            (None, Some(from), None) => Selection::Range { from, to: u64::MAX },
+            _ => return None,
+        };
+        Some((s, self.server))
     }
 }
 
 /// The report of the selected windows, built off the node's task (attribution and rendering
 /// take a few ms per hundred windows).
 async fn report(node: &NodeHandle, q: ReportQueryResult) -> Result<Report, Response> {
-    let selection = q
+    let (selection, server) = q
         .ok()
         .and_then(|Query(q)| q.selection())
         .ok_or_else(|| error(StatusCode::BAD_REQUEST, REPORT_USAGE))?;
@@ -227,19 +260,18 @@ async fn report(node: &NodeHandle, q: ReportQueryResult) -> Result<Report, Respo
         Selection::Range { from, to } => format!("windows {from}..{to}"),
     };
     let selected = node
-        .select(selection)
+        .select(selection, server)
         .await
         .map_err(gone)?
         .map_err(|e| error(StatusCode::NOT_FOUND, e))?;
     tokio::task::spawn_blocking(move || {
         let (start, end) = selected.span_unix_ms;
-        let meta = RunMeta::new(
-            &format!("inferscope daemon: {name}"),
-            "node",
-            start,
-            end,
-            selected.timeline.len_ms,
-        );
+        let who = &selected.server;
+        let title = match who.k8s.as_ref().and_then(|k| k.pod_name.as_deref()) {
+            Some(pod) => format!("inferscope daemon: {} ({pod}), {name}", who.server),
+            None => format!("inferscope daemon: {}, {name}", who.server),
+        };
+        let meta = RunMeta::new(&title, &who.server, start, end, selected.timeline.len_ms);
         Report::new(meta, selected.timeline).with_missing_evidence(selected.missing)
     })
     .await

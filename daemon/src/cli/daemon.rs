@@ -1,8 +1,16 @@
 //! `inferscope daemon`: the node-level mode. Finds the inference servers (and keeps looking),
-//! attaches every probe, keeps the time line, serves `/metrics` and `/api/v1/timeline`, exports
-//! over OTLP when asked, and exits cleanly on SIGTERM.
+//! attaches every probe, keeps one time line and verdict per server (a pod, a container, a
+//! listening process), names pods from the node's pod list when it can be read, serves
+//! `/metrics` and `/api/v1/timeline`, exports over OTLP when asked, and exits cleanly on
+//! SIGTERM.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::ExitCode,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use inferscope::{
@@ -10,9 +18,15 @@ use inferscope::{
         Api, ApiConfig, Bind, LoadgenLauncher, MarkingLauncher, Marks, Token, check_distinct, node,
         require_token, serve,
     },
-    collect::{catalog::Labels, discover, procfs, session::SessionOptions},
+    collect::{
+        catalog::Labels,
+        discover,
+        pods::{PodIndex, PodSource},
+        procfs,
+        session::SessionOptions,
+    },
     export::otlp::{OtlpExporter, Sampler, live::DEFAULT_SAMPLE},
-    node::{Node, NodeOptions},
+    node::{Grouping, Node, NodeOptions},
     probes::privileges,
 };
 use tokio_util::sync::CancellationToken;
@@ -21,6 +35,9 @@ use super::otlp::OtlpArgs;
 
 /// Re-discover servers every this many windows.
 const REDISCOVER_EVERY: u64 = 10;
+
+/// How often the pod list is read again.
+const PODS_EVERY: Duration = Duration::from_secs(30);
 
 /// Arguments of `inferscope daemon`.
 #[derive(clap::Args)]
@@ -34,10 +51,16 @@ pub struct Args {
     /// Watch processes whose name or command line contains this (repeatable).
     #[arg(long = "name", value_name = "NAME")]
     names: Vec<String>,
-    /// The server's Prometheus endpoint (default: `http://127.0.0.1:<port>/metrics` of the
-    /// first --port; without --port, found on the watched servers' listening addresses).
+    /// A server's Prometheus endpoint, scraped for the server listening on its port (or the
+    /// only server). Every other server's is found on its own listening addresses.
     #[arg(long, value_name = "URL")]
     metrics_url: Option<String>,
+    /// Read pod names from this pod list (the kubelet's `https://NODE:10250/pods`, or the API
+    /// server's pods of this node) with the service account's token when there is one;
+    /// default in a pod: the API server, this node's pods (`NODE_NAME`). Without it pods are
+    /// named by their UIDs.
+    #[arg(long, value_name = "URL")]
+    pods_url: Option<String>,
     /// Hook the CUDA driver API in this library or binary too (repeatable).
     #[arg(long = "cuda-lib", value_name = "PATH")]
     cuda_libs: Vec<PathBuf>,
@@ -51,7 +74,8 @@ pub struct Args {
     /// Window length of the time line.
     #[arg(long, default_value = "1s", value_parser = super::args::positive_duration)]
     interval: Duration,
-    /// Windows kept in memory.
+    /// Windows kept in memory per server (several servers share 14,400 windows, or this if
+    /// more).
     #[arg(long, default_value_t = 3600)]
     keep: usize,
     /// Exit after this long (default: until SIGTERM / Ctrl-C).
@@ -324,8 +348,8 @@ pub async fn serve(
     finish_otlp(otlp).await?;
     // The collectors stopped with the node: every link is detached, nothing was pinned.
     tracing::info!(
-        "inferscope daemon: stopped after {} windows",
-        finished.timeline.windows.len()
+        "inferscope daemon: stopped; {} server(s) had a time line",
+        finished.servers
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -373,19 +397,18 @@ fn node_options(
     } else {
         tracing::info!("watching server processes {}", pid_list(&servers));
     }
-    let metrics_url = args.metrics_url.clone().or_else(|| {
-        args.ports
-            .first()
-            .map(|p| format!("http://127.0.0.1:{p}/metrics"))
-    });
+    let metrics_url = args.metrics_url.clone();
     if let Some(url) = &metrics_url {
-        tracing::info!("scraping {url}");
+        tracing::info!(
+            "server metrics: {url} for the server listening on its port (or the only one); the others' found on their listening ports"
+        );
     } else {
         tracing::info!(
             "server metrics: looking for them on each server's listening ports (or give --metrics-url)"
         );
     }
     let tls_for_find = tls.clone();
+    let pods = pod_source(args, &tls);
     let mut opts = NodeOptions::new(SessionOptions {
         servers,
         loadgen: None,
@@ -395,7 +418,25 @@ fn node_options(
         tls,
         window: args.interval,
     });
+    opts.grouping = Grouping::PerServer;
     opts.keep = args.keep.max(1);
+    // One server keeps all of --keep whatever it is; several share the total.
+    opts.max_windows = opts.max_windows.max(opts.keep);
+    tracing::info!(
+        "one time line per server: {} windows each, {} over all servers, {} servers at most",
+        opts.keep,
+        opts.max_windows,
+        opts.max_servers
+    );
+    if let Some(source) = pods {
+        let index = watch_pods(source);
+        opts.name_pods = Some(Box::new(move |c| {
+            index
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .identity(c)
+        }));
+    }
     opts.marks = Some(marks);
     opts.discover = Some(Box::new(move || finder.targets()));
     opts.rediscover_every = REDISCOVER_EVERY;
@@ -407,16 +448,76 @@ fn node_options(
     }));
     if let Some(x) = otlp {
         let x = Arc::clone(x);
-        let labels = Labels::default();
         opts.observers.push(Box::new(
-            move |w: &inferscope::collect::timeline::Window,
+            move |s: &inferscope::collect::identity::ServerIdentity,
+                  w: &inferscope::collect::timeline::Window,
                   v: &inferscope::attribute::WindowVerdict| {
+                let labels = Labels::of_server(s);
                 x.record_window(w, &labels);
-                x.record_verdict(&v.verdict);
+                x.record_verdict(&v.verdict, &labels);
             },
         ));
     }
     opts
+}
+
+/// Where pod names are read: `--pods-url` (with the service account's token and CA when the
+/// daemon runs in a pod, else `--ca-file`), else the API server when in a cluster.
+fn pod_source(args: &Args, tls: &inferscope::tls::TlsOptions) -> Option<PodSource> {
+    let env = |k: &str| std::env::var(k).ok();
+    let in_cluster = PodSource::in_cluster(env);
+    let source = match (&args.pods_url, in_cluster) {
+        (Some(url), Some(c)) => Some(PodSource {
+            url: url.clone(),
+            ..c
+        }),
+        (Some(url), None) => Some(PodSource {
+            url: url.clone(),
+            token_file: None,
+            tls: tls.clone(),
+        }),
+        (None, c) => c,
+    };
+    if let Some(s) = &source {
+        tracing::info!("pod names: from {}", s.url);
+    } else {
+        tracing::info!(
+            "pod names: no pod list (not in a cluster, no --pods-url); pods are named by their UIDs"
+        );
+    }
+    source
+}
+
+/// Reads the pod list now and every [`PODS_EVERY`] into the index it returns; says when it
+/// could not (once per new reason).
+fn watch_pods(source: PodSource) -> Arc<Mutex<PodIndex>> {
+    let index = Arc::new(Mutex::new(PodIndex::default()));
+    let shared = Arc::clone(&index);
+    tokio::spawn(async move {
+        let mut last_error = None;
+        let mut said = false;
+        loop {
+            match source.fetch().await {
+                Ok(list) => {
+                    if !said {
+                        tracing::info!("pod names: {} pods on this node", list.len());
+                        said = true;
+                    }
+                    last_error = None;
+                    *shared.lock().unwrap_or_else(PoisonError::into_inner) = list;
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    if last_error.as_ref() != Some(&msg) {
+                        tracing::warn!("pod names: {msg}; pods keep their UIDs");
+                        last_error = Some(msg);
+                    }
+                }
+            }
+            tokio::time::sleep(PODS_EVERY).await;
+        }
+    });
+    index
 }
 
 /// The metrics endpoint of the first of `pids` that exports a known server's metrics on one

@@ -115,6 +115,7 @@ pub async fn run(
     });
     // The report covers the whole run, however long.
     node_opts.keep = usize::MAX;
+    node_opts.max_windows = usize::MAX;
     let mut opts = opts;
     let firings = super::triggers::start_for_stress(
         scenario,

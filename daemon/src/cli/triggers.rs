@@ -147,6 +147,20 @@ fn attributes(f: &Firing) -> Vec<(String, String)> {
             .iter()
             .map(|(k, v)| (format!("inferscope.trigger.value.{k}"), v.to_string())),
     );
+    // `server` in inferscope's namespace; `k8s.*` as the semantic conventions name them.
+    a.extend(
+        f.server
+            .iter()
+            .flat_map(inferscope::collect::identity::ServerIdentity::attributes)
+            .map(|(k, v)| {
+                let k = if k.starts_with("k8s.") {
+                    k.to_owned()
+                } else {
+                    format!("inferscope.{k}")
+                };
+                (k, v)
+            }),
+    );
     a
 }
 

@@ -11,7 +11,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::collect::timeline::{Quantiles, Window};
+use crate::collect::{
+    identity::ServerIdentity,
+    timeline::{Quantiles, Window},
+};
 
 /// How a signal accumulates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,15 +249,18 @@ pub struct Labels {
     pub endpoint: Option<String>,
     /// Load level, e.g. the concurrency or the target rate, as text.
     pub load_level: Option<String>,
+    /// The server the series describe (`server` and the `k8s.*` attributes), on a node.
+    pub server: Option<ServerIdentity>,
 }
 
 impl Labels {
     /// `(key, value)` pairs of the labels that are set, with `phase` falling back to the
-    /// window's phase. Keys are the same for OTLP attributes and Prometheus labels.
+    /// window's phase, then the server's identity. Keys are OTLP attribute names; Prometheus
+    /// writes their dots as underscores (`k8s.pod.name` -> `k8s_pod_name`).
     #[must_use]
     pub fn pairs(&self, window_phase: Option<&str>) -> Vec<(&'static str, String)> {
         let phase = self.phase.as_deref().or(window_phase);
-        [
+        let mut out: Vec<(&'static str, String)> = [
             ("scenario", self.scenario.as_deref()),
             ("phase", phase),
             ("endpoint", self.endpoint.as_deref()),
@@ -262,7 +268,18 @@ impl Labels {
         ]
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k, v.to_owned())))
-        .collect()
+        .collect();
+        out.extend(self.server.iter().flat_map(ServerIdentity::attributes));
+        out
+    }
+
+    /// The labels of a server's series on a node.
+    #[must_use]
+    pub fn of_server(server: &ServerIdentity) -> Self {
+        Self {
+            server: Some(server.clone()),
+            ..Self::default()
+        }
     }
 }
 

@@ -123,6 +123,33 @@ pub fn listening_addrs(pid: u32) -> Vec<SocketAddr> {
     out
 }
 
+/// The TCP ports `pid` listens on (sockets it holds open), sorted, each once.
+#[must_use]
+pub fn listening_ports(pid: u32) -> Vec<u16> {
+    let rows = listen_rows(pid);
+    let held = held_sockets(pid, &rows.iter().map(|r| r.inode).collect());
+    let mut ports: Vec<u16> = rows
+        .iter()
+        .filter(|r| held.contains(&r.inode))
+        .map(|r| r.addr.port())
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// The inode of `pid`'s network namespace (`/proc/<pid>/ns/net` reads `net:[INODE]`).
+#[must_use]
+pub fn netns(pid: &str) -> Option<u64> {
+    fs::read_link(format!("/proc/{pid}/ns/net"))
+        .ok()?
+        .to_str()?
+        .strip_prefix("net:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
 /// Where the daemon dials a listener bound to `addr`.
 fn dialable(addr: SocketAddr, own_netns: bool, pod: &[Ipv4Addr]) -> Vec<SocketAddr> {
     let port = addr.port();
@@ -330,6 +357,9 @@ Local:\n           |-- 10.244.1.7\n              /32 host LOCAL\n";
     fn our_own_listener_has_a_dialable_address() {
         let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
         let port = l.local_addr().unwrap().port();
+        assert!(listening_ports(std::process::id()).contains(&port));
+        assert_eq!(netns("self"), netns(&std::process::id().to_string()));
+        assert!(netns("self").is_some());
         let addrs = listening_addrs(std::process::id());
         assert!(
             addrs.contains(&SocketAddr::from(([127, 0, 0, 1], port))),

@@ -19,7 +19,7 @@ use super::{
     cuda::GpuMemAccount,
     runq::RunqHist,
     stats::quantile,
-    timeline::{GpuSignals, NetSignals, RunqSignals, Window},
+    timeline::{GpuSignals, NetSignals, Part, RunqSignals},
 };
 use crate::probes::{
     Family, HookStatus, ProbeError, Probes,
@@ -112,7 +112,8 @@ impl Losses {
     }
 }
 
-/// Per-window accumulators, reset when a window is closed.
+/// Per-window accumulators of one process (or of the events no server owns), reset when a
+/// window is closed.
 #[derive(Default)]
 struct Pending {
     connect_ms: Vec<f64>,
@@ -122,6 +123,24 @@ struct Pending {
     exchange_ms: Vec<f64>,
     retrans_exchanges: u64,
     gpu: GpuSignals,
+}
+
+impl Pending {
+    /// Adds `o`'s events to these (several processes of one server).
+    fn merge(&mut self, o: &Pending) {
+        self.connect_ms.extend(&o.connect_ms);
+        self.connects += o.connects;
+        self.ttfb_ms.extend(&o.ttfb_ms);
+        self.first_token_ms.extend(&o.first_token_ms);
+        self.exchange_ms.extend(&o.exchange_ms);
+        self.retrans_exchanges += o.retrans_exchanges;
+        let (g, h) = (&mut self.gpu, &o.gpu);
+        g.allocs += h.allocs;
+        g.oom += h.oom;
+        g.frees += h.frees;
+        g.sync_ms += h.sync_ms;
+        g.xids += h.xids;
+    }
 }
 
 /// The kernel side of the time line.
@@ -136,9 +155,15 @@ pub struct KernelCollector {
     last_conn: HashMap<u64, (u64, u64, u32)>,
     /// On-CPU ms of each server process at the previous window's close.
     last_cpu: HashMap<u32, f64>,
-    last_launches: u64,
+    /// Kernel and graph launches of each server process at the previous window's close.
+    last_launches: HashMap<u32, u64>,
     account: GpuMemAccount,
-    pending: Pending,
+    /// Each server process's events since the previous window.
+    pending: HashMap<u32, Pending>,
+    /// Events no one server owns: the load generator's connections and those the kernel could
+    /// not tie to a process (joined to the server only when there is one), GPU XIDs (joined to
+    /// every server).
+    shared: Pending,
     exchanges: Vec<Exchange>,
     retransmits: Vec<Retransmit>,
 }
@@ -166,9 +191,10 @@ impl KernelCollector {
             last_runq: BTreeMap::new(),
             last_conn: HashMap::new(),
             last_cpu: HashMap::new(),
-            last_launches: 0,
+            last_launches: HashMap::new(),
             account: GpuMemAccount::default(),
-            pending: Pending::default(),
+            pending: HashMap::new(),
+            shared: Pending::default(),
             exchanges: Vec::new(),
             retransmits: Vec::new(),
         };
@@ -288,8 +314,13 @@ impl KernelCollector {
         };
         match kind {
             SockEventKind::Connect | SockEventKind::Accept if ours || ev.tgid == 0 => {
-                self.pending.connects += 1;
-                self.pending.connect_ms.push(ev.duration_ns as f64 / 1e6);
+                let p = if self.is_server(ev.tgid) {
+                    self.pending.entry(ev.tgid).or_default()
+                } else {
+                    &mut self.shared
+                };
+                p.connects += 1;
+                p.connect_ms.push(ev.duration_ns as f64 / 1e6);
             }
             SockEventKind::Request if self.is_server(ev.tgid) => {
                 let ex = ev.conn.exchange;
@@ -302,7 +333,7 @@ impl KernelCollector {
                     last_out_ns: ex.last_out_ns,
                     retrans: ev.conn.retrans.saturating_sub(ex.retrans_start),
                 };
-                let p = &mut self.pending;
+                let p = self.pending.entry(ev.tgid).or_default();
                 let ms = |ns: u64| ns as f64 / 1e6;
                 p.ttfb_ms
                     .push(ms(ex.first_out_ns.saturating_sub(ex.req_in_ns)));
@@ -341,7 +372,11 @@ impl KernelCollector {
             return;
         }
         self.account.apply(ev);
-        let g = &mut self.pending.gpu;
+        let g = if call == Some(CudaCall::Xid) {
+            &mut self.shared.gpu
+        } else {
+            &mut self.pending.entry(ev.tgid).or_default().gpu
+        };
         match call {
             Some(CudaCall::Alloc(AllocOutcome::Ok)) => g.allocs += 1,
             Some(CudaCall::Alloc(AllocOutcome::OutOfMemory)) => g.oom += 1,
@@ -352,61 +387,84 @@ impl KernelCollector {
         }
     }
 
-    /// Fills `w`'s kernel parts with what happened since the previous call and resets.
-    pub fn close_window(&mut self, w: &mut Window) -> Result<(), ProbeError> {
+    /// Fills each part's window with the kernel signals of its processes since the previous
+    /// call, and resets. The load generator's connections and the events the kernel could not
+    /// tie to a process go to the server when there is one part; XIDs (a GPU fault, node-wide)
+    /// go to every part.
+    pub fn close_windows(&mut self, parts: &mut [Part<'_>]) -> Result<(), ProbeError> {
         self.drain();
-        let Pending {
-            connect_ms,
-            connects,
-            ttfb_ms,
-            first_token_ms,
-            exchange_ms,
-            retrans_exchanges,
-            mut gpu,
-        } = std::mem::take(&mut self.pending);
-        w.runq = Some(self.runq_window()?);
-        let mut net = self.rtt_window()?;
-        let sorted = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v
-        };
-        let (connect, ttfb, first, whole) = (
-            sorted(connect_ms),
-            sorted(ttfb_ms),
-            sorted(first_token_ms),
-            sorted(exchange_ms),
-        );
-        net.connects = connects;
-        net.connect_p99_ms = quantile(&connect, 0.99);
-        net.exchanges = ttfb.len() as u64;
-        net.server_ttfb_p50_ms = quantile(&ttfb, 0.5);
-        net.server_first_token_p50_ms = quantile(&first, 0.5);
-        net.server_first_token_p95_ms = quantile(&first, 0.95);
-        net.exchange_p50_ms = quantile(&whole, 0.5);
-        net.exchange_p99_ms = quantile(&whole, 0.99);
-        net.retrans_exchanges = retrans_exchanges;
-        w.net = Some(net);
-        gpu.live_bytes = self
-            .opts
-            .servers
-            .iter()
-            .filter_map(|t| self.account.get(*t))
-            .map(|s| s.live_bytes)
-            .sum();
-        let launches: u64 = self
+        let mut pending = std::mem::take(&mut self.pending);
+        let shared = std::mem::take(&mut self.shared);
+        let runq = self.runq_window(parts)?;
+        let net = self.rtt_window(parts)?;
+        let launches = self.launches_window(parts)?;
+        let one = parts.len() == 1;
+        for (((part, runq), mut net), launches) in parts.iter_mut().zip(runq).zip(net).zip(launches)
+        {
+            let mut p = Pending::default();
+            for pid in part.pids {
+                if let Some(q) = pending.remove(pid) {
+                    p.merge(&q);
+                }
+            }
+            if one {
+                p.merge(&shared);
+            } else {
+                p.gpu.xids += shared.gpu.xids;
+            }
+            fill_net(
+                &mut net,
+                p.connect_ms,
+                p.connects,
+                p.ttfb_ms,
+                p.first_token_ms,
+                p.exchange_ms,
+            );
+            net.retrans_exchanges = p.retrans_exchanges;
+            let mut gpu = p.gpu;
+            gpu.live_bytes = part
+                .pids
+                .iter()
+                .filter_map(|t| self.account.get(*t))
+                .map(|s| s.live_bytes)
+                .sum();
+            gpu.launches = launches;
+            let w = &mut *part.window;
+            w.runq = Some(runq);
+            w.net = Some(net);
+            w.gpu = Some(gpu);
+        }
+        Ok(())
+    }
+
+    /// Kernel and graph launches of each part's processes since the previous call.
+    fn launches_window(&mut self, parts: &[Part<'_>]) -> Result<Vec<u64>, ProbeError> {
+        let now: HashMap<u32, u64> = self
             .probes
             .cuda_launches()?
             .iter()
             .filter(|(t, _)| self.is_server(**t))
-            .map(|(_, l)| l.kernels + l.graphs)
-            .sum();
-        gpu.launches = launches.saturating_sub(self.last_launches);
-        self.last_launches = launches;
-        w.gpu = Some(gpu);
-        Ok(())
+            .map(|(t, l)| (*t, l.kernels + l.graphs))
+            .collect();
+        let out = parts
+            .iter()
+            .map(|part| {
+                part.pids
+                    .iter()
+                    .filter_map(|t| {
+                        let n = now.get(t)?;
+                        Some(n.saturating_sub(self.last_launches.get(t).copied().unwrap_or(0)))
+                    })
+                    .sum()
+            })
+            .collect();
+        self.last_launches = now;
+        Ok(out)
     }
 
-    fn runq_window(&mut self) -> Result<RunqSignals, ProbeError> {
+    /// Each part's run-queue delay and on-CPU time since the previous call; the load
+    /// generator's own delay goes with every part.
+    fn runq_window(&mut self, parts: &[Part<'_>]) -> Result<Vec<RunqSignals>, ProbeError> {
         let now: BTreeMap<u32, RunqHist> = self
             .probes
             .runq_snapshot()?
@@ -418,10 +476,6 @@ impl KernelCollector {
                 .map(|h| h.since(&self.last_runq.get(&t).copied().unwrap_or_default()))
                 .unwrap_or_default()
         };
-        let mut server = RunqHist::default();
-        for &t in &self.opts.servers {
-            server.merge(&delta(t));
-        }
         let lg = self.opts.loadgen.map(delta);
         let cpu_now: HashMap<u32, f64> = self
             .opts
@@ -429,58 +483,83 @@ impl KernelCollector {
             .iter()
             .filter_map(|&p| Some((p, super::procfs::cpu_ms(p)?)))
             .collect();
-        // A process first seen in this window has no "before": it adds nothing yet.
-        let oncpu_ms: f64 = cpu_now
+        let out = parts
             .iter()
-            .filter_map(|(p, now)| Some(now - self.last_cpu.get(p)?))
-            .sum();
-        let oncpu_known = cpu_now.keys().any(|p| self.last_cpu.contains_key(p));
+            .map(|part| {
+                let mut server = RunqHist::default();
+                for &t in part.pids {
+                    server.merge(&delta(t));
+                }
+                // A process first seen in this window has no "before": it adds nothing yet.
+                let mut oncpu_ms = 0.0;
+                let mut oncpu_known = false;
+                for p in part.pids {
+                    if let (Some(now), Some(before)) = (cpu_now.get(p), self.last_cpu.get(p)) {
+                        oncpu_ms += now - before;
+                        oncpu_known = true;
+                    }
+                }
+                RunqSignals {
+                    samples: server.count(),
+                    p50_us: server.quantile_us(0.5).unwrap_or(0.0),
+                    p99_us: server.quantile_us(0.99).unwrap_or(0.0),
+                    mean_us: server.mean_us(),
+                    total_ms: server.0.sum_us as f64 / 1000.0,
+                    loadgen_p99_us: lg.and_then(|h| h.quantile_us(0.99)),
+                    loadgen_total_ms: lg.map(|h| h.0.sum_us as f64 / 1000.0),
+                    oncpu_ms: oncpu_known.then_some(oncpu_ms.max(0.0)),
+                }
+            })
+            .collect();
         self.last_cpu = cpu_now;
-        let sig = RunqSignals {
-            samples: server.count(),
-            p50_us: server.quantile_us(0.5).unwrap_or(0.0),
-            p99_us: server.quantile_us(0.99).unwrap_or(0.0),
-            mean_us: server.mean_us(),
-            total_ms: server.0.sum_us as f64 / 1000.0,
-            loadgen_p99_us: lg.and_then(|h| h.quantile_us(0.99)),
-            loadgen_total_ms: lg.map(|h| h.0.sum_us as f64 / 1000.0),
-            oncpu_ms: oncpu_known.then_some(oncpu_ms.max(0.0)),
-        };
         self.last_runq = now;
-        Ok(sig)
+        Ok(out)
     }
 
-    /// RTT and retransmits of the servers' live connections since the previous window; the
-    /// load generator's connections add their retransmits (a lost request is retransmitted by
-    /// the client), not their RTT.
-    fn rtt_window(&mut self) -> Result<NetSignals, ProbeError> {
-        let (mut samples, mut sum, mut max, mut retrans) = (0u64, 0u64, 0u32, 0u64);
+    /// Each part's RTT and retransmits on its processes' live connections since the previous
+    /// call; the load generator's connections add their retransmits (a lost request is
+    /// retransmitted by the client) to every part, not their RTT.
+    fn rtt_window(&mut self, parts: &[Part<'_>]) -> Result<Vec<NetSignals>, ProbeError> {
+        let owner: HashMap<u32, usize> = parts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.pids.iter().map(move |t| (*t, i)))
+            .collect();
+        // (samples, srtt sum, max srtt, retransmits) per part.
+        let mut acc = vec![(0u64, 0u64, 0u32, 0u64); parts.len()];
+        let mut loadgen_retrans = 0u64;
         let mut live = HashMap::new();
         for (sk, c) in self.probes.sock_conns()? {
             let (ls, lsum, lre) = self.last_conn.get(&sk).copied().unwrap_or_default();
             if Some(c.tgid) == self.opts.loadgen && c.tgid != 0 {
-                retrans += u64::from(c.retrans.saturating_sub(lre));
+                loadgen_retrans += u64::from(c.retrans.saturating_sub(lre));
                 live.insert(sk, (0, 0, c.retrans));
                 continue;
             }
             if !self.is_server(c.tgid) {
                 continue;
             }
-            samples += c.rtt_samples.saturating_sub(ls);
-            sum += c.srtt_sum_us.saturating_sub(lsum);
-            retrans += u64::from(c.retrans.saturating_sub(lre));
-            if c.rtt_samples > ls {
-                max = max.max(c.srtt_last_us);
+            if let Some(&i) = owner.get(&c.tgid) {
+                let a = &mut acc[i];
+                a.0 += c.rtt_samples.saturating_sub(ls);
+                a.1 += c.srtt_sum_us.saturating_sub(lsum);
+                a.3 += u64::from(c.retrans.saturating_sub(lre));
+                if c.rtt_samples > ls {
+                    a.2 = a.2.max(c.srtt_last_us);
+                }
             }
             live.insert(sk, (c.rtt_samples, c.srtt_sum_us, c.retrans));
         }
         self.last_conn = live;
-        Ok(NetSignals {
-            srtt_mean_us: (samples > 0).then(|| sum as f64 / samples as f64),
-            srtt_max_us: (samples > 0).then_some(f64::from(max)),
-            retrans,
-            ..NetSignals::default()
-        })
+        Ok(acc
+            .into_iter()
+            .map(|(samples, sum, max, retrans)| NetSignals {
+                srtt_mean_us: (samples > 0).then(|| sum as f64 / samples as f64),
+                srtt_max_us: (samples > 0).then_some(f64::from(max)),
+                retrans: retrans + loadgen_retrans,
+                ..NetSignals::default()
+            })
+            .collect())
     }
 
     /// Forgets run-queue histograms of exited processes.
@@ -496,6 +575,35 @@ fn bounded_push<T>(list: &mut Vec<T>, v: T) {
         list.drain(..MAX_EXCHANGES / 10);
     }
     list.push(v);
+}
+
+/// Sets the exchange and connect statistics of a window from its events.
+fn fill_net(
+    net: &mut NetSignals,
+    connect_ms: Vec<f64>,
+    connects: u64,
+    ttfb_ms: Vec<f64>,
+    first_token_ms: Vec<f64>,
+    exchange_ms: Vec<f64>,
+) {
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (connect, ttfb, first, whole) = (
+        sorted(connect_ms),
+        sorted(ttfb_ms),
+        sorted(first_token_ms),
+        sorted(exchange_ms),
+    );
+    net.connects = connects;
+    net.connect_p99_ms = quantile(&connect, 0.99);
+    net.exchanges = ttfb.len() as u64;
+    net.server_ttfb_p50_ms = quantile(&ttfb, 0.5);
+    net.server_first_token_p50_ms = quantile(&first, 0.5);
+    net.server_first_token_p95_ms = quantile(&first, 0.95);
+    net.exchange_p50_ms = quantile(&whole, 0.5);
+    net.exchange_p99_ms = quantile(&whole, 0.99);
 }
 
 fn drain_into<T>(rx: &mut Receiver<T>, out: &mut Vec<T>) {

@@ -35,6 +35,21 @@ pub fn cpu_ms(pid: u32) -> Option<f64> {
     parse_cpu_ticks(&stat).map(|ticks| ticks as f64 * 1000.0 / clock_ticks_per_s())
 }
 
+/// The parent of process `pid` (`/proc/<pid>/stat`), `None` once it has exited.
+#[must_use]
+pub fn ppid(pid: u32) -> Option<u32> {
+    parse_ppid(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The parent pid (field 4) of a `/proc/<pid>/stat` line, counted from the name's last `)`.
+fn parse_ppid(stat: &str) -> Option<u32> {
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// `utime + stime` from a `/proc/<pid>/stat` line. The command name (field 2) may hold spaces
 /// and parentheses, so fields are counted from its last `)`.
 fn parse_cpu_ticks(stat: &str) -> Option<u64> {
@@ -137,6 +152,11 @@ mod tests {
     fn cpu_ticks_after_a_name_with_spaces_and_parens() {
         let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 250 40 0 0 20 0 3 0";
         assert_eq!(parse_cpu_ticks(stat), Some(290));
+        assert_eq!(parse_ppid(stat), Some(1));
+        assert_eq!(
+            ppid(std::process::id()),
+            Some(std::os::unix::process::parent_id())
+        );
         assert_eq!(parse_cpu_ticks("42 (x"), None);
         assert!(cpu_ms(std::process::id()).is_some());
     }

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use super::timeline::{GpuSignals, ServerSignals, Window};
+use super::timeline::{GpuSignals, Part, ServerSignals, Window};
 use crate::{
-    gpu::nvml::{self, GpuStatus, NvmlConfig, NvmlTask},
+    gpu::nvml::{self, DeviceSample, GpuStatus, NvmlConfig, NvmlTask},
     scrape::{
         ScrapeError,
         client::{self, ScrapeConfig, ScrapeTask},
@@ -85,10 +85,11 @@ pub fn server_signals(w: &WindowSignals) -> ServerSignals {
     }
 }
 
-/// NVML's view: device memory used over total, across GPUs.
+/// NVML's view: device memory used over total on the GPUs each server uses.
 pub struct NvmlCollector {
     task: NvmlTask,
-    last_frac: Option<f64>,
+    /// The newest sample's devices.
+    devices: Vec<DeviceSample>,
 }
 
 impl NvmlCollector {
@@ -101,7 +102,7 @@ impl NvmlCollector {
                 capacity: 16,
                 lib_path: None,
             }),
-            last_frac: None,
+            devices: Vec::new(),
         }
     }
 
@@ -111,17 +112,80 @@ impl NvmlCollector {
         &self.task.status
     }
 
-    /// Sets `w.gpu.mem_used_frac` from the latest sample, if any.
-    pub fn close_window(&mut self, w: &mut Window) {
+    /// Sets each part's `gpu.mem_used_frac` from the latest sample, on the GPUs its processes
+    /// use ([`used_frac`]).
+    pub fn close_windows(&mut self, parts: &mut [Part<'_>]) {
         if let Some(rx) = self.task.rx.as_mut() {
             while let Ok(s) = rx.try_recv() {
-                let used: u64 = s.devices.iter().filter_map(|d| d.memory_used_bytes).sum();
-                let total: u64 = s.devices.iter().filter_map(|d| d.memory_total_bytes).sum();
-                self.last_frac = (total > 0).then(|| used as f64 / total as f64);
+                self.devices = s.devices;
             }
         }
-        if let Some(frac) = self.last_frac {
-            w.gpu.get_or_insert_with(GpuSignals::default).mem_used_frac = Some(frac);
+        for part in parts {
+            if let Some(frac) = used_frac(&self.devices, part.pids) {
+                part.window
+                    .gpu
+                    .get_or_insert_with(GpuSignals::default)
+                    .mem_used_frac = Some(frac);
+            }
         }
+    }
+}
+
+/// Memory used over total on the GPUs NVML lists one of `pids` on; on every GPU when NVML
+/// lists no process anywhere (it cannot see them from some containers), so the node's GPUs
+/// are joined to every server then; `None` for a server on no GPU.
+#[must_use]
+pub fn used_frac(devices: &[DeviceSample], pids: &[u32]) -> Option<f64> {
+    let any_listed = devices.iter().any(|d| !d.processes.is_empty());
+    let (used, total) = devices
+        .iter()
+        .filter(|d| !any_listed || d.processes.iter().any(|p| pids.contains(&p.pid)))
+        .fold((0u64, 0u64), |(u, t), d| {
+            (
+                u + d.memory_used_bytes.unwrap_or(0),
+                t + d.memory_total_bytes.unwrap_or(0),
+            )
+        });
+    (total > 0).then(|| used as f64 / total as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::nvml::GpuProcess;
+
+    fn gpu(index: u32, used: u64, pids: &[u32]) -> DeviceSample {
+        DeviceSample {
+            index,
+            name: None,
+            uuid: None,
+            memory_used_bytes: Some(used),
+            memory_total_bytes: Some(100),
+            gpu_util_percent: None,
+            memory_util_percent: None,
+            sm_clock_mhz: None,
+            power_mw: None,
+            clock_event_reasons: None,
+            processes: pids
+                .iter()
+                .map(|&pid| GpuProcess {
+                    pid,
+                    used_bytes: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn each_server_gets_the_memory_of_the_gpus_it_uses() {
+        let devices = [gpu(0, 90, &[10]), gpu(1, 30, &[20, 21])];
+        assert_eq!(used_frac(&devices, &[10]), Some(0.9));
+        assert_eq!(used_frac(&devices, &[21]), Some(0.3));
+        assert_eq!(used_frac(&devices, &[10, 20]), Some(0.6));
+        assert_eq!(used_frac(&devices, &[99]), None, "on no GPU");
+        // NVML lists no process: every GPU is joined to every server.
+        let blind = [gpu(0, 90, &[]), gpu(1, 30, &[])];
+        assert_eq!(used_frac(&blind, &[99]), Some(0.6));
+        assert_eq!(used_frac(&[], &[1]), None);
     }
 }

@@ -1,20 +1,21 @@
-//! The collectors of one time line: kernel probes on the server's processes (and the load
-//! generator's own), the server's `/metrics`, and NVML. Whatever cannot start is recorded as
-//! missing evidence and collection goes on; [`crate::node::Node`] drives them.
+//! The node's collectors: kernel probes on the servers' processes (and the load generator's
+//! own) and NVML, whose windows are split by server ([`Part`]), and the scrapers of each
+//! server's `/metrics` they start. Whatever cannot start is recorded as missing evidence and
+//! collection goes on; [`crate::node::Node`] drives them, one time line per server.
 
 use std::{path::PathBuf, time::Duration};
 
 use super::{
     kernel::{Exchange, KernelCollector, KernelOptions, Losses, Retransmit},
     server::{NvmlCollector, ServerCollector},
-    timeline::Window,
+    timeline::Part,
 };
 use crate::probes::HookStatus;
 
 /// What to watch.
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
-    /// The inference server's processes (empty: none yet).
+    /// The inference servers' processes (empty: none yet).
     pub servers: Vec<u32>,
     /// The load generator's own process, when it runs in this one.
     pub loadgen: Option<u32>,
@@ -23,7 +24,8 @@ pub struct SessionOptions {
     /// Start the kernel probes even with no server yet (the daemon finds servers later);
     /// otherwise no server means no kernel probes.
     pub kernel_without_servers: bool,
-    /// The server's Prometheus endpoint.
+    /// A server's Prometheus endpoint, given: the one server's (`stress --explain`), or the
+    /// one whose process listens on its port.
     pub metrics_url: Option<String>,
     /// Whom an `https://` metrics endpoint's certificate must come from.
     pub tls: crate::tls::TlsOptions,
@@ -60,10 +62,7 @@ impl StepError {
 /// The live collectors.
 pub struct Session {
     kernel: Option<KernelCollector>,
-    scraper: Option<ServerCollector>,
-    /// The URL scraped now.
-    scraping: Option<String>,
-    /// How often to scrape, and with which TLS, for a URL found later ([`Session::scrape`]).
+    /// How often to scrape, and with which TLS ([`Session::scraper`]).
     scrape_every: Duration,
     tls: crate::tls::TlsOptions,
     nvml: NvmlCollector,
@@ -107,21 +106,9 @@ impl Session {
             }
         };
         let scrape_every = opts.window.min(Duration::from_secs(1)) / 2;
-        let scraper = match &opts.metrics_url {
-            Some(url) => match ServerCollector::start(url, scrape_every, &opts.tls) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    missing.push(format!("server metrics off: {e}"));
-                    None
-                }
-            },
-            None => None,
-        };
         let nvml = NvmlCollector::start(opts.window);
         Self {
             kernel,
-            scraping: scraper.as_ref().and(opts.metrics_url.clone()),
-            scraper,
             scrape_every,
             tls: opts.tls.clone(),
             nvml,
@@ -129,20 +116,10 @@ impl Session {
         }
     }
 
-    /// The URL of the server's metrics scraped now.
-    #[must_use]
-    pub fn scraping(&self) -> Option<&str> {
-        self.scraping.as_deref()
-    }
-
-    /// Scrapes `url` from now on instead of what was scraped before (a metrics endpoint found
-    /// after the start).
-    pub fn scrape(&mut self, url: &str) -> Result<(), StepError> {
-        let s = ServerCollector::start(url, self.scrape_every, &self.tls)
-            .map_err(|e| StepError::Scrape(e.to_string()))?;
-        self.scraper = Some(s);
-        self.scraping = Some(url.to_string());
-        Ok(())
+    /// A scraper of `url` (a server's metrics endpoint), every half window (at most 500 ms).
+    pub fn scraper(&self, url: &str) -> Result<ServerCollector, StepError> {
+        ServerCollector::start(url, self.scrape_every, &self.tls)
+            .map_err(|e| StepError::Scrape(format!("{url}: {e}")))
     }
 
     /// Whether the kernel probes are running.
@@ -151,25 +128,10 @@ impl Session {
         self.kernel.is_some()
     }
 
-    /// Whether the server's metrics are scraped.
-    #[must_use]
-    pub fn has_scraper(&self) -> bool {
-        self.scraper.is_some()
-    }
-
     /// NVML's status, in words.
     #[must_use]
     pub fn gpu_status(&self) -> String {
         self.nvml.status().to_string()
-    }
-
-    /// The server processes watched now.
-    #[must_use]
-    pub fn servers(&self) -> Vec<u32> {
-        self.kernel
-            .as_ref()
-            .map(|k| k.options().servers.clone())
-            .unwrap_or_default()
     }
 
     /// Watches `servers` instead of the processes watched now.
@@ -182,25 +144,19 @@ impl Session {
         k.watch(opts).map_err(|e| StepError::Watch(e.to_string()))
     }
 
-    /// Fills `w` from every collector. A part that fails is left out of the window and
-    /// returned; the collectors keep running.
-    pub fn close_window(&mut self, w: &mut Window) -> Vec<StepError> {
+    /// Fills each server's window from the kernel and NVML. A step that fails is left out of
+    /// the windows and returned; the collectors keep running.
+    pub fn close_windows(&mut self, parts: &mut [Part<'_>]) -> Vec<StepError> {
         let mut errors = Vec::new();
         if let Some(k) = self.kernel.as_mut() {
-            if let Err(e) = k.close_window(w) {
+            if let Err(e) = k.close_windows(parts) {
                 errors.push(StepError::Kernel(e.to_string()));
             }
             if let Err(e) = k.prune() {
                 errors.push(StepError::Kernel(e.to_string()));
             }
         }
-        if let Some(s) = self.scraper.as_mut() {
-            s.close_window(w);
-            if let Some(e) = &s.last_error {
-                errors.push(StepError::Scrape(e.clone()));
-            }
-        }
-        self.nvml.close_window(w);
+        self.nvml.close_windows(parts);
         errors
     }
 
@@ -229,22 +185,10 @@ impl Session {
             .unwrap_or_default()
     }
 
-    /// Why the server's metrics are missing now, if they are.
-    #[must_use]
-    pub fn scrape_error(&self) -> Option<String> {
-        self.scraper.as_ref().and_then(|s| s.last_error.clone())
-    }
-
     /// Stops collecting; returns what the kernel saw on the server's connections, to join with
     /// the load generator's records.
     #[must_use]
     pub fn finish(&mut self) -> ServerSide {
-        if let Some(s) = &self.scraper
-            && let Some(e) = &s.last_error
-        {
-            self.missing
-                .push(format!("server metrics: last scrape failed: {e}"));
-        }
         if let Some(k) = self.kernel.as_ref()
             && let Ok(l) = k.losses()
             && l.runq + l.sockets + l.cuda + l.channels > 0
@@ -254,7 +198,6 @@ impl Session {
                 l.runq, l.sockets, l.cuda, l.channels
             ));
         }
-        self.scraper = None;
         self.kernel
             .take()
             .map(|k| ServerSide {

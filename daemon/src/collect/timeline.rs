@@ -199,6 +199,14 @@ pub struct GpuSignals {
     pub xids: u64,
 }
 
+/// One server's share of a closing window: its processes and the window to fill.
+pub struct Part<'a> {
+    /// The server's processes (host pids).
+    pub pids: &'a [u32],
+    /// Its window.
+    pub window: &'a mut Window,
+}
+
 /// Everything known about one window of the watched target.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Window {

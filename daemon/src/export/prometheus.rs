@@ -1,5 +1,8 @@
-//! Prometheus text exposition (format 0.0.4) of the time line: the latest window's gauges, the
-//! running totals of the counters, which probes are attached, and what was dropped where.
+//! Prometheus text exposition (format 0.0.4) of the time lines: each server's latest window's
+//! gauges, the running totals of its counters and its verdict (every series labelled with the
+//! server: `server`, `k8s_pod_name`, `k8s_namespace_name`, `k8s_container_name`), which probes
+//! are attached, and what was dropped where. A family's samples for every server follow its one
+//! `# TYPE` line.
 //!
 //! It is a pure function of plain data so the daemon's `/metrics` handler, a test and a report
 //! can all call it; serving it is the caller's business.
@@ -26,75 +29,116 @@ pub struct DropCounter {
     pub count: u64,
 }
 
-/// Everything one scrape shows.
+/// One server's (or one run's) time line in a scrape.
 #[derive(Debug, Clone, Copy)]
-pub struct Snapshot<'a> {
+pub struct Series<'a> {
     /// The newest closed window, if any.
     pub latest: Option<&'a Window>,
     /// Counter totals over all closed windows.
     pub totals: &'a Totals,
-    /// Labels of every time-line series.
+    /// Labels of its series (the server's identity, on a node).
     pub labels: &'a Labels,
+    /// The newest closed window's verdict, if attribution ran.
+    pub verdict: Option<&'a Verdict>,
+}
+
+/// Everything one scrape shows.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// Each server's time line.
+    pub series: &'a [Series<'a>],
     /// Per-hook attach status.
     pub probes: &'a [HookStatus],
     /// Drop counters.
     pub drops: &'a [DropCounter],
-    /// The newest closed window's verdict, if attribution ran.
-    pub verdict: Option<&'a Verdict>,
+}
+
+/// A family's header once, when it has samples, then the samples.
+struct Family<'o> {
+    out: &'o mut String,
+    name: String,
+    kind: &'static str,
+    help: &'static str,
+    started: bool,
+}
+
+impl Family<'_> {
+    fn sample(&mut self, labels: &[(&str, String)], extra: &[(&str, String)], value: f64) {
+        if !self.started {
+            header(self.out, &self.name, self.kind, self.help);
+            self.started = true;
+        }
+        sample(self.out, &self.name, labels, extra, value);
+    }
+}
+
+fn family<'o>(
+    out: &'o mut String,
+    name: impl Into<String>,
+    kind: &'static str,
+    help: &'static str,
+) -> Family<'o> {
+    Family {
+        out,
+        name: name.into(),
+        kind,
+        help,
+        started: false,
+    }
 }
 
 /// Renders `snap` in the Prometheus text format 0.0.4.
 #[must_use]
 pub fn render(snap: &Snapshot<'_>) -> String {
     let mut out = String::new();
-    let phase = snap.latest.and_then(|w| w.phase.as_deref());
-    let base = snap.labels.pairs(phase);
+    let bases: Vec<Vec<(&'static str, String)>> = snap
+        .series
+        .iter()
+        .map(|s| s.labels.pairs(s.latest.and_then(|w| w.phase.as_deref())))
+        .collect();
 
     for signal in SIGNALS {
         match signal.kind {
             Kind::Counter => {
-                if let Some(total) = snap.totals.get(signal.name) {
-                    let name = format!("{}_total", signal.prom);
-                    header(&mut out, &name, "counter", signal.description);
-                    sample(&mut out, &name, &base, &[], total);
+                let mut f = family(
+                    &mut out,
+                    format!("{}_total", signal.prom),
+                    "counter",
+                    signal.description,
+                );
+                for (s, base) in snap.series.iter().zip(&bases) {
+                    if let Some(total) = s.totals.get(signal.name) {
+                        f.sample(base, &[], total);
+                    }
                 }
             }
             Kind::Gauge => {
-                let Some(window) = snap.latest else { continue };
-                let points = signal.points(window);
-                if points.is_empty() {
-                    continue;
-                }
-                header(&mut out, signal.prom, "gauge", signal.description);
-                for p in points {
-                    let extra: Vec<(&str, String)> =
-                        p.stat.map(|q| ("stat", q.to_owned())).into_iter().collect();
-                    sample(&mut out, signal.prom, &base, &extra, p.value);
+                let mut f = family(&mut out, signal.prom, "gauge", signal.description);
+                for (s, base) in snap.series.iter().zip(&bases) {
+                    let Some(window) = s.latest else { continue };
+                    for p in signal.points(window) {
+                        let extra: Vec<(&str, String)> =
+                            p.stat.map(|q| ("stat", q.to_owned())).into_iter().collect();
+                        f.sample(base, &extra, p.value);
+                    }
                 }
             }
         }
     }
 
-    if let Some(window) = snap.latest {
-        let name = "inferscope_window_start_timestamp_seconds";
-        header(
-            &mut out,
-            name,
-            "gauge",
-            "Start of the newest closed time-line window (Unix time).",
-        );
-        sample(
-            &mut out,
-            name,
-            &base,
-            &[],
-            window.start_unix_ms as f64 / 1000.0,
-        );
+    let mut f = family(
+        &mut out,
+        "inferscope_window_start_timestamp_seconds",
+        "gauge",
+        "Start of the newest closed time-line window (Unix time).",
+    );
+    for (s, base) in snap.series.iter().zip(&bases) {
+        if let Some(window) = s.latest {
+            f.sample(base, &[], window.start_unix_ms as f64 / 1000.0);
+        }
     }
 
-    if let Some(v) = snap.verdict {
-        verdict(&mut out, v);
-    }
+    verdicts(&mut out, snap.series);
 
     if !snap.probes.is_empty() {
         let name = "inferscope_probe_attached";
@@ -132,29 +176,41 @@ pub fn render(snap: &Snapshot<'_>) -> String {
     out
 }
 
-/// `inferscope_verdict{cause}` (1 for the verdict's cause, 0 for the others) and its
-/// confidence. Only the `cause` label: one series per cause, whatever the phase.
-fn verdict(out: &mut String, v: &Verdict) {
-    let name = "inferscope_verdict";
-    header(
+/// Each server's `inferscope_verdict{cause}` (1 for its verdict's cause, 0 for the others) and
+/// its confidence. The server's labels and `cause` only: one series per server and cause,
+/// whatever the phase.
+fn verdicts(out: &mut String, series: &[Series<'_>]) {
+    let labelled: Vec<(Vec<(&'static str, String)>, &Verdict)> = series
+        .iter()
+        .filter_map(|s| {
+            let server = Labels {
+                server: s.labels.server.clone(),
+                ..Labels::default()
+            };
+            Some((server.pairs(None), s.verdict?))
+        })
+        .collect();
+    let mut f = family(
         out,
-        name,
+        "inferscope_verdict",
         "gauge",
         "The newest closed window's verdict: 1 for its cause, 0 for every other cause.",
     );
-    for cause in Cause::ALL {
-        let labels = [("cause", cause.name().to_owned())];
-        let value = if cause == v.cause { 1.0 } else { 0.0 };
-        sample(out, name, &labels, &[], value);
+    for (labels, v) in &labelled {
+        for cause in Cause::ALL {
+            let value = if cause == v.cause { 1.0 } else { 0.0 };
+            f.sample(labels, &[("cause", cause.name().to_owned())], value);
+        }
     }
-    let name = "inferscope_verdict_confidence";
-    header(
+    let mut f = family(
         out,
-        name,
+        "inferscope_verdict_confidence",
         "gauge",
         "Confidence of the newest closed window's verdict, 0..1.",
     );
-    sample(out, name, &[], &[], v.confidence);
+    for (labels, v) in &labelled {
+        f.sample(labels, &[], v.confidence);
+    }
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -176,7 +232,8 @@ fn sample(
     for (k, v) in labels.iter().chain(extra) {
         out.push(if first { '{' } else { ',' });
         first = false;
-        let _ = write!(out, "{k}=\"{}\"", escape_label(v));
+        // OTLP attribute names (`k8s.pod.name`) as Prometheus label names (`k8s_pod_name`).
+        let _ = write!(out, "{}=\"{}\"", k.replace('.', "_"), escape_label(v));
     }
     if !first {
         out.push('}');
@@ -271,21 +328,24 @@ mod tests {
             what: "RUNQ".into(),
             count: 3,
         }];
+        let verdict = Verdict {
+            cause: Cause::KvCache,
+            signature: None,
+            confidence: 0.75,
+            evidence: Vec::new(),
+            contrary: Vec::new(),
+            runners_up: Vec::new(),
+            missing: Vec::new(),
+        };
         let text = render(&Snapshot {
-            latest: Some(&w),
-            totals: &totals,
-            labels: &labels,
+            series: &[Series {
+                latest: Some(&w),
+                totals: &totals,
+                labels: &labels,
+                verdict: Some(&verdict),
+            }],
             probes: &probes,
             drops: &drops,
-            verdict: Some(&Verdict {
-                cause: Cause::KvCache,
-                signature: None,
-                confidence: 0.75,
-                evidence: Vec::new(),
-                contrary: Vec::new(),
-                runners_up: Vec::new(),
-                missing: Vec::new(),
-            }),
         });
         assert!(text.contains("# TYPE inferscope_load_requests_total counter\n"));
         assert!(text.contains(
@@ -307,5 +367,89 @@ mod tests {
         // No GPU evidence: no GPU series at all.
         assert!(!text.contains("inferscope_gpu"));
         assert_eq!(format_value(f64::INFINITY), "+Inf");
+    }
+
+    #[test]
+    fn each_server_s_series_carry_its_identity_under_one_header_per_family() {
+        use crate::collect::identity::{K8sIdentity, ServerIdentity};
+        let w = |requests| Window {
+            start_unix_ms: 1_700_000_000_000,
+            load: Some(LoadSignals {
+                requests,
+                ..LoadSignals::default()
+            }),
+            ..Window::default()
+        };
+        let (wa, wb) = (w(3), w(5));
+        let mut ta = Totals::default();
+        ta.add(&wa);
+        let mut tb = Totals::default();
+        tb.add(&wb);
+        let a = Labels::of_server(&ServerIdentity {
+            server: "pod:u-1".into(),
+            process: None,
+            k8s: Some(K8sIdentity {
+                pod_uid: "u-1".into(),
+                pod_name: Some("vllm-0".into()),
+                namespace: Some("llm".into()),
+                container_name: Some("engine".into()),
+                container_id: "c".into(),
+            }),
+        });
+        let b = Labels::of_server(&ServerIdentity {
+            server: "port:8000".into(),
+            process: Some("sim".into()),
+            k8s: None,
+        });
+        let verdict = |cause| Verdict {
+            cause,
+            signature: None,
+            confidence: 0.5,
+            evidence: Vec::new(),
+            contrary: Vec::new(),
+            runners_up: Vec::new(),
+            missing: Vec::new(),
+        };
+        let (va, vb) = (verdict(Cause::KvCache), verdict(Cause::None));
+        let text = render(&Snapshot {
+            series: &[
+                Series {
+                    latest: Some(&wa),
+                    totals: &ta,
+                    labels: &a,
+                    verdict: Some(&va),
+                },
+                Series {
+                    latest: Some(&wb),
+                    totals: &tb,
+                    labels: &b,
+                    verdict: Some(&vb),
+                },
+            ],
+            probes: &[],
+            drops: &[],
+        });
+        let pod = "server=\"pod:u-1\",k8s_pod_name=\"vllm-0\",k8s_pod_uid=\"u-1\",k8s_namespace_name=\"llm\",k8s_container_name=\"engine\"";
+        assert!(
+            text.contains(&format!("inferscope_load_requests_total{{{pod}}} 3\n")),
+            "{text}"
+        );
+        assert!(text.contains("inferscope_load_requests_total{server=\"port:8000\"} 5\n"));
+        assert!(text.contains(&format!(
+            "inferscope_verdict{{{pod},cause=\"kv_cache\"}} 1\n"
+        )));
+        assert!(text.contains("inferscope_verdict{server=\"port:8000\",cause=\"none\"} 1\n"));
+        assert!(text.contains("inferscope_verdict_confidence{server=\"port:8000\"} 0.5\n"));
+        for family in [
+            "inferscope_load_requests_total",
+            "inferscope_verdict",
+            "inferscope_window_start_timestamp_seconds",
+        ] {
+            assert_eq!(
+                text.matches(&format!("# TYPE {family} ")).count(),
+                1,
+                "{family}"
+            );
+        }
     }
 }

@@ -1,11 +1,14 @@
 //! Phase marks from external load generators (k6, guidellm, locust): "from this instant on, my
-//! run is in phase X". The time line asks [`Marks::phase_at`] for each window so verdicts are
-//! reported per phase of *their* run; the control API writes them.
+//! run is in phase X", for one server or for all. Each server's time line asks
+//! [`Marks::phase_at`] for each window so verdicts are reported per phase of *their* run; the
+//! control API writes them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
+
+use crate::collect::identity::ServerKey;
 
 /// Longest phase or source name accepted.
 pub const MAX_NAME_LEN: usize = 128;
@@ -19,6 +22,18 @@ pub struct Mark {
     pub at_unix_ms: u64,
     /// Who marked it (`k6`, `guidellm`, ...), if said.
     pub source: Option<String>,
+    /// The server whose phase it marks (`port:8000`, `pod:UID`, ...); every server's when
+    /// `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerKey>,
+}
+
+impl Mark {
+    /// Whether it marks `server`'s time line.
+    #[must_use]
+    pub fn applies_to(&self, server: &ServerKey) -> bool {
+        self.server.as_ref().is_none_or(|s| server.answers_to(s))
+    }
 }
 
 /// Why a mark was refused.
@@ -66,16 +81,18 @@ impl Marks {
     }
 
     /// Adds a mark, keeping the list ordered by time (marks may arrive late, with an explicit
-    /// time). A mark at the same instant as an existing one replaces it.
+    /// time). A mark at the same instant for the same server(s) as an existing one replaces it.
     pub fn push(&self, mark: Mark) -> Result<(), MarkError> {
         check("phase", &mark.phase)?;
         if let Some(s) = &mark.source {
             check("source", s)?;
         }
         let mut list = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        match list.binary_search_by_key(&mark.at_unix_ms, |m| m.at_unix_ms) {
-            Ok(i) => list[i] = mark,
-            Err(i) => list.insert(i, mark),
+        let from = list.partition_point(|m| m.at_unix_ms < mark.at_unix_ms);
+        let to = list.partition_point(|m| m.at_unix_ms <= mark.at_unix_ms);
+        match (from..to).find(|&i| list[i].server == mark.server) {
+            Some(i) => list[i] = mark,
+            None => list.insert(to, mark),
         }
         while list.len() > self.capacity {
             list.pop_front();
@@ -83,12 +100,16 @@ impl Marks {
         Ok(())
     }
 
-    /// The phase in force at `unix_ms`: the newest mark at or before it.
+    /// The phase in force for `server` at `unix_ms`: the newest mark at or before it that
+    /// names this server or none.
     #[must_use]
-    pub fn phase_at(&self, unix_ms: u64) -> Option<String> {
+    pub fn phase_at(&self, unix_ms: u64, server: &ServerKey) -> Option<String> {
         let list = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let i = list.partition_point(|m| m.at_unix_ms <= unix_ms);
-        i.checked_sub(1).map(|i| list[i].phase.clone())
+        list.range(..i)
+            .rev()
+            .find(|m| m.applies_to(server))
+            .map(|m| m.phase.clone())
     }
 
     /// All marks, oldest first.
@@ -112,21 +133,60 @@ mod tests {
             phase: phase.into(),
             at_unix_ms: at,
             source: Some("k6".into()),
+            server: None,
         }
     }
 
     #[test]
     fn phase_is_the_latest_mark_at_or_before() {
         let m = Marks::new(10);
+        let any = ServerKey::Target;
         m.push(mark("peak", 2000)).unwrap();
         m.push(mark("baseline", 1000)).unwrap(); // late, but ordered by time
-        assert_eq!(m.phase_at(999), None);
-        assert_eq!(m.phase_at(1000).as_deref(), Some("baseline"));
-        assert_eq!(m.phase_at(1999).as_deref(), Some("baseline"));
-        assert_eq!(m.phase_at(5000).as_deref(), Some("peak"));
+        assert_eq!(m.phase_at(999, &any), None);
+        assert_eq!(m.phase_at(1000, &any).as_deref(), Some("baseline"));
+        assert_eq!(m.phase_at(1999, &any).as_deref(), Some("baseline"));
+        assert_eq!(m.phase_at(5000, &any).as_deref(), Some("peak"));
         m.push(mark("chaos", 2000)).unwrap();
-        assert_eq!(m.phase_at(2000).as_deref(), Some("chaos"));
+        assert_eq!(m.phase_at(2000, &any).as_deref(), Some("chaos"));
         assert_eq!(m.list().len(), 2);
+    }
+
+    #[test]
+    fn a_mark_may_name_one_server() {
+        let m = Marks::new(10);
+        let a = ServerKey::Process(1);
+        let b: ServerKey = "port:8000@netns:7".parse().unwrap();
+        m.push(mark("baseline", 1000)).unwrap();
+        m.push(Mark {
+            server: Some(b.clone()),
+            ..mark("peak", 2000)
+        })
+        .unwrap();
+        // The same instant for another server is another mark.
+        m.push(Mark {
+            server: Some(a.clone()),
+            ..mark("drain", 2000)
+        })
+        .unwrap();
+        assert_eq!(m.list().len(), 3);
+        assert_eq!(m.phase_at(2500, &b).as_deref(), Some("peak"));
+        assert_eq!(m.phase_at(2500, &a).as_deref(), Some("drain"));
+        assert_eq!(
+            m.phase_at(2500, &ServerKey::Process(2)).as_deref(),
+            Some("baseline")
+        );
+        let peak = m.list().into_iter().find(|m| m.phase == "peak").unwrap();
+        let json = serde_json::to_string(&peak).unwrap();
+        assert!(json.contains("\"server\":\"port:8000@netns:7\""), "{json}");
+        let back: Mark = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.server, Some(b));
+        assert!(
+            serde_json::from_str::<Mark>(
+                r#"{"phase":"x","at_unix_ms":1,"source":null,"server":"nope"}"#
+            )
+            .is_err()
+        );
     }
 
     #[test]

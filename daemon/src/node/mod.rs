@@ -1,7 +1,14 @@
-//! The one collection pipeline: [`Node`] starts the collectors, closes a window every window
-//! length, labels it with the phase an external generator marked, attributes it as it closes,
-//! and owns the time line. Readers (the HTTP routes, a finished `stress --explain` run) ask it
-//! over a channel through a [`NodeHandle`]; nothing else holds the time line.
+//! The one collection pipeline: [`Node`] starts the collectors, splits what they see by server
+//! (a pod, a container, a listening process: [`Grouping`]), closes a window of every server's
+//! own time line every window length, labels it with the phase an external generator marked,
+//! attributes it as it closes against that server's own baseline, and owns the time lines.
+//! Readers (the HTTP routes, a finished `stress --explain` run) ask it over a channel through
+//! a [`NodeHandle`]; nothing else holds a time line.
+//!
+//! Memory: a server's time line keeps [`NodeOptions::keep`] windows and their verdicts, all
+//! servers together [`NodeOptions::max_windows`] (each its share), and at most
+//! [`NodeOptions::max_servers`] servers are kept, live or gone (the daemon: 3600 windows per
+//! server, 14,400 in all, about 72 MiB; 16 servers).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -17,61 +24,94 @@
 //!     window: Duration::from_secs(1),
 //! }));
 //! let task = tokio::spawn(node.run(tokio::time::sleep(Duration::from_secs(10))));
-//! let recent = handle.verdicts(10).await.unwrap();
+//! let recent = handle.verdicts(10, None).await.unwrap();
 //! let finished = task.await.unwrap();
 //! # let _ = (recent, finished);
 //! # }
 //! ```
 
+mod line;
 pub mod marks;
 mod query;
+mod servers;
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, BTreeSet},
     future::Future,
     pin::Pin,
     time::{Duration, Instant},
 };
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-pub use query::{Latest, NodeGone, NodeHandle, NodeStatus, SelectError, Selected, Selection};
+pub use query::{
+    Latest, NodeGone, NodeHandle, NodeStatus, SelectError, Selected, Selection, ServerLatest,
+    ServerStatus,
+};
 
 use crate::{
-    attribute::{WindowVerdict, rolling},
+    attribute::WindowVerdict,
     collect::{
-        catalog::Totals,
-        session::{ServerSide, Session, SessionOptions},
-        timeline::{Timeline, Window},
+        cgroup::Container,
+        identity::{K8sIdentity, ServerIdentity, ServerKey},
+        session::{ServerSide, Session, SessionOptions, StepError},
+        timeline::{Part, Timeline, Window},
     },
 };
 
+use line::Line;
 use marks::Marks;
-
-/// Windows whose phase is taken from the marks again at every tick, so a mark posted up to this
-/// many windows late (with its own `at`) still labels them.
-const RELABEL_WINDOWS: usize = 60;
 
 /// Finds the server processes to watch now (the daemon's `--port`/`--name`/`--pid`).
 pub type Discover = Box<dyn FnMut() -> Vec<u32> + Send>;
 
-/// Called with every closed window and its verdict (e.g. the OTLP export).
-pub type Observer = Box<dyn FnMut(&Window, &WindowVerdict) + Send>;
+/// Called with every closed window of every server, its verdict and the server's identity
+/// (e.g. the OTLP export, trigger rules).
+pub type Observer = Box<dyn FnMut(&ServerIdentity, &Window, &WindowVerdict) + Send>;
 
-/// Finds the metrics endpoint of the server processes watched (the daemon without
-/// `--metrics-url`): asked at the start and whenever the set changes; the URL it answers with
-/// is scraped from then on.
+/// Finds the metrics endpoint of one server's processes (the daemon without `--metrics-url`):
+/// asked for each server when it is found and when its processes change; the URL it answers
+/// with is scraped into that server's time line from then on.
 pub type FindMetrics =
     Box<dyn FnMut(Vec<u32>) -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send>;
+
+/// Names a pod's container (the pod list of the node, when it can be read).
+pub type NamePods = Box<dyn FnMut(&Container) -> Option<K8sIdentity> + Send>;
+
+/// How the watched processes are split into servers, each with its own time line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    /// Every watched process is one server, the run's target (`stress --explain`).
+    Target,
+    /// Each pod, container, listener or lone process is a server (the daemon;
+    /// [`identity::Place::key`]).
+    PerServer,
+}
+
+/// Servers kept at most by default (with their time lines); see [`NodeOptions::max_servers`].
+pub const MAX_SERVERS: usize = 16;
+
+/// Windows kept by default over all servers together; see [`NodeOptions::max_windows`]. A
+/// window with its verdict takes about 5 KiB (measured: 3600 daemon windows with their
+/// verdicts, 18 MiB of RSS), so about 72 MiB at most.
+pub const MAX_WINDOWS: usize = 4 * 3600;
 
 /// How the node runs.
 pub struct NodeOptions {
     /// What to collect.
     pub session: SessionOptions,
-    /// Windows kept; older ones are dropped.
+    /// How the processes are split into servers.
+    pub grouping: Grouping,
+    /// Windows kept per server; older ones are dropped.
     pub keep: usize,
+    /// Windows kept over all servers together: with `n` servers each keeps at most
+    /// `max_windows / n` (and `keep`).
+    pub max_windows: usize,
+    /// Servers kept at most, live or gone: a new server past it replaces the one gone longest,
+    /// or is not watched (and logged) while all are live.
+    pub max_servers: usize,
     /// Phase marks from external load generators; each window takes the phase in force at
-    /// its start.
+    /// its start (for its server).
     pub marks: Option<Marks>,
     /// Re-discovers the servers every `rediscover_every` windows.
     pub discover: Option<Discover>,
@@ -82,84 +122,88 @@ pub struct NodeOptions {
     pub keep_joins: bool,
     /// Called as each window closes.
     pub observers: Vec<Observer>,
-    /// Finds the servers' metrics endpoint when `session.metrics_url` names none.
+    /// Finds a server's metrics endpoint when `session.metrics_url` is not its own.
     pub find_metrics: Option<FindMetrics>,
+    /// Names pods' containers; without it they are named by their UIDs.
+    pub name_pods: Option<NamePods>,
 }
 
 impl NodeOptions {
-    /// Defaults: keep 3600 windows, no marks, no discovery, keep joins.
+    /// Defaults: one target, keep 3600 windows, [`MAX_WINDOWS`] in all, [`MAX_SERVERS`], no
+    /// marks, no discovery, keep joins.
     #[must_use]
     pub fn new(session: SessionOptions) -> Self {
         Self {
             session,
+            grouping: Grouping::Target,
             keep: 3600,
+            max_windows: MAX_WINDOWS,
+            max_servers: MAX_SERVERS,
             marks: None,
             discover: None,
             rediscover_every: 10,
             keep_joins: true,
             observers: Vec::new(),
             find_metrics: None,
+            name_pods: None,
         }
     }
 }
 
 /// What a node leaves when it stops.
 pub struct Finished {
-    /// The time line (the kept windows).
+    /// The time line of the first server (the target, with [`Grouping::Target`]).
     pub timeline: Timeline,
-    /// The verdict of each kept window, as it closed.
+    /// The verdict of each of its kept windows, as it closed.
     pub verdicts: Vec<WindowVerdict>,
-    /// The kernel's view of the server's connections, for joins.
+    /// The kernel's view of the servers' connections, for joins.
     pub server_side: ServerSide,
     /// Evidence that was missing and why.
     pub missing: Vec<String>,
+    /// Servers that had a time line when it stopped.
+    pub servers: usize,
 }
 
-/// The collectors and the time line they fill; see the module docs.
+/// The collectors and the servers' time lines they fill; see the module docs.
 pub struct Node {
     session: Session,
-    timeline: Timeline,
-    verdicts: VecDeque<WindowVerdict>,
+    /// One time line per server.
+    lines: BTreeMap<ServerKey, Line>,
     /// Windows closed so far.
     closed: u64,
     /// Start of the first window, Unix ms.
     origin_unix_ms: u64,
     last_tick: Instant,
     opts: NodeOptions,
-    totals: Totals,
     /// Failed steps of the window loop, by step.
     step_errors: BTreeMap<&'static str, u64>,
     last_step_error: Option<String>,
+    /// Servers found but not watched (the cap was reached), said once each.
+    refused: BTreeSet<ServerKey>,
     rx: mpsc::Receiver<query::Query>,
-    /// The answer of [`NodeOptions::find_metrics`] asked last, until it comes.
-    finding: Option<oneshot::Receiver<Option<String>>>,
 }
 
 impl Node {
-    /// Starts the collectors (needs a tokio runtime); the time line starts now.
+    /// Starts the collectors (needs a tokio runtime); the time lines start now.
     #[must_use]
     pub fn start(opts: NodeOptions) -> (Self, NodeHandle) {
         let session = Session::start(&opts.session);
         let (tx, rx) = mpsc::channel(16);
-        let len = opts.session.window.as_millis().max(1) as u64;
         let origin_unix_ms = crate::clock::unix_ms();
-        let node = Self {
+        let servers = opts.session.servers.clone();
+        let mut node = Self {
             session,
-            timeline: Timeline::new(origin_unix_ms, len),
-            verdicts: VecDeque::new(),
+            lines: BTreeMap::new(),
             closed: 0,
             origin_unix_ms,
             last_tick: Instant::now(),
             opts,
-            totals: Totals::default(),
             step_errors: BTreeMap::new(),
             last_step_error: None,
+            refused: BTreeSet::new(),
             rx,
-            finding: None,
         };
-        let mut node = node;
-        let servers = node.session.servers();
-        node.find_metrics(servers);
+        node.regroup(&servers);
         (node, NodeHandle::new(tx))
     }
 
@@ -173,6 +217,10 @@ impl Node {
     #[must_use]
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    fn len_ms(&self) -> u64 {
+        self.opts.session.window.as_millis().max(1) as u64
     }
 
     /// Closes a window every window length and answers readers until `shutdown` completes;
@@ -190,18 +238,32 @@ impl Node {
             }
         }
         self.close_tail();
+        for line in self.lines.values() {
+            if let Some(e) = &line.scrape_error {
+                self.session.missing.push(match line.key {
+                    ServerKey::Target => format!("server metrics: last scrape failed: {e}"),
+                    ref k => format!("server metrics of {k}: last scrape failed: {e}"),
+                });
+            }
+        }
         let server_side = self.session.finish();
+        let servers = self.lines.len();
+        let (timeline, verdicts) = self.lines.into_values().next().map_or_else(
+            || (Timeline::new(self.origin_unix_ms, 1), Vec::new()),
+            |l| (l.timeline, l.verdicts.into()),
+        );
         Finished {
-            timeline: self.timeline,
-            verdicts: self.verdicts.into(),
+            timeline,
+            verdicts,
             server_side,
             missing: self.session.missing,
+            servers,
         }
     }
 
-    /// Closes the next window. Counted, not read from the clock: a tick a millisecond early or
-    /// late must neither close one window twice nor skip one (an empty window reads as missing
-    /// evidence).
+    /// Closes the next window of every live server. Counted, not read from the clock: a tick
+    /// a millisecond early or late must neither close one window twice nor skip one (an
+    /// empty window reads as missing evidence).
     fn tick(&mut self) {
         self.closed += 1;
         self.last_tick = Instant::now();
@@ -211,219 +273,83 @@ impl Node {
             && let Some(discover) = self.opts.discover.as_mut()
         {
             let now = discover();
-            let was = self.session.servers();
-            if now != was {
-                let pids = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-                tracing::info!(
-                    servers = pids(&now),
-                    was = pids(&was),
-                    "the server processes changed; watching the new set"
-                );
-                if let Err(e) = self.session.watch(now.clone()) {
-                    self.count(&e);
-                }
-                self.find_metrics(now);
-            }
+            self.regroup(&now);
         }
         self.take_found_metrics();
-        let t = &mut self.timeline;
-        // From the first origin: `retain_last` moves the time line's own origin forward.
-        let at = self.origin_unix_ms + (self.closed - 1) * t.len_ms + t.len_ms / 2;
-        t.at(at);
-        if let Some(m) = &self.opts.marks {
-            // A mark may arrive late with an explicit `at`: the recent windows take the phase
-            // in force at their start again.
-            let n = t.windows.len();
-            for w in &mut t.windows[n.saturating_sub(RELABEL_WINDOWS)..] {
-                w.phase = m.phase_at(w.start_unix_ms);
+        let len_ms = self.len_ms();
+        // From the first origin: `retain_last` moves a time line's own origin forward.
+        let at = self.origin_unix_ms + (self.closed - 1) * len_ms + len_ms / 2;
+        let marks = self.opts.marks.as_ref();
+        let live = |l: &&mut Line| l.gone_at.is_none();
+        for l in self.lines.values_mut().filter(live) {
+            l.open(at, marks);
+        }
+        let mut parts: Vec<Part<'_>> = self
+            .lines
+            .values_mut()
+            .filter(live)
+            .map(|l| Part {
+                pids: &l.pids,
+                window: l.timeline.at(at),
+            })
+            .collect();
+        let errors = self.session.close_windows(&mut parts);
+        drop(parts);
+        let mut scrape_errors = Vec::new();
+        for l in self.lines.values_mut().filter(|l| l.gone_at.is_none()) {
+            if let Some(e) = l.scrape_into(at) {
+                scrape_errors.push(StepError::Scrape(format!("{}: {e}", l.key)));
             }
         }
-        let w = t.at(at);
-        let errors = self.session.close_window(w);
-        self.totals.add(w);
-        for e in &errors {
+        for e in errors.iter().chain(&scrape_errors) {
             self.count(e);
         }
         if !self.opts.keep_joins {
             self.session.forget_joins();
         }
-        let index = self.timeline.index(at);
-        let Some(v) = rolling::verdict_at(&self.timeline, index) else {
-            return;
-        };
-        let w = &self.timeline.windows[index];
-        for o in &mut self.opts.observers {
-            o(w, &v);
-        }
-        // Windows `at` created for a skipped tick get no verdict; the list follows the windows.
-        while self.verdicts.len() + 1 < self.timeline.windows.len() {
-            let i = self.verdicts.len();
-            let skipped = rolling::verdict_at(&self.timeline, i);
-            self.verdicts.extend(skipped);
-        }
-        self.verdicts.push_back(v);
-        let keep = self.opts.keep.max(1);
-        self.timeline.retain_last(keep);
-        while self.verdicts.len() > self.timeline.windows.len() {
-            self.verdicts.pop_front();
-        }
-        // Verdict indices follow the kept windows.
-        for (i, v) in self.verdicts.iter_mut().enumerate() {
-            v.index = i;
-        }
-    }
-
-    /// Asks [`NodeOptions::find_metrics`] (when set and no URL was given) where `servers`
-    /// export their metrics; the answer is taken at a later tick.
-    fn find_metrics(&mut self, servers: Vec<u32>) {
-        if self.opts.session.metrics_url.is_some() || servers.is_empty() {
-            return;
-        }
-        let Some(find) = self.opts.find_metrics.as_mut() else {
-            return;
-        };
-        let (tx, rx) = oneshot::channel();
-        let fut = find(servers);
-        tokio::spawn(async move {
-            let _ = tx.send(fut.await);
-        });
-        self.finding = Some(rx);
-    }
-
-    /// Scrapes the URL [`Node::find_metrics`] found, once it is known.
-    fn take_found_metrics(&mut self) {
-        let Some(rx) = self.finding.as_mut() else {
-            return;
-        };
-        match rx.try_recv() {
-            Err(oneshot::error::TryRecvError::Empty) => {}
-            Err(oneshot::error::TryRecvError::Closed) | Ok(None) => self.finding = None,
-            Ok(Some(url)) => {
-                self.finding = None;
-                if self.session.scraping() != Some(url.as_str()) {
-                    tracing::info!("scraping {url}");
-                    if let Err(e) = self.session.scrape(&url) {
-                        self.count(&e);
-                    }
-                }
+        let keep = self.keep();
+        for l in self.lines.values_mut() {
+            if l.gone_at.is_some() {
+                l.trim(keep);
+                continue;
+            }
+            let Some((index, v)) = l.close(at, keep) else {
+                continue;
+            };
+            let w = &l.timeline.windows[index];
+            for o in &mut self.opts.observers {
+                o(&l.identity, w, &v);
             }
         }
     }
 
     /// Counts a failed step and logs it when its message changes (a server that is down
     /// fails every scrape; one line says so).
-    fn count(&mut self, e: &crate::collect::session::StepError) {
+    fn count(&mut self, e: &StepError) {
         *self.step_errors.entry(e.step()).or_default() += 1;
         let msg = e.to_string();
         if self.last_step_error.as_ref() != Some(&msg) {
             tracing::warn!("window {}: {msg}; collection goes on", self.closed);
-            if matches!(e, crate::collect::session::StepError::Kernel(_)) {
+            if matches!(e, StepError::Kernel(_)) {
                 self.session.missing.push(msg.clone());
             }
             self.last_step_error = Some(msg);
         }
     }
 
+    /// Windows each server keeps now: [`NodeOptions::keep`], within its share of
+    /// [`NodeOptions::max_windows`].
+    fn keep(&self) -> usize {
+        let share = self.opts.max_windows / self.lines.len().max(1);
+        self.opts.keep.min(share).max(1)
+    }
+
     fn close_tail(&mut self) {
-        if self.last_tick.elapsed() * 2 >= Duration::from_millis(self.timeline.len_ms) {
+        if self.last_tick.elapsed() * 2 >= Duration::from_millis(self.len_ms()) {
             self.tick();
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::marks::Mark;
-    use super::*;
-    use crate::attribute::Cause;
-
-    /// A node without collectors (no server, no metrics URL): windows are closed empty.
-    fn node(marks: Marks, keep: usize) -> (Node, NodeHandle) {
-        let mut opts = NodeOptions::new(SessionOptions {
-            servers: Vec::new(),
-            loadgen: None,
-            cuda_targets: Vec::new(),
-            kernel_without_servers: false,
-            metrics_url: None,
-            tls: crate::tls::TlsOptions::default(),
-            window: Duration::from_millis(100),
-        });
-        opts.marks = Some(marks);
-        opts.keep = keep;
-        Node::start(opts)
-    }
-
-    fn mark(phase: &str, at_unix_ms: u64) -> Mark {
-        Mark {
-            phase: phase.into(),
-            at_unix_ms,
-            source: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn windows_close_in_order_with_verdicts_phases_and_a_bound() {
-        let marks = Marks::default();
-        let (mut n, _handle) = node(marks.clone(), 4);
-        let origin = n.timeline.origin_unix_ms;
-        marks.push(mark("baseline", origin)).unwrap();
-        for _ in 0..3 {
-            n.tick();
-        }
-        // Posted late, for the third window on: the recent windows are labelled again.
-        marks.push(mark("peak", origin + 200)).unwrap();
-        for _ in 0..3 {
-            n.tick();
-        }
-        assert_eq!(n.closed, 6);
-        let starts: Vec<u64> = n.timeline.windows.iter().map(|w| w.start_unix_ms).collect();
-        assert_eq!(
-            starts,
-            [200, 300, 400, 500].map(|d| origin + d),
-            "kept the newest 4"
-        );
-        let phases: Vec<Option<&str>> = n
-            .timeline
-            .windows
-            .iter()
-            .map(|w| w.phase.as_deref())
-            .collect();
-        assert_eq!(phases, [Some("peak"); 4]);
-        assert_eq!(n.verdicts.len(), 4);
-        for (i, v) in n.verdicts.iter().enumerate() {
-            assert_eq!(v.index, i);
-            assert_eq!(v.start_unix_ms, starts[i]);
-            // Empty windows: no latency rose, nothing named.
-            assert_eq!(v.verdict.cause, Cause::None);
-        }
-        assert!(n.missing().iter().any(|m| m.contains("no server process")));
-    }
-
-    // Paused time: the node's window timer advances as the test sleeps, without waiting.
-    #[tokio::test(start_paused = true)]
-    async fn readers_ask_the_running_node_and_get_its_time_line() {
-        let (n, handle) = node(Marks::default(), 100);
-        let stop = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn(n.run(stop.clone().cancelled_owned()));
-        tokio::time::sleep(Duration::from_millis(350)).await;
-        let latest = handle.latest().await.unwrap();
-        assert!(latest.window.is_some() && latest.verdict.is_some());
-        let status = handle.status(true).await.unwrap();
-        assert!(status.windows_closed >= 2, "{}", status.windows_closed);
-        assert_eq!(
-            status.timeline.unwrap().windows.len() as u64,
-            status.windows_closed
-        );
-        assert_eq!(handle.verdicts(2).await.unwrap().len(), 2);
-        let e = handle
-            .select(Selection::Phase("peak".into()))
-            .await
-            .unwrap()
-            .unwrap_err();
-        assert!(e.to_string().contains("POST /api/v1/marks"), "{e}");
-        stop.cancel();
-        let finished = task.await.unwrap();
-        assert_eq!(finished.verdicts.len(), finished.timeline.windows.len());
-        assert_eq!(handle.latest().await.unwrap_err(), NodeGone);
-    }
-}
+mod tests;

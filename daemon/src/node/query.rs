@@ -1,16 +1,17 @@
 //! Readers of a running [`Node`]: they send a question over its channel and get an answer
-//! between two windows. The node owns the time line; answers are copies.
+//! between two windows. The node owns the servers' time lines; answers are copies.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use super::Node;
+use super::{Node, line::Line};
 use crate::{
     attribute::{WindowVerdict, baseline::is_baseline_name},
     collect::{
         catalog::Totals,
+        identity::{ServerIdentity, ServerKey},
         kernel::Losses,
         procfs::{self, ProcessInfo},
         timeline::{Timeline, Window},
@@ -24,37 +25,64 @@ use crate::{
 pub struct NodeGone;
 
 /// What the processes, probes and collectors are doing (`GET /api/v1/timeline` without the
-/// time line).
+/// time lines).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct NodeStatus {
-    /// The watched processes.
+    /// The watched processes, of every server.
     pub processes: Vec<ProcessInfo>,
+    /// The servers with a time line, live or gone.
+    pub servers: Vec<ServerStatus>,
     /// Every hook and whether it is attached.
     pub hooks: Vec<HookStatus>,
     /// What could not be recorded, kernel and userspace.
     pub losses: Losses,
-    /// Why the server's metrics are missing, if they are.
-    pub scrape_error: Option<String>,
     /// Failed steps of the window loop since start, by step (`kernel`, `watch`, `scrape`).
     pub step_errors: BTreeMap<&'static str, u64>,
     /// Evidence missing and why.
     pub missing: Vec<String>,
     /// Windows closed since start.
     pub windows_closed: u64,
+}
+
+/// One server: who it is, what is collected of it, and its time line when asked for.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerStatus {
+    /// Who it is.
+    #[serde(flatten)]
+    pub identity: ServerIdentity,
+    /// Its processes now (empty once gone).
+    pub pids: Vec<u32>,
+    /// Whether its processes are gone (its time line is kept for reports).
+    pub gone: bool,
+    /// Its metrics endpoint, when one is scraped.
+    pub metrics_url: Option<String>,
+    /// Why its metrics are missing, if they are.
+    pub scrape_error: Option<String>,
+    /// Windows kept.
+    pub windows: usize,
     /// The time line, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
 }
 
-/// The newest window with its verdict, and the counters since start: one `/metrics` scrape.
-#[derive(Debug, Clone, Default)]
-pub struct Latest {
+/// One live server's newest window with its verdict, and its counters since start.
+#[derive(Debug, Clone)]
+pub struct ServerLatest {
+    /// Who it is.
+    pub identity: ServerIdentity,
     /// The newest closed window.
     pub window: Option<Window>,
     /// Its verdict.
     pub verdict: Option<WindowVerdict>,
     /// Counter totals over every closed window.
     pub totals: Totals,
+}
+
+/// Every live server's newest window and the node's status: one `/metrics` scrape.
+#[derive(Debug, Clone, Default)]
+pub struct Latest {
+    /// The live servers, by key.
+    pub servers: Vec<ServerLatest>,
     /// The node's status.
     pub status: NodeStatus,
 }
@@ -76,6 +104,8 @@ pub enum Selection {
 /// The windows a report covers, with the reference it needs.
 #[derive(Debug, Clone)]
 pub struct Selected {
+    /// The server whose windows they are.
+    pub server: ServerIdentity,
     /// The marked `baseline` phase's windows (unless selected anyway), then the selected ones,
     /// in time order: attribution compares against the baseline as `stress --explain` does.
     pub timeline: Timeline,
@@ -88,6 +118,20 @@ pub struct Selected {
 /// Why a selection is empty.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectError {
+    /// No server has that key.
+    #[error("no server {asked}; servers: {known}")]
+    NoServer {
+        /// The server asked for.
+        asked: String,
+        /// The servers there are, comma-separated.
+        known: String,
+    },
+    /// Several servers have windows of the selection and none was named.
+    #[error("several servers have these windows: give ?server= one of {servers}")]
+    Ambiguous {
+        /// Those servers, comma-separated.
+        servers: String,
+    },
     /// No kept window has that phase.
     #[error("no window of phase {phase:?} is kept; phases on the time line: {known}")]
     NoPhase {
@@ -108,11 +152,22 @@ pub enum SelectError {
     },
 }
 
+/// One server's verdict of one window, with the window.
+pub type ServerVerdict = (ServerIdentity, WindowVerdict, Window);
+
 pub(super) enum Query {
     Status(bool, oneshot::Sender<NodeStatus>),
     Latest(oneshot::Sender<Latest>),
-    Verdicts(usize, oneshot::Sender<Vec<(WindowVerdict, Window)>>),
-    Select(Selection, oneshot::Sender<Result<Selected, SelectError>>),
+    Verdicts(
+        usize,
+        Option<ServerKey>,
+        oneshot::Sender<Vec<ServerVerdict>>,
+    ),
+    Select(
+        Selection,
+        Option<ServerKey>,
+        oneshot::Sender<Result<Selected, SelectError>>,
+    ),
 }
 
 /// Asks a running [`Node`]. Cheap to clone.
@@ -132,27 +187,35 @@ impl NodeHandle {
         rx.await.map_err(|_| NodeGone)
     }
 
-    /// The processes, probes and collectors; with the whole time line when `timeline`.
+    /// The processes, probes, collectors and servers; with their whole time lines when
+    /// `timeline`.
     pub async fn status(&self, timeline: bool) -> Result<NodeStatus, NodeGone> {
         self.ask(|tx| Query::Status(timeline, tx)).await
     }
 
-    /// The newest window, its verdict and the totals.
+    /// Every live server's newest window, its verdict and its totals.
     pub async fn latest(&self) -> Result<Latest, NodeGone> {
         self.ask(Query::Latest).await
     }
 
-    /// The newest `limit` verdicts with their windows, oldest first.
-    pub async fn verdicts(&self, limit: usize) -> Result<Vec<(WindowVerdict, Window)>, NodeGone> {
-        self.ask(|tx| Query::Verdicts(limit, tx)).await
+    /// The newest `limit` verdicts of each server (of `server` only, when given) with their
+    /// windows, server by server, oldest first.
+    pub async fn verdicts(
+        &self,
+        limit: usize,
+        server: Option<ServerKey>,
+    ) -> Result<Vec<ServerVerdict>, NodeGone> {
+        self.ask(|tx| Query::Verdicts(limit, server, tx)).await
     }
 
-    /// The windows of `selection`, with the baseline they are compared against.
+    /// The windows of `selection` on `server`'s time line (without one: on the one server
+    /// that has such windows), with the baseline they are compared against.
     pub async fn select(
         &self,
         selection: Selection,
+        server: Option<ServerKey>,
     ) -> Result<Result<Selected, SelectError>, NodeGone> {
-        self.ask(|tx| Query::Select(selection, tx)).await
+        self.ask(|tx| Query::Select(selection, server, tx)).await
     }
 }
 
@@ -164,58 +227,141 @@ impl Node {
                 let _ = tx.send(self.status(with_timeline));
             }
             Query::Latest(tx) => {
+                let servers = self
+                    .lines
+                    .values()
+                    .filter(|l| l.gone_at.is_none())
+                    .map(|l| ServerLatest {
+                        identity: l.identity.clone(),
+                        window: l.timeline.windows.last().cloned(),
+                        verdict: l.verdicts.back().cloned(),
+                        totals: l.totals.clone(),
+                    })
+                    .collect();
                 let _ = tx.send(Latest {
-                    window: self.timeline.windows.last().cloned(),
-                    verdict: self.verdicts.back().cloned(),
-                    totals: self.totals.clone(),
+                    servers,
                     status: self.status(false),
                 });
             }
-            Query::Verdicts(limit, tx) => {
-                let n = self.verdicts.len();
-                let out = self
-                    .verdicts
-                    .iter()
-                    .skip(n.saturating_sub(limit))
-                    .filter_map(|v| Some((v.clone(), self.timeline.windows.get(v.index)?.clone())))
-                    .collect();
+            Query::Verdicts(limit, server, tx) => {
+                let mut out = Vec::new();
+                for l in self.lines.values() {
+                    if server.as_ref().is_some_and(|s| !l.key.answers_to(s)) {
+                        continue;
+                    }
+                    let n = l.verdicts.len();
+                    out.extend(
+                        l.verdicts
+                            .iter()
+                            .skip(n.saturating_sub(limit))
+                            .filter_map(|v| {
+                                let w = l.timeline.windows.get(v.index)?.clone();
+                                Some((l.identity.clone(), v.clone(), w))
+                            }),
+                    );
+                }
                 let _ = tx.send(out);
             }
-            Query::Select(s, tx) => {
-                let _ = tx.send(self.select(&s));
+            Query::Select(s, server, tx) => {
+                let _ = tx.send(self.select(&s, server.as_ref()));
             }
         }
     }
 
     fn status(&self, with_timeline: bool) -> NodeStatus {
         NodeStatus {
-            processes: self
-                .session
-                .servers()
-                .into_iter()
-                .map(procfs::identity)
+            processes: self.watched().into_iter().map(procfs::identity).collect(),
+            servers: self
+                .lines
+                .values()
+                .map(|l| ServerStatus {
+                    identity: l.identity.clone(),
+                    pids: l.pids.clone(),
+                    gone: l.gone_at.is_some(),
+                    metrics_url: l.scraper.as_ref().map(|(u, _)| u.clone()),
+                    scrape_error: l.scrape_error.clone(),
+                    windows: l.timeline.windows.len(),
+                    timeline: with_timeline.then(|| l.timeline.clone()),
+                })
                 .collect(),
             hooks: self.session.hooks(),
             losses: self.session.losses(),
-            scrape_error: self.session.scrape_error(),
             step_errors: self.step_errors.clone(),
             missing: self.session.missing.clone(),
             windows_closed: self.closed,
-            timeline: with_timeline.then(|| self.timeline.clone()),
         }
     }
 
-    fn select(&self, s: &Selection) -> Result<Selected, SelectError> {
-        select(&self.timeline, s).map(|(timeline, span_unix_ms)| Selected {
-            timeline,
-            span_unix_ms,
-            missing: self.session.missing.clone(),
-        })
+    pub(super) fn select(
+        &self,
+        s: &Selection,
+        server: Option<&ServerKey>,
+    ) -> Result<Selected, SelectError> {
+        let known = || {
+            let k: Vec<String> = self.lines.keys().map(ToString::to_string).collect();
+            if k.is_empty() {
+                "none yet".to_owned()
+            } else {
+                k.join(", ")
+            }
+        };
+        let candidates: Vec<&Line> = match server {
+            Some(asked) => {
+                let l: Vec<&Line> = self
+                    .lines
+                    .values()
+                    .filter(|l| l.key.answers_to(asked))
+                    .collect();
+                if l.is_empty() {
+                    return Err(SelectError::NoServer {
+                        asked: asked.to_string(),
+                        known: known(),
+                    });
+                }
+                l
+            }
+            None => self.lines.values().collect(),
+        };
+        let mut found: Vec<(&Line, Spanned)> = Vec::new();
+        let mut first_error = None;
+        for l in &candidates {
+            match select(&l.timeline, s) {
+                Ok(sel) => found.push((l, sel)),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match found.len() {
+            0 => Err(first_error.unwrap_or(SelectError::NoServer {
+                asked: "with windows".to_owned(),
+                known: known(),
+            })),
+            1 => {
+                let (l, (timeline, span_unix_ms)) = found.remove(0);
+                Ok(Selected {
+                    server: l.identity.clone(),
+                    timeline,
+                    span_unix_ms,
+                    missing: self.session.missing.clone(),
+                })
+            }
+            _ => Err(SelectError::Ambiguous {
+                servers: found
+                    .iter()
+                    .map(|(l, _)| l.key.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
     }
 }
 
+/// A selection's windows with the span of the selected ones, Unix ms.
+type Spanned = (Timeline, (u64, u64));
+
 /// The windows of `s` in `t`, after the marked baseline's windows when those are not selected.
-fn select(t: &Timeline, s: &Selection) -> Result<(Timeline, (u64, u64)), SelectError> {
+fn select(t: &Timeline, s: &Selection) -> Result<Spanned, SelectError> {
     let ws = &t.windows;
     let chosen: Vec<usize> = (0..ws.len())
         .filter(|&i| match s {

@@ -6,8 +6,10 @@
 //!   stderr kept (its last [`STDERR_TAIL`] bytes go into the outcome). The environment adds
 //!   `INFERSCOPE_TRIGGER` (the rule), `INFERSCOPE_VERDICT` and `INFERSCOPE_VERDICT_CONFIDENCE`,
 //!   `INFERSCOPE_WINDOW_START_UNIX_MS`, `INFERSCOPE_METRIC_<NAME>` for each metric the rule's
-//!   conditions read (e.g. `INFERSCOPE_METRIC_KV_USAGE`) and `INFERSCOPE_EVIDENCE`: the firing
-//!   as JSON, as a webhook receives it. Killed at its timeout.
+//!   conditions read (e.g. `INFERSCOPE_METRIC_KV_USAGE`), the server's identity
+//!   (`INFERSCOPE_SERVER`; in a pod `INFERSCOPE_K8S_POD_NAME`, `INFERSCOPE_K8S_NAMESPACE_NAME`,
+//!   `INFERSCOPE_K8S_CONTAINER_NAME`, `INFERSCOPE_K8S_POD_UID`) and `INFERSCOPE_EVIDENCE`: the
+//!   firing as JSON (with its `server`), as a webhook receives it. Killed at its timeout.
 //! - `webhook: URL`: the firing as a JSON body, `POST`ed; each attempt has the timeout; a
 //!   connection error, a timeout, a 429 or a 5xx is retried [`RETRIES`] times after 0.25 s,
 //!   0.5 s and 1 s; other statuses are final. The connection is opened through the load
@@ -23,7 +25,10 @@ use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use tokio::{sync::mpsc, task::JoinSet};
 
 use super::{Firing, Outcome, rule::Action};
-use crate::dial::{DialError, GuardedConnector};
+use crate::{
+    collect::identity::ServerIdentity,
+    dial::{DialError, GuardedConnector},
+};
 
 /// Retries of a webhook after its first attempt.
 pub const RETRIES: u32 = 3;
@@ -127,6 +132,9 @@ async fn run(argv: &[String], timeout: Duration, f: &Firing) -> Outcome {
             f.window_start_unix_ms.to_string(),
         )
         .env("INFERSCOPE_EVIDENCE", f.json());
+    for (name, v) in f.server.iter().flat_map(ServerIdentity::env) {
+        cmd.env(name, v);
+    }
     for (name, v) in &f.values {
         cmd.env(
             format!("INFERSCOPE_METRIC_{}", name.to_ascii_uppercase()),
@@ -250,6 +258,7 @@ mod tests {
             conditions: vec!["kv_usage >= 0.9".into()],
             values: [("kv_usage".to_owned(), 0.97)].into(),
             baselines: std::collections::BTreeMap::new(),
+            server: None,
             verdict: Verdict {
                 cause: Cause::KvCache,
                 signature: None,

@@ -2,10 +2,11 @@
 //! and error rate >= 5% for 2 minutes -> roll back").
 //!
 //! Rules ([`rule`]) are read once from a scenario's `triggers:` block or a `--triggers` file.
-//! The one collection pipeline ([`crate::node::Node`]) calls the [`Engine`] as each
+//! The one collection pipeline ([`crate::node::Node`]) calls the [`Engine`] as each server's
 //! window closes (an observer); the engine reads the window's metrics ([`metric`]) and its
-//! verdict, keeps each rule's episode ([`episode`]) and hands the firings to the action task
-//! ([`action`]), which runs them off the window loop. Firings are counted ([`Counts`], the
+//! verdict, keeps each rule's episode ([`episode`]) and baselines per server (a rule fires
+//! once per episode of each server) and hands the firings, with the server's identity, to the
+//! action task ([`action`]), which runs them off the window loop. Firings are counted ([`Counts`], the
 //! daemon's `inferscope_trigger_firings_total{rule}`) and come back with their outcomes.
 //!
 //! ```
@@ -55,8 +56,8 @@ use self::{
 };
 use crate::{
     attribute::{Verdict, WindowVerdict},
-    collect::timeline::Window,
-    node::Observer,
+    collect::{identity::ServerIdentity, timeline::Window},
+    node::{MAX_SERVERS, Observer},
 };
 
 /// Firings waiting for the action task at most; more are dropped and counted.
@@ -160,6 +161,9 @@ pub struct Firing {
     /// The baseline of each metric a `rises_by`/`falls_by` measured against.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub baselines: BTreeMap<String, f64>,
+    /// The server whose window it is (`server` and, in a pod, its Kubernetes names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerIdentity>,
     /// The window's verdict with its evidence.
     pub verdict: Verdict,
     /// The action: `run PROGRAM` or `webhook URL`.
@@ -229,11 +233,25 @@ impl Counts {
     }
 }
 
-/// Evaluates the rules on each closed window.
-pub struct Engine {
-    rules: Vec<Rule>,
+/// Servers whose episodes and baselines are kept at most; the one seen longest ago is
+/// forgotten first.
+const MAX_TRACKED: usize = 2 * MAX_SERVERS;
+
+/// One server's rule episodes and metric baselines.
+struct Track {
     episodes: Vec<Episode>,
     baseline: Baseline,
+    /// When it was last judged (windows judged by the engine).
+    seen: u64,
+}
+
+/// Evaluates the rules on each server's closed windows.
+pub struct Engine {
+    rules: Vec<Rule>,
+    /// Per server, by its key.
+    tracks: BTreeMap<String, Track>,
+    /// Windows judged so far.
+    judged: u64,
     /// Every metric any rule reads.
     metrics: Vec<Metric>,
     live: Option<LiveLoad>,
@@ -250,9 +268,9 @@ impl Engine {
             }
         }
         Self {
-            episodes: vec![Episode::default(); rules.len()],
             rules,
-            baseline: Baseline::default(),
+            tracks: BTreeMap::new(),
+            judged: 0,
             metrics,
             live: None,
         }
@@ -272,8 +290,44 @@ impl Engine {
         &self.rules
     }
 
-    /// Judges one closed window; returns the rules that fire now (indices) with their firings.
-    pub fn observe(&mut self, w: &Window, v: &WindowVerdict) -> Vec<(usize, Firing)> {
+    /// Judges one closed window of `server`; returns the rules that fire now (indices) with
+    /// their firings.
+    pub fn observe(
+        &mut self,
+        server: &ServerIdentity,
+        w: &Window,
+        v: &WindowVerdict,
+    ) -> Vec<(usize, Firing)> {
+        self.judged += 1;
+        if !self.tracks.contains_key(&server.server) && self.tracks.len() >= MAX_TRACKED {
+            let oldest = self
+                .tracks
+                .iter()
+                .min_by_key(|(_, t)| t.seen)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.tracks.remove(&k);
+            }
+        }
+        let n = self.rules.len();
+        let mut track = self.tracks.remove(&server.server).unwrap_or_else(|| Track {
+            episodes: vec![Episode::default(); n],
+            baseline: Baseline::default(),
+            seen: 0,
+        });
+        track.seen = self.judged;
+        let fired = self.judge(&mut track, server, w, v);
+        self.tracks.insert(server.server.clone(), track);
+        fired
+    }
+
+    fn judge(
+        &mut self,
+        track: &mut Track,
+        server: &ServerIdentity,
+        w: &Window,
+        v: &WindowVerdict,
+    ) -> Vec<(usize, Firing)> {
         let view = match self.live.as_mut() {
             Some(live) => live.fill(w),
             None => w.clone(),
@@ -289,57 +343,60 @@ impl Engine {
             let held = rule
                 .when
                 .iter()
-                .all(|c| holds(c, value, &self.baseline, &v.verdict));
-            if self.episodes[i].step(
+                .all(|c| holds(c, value, &track.baseline, &v.verdict));
+            if track.episodes[i].step(
                 view.start_unix_ms,
                 view.len_ms,
                 held,
                 rule.hold,
                 rule.cooldown,
             ) {
-                fired.push((i, self.firing(rule, &view, v, &value)));
+                fired.push((i, firing(rule, &track.baseline, server, &view, v, &value)));
             }
         }
-        self.baseline.add(view.phase.as_deref(), &values);
+        track.baseline.add(view.phase.as_deref(), &values);
         fired
     }
+}
 
-    fn firing(
-        &self,
-        rule: &Rule,
-        w: &Window,
-        v: &WindowVerdict,
-        value: &dyn Fn(Metric) -> Option<f64>,
-    ) -> Firing {
-        let mut values = BTreeMap::new();
-        let mut baselines = BTreeMap::new();
-        for m in rule.metrics() {
-            if let Some(x) = value(m) {
-                values.insert(m.name(), x);
-            }
+/// The firing of `rule` in window `w` of `server`.
+fn firing(
+    rule: &Rule,
+    baseline: &Baseline,
+    server: &ServerIdentity,
+    w: &Window,
+    v: &WindowVerdict,
+    value: &dyn Fn(Metric) -> Option<f64>,
+) -> Firing {
+    let mut values = BTreeMap::new();
+    let mut baselines = BTreeMap::new();
+    for m in rule.metrics() {
+        if let Some(x) = value(m) {
+            values.insert(m.name(), x);
         }
-        for c in &rule.when {
-            if let Condition::Change { metric, .. } = c
-                && let Some(b) = self.baseline.get(*metric)
-            {
-                baselines.insert(metric.name(), b);
-            }
+    }
+    for c in &rule.when {
+        if let Condition::Change { metric, .. } = c
+            && let Some(b) = baseline.get(*metric)
+        {
+            baselines.insert(metric.name(), b);
         }
-        Firing {
-            rule: rule.name.clone(),
-            window_start_unix_ms: w.start_unix_ms,
-            window_len_ms: w.len_ms,
-            phase: w.phase.clone(),
-            conditions: rule.when_text.clone(),
-            values,
-            baselines,
-            verdict: v.verdict.clone(),
-            action: match &rule.action {
-                Action::Run(argv) => format!("run {}", argv.join(" ")),
-                Action::Webhook(url) => format!("webhook {url}"),
-            },
-            outcome: None,
-        }
+    }
+    Firing {
+        rule: rule.name.clone(),
+        window_start_unix_ms: w.start_unix_ms,
+        window_len_ms: w.len_ms,
+        phase: w.phase.clone(),
+        conditions: rule.when_text.clone(),
+        values,
+        baselines,
+        server: Some(server.clone()),
+        verdict: v.verdict.clone(),
+        action: match &rule.action {
+            Action::Run(argv) => format!("run {}", argv.join(" ")),
+            Action::Webhook(url) => format!("webhook {url}"),
+        },
+        outcome: None,
     }
 }
 
@@ -397,8 +454,8 @@ pub fn start(engine: Engine, on_done: Option<OnDone>, allow_remote: bool) -> Sta
     let runner = tokio::spawn(action::serve(rx, on_done, allow_remote));
     let c = Arc::clone(&counts);
     let mut engine = engine;
-    let observer: Observer = Box::new(move |w: &Window, v: &WindowVerdict| {
-        for (i, firing) in engine.observe(w, v) {
+    let observer: Observer = Box::new(move |s: &ServerIdentity, w: &Window, v: &WindowVerdict| {
+        for (i, firing) in engine.observe(s, w, v) {
             c.rules[i].1.fetch_add(1, Ordering::Relaxed);
             let rule = &engine.rules[i];
             let job = Job {

@@ -5,6 +5,11 @@ use super::*;
 use crate::attribute::Cause;
 use crate::collect::timeline::{LoadSignals, Quantiles, ServerSignals};
 
+/// `stress --explain`'s one server.
+fn target() -> ServerIdentity {
+    ServerIdentity::of(&crate::collect::identity::ServerKey::Target)
+}
+
 fn verdict(index: usize, cause: Cause) -> WindowVerdict {
     WindowVerdict {
         index,
@@ -58,7 +63,7 @@ fn run(engine: &mut Engine, seq: &[(f64, u64, f64, Cause)]) -> Vec<usize> {
     seq.iter()
         .enumerate()
         .filter_map(|(i, &(t, e, kv, cause))| {
-            let fired = engine.observe(&window(i, t, e, kv), &verdict(i, cause));
+            let fired = engine.observe(&target(), &window(i, t, e, kv), &verdict(i, cause));
             (!fired.is_empty()).then_some(i)
         })
         .collect()
@@ -122,7 +127,7 @@ fn a_firing_carries_values_baselines_and_the_verdict() {
         .chain(&[(650.0, 10, 0.95, Cause::KvCache); 5])
         .enumerate()
     {
-        fired.extend(e.observe(&window(i, t, err, kv), &verdict(i, cause)));
+        fired.extend(e.observe(&target(), &window(i, t, err, kv), &verdict(i, cause)));
     }
     assert_eq!(fired.len(), 1);
     let (rule, f) = &fired[0];
@@ -164,7 +169,10 @@ fn a_window_without_the_metric_breaks_the_episode() {
         if i == 2 {
             w.server = None;
         }
-        if !e.observe(&w, &verdict(i, Cause::KvCache)).is_empty() {
+        if !e
+            .observe(&target(), &w, &verdict(i, Cause::KvCache))
+            .is_empty()
+        {
             fired.push(i);
         }
     }
@@ -238,7 +246,11 @@ async fn the_observer_counts_and_the_runner_returns_outcomes() {
     let mut observer = started.observer;
     for i in 0..4 {
         let kv = if i == 1 || i == 3 { 0.95 } else { 0.2 };
-        observer(&window(i, 100.0, 0, kv), &verdict(i, Cause::None));
+        observer(
+            &target(),
+            &window(i, 100.0, 0, kv),
+            &verdict(i, Cause::None),
+        );
     }
     assert_eq!(started.counts.get(), [("kv".to_owned(), 2)]);
     drop(observer);
@@ -272,4 +284,59 @@ fn a_scenario_carries_its_rules_and_points_at_a_bad_one() {
     };
     assert_eq!(e.line.map(|l| l.0), Some(10), "{e}");
     assert!(e.msg.contains("condition `kv_usage is high`"), "{e}");
+}
+
+#[tokio::test]
+async fn a_rule_fires_once_per_episode_of_each_server_with_its_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("env");
+    let yaml = format!(
+        "triggers:\n  - name: kv\n    when: [verdict == kv_cache]\n    for: 2s\n    cooldown: 0s\n    run: [/bin/sh, -c, 'echo \"$INFERSCOPE_SERVER $INFERSCOPE_K8S_POD_NAME $INFERSCOPE_K8S_NAMESPACE_NAME\" >> {}']\n",
+        out.display()
+    );
+    let started = start(Engine::new(rules(&yaml)), None, false);
+    let mut observer = started.observer;
+    let a = ServerIdentity {
+        server: "pod:u-a".into(),
+        process: None,
+        k8s: Some(crate::collect::identity::K8sIdentity {
+            pod_uid: "u-a".into(),
+            pod_name: Some("vllm-a".into()),
+            namespace: Some("llm".into()),
+            container_name: None,
+            container_id: "c".into(),
+        }),
+    };
+    let b = ServerIdentity::of(&crate::collect::identity::ServerKey::Process(7));
+    // A is under KV pressure for 6 windows (one episode), B is healthy, then B's own episode
+    // begins while A's goes on: each server's episode fires once, A's does not hold B's back.
+    for i in 0..10 {
+        let va = if i < 6 { Cause::KvCache } else { Cause::None };
+        let vb = if i >= 4 { Cause::KvCache } else { Cause::None };
+        observer(&a, &window(i, 100.0, 0, 0.5), &verdict(i, va));
+        observer(&b, &window(i, 100.0, 0, 0.5), &verdict(i, vb));
+    }
+    assert_eq!(started.counts.get(), [("kv".to_owned(), 2)]);
+    drop(observer);
+    let firings = started.runner.await.unwrap();
+    let who: Vec<(&str, u64)> = firings
+        .iter()
+        .map(|f| {
+            (
+                f.server.as_ref().unwrap().server.as_str(),
+                f.window_start_unix_ms,
+            )
+        })
+        .collect();
+    assert_eq!(who, [("pod:u-a", 1000), ("pid:7", 5000)]);
+    let body = firings[0].json();
+    assert!(
+        body.contains("\"server\":{\"server\":\"pod:u-a\""),
+        "{body}"
+    );
+    assert!(body.contains("\"pod_name\":\"vllm-a\""), "{body}");
+    let env = std::fs::read_to_string(&out).unwrap();
+    let mut lines: Vec<&str> = env.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["pid:7  ", "pod:u-a vllm-a llm"]);
 }

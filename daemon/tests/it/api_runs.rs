@@ -2,6 +2,7 @@
 //! embedded simulated vLLM server, started, phase-marked and reported over HTTP. Loopback
 //! only; no root needed.
 
+use inferscope::collect::identity::ServerKey;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -151,8 +152,14 @@ async fn a_run_over_the_api_is_marked_and_reported() {
         .collect();
     assert_eq!(names, ["baseline", "peak"]);
     let first = list[0]["at_unix_ms"].as_u64().unwrap();
-    assert_eq!(marks.phase_at(first).as_deref(), Some("baseline"));
-    assert_eq!(marks.phase_at(u64::MAX).as_deref(), Some("peak"));
+    assert_eq!(
+        marks.phase_at(first, &ServerKey::Target).as_deref(),
+        Some("baseline")
+    );
+    assert_eq!(
+        marks.phase_at(u64::MAX, &ServerKey::Target).as_deref(),
+        Some("peak")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

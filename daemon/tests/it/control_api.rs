@@ -1,6 +1,7 @@
 //! The control API over real sockets, with a test double for the load-generator launcher.
 //! Loopback and a unix socket in a temporary directory only. No root needed.
 
+use inferscope::collect::identity::ServerKey;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt as _;
 use std::sync::{Arc, Mutex};
@@ -150,10 +151,19 @@ async fn a_run_is_started_marked_stopped_and_reported() {
     assert_eq!(s, 201);
     assert!(m["at_unix_ms"].as_u64().unwrap() > 1_600_000_000_000);
     // The time line reads them.
-    assert_eq!(marks.phase_at(500), None);
-    assert_eq!(marks.phase_at(1500).as_deref(), Some("baseline"));
-    assert_eq!(marks.phase_at(2500).as_deref(), Some("peak"));
-    assert_eq!(marks.phase_at(u64::MAX).as_deref(), Some("chaos"));
+    assert_eq!(marks.phase_at(500, &ServerKey::Target), None);
+    assert_eq!(
+        marks.phase_at(1500, &ServerKey::Target).as_deref(),
+        Some("baseline")
+    );
+    assert_eq!(
+        marks.phase_at(2500, &ServerKey::Target).as_deref(),
+        Some("peak")
+    );
+    assert_eq!(
+        marks.phase_at(u64::MAX, &ServerKey::Target).as_deref(),
+        Some("chaos")
+    );
     let (_, list) = call(&base, Method::GET, "/api/v1/marks", "", None).await;
     assert_eq!(list.as_array().unwrap().len(), 3);
     // Control characters would reach terminal reports: refused.
@@ -321,5 +331,8 @@ async fn serves_on_a_private_unix_socket() {
         .unwrap();
     let resp = sender.send_request(req).await.unwrap();
     assert_eq!(resp.status().as_u16(), 201);
-    assert_eq!(marks.phase_at(6).as_deref(), Some("warmup"));
+    assert_eq!(
+        marks.phase_at(6, &ServerKey::Target).as_deref(),
+        Some("warmup")
+    );
 }

@@ -8,7 +8,9 @@ use crate::{otlp_collector_double, otlp_fixtures::*};
 
 use std::collections::HashMap;
 
-use inferscope::collect::catalog::SIGNALS;
+use inferscope::attribute::{Cause, Verdict};
+use inferscope::collect::catalog::{Labels, SIGNALS};
+use inferscope::collect::identity::{K8sIdentity, ServerIdentity};
 use inferscope::export::otlp::{ExportStats, OtlpConfig, OtlpExporter, Protocol};
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric};
 use opentelemetry_proto::tonic::trace::v1::{Span, span};
@@ -20,6 +22,8 @@ async fn run(config: OtlpConfig) -> ExportStats {
     for i in 0..3 {
         exporter.record_window(&window(i), &labels());
     }
+    // A server in a pod: its verdict carries its identity.
+    exporter.record_verdict(&kv_verdict(), &Labels::of_server(&pod_server()));
     for i in 0..5 {
         exporter.record_request(&request(i), &labels());
         exporter.trace_request(&request(i), &labels());
@@ -52,8 +56,57 @@ fn check_received(collector: &CollectorDouble, stats: ExportStats) {
     check_spans(&collector.spans());
 }
 
+fn pod_server() -> ServerIdentity {
+    ServerIdentity {
+        server: "pod:6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b".into(),
+        process: Some("vllm".into()),
+        k8s: Some(K8sIdentity {
+            pod_uid: "6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b".into(),
+            pod_name: Some("vllm-0".into()),
+            namespace: Some("llm".into()),
+            container_name: Some("vllm".into()),
+            container_id: "5e4d".into(),
+        }),
+    }
+}
+
+fn kv_verdict() -> Verdict {
+    Verdict {
+        cause: Cause::KvCache,
+        signature: None,
+        confidence: 0.7,
+        evidence: Vec::new(),
+        contrary: Vec::new(),
+        runners_up: Vec::new(),
+        missing: Vec::new(),
+    }
+}
+
+/// The verdict of [`pod_server`]: `server` and the `k8s.*` attributes with each cause.
+fn check_verdict(metrics: &HashMap<String, Metric>) {
+    let Some(metric::Data::Gauge(g)) = &metrics["inferscope.verdict"].data else {
+        panic!("the verdict is not a gauge")
+    };
+    let kv = g
+        .data_points
+        .iter()
+        .find(|p| attrs(&p.attributes)["cause"] == "kv_cache")
+        .unwrap();
+    let a = attrs(&kv.attributes);
+    assert_eq!(a["server"], "pod:6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b");
+    assert_eq!(a["k8s.pod.name"], "vllm-0");
+    assert_eq!(a["k8s.namespace.name"], "llm");
+    assert_eq!(a["k8s.container.name"], "vllm");
+    assert_eq!(
+        kv.value,
+        Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(1.0))
+    );
+    assert_eq!(g.data_points.len(), Cause::ALL.len());
+}
+
 /// Names, units, attributes and values of the metrics of [`run`].
 fn check_metrics(metrics: &HashMap<String, Metric>) {
+    check_verdict(metrics);
     for s in SIGNALS {
         let m = metrics
             .get(s.name)

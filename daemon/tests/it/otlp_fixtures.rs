@@ -128,6 +128,7 @@ pub fn labels() -> Labels {
         phase: None,
         endpoint: Some("chat".into()),
         load_level: Some("c32".into()),
+        server: None,
     }
 }
 

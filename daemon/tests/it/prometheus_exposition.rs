@@ -11,8 +11,9 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use inferscope::collect::catalog::{Labels, Totals};
+use inferscope::collect::identity::{K8sIdentity, ServerIdentity};
 use inferscope::collect::timeline::{GpuSignals, LoadSignals, Quantiles, RunqSignals, Window};
-use inferscope::export::prometheus::{CONTENT_TYPE, DropCounter, Snapshot, render};
+use inferscope::export::prometheus::{CONTENT_TYPE, DropCounter, Series, Snapshot, render};
 use inferscope::probes::HookStatus;
 
 fn exposition() -> String {
@@ -80,13 +81,35 @@ fn exposition() -> String {
         runners_up: Vec::new(),
         missing: Vec::new(),
     };
+    // A second server, in a pod: its series carry `server` and the `k8s_*` labels.
+    let pod = Labels::of_server(&ServerIdentity {
+        server: "pod:6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b".into(),
+        process: Some("vllm".into()),
+        k8s: Some(K8sIdentity {
+            pod_uid: "6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b".into(),
+            pod_name: Some("vllm-0".into()),
+            namespace: Some("llm".into()),
+            container_name: Some("vllm".into()),
+            container_id: "5e4d".into(),
+        }),
+    });
     render(&Snapshot {
-        latest: Some(&w),
-        totals: &totals,
-        labels: &labels,
+        series: &[
+            Series {
+                latest: Some(&w),
+                totals: &totals,
+                labels: &labels,
+                verdict: Some(&verdict),
+            },
+            Series {
+                latest: Some(&w),
+                totals: &totals,
+                labels: &pod,
+                verdict: Some(&verdict),
+            },
+        ],
         probes: &probes,
         drops: &drops,
-        verdict: Some(&verdict),
     })
 }
 

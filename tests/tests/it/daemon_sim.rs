@@ -7,7 +7,7 @@ use inferscope::{
     collect::{
         kernel::{KernelCollector, KernelOptions},
         server::ServerCollector,
-        timeline::Timeline,
+        timeline::{Part, Timeline},
     },
     sim,
 };
@@ -72,7 +72,12 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
             .collect();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let w = timeline.at(inferscope::clock::unix_ms().saturating_sub(1));
-        kernel.close_window(w).unwrap();
+        kernel
+            .close_windows(&mut [Part {
+                pids: &[me],
+                window: &mut *w,
+            }])
+            .unwrap();
         scraper.close_window(w);
         for s in streams {
             s.await.unwrap();

@@ -30,15 +30,18 @@ fn generator(sim: &Sim, d: &Daemon, phases: &[&str]) -> Child {
 }
 
 /// Scrapes `/metrics` until `generator` exits; true when a scrape showed the `kv_cache` verdict for a
-/// window of the peak.
-fn watch_for_kv_in_peak(d: &Daemon, generator: &mut Child) -> bool {
+/// window of the peak of the server listening on `port` (`server="port:PORT"`).
+fn watch_for_kv_in_peak(d: &Daemon, generator: &mut Child, port: u16) -> bool {
     let mut seen = false;
     let deadline = Instant::now() + Duration::from_mins(2);
     while generator.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "the generator did not finish");
         let m = d.get("/metrics");
-        seen |= m.contains("inferscope_verdict{cause=\"kv_cache\"} 1\n")
-            && m.contains("inferscope_window_start_timestamp_seconds{phase=\"peak\"}");
+        seen |= m.contains(&format!(
+            "inferscope_verdict{{server=\"port:{port}\",cause=\"kv_cache\"}} 1\n"
+        )) && m.contains(&format!(
+            "inferscope_window_start_timestamp_seconds{{phase=\"peak\",server=\"port:{port}\"}}"
+        ));
         std::thread::sleep(Duration::from_millis(500));
     }
     let out = generator.wait_with_output_ref();
@@ -74,9 +77,21 @@ fn dominant(report: &Value, phase: &str) -> String {
 fn assert_verdicts(d: &Daemon) {
     let peak = d.report("peak");
     assert_eq!(peak["schema_version"], 2);
-    assert_eq!(dominant(&peak, "peak"), "kv_cache", "{peak:#}");
+    assert_eq!(
+        dominant(&peak, "peak"),
+        "kv_cache",
+        "{peak:#}\n{}\n{}",
+        d.get("/api/v1/timeline"),
+        d.log()
+    );
     let base = d.report("baseline");
-    assert_eq!(dominant(&base, "baseline"), "none", "{base:#}");
+    assert_eq!(
+        dominant(&base, "baseline"),
+        "none",
+        "{base:#}\n{}\n{}",
+        d.get("/api/v1/timeline"),
+        d.log()
+    );
     let verdicts: Value = serde_json::from_str(&d.get("/api/v1/verdicts?limit=5")).unwrap();
     let list = verdicts.as_array().unwrap();
     assert_eq!(list.len(), 5, "{verdicts:#}");
@@ -100,7 +115,7 @@ fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
     let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", loopback(), SIM_FLAGS);
     let d = Daemon::start(&["--port", &sim.addr.port().to_string()]);
     let mut g = generator(&sim, &d, &["baseline:8:2", "peak:12:16", "cooldown:3:2"]);
-    let seen = watch_for_kv_in_peak(&d, &mut g);
+    let seen = watch_for_kv_in_peak(&d, &mut g, sim.addr.port());
     assert!(seen, "/metrics never showed kv_cache during the peak");
     assert_verdicts(&d);
     d.stop();
@@ -123,7 +138,7 @@ fn the_daemon_before_the_server_and_the_server_restarted() {
     let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
     assert_ne!(first, sim.pid());
     let mut g = generator(&sim, &d, &["peak:14:16", "cooldown:3:2"]);
-    let seen = watch_for_kv_in_peak(&d, &mut g);
+    let seen = watch_for_kv_in_peak(&d, &mut g, sim.addr.port());
     assert!(seen, "/metrics never showed kv_cache during the peak");
     assert_verdicts(&d);
     // Rediscovery found the new server process.

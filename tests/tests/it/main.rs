@@ -3,6 +3,7 @@
 mod compute_e2e;
 mod cuda_uprobes;
 mod daemon_metrics;
+mod daemon_servers;
 mod daemon_sim;
 mod daemon_verdicts;
 mod explain_e2e;

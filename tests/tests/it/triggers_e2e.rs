@@ -3,53 +3,14 @@
 //! `webhook:` rule POSTs the firing to a loopback server in the test; on a healthy run no rule
 //! fires. Needs root (eBPF) and `cargo build -p inferscope`.
 
-use std::{
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::TcpListener,
-    path::Path,
-    sync::mpsc,
-};
+use std::path::Path;
 
 use inferscope_tests::{
     Sim,
     explain::{FIRST, Load, Stress, loopback, scenario},
-    root_or_skip,
+    root_or_skip, webhook_server,
 };
 use serde_json::Value;
-
-/// A loopback HTTP server that answers every POST with 200 and hands over its body.
-fn webhook_server() -> (String, mpsc::Receiver<String>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/hook", l.local_addr().unwrap());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let mut r = BufReader::new(s.try_clone().unwrap());
-            let mut len = 0usize;
-            let mut first = String::new();
-            r.read_line(&mut first).unwrap();
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some((k, v)) = line.split_once(':')
-                    && k.eq_ignore_ascii_case("content-length")
-                {
-                    len = v.trim().parse().unwrap();
-                }
-            }
-            let mut body = vec![0; len];
-            r.read_exact(&mut body).unwrap();
-            assert!(first.starts_with("POST /hook "), "{first}");
-            let _ =
-                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-            let _ = tx.send(String::from_utf8(body).unwrap());
-        }
-    });
-    (url, rx)
-}
 
 /// A script that appends the trigger, its KV value and its verdict to `out`.
 fn script(dir: &Path, out: &Path) -> String {

@@ -137,13 +137,24 @@ impl Instruments {
 
     /// Records the verdict of the window just closed: one point per cause (1 for the verdict's,
     /// 0 for the others), labelled by `cause` only, so the series stay bounded.
-    pub(crate) fn record_verdict(&self, verdict: &Verdict) {
+    pub(crate) fn record_verdict(&self, verdict: &Verdict, labels: &Labels) {
+        // The server's identity only: one series per server and cause, whatever the phase.
+        let server = Labels {
+            server: labels.server.clone(),
+            ..Labels::default()
+        };
+        let base: Vec<KeyValue> = server
+            .pairs(None)
+            .into_iter()
+            .map(|(k, v)| KeyValue::new(k, v))
+            .collect();
         for cause in Cause::ALL {
             let v = if cause == verdict.cause { 1.0 } else { 0.0 };
-            self.verdict
-                .record(v, &[KeyValue::new("cause", cause.name())]);
+            let mut attrs = base.clone();
+            attrs.push(KeyValue::new("cause", cause.name()));
+            self.verdict.record(v, &attrs);
         }
-        self.confidence.record(verdict.confidence, &[]);
+        self.confidence.record(verdict.confidence, &base);
     }
 
     /// Records one closed window: counters add the window's counts, gauges take its levels.

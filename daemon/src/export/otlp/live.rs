@@ -108,6 +108,7 @@ impl RunLabels {
                 phase: Some(p.name.clone()),
                 endpoint: None,
                 load_level: Some(p.load.level()),
+                server: None,
             })
             .collect();
         Self { phases }

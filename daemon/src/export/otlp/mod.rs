@@ -199,9 +199,10 @@ impl OtlpExporter {
     }
 
     /// Records the verdict of the window just closed (`inferscope.verdict{cause}`, 1 for its
-    /// cause and 0 for the others, and `inferscope.verdict.confidence`).
-    pub fn record_verdict(&self, verdict: &crate::attribute::Verdict) {
-        self.instruments.record_verdict(verdict);
+    /// cause and 0 for the others, and `inferscope.verdict.confidence`), with `labels`'
+    /// server identity (`server`, `k8s.*`).
+    pub fn record_verdict(&self, verdict: &crate::attribute::Verdict, labels: &Labels) {
+        self.instruments.record_verdict(verdict, labels);
     }
 
     /// Records one request into the latency and token histograms (every request, not only
