@@ -281,6 +281,7 @@ mod tests {
                 cause: Cause::KvCache,
                 signature: None,
                 confidence: 0.75,
+                own_confidence: None,
                 evidence: Vec::new(),
                 contrary: Vec::new(),
                 runners_up: Vec::new(),
