@@ -268,7 +268,7 @@ fn wait_for_connection(pid: u32, within: Duration) {
 
 /// The healthy sim and a run against it at `rps` (baseline, peak and cooldown alike), returned
 /// once the baseline phase has run: the caller makes the peak's fault.
-pub fn healthy_sim_past_baseline(name: &str, rps: f64, output_tokens: u32) -> (Sim, Stress) {
+fn healthy_sim_past_baseline(name: &str, rps: f64, output_tokens: u32) -> (Sim, Stress) {
     let sim = Sim::start(
         &["nice", "-n", &FIRST.to_string()],
         "healthy",
@@ -288,6 +288,7 @@ pub fn healthy_sim_past_baseline(name: &str, rps: f64, output_tokens: u32) -> (S
 }
 
 /// The healthy sim at 4 req/s; `percent` of its segments dropped on loopback during the peak.
+#[must_use]
 pub fn loss_loopback(percent: u32) -> Value {
     let (sim, stress) = healthy_sim_past_baseline("loss", 4.0, 64);
     let loss = RandomLoss::from_port(sim.addr.port(), percent);
@@ -361,6 +362,7 @@ fn vector_rebuild() -> Value {
 }
 
 /// The sim at 8 req/s; its cgroup gets `percent`% of a CPU when the peak starts.
+#[must_use]
 pub fn cpu_quota(percent: u32) -> Value {
     let (sim, stress) = healthy_sim_past_baseline("quota", 8.0, 32);
     let group = CpuQuota::holding(sim.pid());

@@ -154,8 +154,7 @@ pub fn sensitivity(sweeps: &[Sweep], rows: &[Row]) -> String {
         // Strongest first: the weakest found is the last right one.
         let weakest = of
             .iter()
-            .filter(|r| r.ok)
-            .last()
+            .rfind(|r| r.ok)
             .map_or("none found", |r| r.mechanism);
         let _ = writeln!(
             out,
@@ -182,7 +181,10 @@ pub fn confusion(rows: &[Row]) -> String {
     out.push_str("\n|---|");
     out.push_str(&"---|".repeat(labels.len()));
     out.push('\n');
-    for e in labels.iter().filter(|e| rows.iter().any(|r| r.expected == **e)) {
+    for e in labels
+        .iter()
+        .filter(|e| rows.iter().any(|r| r.expected == **e))
+    {
         let _ = write!(out, "| {e} |");
         for g in &labels {
             let n = rows

@@ -31,18 +31,21 @@ pub fn runners_up(won: &[&WindowVerdict]) -> Vec<CauseScore> {
     let n = won.len().max(1) as f64;
     let mut out: Vec<(CauseScore, usize)> = Vec::new();
     for r in won.iter().flat_map(|v| &v.verdict.runners_up) {
-        let i = out.iter().position(|(c, _)| c.cause == r.cause).unwrap_or_else(|| {
-            out.push((
-                CauseScore {
-                    cause: r.cause,
-                    score: 0.0,
-                    confidence: 0.0,
-                    explained_by: None,
-                },
-                0,
-            ));
-            out.len() - 1
-        });
+        let i = out
+            .iter()
+            .position(|(c, _)| c.cause == r.cause)
+            .unwrap_or_else(|| {
+                out.push((
+                    CauseScore {
+                        cause: r.cause,
+                        score: 0.0,
+                        confidence: 0.0,
+                        explained_by: None,
+                    },
+                    0,
+                ));
+                out.len() - 1
+            });
         let (c, explained) = &mut out[i];
         c.score += r.score / n;
         c.confidence += r.confidence / n;

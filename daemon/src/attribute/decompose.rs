@@ -172,15 +172,29 @@ impl Decomposition {
     }
 }
 
-/// One request's parts, ms, in [`Part`] order; the last is what no evidence covers.
+/// What timed a request's way through the server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Seen {
+    /// Nothing: all but the send lag is unexplained.
+    #[default]
+    Nothing,
+    /// The server's own queue and TTFT means of the request's window.
+    ServerMetrics,
+    /// The kernel's timestamps of the request's exchange.
+    Kernel,
+}
+
+/// One request's parts, ms (indexed by the constants below; the last is what no evidence
+/// covers), and what measured them.
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
     latency: f64,
     parts: [f64; PARTS],
-    kernel: bool,
+    seen: Seen,
+    /// The window had the server's queue-time metric.
     queue_metric: bool,
+    /// The window had the server threads' run-queue delay.
     runq: bool,
-    server_metric: bool,
 }
 
 const PARTS: usize = 7;
@@ -225,7 +239,7 @@ fn sample(r: &RequestParts, w: &Window, metric: LatencyMetric) -> Option<Sample>
             LatencyMetric::Ttft => (k.to_server_ms, k.server_first_ms, k.to_client_first_ms),
             LatencyMetric::E2e => (k.to_server_ms, k.server_last_ms, k.to_client_last_ms),
         };
-        s.kernel = true;
+        s.seen = Seen::Kernel;
         s.parts[TO_SERVER] = up.min(left);
         left -= s.parts[TO_SERVER];
         s.parts[TO_CLIENT] = down.min(left);
@@ -245,7 +259,7 @@ fn sample(r: &RequestParts, w: &Window, metric: LatencyMetric) -> Option<Sample>
         .filter(|_| metric == LatencyMetric::Ttft)
     {
         // No kernel view of this request: the server's own means of its window stand in.
-        s.server_metric = true;
+        s.seen = Seen::ServerMetrics;
         s.parts[QUEUE] = queue.unwrap_or(0.0).min(left);
         left -= s.parts[QUEUE];
         s.parts[COMPUTE] = (ttft - s.parts[QUEUE]).max(0.0).min(left);
@@ -335,45 +349,72 @@ pub fn by_requests(
     let mut delta: Vec<f64> = now.iter().zip(then).map(|(a, b)| a - b).collect();
     let increase = value - baseline;
     let fell = settle(&mut delta, increase);
-    let both = || phase.iter().chain(before);
-    let any = |f: fn(&Sample) -> bool| both().any(f);
-    let kernel = any(|s| s.kernel);
-    let server = kernel || any(|s| s.server_metric);
+    let mut d = named_parts(&delta, phase, before);
+    let kernel_share =
+        phase.iter().filter(|s| s.seen == Seen::Kernel).count() as f64 / phase.len() as f64;
+    d.metric = metric;
+    d.baseline_ms = baseline;
+    d.value_ms = value;
+    d.increase_ms = increase;
+    d.fell_ms = fell;
+    d.band = Some(Band {
+        quantile: quantile.to_owned(),
+        from: ranks.0,
+        to: ranks.1,
+        baseline_requests: before.len(),
+        phase_requests: phase.len(),
+        kernel_share,
+    });
+    Some(d)
+}
+
+/// The parts of a per-request decomposition from the differences of the bands' mean parts
+/// (`delta`, settled): those no request of either band measured are `None`, with why.
+fn named_parts(delta: &[f64], phase: &[Sample], before: &[Sample]) -> Decomposition {
+    let any = |f: fn(&Sample) -> bool| phase.iter().chain(before).any(f);
+    let kernel = any(|s| s.seen == Seen::Kernel);
+    let by_metrics = any(|s| s.seen == Seen::ServerMetrics);
     let mut missing = Vec::new();
-    let mut notes = Vec::new();
-    let mut part = |i: usize, known: bool, what: &str, why: &str| {
-        if !known {
+    let mut part = |i: usize, known: bool, why: Option<(&str, &str)>| {
+        if let (false, Some((what, why))) = (known, why) {
             missing.push(Missing::new(what, why));
         }
         known.then_some(delta[i])
     };
-    let loadgen_lag_ms = part(LAG, true, "", "");
     let to_server_ms = part(
         TO_SERVER,
         kernel,
-        "network",
-        "no request joined with the server's exchanges (socket probes need root)",
+        Some((
+            "network",
+            "no request joined with the server's exchanges (socket probes need root)",
+        )),
     );
-    let to_client_ms = part(TO_CLIENT, kernel, "", "");
+    let to_client_ms = part(TO_CLIENT, kernel, None);
     let cpu_scheduling_ms = part(
         CPU,
         kernel && any(|s| s.runq),
-        "cpu_scheduling",
-        "no run-queue data (kernel probes off: needs root)",
+        Some((
+            "cpu_scheduling",
+            "no run-queue data (kernel probes off: needs root)",
+        )),
     );
     let queue_ms = part(
         QUEUE,
         any(|s| s.queue_metric),
-        "queue",
-        "no server queue-time metric: waiting and working inside the server are not split",
+        Some((
+            "queue",
+            "no server queue-time metric: waiting and working inside the server are not split",
+        )),
     );
     let server_compute_ms = part(
         COMPUTE,
-        server,
-        "server_compute",
-        "neither the kernel's exchange nor the server's TTFT metric times the server",
+        kernel || by_metrics,
+        Some((
+            "server_compute",
+            "neither the kernel's exchange nor the server's TTFT metric times the server",
+        )),
     );
-    missing.retain(|m| !m.signal.is_empty());
+    let mut notes = Vec::new();
     if kernel && queue_ms.is_some() {
         notes.push(
             "inside the server: waiting by the server's queue-time metric (its window mean), \
@@ -381,20 +422,15 @@ pub fn by_requests(
                 .to_owned(),
         );
     }
-    if any(|s| s.server_metric) {
+    if by_metrics {
         notes.push(
             "requests the kernel did not see: inside the server by the server's queue and TTFT \
              metrics (window means)"
                 .to_owned(),
         );
     }
-    let kernel_share = phase.iter().filter(|s| s.kernel).count() as f64 / phase.len() as f64;
-    Some(Decomposition {
-        metric,
-        baseline_ms: baseline,
-        value_ms: value,
-        increase_ms: increase,
-        loadgen_lag_ms,
+    Decomposition {
+        loadgen_lag_ms: Some(delta[LAG]),
         queue_ms,
         server_compute_ms,
         cpu_scheduling_ms,
@@ -403,18 +439,10 @@ pub fn by_requests(
         to_server_ms,
         to_client_ms,
         basis: Basis::Requests,
-        band: Some(Band {
-            quantile: quantile.to_owned(),
-            from: ranks.0,
-            to: ranks.1,
-            baseline_requests: before.len(),
-            phase_requests: phase.len(),
-            kernel_share,
-        }),
-        fell_ms: fell,
         notes,
         missing,
-    })
+        ..Decomposition::default()
+    }
 }
 
 /// Splits the p50 increase over the baseline (TTFT when the phase has it, else E2E) from

@@ -71,7 +71,10 @@ fn known_per_request_parts_come_back_exactly() {
     let a = attribute(&t);
     let d = a.phase("peak").unwrap().decomposition.clone().unwrap();
     assert_eq!(d.basis, Basis::Requests);
-    assert_eq!((d.baseline_ms, d.value_ms, d.increase_ms), (22.5, 208.5, 186.0));
+    assert_eq!(
+        (d.baseline_ms, d.value_ms, d.increase_ms),
+        (22.5, 208.5, 186.0)
+    );
     let parts = [
         d.loadgen_lag_ms,
         d.to_server_ms,
@@ -86,8 +89,8 @@ fn known_per_request_parts_come_back_exactly() {
     }
     assert!(d.unexplained_ms.abs() < 1e-9, "{d:#?}");
     assert!((d.sum_ms() - d.increase_ms).abs() < 1e-9);
-    assert_eq!(d.fell_ms, 0.0);
-    assert_eq!(d.band.as_ref().unwrap().kernel_share, 1.0);
+    assert!(d.fell_ms.abs() < 1e-12, "{d:#?}");
+    assert!((d.band.as_ref().unwrap().kernel_share - 1.0).abs() < 1e-12);
     let tail = a.phase("peak").unwrap().tail_decomposition.clone().unwrap();
     assert!((tail.sum_ms() - tail.increase_ms).abs() < 1e-9);
 }
@@ -124,7 +127,10 @@ fn a_part_that_fell_is_netted_and_what_nothing_saw_is_unexplained() {
     for (name, v) in d.parts() {
         assert!(v >= 0.0, "{name}: {d:#?}");
     }
-    assert!(d.unexplained_ms > 0.0 && d.unexplained_ms <= d.increase_ms, "{d:#?}");
+    assert!(
+        d.unexplained_ms > 0.0 && d.unexplained_ms <= d.increase_ms,
+        "{d:#?}"
+    );
     assert!(d.fell_ms > 0.0, "{d:#?}");
 }
 

@@ -179,8 +179,7 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
         for &i in order.iter().filter(|&&i| results[i].score > 0.0) {
             let r = &results[i];
             if Some(r.cause) != skip_cause && !out.iter().any(|c| c.cause == r.cause) {
-                let explained_by = skip_cause
-                    .filter(|&w| convincing(i) && outranks(w, r.cause));
+                let explained_by = skip_cause.filter(|&w| convincing(i) && outranks(w, r.cause));
                 out.push(CauseScore {
                     cause: r.cause,
                     score: r.score,
@@ -433,7 +432,11 @@ mod tests {
         // cache is explained by it.
         assert!(kv_score.confidence <= lagging.confidence, "{lagging:#?}");
         assert_eq!(kv_score.explained_by, Some(Cause::Loadgen));
-        assert!(lagging.own_confidence.is_some_and(|c| c < lagging.confidence));
+        assert!(
+            lagging
+                .own_confidence
+                .is_some_and(|c| c < lagging.confidence)
+        );
         // The generator's own run-queue is not watched: named, and the confidence is lower.
         assert!(
             lagging

@@ -42,9 +42,9 @@ use serde::{Deserialize, Serialize};
 use crate::collect::timeline::Timeline;
 
 pub use baseline::{Baseline, Baselines, Level, Workload};
-pub use evaluate::{MIN_CONFIDENCE, RuleResult, outranks, score};
 pub use causes::CausePart;
 pub use decompose::{Band, Basis, Decomposition, LatencyMetric};
+pub use evaluate::{MIN_CONFIDENCE, RuleResult, outranks, score};
 pub use phase::{CauseShare, PhaseLatency, PhaseLoad, PhaseSummary};
 pub use rules::{Condition, RULES, Role, Rule, Test};
 pub use signals::Signal;

@@ -243,13 +243,10 @@ fn summarise_one(
     );
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
     let (came_first, hint) = onset(dominant, idx, windows, verdicts);
-    let decomposition = base.filter(|_| !is_baseline).and_then(|base| {
-        decompose::by_requests(idx, windows, base, "p50", MEDIAN_BAND)
-            .or_else(|| decompose::by_windows(idx, windows, base))
-    });
-    let tail_decomposition = base
+    let (decomposition, tail_decomposition) = base
         .filter(|_| !is_baseline)
-        .and_then(|base| decompose::by_requests(idx, windows, base, "p95", TAIL_BAND));
+        .map(|base| decompositions(idx, windows, base))
+        .unwrap_or_default();
     let won: Vec<Cause> = shares.iter().map(|s| s.cause).collect();
     let named = causes::named(
         dominant,
@@ -279,6 +276,20 @@ fn summarise_one(
         marks: Vec::new(),
         name,
     }
+}
+
+/// Where the median's and the tail's rise over `base` went: per request when the windows carry
+/// their requests, the median from window medians otherwise.
+fn decompositions(
+    idx: &[usize],
+    windows: &[Window],
+    base: &Baseline,
+) -> (Option<Decomposition>, Option<Decomposition>) {
+    (
+        decompose::by_requests(idx, windows, base, "p50", MEDIAN_BAND)
+            .or_else(|| decompose::by_windows(idx, windows, base)),
+        decompose::by_requests(idx, windows, base, "p95", TAIL_BAND),
+    )
 }
 
 /// The mean confidence of `verdicts` (0 when there are none).

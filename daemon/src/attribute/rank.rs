@@ -96,8 +96,8 @@ mod tests {
 
     #[test]
     fn precedence_is_deeper_for_the_cause_that_outranks() {
-        for &a in Cause::ALL {
-            for &b in Cause::ALL {
+        for a in Cause::ALL {
+            for b in Cause::ALL {
                 if a != b && outranks(a, b) {
                     assert!(depth(a) > depth(b), "{a} over {b}");
                 }

@@ -263,8 +263,11 @@ mod tests {
             ..j
         };
         let p = early.parts(1_210_000_000, 1_300_000_000);
-        assert_eq!(p.to_server_ms, 0.0);
-        assert_eq!(p.to_server_ms + p.server_first_ms + p.to_client_first_ms, 207.0);
+        assert_eq!((p.to_server_ms, p.server_first_ms), (0.0, 197.0));
+        assert_eq!(
+            (p.to_server_ms + p.server_first_ms + p.to_client_first_ms,),
+            (207.0,)
+        );
     }
 
     #[test]

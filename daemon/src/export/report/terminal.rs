@@ -135,7 +135,10 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
             .collect();
         let _ = writeln!(out, "  errors by class: {}", classes.join(", "));
     }
-    for d in [&p.decomposition, &p.tail_decomposition].into_iter().flatten() {
+    for d in [&p.decomposition, &p.tail_decomposition]
+        .into_iter()
+        .flatten()
+    {
         let _ = writeln!(out, "  {}", decomposition(d));
     }
     for m in &p.missing {
