@@ -88,9 +88,9 @@ pub struct Band {
 }
 
 /// Where the increase of [`LatencyMetric`] over the baseline went, ms. A part is `None` when
-/// no evidence measured it. The parts and `unexplained_ms` add up to `increase_ms`; none is
-/// against the direction of the increase (a part that moved the other way is netted out of the
-/// others, in proportion, and counted in `fell_ms`).
+/// no evidence measured it. The parts and `unexplained_ms` add up to `increase_ms` and none is
+/// negative (a part that moved the other way is netted out of the others, in proportion, and
+/// counted in `fell_ms`); a fall (`increase_ms` <= 0) is not split: every part is 0.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Decomposition {
     /// The latency split.
@@ -129,7 +129,8 @@ pub struct Decomposition {
     /// The requests averaged over (per-request basis).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub band: Option<Band>,
-    /// Parts that moved against the increase, netted out of the others, ms (magnitude).
+    /// Parts that moved against the increase, netted out of the others, ms (magnitude; the
+    /// fall itself when latency fell).
     #[serde(default)]
     pub fell_ms: f64,
     /// How the parts inside the server were measured.
@@ -300,19 +301,23 @@ fn mean_parts(band: &[Sample]) -> (f64, [f64; PARTS]) {
 }
 
 /// Nets the parts that moved against `rise` out of the others, in proportion, so that every
-/// part has the rise's sign and they still add up to it. Returns what was netted (magnitude).
+/// part is positive and they still add up to it; a rise of zero or less (a fall) is not split:
+/// every part is 0. Returns what was netted out, ms (the fall itself when there is no rise).
 fn settle(parts: &mut [f64], rise: f64) -> f64 {
-    let along = |v: f64| v * rise > 0.0;
-    let with: f64 = parts.iter().copied().filter(|&v| along(v)).sum();
-    let against: f64 = parts.iter().copied().filter(|&v| !along(v)).sum();
+    if rise <= 0.0 {
+        parts.iter_mut().for_each(|v| *v = 0.0);
+        return -rise;
+    }
+    let with: f64 = parts.iter().copied().filter(|&v| v > 0.0).sum();
+    let against: f64 = parts.iter().copied().filter(|&v| v <= 0.0).sum();
     if against == 0.0 {
         return 0.0;
     }
-    let scale = if with == 0.0 { 0.0 } else { rise / with };
+    let scale = rise / with;
     for v in parts.iter_mut() {
-        *v = if along(*v) { *v * scale } else { 0.0 };
+        *v = if *v > 0.0 { *v * scale } else { 0.0 };
     }
-    against.abs()
+    -against
 }
 
 /// The per-request decomposition of the band `band` (named `quantile`) of phase windows `idx`

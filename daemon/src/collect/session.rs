@@ -258,7 +258,7 @@ impl Session {
         self.kernel
             .take()
             .map(|k| ServerSide {
-                exchanges: k.exchanges().to_vec(),
+                exchanges: k.exchanges_with_open(),
                 retransmits: k.retransmits().to_vec(),
             })
             .unwrap_or_default()

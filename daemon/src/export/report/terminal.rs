@@ -244,6 +244,15 @@ fn decomposition(d: &Decomposition) -> String {
     } else {
         String::new()
     };
+    if d.increase_ms <= 0.0 {
+        return format!(
+            "{} {label} {:+.0} ms over baseline ({} -> {} ms{how}): no rise to split",
+            d.metric.label(),
+            d.increase_ms,
+            fmt_num(d.baseline_ms),
+            fmt_num(d.value_ms),
+        );
+    }
     format!(
         "{} {label} {:+.0} ms over baseline ({} -> {} ms{how}): {} (sum {:+.0}{fell})",
         d.metric.label(),
