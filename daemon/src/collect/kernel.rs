@@ -249,9 +249,7 @@ impl KernelCollector {
             all.extend(
                 conns
                     .iter()
-                    .filter(|(_, c)| {
-                        c.exchange.phase == PHASE_RESPONDING && self.is_server(c.tgid)
-                    })
+                    .filter(|(_, c)| c.exchange.phase == PHASE_RESPONDING && self.is_server(c.tgid))
                     .map(|(_, c)| Exchange::of(c.tgid, c)),
             );
         }

@@ -257,6 +257,10 @@ impl Session {
         self.scraper = None;
         self.kernel
             .take()
+            .map(|mut k| {
+                k.drain();
+                k
+            })
             .map(|k| ServerSide {
                 exchanges: k.exchanges_with_open(),
                 retransmits: k.retransmits().to_vec(),

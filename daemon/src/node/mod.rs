@@ -48,6 +48,9 @@ use crate::{
 
 use marks::Marks;
 
+/// How long the node waits, once the load has stopped, for the kernel events still on their
+/// way from the ring buffers.
+const FINAL_EVENTS: std::time::Duration = std::time::Duration::from_millis(100);
 /// Windows whose phase is taken from the marks again at every tick, so a mark posted up to this
 /// many windows late (with its own `at`) still labels them.
 const RELABEL_WINDOWS: usize = 60;
@@ -189,6 +192,9 @@ impl Node {
                 Some(q) = self.rx.recv() => self.answer(q),
             }
         }
+        // The ring-buffer readers deliver what the kernel reported as the load stopped (each
+        // pooled connection's last exchange is reported when it closes) before the last drain.
+        tokio::time::sleep(FINAL_EVENTS).await;
         self.close_tail();
         let server_side = self.session.finish();
         Finished {
