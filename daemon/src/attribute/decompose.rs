@@ -305,7 +305,7 @@ fn mean_parts(band: &[Sample]) -> (f64, [f64; PARTS]) {
 /// every part is 0. Returns what was netted out, ms (the fall itself when there is no rise).
 fn settle(parts: &mut [f64], rise: f64) -> f64 {
     if rise <= 0.0 {
-        parts.iter_mut().for_each(|v| *v = 0.0);
+        parts.fill(0.0);
         return -rise;
     }
     let with: f64 = parts.iter().copied().filter(|&v| v > 0.0).sum();

@@ -270,7 +270,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let report = if args.explain.explain {
             super::explain::run(scenario.clone(), opts, cancel, &args.explain)
                 .await
-                .map(|(r, _)| r)
+                .map(|(r, explained)| {
+                    if let Some(live) = &live {
+                        live.trace_phases(&explained.phases);
+                    }
+                    r
+                })
         } else {
             Ok(loadgen::run(&scenario, opts, cancel).await?)
         };
