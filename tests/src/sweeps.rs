@@ -6,10 +6,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::{
-    Sim,
-    cases::{Case, KV_PRESSURE_SIM, cpu_quota, kv_pressure_load, llm, loss_loopback},
-    explain::{BASELINE, FIRST, PEAK, Stress, loopback, run, scenario},
-    faults::RandomLoss,
+    NetNs, Sim,
+    cases::{Case, KV_PRESSURE_SIM, cpu_quota, llm, loss_loopback},
+    explain::{BASELINE, FIRST, PEAK, Stress, run, scenario},
 };
 
 /// One fault at several strengths, strongest first.
@@ -84,37 +83,51 @@ fn slots(n: &str) -> Value {
 /// The expected verdict of [`double_fault`]: both causes named.
 pub const DOUBLE_FAULT: &str = "kv_cache+network";
 
-/// KV pressure (the kv-pressure case) and 5% of the sim's segments dropped during the peak.
+/// KV pressure (the kv-pressure case's cache, a lighter peak) and, from the peak on, the link
+/// to the sim (in a network namespace) shaped to 4 Mbit/s: the server's queue and the answers'
+/// transit both grow. (Random loss on loopback is recovered within an RTT: it adds too little
+/// to a request's time for a part of the rise.)
 #[must_use]
 pub fn double_fault() -> Case {
     Case {
-        name: "kv-pressure+loss-5%",
-        mechanism: "sim, KV cache of 256 blocks, 2 -> 16 req/s, and nftables dropping 5% of its segments on loopback during the peak",
+        name: "kv-pressure+slow-link",
+        mechanism: "sim in a netns, KV cache of 256 blocks, 2 -> 10 req/s of 384 tokens, and its veth shaped to 4 Mbit/s during the peak",
         expected: DOUBLE_FAULT,
-        run: kv_and_loss,
+        run: kv_and_slow_link,
     }
 }
 
-fn kv_and_loss() -> Value {
+fn kv_and_slow_link() -> Value {
+    let ns = NetNs::create_in("kvlink", [10, 213, 27]);
+    let addr = std::net::SocketAddr::from(([10, 213, 27, 2], 8000));
     let sim = Sim::start(
-        &["nice", "-n", &FIRST.to_string()],
+        &[
+            "ip",
+            "netns",
+            "exec",
+            &ns.name,
+            "nice",
+            "-n",
+            &FIRST.to_string(),
+        ],
         "kv-pressure",
-        loopback(),
+        addr,
         &KV_PRESSURE_SIM,
     );
+    let pid = sim.pid().to_string();
     let stress = Stress::start(
-        "kvloss",
-        &scenario("kvloss", &sim.url(), &kv_pressure_load()),
+        "kvlink",
+        &scenario("kvlink", &sim.url(), &llm(2.0, 10.0, 384)),
         None,
         FIRST,
-        &[],
+        &["--allow-remote", "--pid", &pid],
     );
     sim.wait_for_load(Duration::from_mins(1));
     std::thread::sleep(BASELINE);
-    let loss = RandomLoss::from_port(sim.addr.port(), 5);
+    ns.shape("4mbit");
     std::thread::sleep(PEAK);
-    drop(loss);
     let r = stress.finish();
     drop(sim);
+    drop(ns);
     r
 }

@@ -31,7 +31,7 @@ pub const MEDIAN_BAND: (f64, f64) = (0.4, 0.6);
 pub const TAIL_BAND: (f64, f64) = (0.9, 1.0);
 
 /// Fewest requests in each band for a per-request decomposition.
-pub const MIN_BAND_REQUESTS: usize = 3;
+pub const MIN_BAND_REQUESTS: usize = 2;
 
 /// The latency a decomposition splits: TTFT where the phase streams tokens, else E2E.
 #[derive(

@@ -124,6 +124,23 @@ pub struct PhaseSummary {
     pub missing: Vec<String>,
 }
 
+impl PhaseSummary {
+    /// The verdict in words: the dominant cause, or the two causes it names with their parts of
+    /// the rise (`kv_cache (62%) + network (31%)`).
+    #[must_use]
+    pub fn verdict_name(&self) -> String {
+        if self.causes.len() > 1 {
+            self.causes
+                .iter()
+                .map(|c| format!("{} ({:.0}%)", c.cause, c.part * 100.0))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        } else {
+            self.dominant.to_string()
+        }
+    }
+}
+
 /// Summarises each phase, in order of first appearance.
 #[must_use]
 pub fn summarise(

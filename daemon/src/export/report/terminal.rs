@@ -169,15 +169,7 @@ fn verdict(out: &mut String, p: &PhaseSummary, evidence: &str, colour: bool) {
             ),
         );
     } else {
-        let named = if p.causes.len() > 1 {
-            p.causes
-                .iter()
-                .map(|c| format!("{} ({:.0}%)", c.cause, c.part * 100.0))
-                .collect::<Vec<_>>()
-                .join(" + ")
-        } else {
-            p.dominant.to_string()
-        };
+        let named = p.verdict_name();
         line(
             out,
             Style::Bad,
