@@ -17,7 +17,7 @@ pub struct Row {
     pub name: &'static str,
     /// Its mechanism (a sweep's strength).
     pub mechanism: &'static str,
-    /// Expected verdict of the peak (`a+b` for two causes).
+    /// Expected verdict of the peak (`a+b` for two causes, in name order).
     pub expected: &'static str,
     /// The peak's verdict: its dominant cause, or the two causes it names (`a+b`).
     pub got: String,
@@ -42,10 +42,12 @@ pub fn row(case: &Case, report: &Value) -> Row {
         .and_then(|p| p["dominant"].as_str())
         .unwrap_or("?")
         .to_owned();
-    let named: Vec<&str> = peak
+    // Two causes in name order, as expected verdicts are written (`kv_cache+network`).
+    let mut named: Vec<&str> = peak
         .and_then(|p| p["causes"].as_array())
         .map(|c| c.iter().filter_map(|c| c["cause"].as_str()).collect())
         .unwrap_or_default();
+    named.sort_unstable();
     let got = if named.len() > 1 {
         named.join("+")
     } else {

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::{
     NetNs, Sim,
-    cases::{Case, KV_PRESSURE_SIM, cpu_quota, llm, loss_loopback},
+    cases::{Case, KV_PRESSURE_SIM, cpu_quota, kv_pressure_load, llm, loss_loopback},
     explain::{BASELINE, FIRST, PEAK, Stress, run, scenario},
 };
 
@@ -83,15 +83,15 @@ fn slots(n: &str) -> Value {
 /// The expected verdict of [`double_fault`]: both causes named.
 pub const DOUBLE_FAULT: &str = "kv_cache+network";
 
-/// KV pressure (the kv-pressure case's cache, a lighter peak) and, from the peak on, the link
-/// to the sim (in a network namespace) shaped to 4 Mbit/s: the server's queue and the answers'
+/// KV pressure (the kv-pressure case) and, from the peak on, the link to the sim (in a network
+/// namespace) shaped to 6 Mbit/s, a little under what the peak's answers need: the server's queue and the answers'
 /// transit both grow. (Random loss on loopback is recovered within an RTT: it adds too little
 /// to a request's time for a part of the rise.)
 #[must_use]
 pub fn double_fault() -> Case {
     Case {
         name: "kv-pressure+slow-link",
-        mechanism: "sim in a netns, KV cache of 256 blocks, 2 -> 10 req/s of 384 tokens, and its veth shaped to 4 Mbit/s during the peak",
+        mechanism: "sim in a netns, KV cache of 256 blocks, 2 -> 16 req/s of 384 tokens, and its veth shaped to 6 Mbit/s during the peak",
         expected: DOUBLE_FAULT,
         run: kv_and_slow_link,
     }
@@ -117,14 +117,14 @@ fn kv_and_slow_link() -> Value {
     let pid = sim.pid().to_string();
     let stress = Stress::start(
         "kvlink",
-        &scenario("kvlink", &sim.url(), &llm(2.0, 10.0, 384)),
+        &scenario("kvlink", &sim.url(), &kv_pressure_load()),
         None,
         FIRST,
         &["--allow-remote", "--pid", &pid],
     );
     sim.wait_for_load(Duration::from_mins(1));
     std::thread::sleep(BASELINE);
-    ns.shape("4mbit");
+    ns.shape("6mbit");
     std::thread::sleep(PEAK);
     let r = stress.finish();
     drop(sim);
