@@ -249,3 +249,56 @@ pub fn publish(doc: &str, table: &str) -> Option<String> {
     let b = doc[a..].find(END)? + a;
     Some(format!("{}\n{table}{}", &doc[..a], &doc[b..]))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &'static str, expected: &'static str, got: &str) -> Row {
+        Row {
+            name,
+            mechanism: name,
+            expected,
+            got: got.to_owned(),
+            share: 1.0,
+            confidence: 0.9,
+            first_right: Some(0),
+            others: String::new(),
+            ok: expected == got,
+        }
+    }
+
+    #[test]
+    fn the_matrix_counts_expected_by_got_and_two_causes_count_for_each() {
+        let rows = [
+            row("a", "queue", "queue"),
+            row("b", "queue", "none"),
+            row("c", "kv_cache+network", "kv_cache+network"),
+            row("d", "network", "network"),
+            row("e", "none", "network"),
+        ];
+        let m = confusion(&rows);
+        assert!(m.contains("| queue | | | 1 | 1 |"), "{m}");
+        let pr = precision_recall(&rows);
+        assert!(
+            pr.contains("network: precision 67% (2 of 3 named), recall 100% (2 of 2 expected)"),
+            "{pr}"
+        );
+        assert!(
+            pr.contains("queue: precision 100% (1 of 1 named), recall 50%"),
+            "{pr}"
+        );
+        assert!(!pr.contains("none:"), "{pr}");
+    }
+
+    #[test]
+    fn the_doc_gets_the_table_between_its_markers_only() {
+        let doc = "a\n<!-- bench attribution: begin -->\nold\n<!-- bench attribution: end -->\nb\n";
+        let new = publish(doc, "new\n").unwrap();
+        assert_eq!(
+            new,
+            "a\n<!-- bench attribution: begin -->\nnew\n<!-- bench attribution: end -->\nb\n"
+        );
+        assert!(publish("no markers", "x").is_none());
+    }
+}
