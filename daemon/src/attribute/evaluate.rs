@@ -82,8 +82,8 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
     }
 }
 
-/// Whether cause `a`, when convincing, is the verdict over a convincing `b` whatever their
-/// confidences: `a` explains `b`'s symptoms. When the generator lags, every other latency is
+/// Whether cause `a` explains `b`'s symptoms: a convincing `a` carries a convincing `b`'s rank
+/// and wins a tie with it (`super::rank`). When the generator lags, every other latency is
 /// measured wrong; a full KV cache, a GPU out of memory, a server starved of CPU or an index
 /// rebuilding is why requests wait inside the server (a rebuild also why its threads wait for
 /// a CPU); and any named bottleneck explains the errors it causes.
