@@ -19,6 +19,7 @@
 
 pub mod baseline;
 pub mod causes;
+pub mod confirm;
 pub mod decompose;
 mod evaluate;
 pub mod phase;
@@ -43,7 +44,7 @@ use crate::collect::timeline::Timeline;
 
 pub use baseline::{Baseline, Baselines, Level, Workload};
 pub use causes::CausePart;
-pub use decompose::{Band, Basis, Decomposition, LatencyMetric};
+pub use decompose::{Band, Basis, Decomposition, LatencyMetric, MEDIAN_BAND};
 pub use evaluate::{MIN_CONFIDENCE, RuleResult, outranks, score};
 pub use phase::{CauseShare, PhaseLatency, PhaseLoad, PhaseSummary};
 pub use rules::{Condition, RULES, Role, Rule, Test};

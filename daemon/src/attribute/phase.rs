@@ -116,6 +116,9 @@ pub struct PhaseSummary {
     /// Where the tail's increase went: the requests ranked p90..p100, per request only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail_decomposition: Option<Decomposition>,
+    /// The verdict put to the test by a follow-up step (`stress --explain --confirm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<super::confirm::Confirmation>,
     /// Scenario events sent during the phase (e.g. `POST /v1/vector/rebuild -> 200 at +5.0 s`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<String>,
@@ -291,6 +294,7 @@ fn summarise_one(
         tail_decomposition,
         missing,
         marks: Vec::new(),
+        confirmation: None,
         name,
     }
 }

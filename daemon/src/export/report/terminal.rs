@@ -123,6 +123,9 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
         .collect::<Vec<_>>()
         .join("; ");
     verdict(out, p, &evidence, colour);
+    if let Some(c) = &p.confirmation {
+        let _ = writeln!(out, "  confirm: {}", c.line());
+    }
     for m in &p.marks {
         let _ = writeln!(out, "  event: {m}");
     }
