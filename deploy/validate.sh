@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Validates deploy/:
-#   1. Monitoring (python3 and promtool; `cargo xtask test` runs this part when promtool is
-#      installed, as `cargo xtask setup` does):
+#   1. Monitoring (python3 and promtool; `cargo xtask test` runs the whole script when promtool
+#      is installed, as `cargo xtask setup` does):
 #      a. deploy/check_monitoring.py: the Grafana dashboard parses and its panels, and the alert
 #         rules, name only metrics the daemon exports; kustomization.yaml lists what exists;
 #      b. `promtool check rules` and `promtool test rules` (deploy/prometheus/rules.test.yaml)

@@ -31,13 +31,14 @@ fn paths() -> Result<(PathBuf, PathBuf), String> {
     }
 }
 
-/// Whether the engine is built; prints why the calling test is skipped when it is not.
+/// Whether the engine is built; when it is not, the calling test is skipped, saying why (and
+/// fails under `CI=true`: [`crate::missing_peer`]).
 #[must_use]
 pub fn built_or_skip(test: &str) -> bool {
     match paths() {
         Ok(_) => true,
         Err(why) => {
-            println!("skipping {test}: {why}");
+            crate::missing_peer(test, &why);
             false
         }
     }

@@ -28,10 +28,22 @@ pub fn root_or_skip(test: &str) -> Option<Machine> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        println!("skipping {test}: needs root (eBPF); CI runs it as root");
+        missing_peer(test, "needs root (eBPF); CI runs it as root");
         return None;
     }
     Some(machine())
+}
+
+/// `test` cannot run because `why` (no root, the engine not built): under `CI=true` (as `.ci/run`
+/// sets it) that fails the test, since a CI run must not pass by skipping what it was meant to
+/// check; elsewhere the test is skipped, saying why.
+pub fn missing_peer(test: &str, why: &str) {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    assert!(
+        !ci,
+        "{test}: {why} (CI=true: a missing peer fails the run; `cargo xtask setup` installs the peers)"
+    );
+    println!("skipping {test}: {why}");
 }
 
 /// Child processes that busy-loop until dropped.

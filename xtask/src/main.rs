@@ -120,8 +120,10 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     tests.and(deploy)
 }
 
-/// `deploy/validate.sh --monitoring-only`: the dashboard's and the alert rules' metric names,
-/// `promtool check rules` / `test rules`, the kustomization. Needs promtool (setup installs it).
+/// `deploy/validate.sh`, in full: the dashboard's and the alert rules' metric names, `promtool
+/// check rules` / `test rules`, the kustomization, and the manifests against the Kubernetes
+/// schemas (kubernetes-validate --strict) and the policy checks (checkov), both from PyPI in
+/// `target/venv-deploy` (the script installs them once). Needs promtool (setup installs it).
 fn deploy_checks() -> anyhow::Result<()> {
     if std::process::Command::new("promtool")
         .arg("--version")
@@ -137,7 +139,6 @@ fn deploy_checks() -> anyhow::Result<()> {
     run::status(
         std::process::Command::new("bash")
             .arg(script)
-            .arg("--monitoring-only")
             .current_dir(run::root()),
     )
 }

@@ -45,10 +45,9 @@ fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
 
 fn launch_error(e: &LaunchError) -> Response {
     let status = match e {
-        LaunchError::InvalidScenario(_) => StatusCode::BAD_REQUEST,
-        LaunchError::Busy(_) => StatusCode::CONFLICT,
+        LaunchError::InvalidScenario(_) | LaunchError::Remote { .. } => StatusCode::BAD_REQUEST,
+        LaunchError::Busy { .. } => StatusCode::CONFLICT,
         LaunchError::NotFound(_) => StatusCode::NOT_FOUND,
-        LaunchError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(status, e)
 }

@@ -11,13 +11,14 @@ use std::{
 
 use futures_util::FutureExt as _;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 use crate::{
     clock::unix_ms,
     dial::is_loopback,
     export::otlp::{OtlpExporter, Sampler, live},
-    loadgen::{self, Options, Scenario, Stop, StopKind, engine::models},
+    loadgen::{self, Options, Plan, StopKind},
     tls::TlsOptions,
 };
 
@@ -53,27 +54,30 @@ impl Run {
     fn finish(&mut self, result: Result<loadgen::StressReport, loadgen::RunError>) {
         self.status.finished_unix_ms = Some(unix_ms());
         self.status.phase = None;
-        match result.map(|r| serde_json::to_value(&r)) {
-            Ok(Ok(report)) if failure(&report).is_some() => {
-                self.status.state = RunState::Failed;
-                self.status.error = failure(&report);
-                self.report = Some(report);
-            }
-            Ok(Ok(report)) => {
-                self.status.state = if self.status.state == RunState::Stopping {
-                    RunState::Stopped
-                } else {
-                    RunState::Finished
-                };
-                self.report = Some(report);
-            }
-            Ok(Err(e)) => {
-                self.status.state = RunState::Failed;
-                self.status.error = Some(format!("encoding the report: {e}"));
-            }
+        let report = match result {
+            Ok(report) => report,
             Err(e) => {
                 self.status.state = RunState::Failed;
                 self.status.error = Some(e.to_string());
+                return;
+            }
+        };
+        let failed = report
+            .stopped
+            .as_ref()
+            .filter(|s| s.kind == StopKind::Failed)
+            .map(ToString::to_string);
+        self.status.state = match (&failed, self.status.state) {
+            (Some(_), _) => RunState::Failed,
+            (None, RunState::Stopping) => RunState::Stopped,
+            (None, _) => RunState::Finished,
+        };
+        self.status.error = failed;
+        match serde_json::to_value(&report) {
+            Ok(json) => self.report = Some(json),
+            Err(e) => {
+                self.status.state = RunState::Failed;
+                self.status.error = Some(format!("encoding the report: {e}"));
             }
         }
     }
@@ -140,16 +144,6 @@ impl LoadgenLauncher {
     }
 }
 
-/// Why a run failed, from its report's `stopped` (`failed: ...`).
-fn failure(report: &serde_json::Value) -> Option<String> {
-    report
-        .get("stopped")
-        .and_then(serde_json::Value::as_str)
-        .and_then(|s| s.parse::<Stop>().ok())
-        .filter(|s| s.kind == StopKind::Failed)
-        .map(|s| s.to_string())
-}
-
 /// Runs `f` (file reads, bounded but possibly slow) without stalling the other tasks of a
 /// multi-threaded runtime: `start` is synchronous, so `spawn_blocking` cannot be awaited here,
 /// and `block_in_place` hands this worker's queue to another thread meanwhile.
@@ -162,38 +156,20 @@ fn off_workers<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Settles the model (`loadgen::engine::models`: a model the target does not serve fails the run
-/// before any request), then runs the scenario.
-async fn discover_and_run(
-    id: &str,
-    scenario: &mut Scenario,
-    opts: Options,
-    cancel: CancellationToken,
-) -> Result<loadgen::StressReport, loadgen::RunError> {
-    let found = models::discover(scenario, &opts)
-        .await
-        .map_err(|e| loadgen::RunError::Invalid(e.to_string()))?;
-    if let Some(line) = found.note() {
-        tracing::info!("{id}: {line}");
-    }
-    loadgen::run(scenario, opts, cancel).await
-}
-
 fn key(id: &str) -> Option<u64> {
     id.strip_prefix("run-")?.parse().ok()
 }
 
 impl RunLauncher for LoadgenLauncher {
     fn start(&self, text: &str) -> Result<RunHandle, LaunchError> {
-        let mut scenario =
-            off_workers(|| Scenario::from_posted_yaml(text, "scenario", self.data_dir.as_deref()))
-                .map_err(|e| LaunchError::InvalidScenario(e.to_string()))?;
+        let plan =
+            off_workers(|| Plan::from_posted_yaml(text, "scenario", self.data_dir.as_deref()))?;
+        let scenario = plan.scenario();
         let host = scenario.target_host().unwrap_or_default();
         if !self.allow_remote && !is_loopback(&host) {
-            return Err(LaunchError::InvalidScenario(format!(
-                "target {} is not a loopback address: start the daemon with --allow-remote to load a remote service",
-                scenario.target
-            )));
+            return Err(LaunchError::Remote {
+                target: scenario.target.clone(),
+            });
         }
         let mut st = self.lock();
         if let Some((n, _)) = st
@@ -201,9 +177,9 @@ impl RunLauncher for LoadgenLauncher {
             .iter()
             .find(|(_, r)| matches!(r.status.state, RunState::Running | RunState::Stopping))
         {
-            return Err(LaunchError::Busy(format!(
-                "run-{n} is still running: stop it first (POST /api/v1/runs/run-{n}/stop)"
-            )));
+            return Err(LaunchError::Busy {
+                running: format!("run-{n}"),
+            });
         }
         st.next += 1;
         let n = st.next;
@@ -247,14 +223,17 @@ impl RunLauncher for LoadgenLauncher {
         };
         if let Some((exporter, sampler)) = &self.otlp {
             // Its task ends with the run (the run's record channel closes).
-            let _export = live::attach(Arc::clone(exporter), &scenario, *sampler, &mut opts);
+            let _export = live::attach(Arc::clone(exporter), &plan, *sampler, &mut opts);
         }
         let state = self.state.clone();
         let run_id = id.clone();
         tokio::spawn(async move {
             // A panic must end the run as failed, never leave it `Running` (every later
             // POST would get 409).
-            let result = AssertUnwindSafe(discover_and_run(&run_id, &mut scenario, opts, cancel))
+            // The run's notes (the model chosen) go to the log under its id.
+            let run = loadgen::run(&plan, opts, cancel)
+                .instrument(tracing::info_span!("run", id = %run_id));
+            let result = AssertUnwindSafe(run)
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|p| {

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use crate::loadgen::PlanError;
+
 /// A started run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunHandle {
@@ -45,20 +47,28 @@ pub struct RunStatus {
 }
 
 /// Why a launcher refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    /// The scenario does not parse or is unsafe (e.g. no duration, remote target).
+    /// The scenario does not parse or does not validate.
     #[error("invalid scenario: {0}")]
-    InvalidScenario(String),
+    InvalidScenario(#[from] PlanError),
+    /// The scenario's target is outside loopback and the daemon may not load remote services.
+    #[error(
+        "invalid scenario: target {target} is not a loopback address: start the daemon with --allow-remote to load a remote service"
+    )]
+    Remote {
+        /// The target as written.
+        target: String,
+    },
     /// Another run is in progress and the launcher runs one at a time.
-    #[error("busy: {0}")]
-    Busy(String),
+    #[error("busy: {running} is still running: stop it first (POST /api/v1/runs/{running}/stop)")]
+    Busy {
+        /// The id of the run in progress.
+        running: String,
+    },
     /// No run with that id.
     #[error("no run {0}")]
     NotFound(String),
-    /// Anything else.
-    #[error("{0}")]
-    Internal(String),
 }
 
 /// Starts, follows and stops load-generator runs for the API.

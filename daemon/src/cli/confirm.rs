@@ -9,7 +9,10 @@ use inferscope::{
         confirm::{self, Confirmation, Outcome},
     },
     export::report::Report,
-    loadgen::{self, Options, Scenario, scenario::Load},
+    loadgen::{
+        self, Options, Plan,
+        scenario::{Load, Phase},
+    },
     measure::RequestRecord,
 };
 use tokio_util::sync::CancellationToken;
@@ -19,7 +22,7 @@ const STEP: Duration = Duration::from_secs(10);
 
 /// Puts every named, non-baseline verdict of `report` to the test (see the module doc).
 pub async fn run(
-    scenario: &Scenario,
+    plan: &Plan,
     opts: &Options,
     cancel: &CancellationToken,
     report: &mut Report,
@@ -40,8 +43,9 @@ pub async fn run(
             outcome: Outcome::CannotByLoad,
         };
         if confirm::by_load(p.dominant)
-            && let Some((step, what)) = halved(scenario, &p.name)
+            && let Some((phase, what)) = halved(plan, &p.name)
         {
+            let step = plan.with_phases(vec![phase])?;
             eprintln!(
                 "explain: confirming {} in phase {}: {what}",
                 p.dominant, p.name
@@ -60,11 +64,16 @@ pub async fn run(
     Ok(())
 }
 
-/// `scenario` with its phase `name` alone at half its load, at most [`STEP`] long, and the
-/// change in words; `None` for a load that cannot be halved (a trace, a phase not found).
-fn halved(scenario: &Scenario, name: &str) -> Option<(Scenario, String)> {
-    let mut s = scenario.clone();
-    let mut phase = s.phases.iter().find(|p| p.name == name)?.clone();
+/// Phase `name` of `plan` at half its load, at most [`STEP`] long, and the change in words;
+/// `None` for a load that cannot be halved (a trace, a phase not found).
+fn halved(plan: &Plan, name: &str) -> Option<(Phase, String)> {
+    let mut phase = plan
+        .scenario()
+        .phases
+        .iter()
+        .find(|p| p.name == name)?
+        .clone();
+    phase.duration = phase.duration.min(STEP);
     let (load, what) = match phase.load.unshaped() {
         Load::Constant { rate } => (Load::Constant { rate: rate / 2.0 }, rate / 2.0),
         Load::Poisson { rate } => (Load::Poisson { rate: rate / 2.0 }, rate / 2.0),
@@ -85,16 +94,12 @@ fn halved(scenario: &Scenario, name: &str) -> Option<(Scenario, String)> {
         Load::Concurrency { users } => {
             let users = (users / 2).max(1);
             phase.load = Load::Concurrency { users };
-            phase.duration = phase.duration.min(STEP);
-            s.phases = vec![phase];
-            return Some((s, format!("half the load ({users} users)")));
+            return Some((phase, format!("half the load ({users} users)")));
         }
         Load::Trace { .. } | Load::Shaped(_) => return None,
     };
     phase.load = phase.load.shaped_like(load);
-    phase.duration = phase.duration.min(STEP);
-    s.phases = vec![phase];
-    Some((s, format!("half the load ({what} req/s)")))
+    Some((phase, format!("half the load ({what} req/s)")))
 }
 
 /// The mean latency of the successful `records` ranked in [`MEDIAN_BAND`], ms: the same

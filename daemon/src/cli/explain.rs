@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use inferscope::{
     collect::{discover, session::SessionOptions},
     export::report::Report,
-    loadgen::{self, Options, Scenario},
+    loadgen::{self, Options, Plan, Scenario},
     node::{Node, NodeOptions},
 };
 use tokio_util::sync::CancellationToken;
@@ -91,12 +91,13 @@ impl ExplainArgs {
 /// Runs `scenario` with the collectors on; returns the load generator's report and the
 /// explained report (already printed and written to `--report-dir`).
 pub async fn run(
-    scenario: Scenario,
+    plan: &Plan,
     opts: Options,
     cancel: CancellationToken,
     args: &ExplainArgs,
 ) -> anyhow::Result<(loadgen::StressReport, Report)> {
-    let servers = args.servers(&scenario)?;
+    let scenario = plan.scenario();
+    let servers = args.servers(scenario)?;
     // The follow-up steps of --confirm run with the same options, unobserved.
     let confirm_opts = Options {
         observer: None,
@@ -130,7 +131,7 @@ pub async fn run(
     node_opts.keep = usize::MAX;
     let mut opts = opts;
     let firings = super::triggers::start_for_stress(
-        &scenario,
+        scenario,
         args.triggers.as_deref(),
         &mut opts,
         &mut node_opts,
@@ -139,13 +140,13 @@ pub async fn run(
     for m in node.missing() {
         eprintln!("explain: {m}");
     }
-    let scenario_run = scenario.clone();
+    let plan_run = plan.clone();
     let load_done = CancellationToken::new();
     let done = load_done.clone();
     let run = tokio::spawn(async move {
         // Dropped when the load ends, even by a panic: the node must not wait forever.
         let _done = done.drop_guard();
-        loadgen::run(&scenario_run, opts, cancel).await
+        loadgen::run(&plan_run, opts, cancel).await
     });
     // The node closes windows in step with the load and stops when it ends.
     let finished = node.run(load_done.cancelled_owned()).await;
@@ -157,7 +158,7 @@ pub async fn run(
     };
     let mut explained = Report::of_run(&lg, finished).with_triggers(firings);
     if args.confirm && !confirm_cancel.is_cancelled() {
-        super::confirm::run(&scenario, &confirm_opts, &confirm_cancel, &mut explained).await?;
+        super::confirm::run(plan, &confirm_opts, &confirm_cancel, &mut explained).await?;
     }
     std::fs::create_dir_all(&args.report_dir)
         .with_context(|| format!("creating --report-dir {}", args.report_dir.display()))?;

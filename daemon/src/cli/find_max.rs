@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use inferscope::{
     atomic,
     loadgen::{
-        Options, Scenario,
+        Options, Plan, Scenario,
         knee::{self, Knob, Outcome, Overrides, SearchSpec, SearchStop},
         scenario::Load,
     },
@@ -91,13 +91,14 @@ impl FindMaxArgs {
 /// Runs the search, prints the table (rows live, then sorted) and the answer, writes the
 /// outcome to `out`; with `--explain`, explains a baseline step and the first failing load.
 pub async fn run(
-    scenario: &Scenario,
+    plan: &Plan,
     spec: &SearchSpec,
     opts: Options,
     cancel: CancellationToken,
     explain: &ExplainArgs,
     out: Option<&Path>,
 ) -> anyhow::Result<(Outcome, ExitCode)> {
+    let scenario = plan.scenario();
     if scenario.phases.len() > 1 {
         eprintln!(
             "find-max: the search loads the first phase ({}) only; the other {} phases do not run",
@@ -120,7 +121,7 @@ pub async fn run(
         slos.join(", "),
         u = spec.knob.unit(),
     );
-    let outcome = knee::search(scenario, spec, &opts, &cancel, |s| {
+    let outcome = knee::search(plan, spec, &opts, &cancel, |s| {
         eprintln!(
             "  {} {}: {:.1} req/s finished -> {}{}",
             knee::fmt_load(s.load),
@@ -142,7 +143,7 @@ pub async fn run(
         eprintln!("search written to {}", path.display());
     }
     if explain.explain && !cancel.is_cancelled() {
-        explain_knee(scenario, spec, &outcome, opts, cancel.clone(), explain).await?;
+        explain_knee(plan, spec, &outcome, opts, cancel.clone(), explain).await?;
     }
     let code = match outcome.stopped {
         SearchStop::Interrupted => ExitCode::from(130),
@@ -155,7 +156,7 @@ pub async fn run(
 /// Runs two explained phases, `baseline` at the lowest passing load and `beyond` at the lowest
 /// failing one, and says what the bottleneck is beyond the knee.
 async fn explain_knee(
-    scenario: &Scenario,
+    plan: &Plan,
     spec: &SearchSpec,
     outcome: &Outcome,
     opts: Options,
@@ -172,18 +173,17 @@ async fn explain_knee(
         eprintln!("find-max: no passing and failing load to compare; nothing to explain");
         return Ok(());
     };
-    let mut two = knee::step_scenario(scenario, spec, low, 0);
-    two.phases[0].name = "baseline".into();
-    let mut beyond = knee::step_scenario(scenario, spec, fail, 1)
-        .phases
-        .remove(0);
+    let scenario = plan.scenario();
+    let mut baseline = knee::step_phase(scenario, spec, low, 0);
+    baseline.name = "baseline".into();
+    let mut beyond = knee::step_phase(scenario, spec, fail, 1);
     beyond.name = "beyond".into();
-    two.phases.push(beyond);
+    let two = plan.with_phases(vec![baseline, beyond])?;
     eprintln!(
         "find-max: explaining: baseline at {low} {u}, then beyond the knee at {fail} {u}",
         u = spec.knob.unit()
     );
-    let (_, explained) = super::explain::run(two, opts, cancel, args).await?;
+    let (_, explained) = super::explain::run(&two, opts, cancel, args).await?;
     if let Some(p) = explained.phase("beyond") {
         let unit = spec.knob.unit();
         let load = match &scenario.phases[0].load {

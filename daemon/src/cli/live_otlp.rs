@@ -9,7 +9,7 @@ use inferscope::export::otlp::{
     OtlpExporter, Sampler,
     live::{self, DEFAULT_SAMPLE},
 };
-use inferscope::loadgen::{Options, Scenario};
+use inferscope::loadgen::{Options, Plan};
 
 use super::otlp::OtlpArgs;
 
@@ -60,15 +60,15 @@ impl LiveOtlpArgs {
         })
     }
 
-    /// Starts the export of `scenario`'s run onto `opts` when asked for. Call inside the
-    /// run's tokio runtime.
-    pub fn start(&self, scenario: &Scenario, opts: &mut Options) -> anyhow::Result<Option<Live>> {
+    /// Starts the export of `plan`'s run onto `opts` when asked for. Call inside the run's
+    /// tokio runtime.
+    pub fn start(&self, plan: &Plan, opts: &mut Options) -> anyhow::Result<Option<Live>> {
         let sampler = self.sampler()?;
         let Some(exporter) = self.otlp.start()? else {
             return Ok(None);
         };
         let exporter = Arc::new(exporter);
-        let export = live::attach(exporter.clone(), scenario, sampler, opts);
+        let export = live::attach(exporter.clone(), plan, sampler, opts);
         Ok(Some(Live { exporter, export }))
     }
 }

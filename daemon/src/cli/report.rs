@@ -28,6 +28,10 @@ enum Command {
         /// Merge an incomplete shard set (missing shards, or shards of different N) as it is.
         #[arg(long)]
         allow_partial: bool,
+        /// Merge shards whose phases did not start together (more than a tenth of a phase
+        /// apart), which the merged report then describes as if they had.
+        #[arg(long)]
+        allow_skew: bool,
     },
     /// Attribute the time line of an explained run's report.json again with this build's rules
     /// and print the summary (e.g. after an upgrade, or to compare rule changes).
@@ -41,23 +45,27 @@ enum Command {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let (reports, out, allow_partial) = match &args.command {
+    let (reports, out, allow) = match &args.command {
         Command::Merge {
             reports,
             out,
             allow_partial,
-        } => (reports, out, allow_partial),
+            allow_skew,
+        } => (
+            reports,
+            out,
+            merge::Allow {
+                partial: *allow_partial,
+                skew: *allow_skew,
+            },
+        ),
         Command::Explain { report, report_dir } => return explain(report, report_dir.as_deref()),
     };
     let loaded = reports
         .iter()
         .map(|p| merge::read(p).map(|r| (p.display().to_string(), r)))
         .collect::<Result<Vec<_>, _>>()?;
-    let merged = if *allow_partial {
-        merge::merge_partial(&loaded)?
-    } else {
-        merge::merge(&loaded)?
-    };
+    let merged = merge::merge(&loaded, allow)?;
     if let Some(path) = out {
         merged
             .write(path)

@@ -20,9 +20,10 @@ use std::sync::{
 use anyhow::{Context as _, bail};
 use inferscope::atomic;
 use inferscope::loadgen::{
-    self, Endpoint, Options, Scenario, Shard, StopKind,
+    self, Endpoint, Notes, Options, Plan, Scenario, Shard, StopKind,
     client::Target,
-    engine::models,
+    engine::barrier::StartAt,
+    scenario::files::Files,
     scenario::overrides::{Overrides, PhaseFlag},
     scenario::template::{JsonTemplate, Template},
     scenario::{CapPolicy, ChaosSpec, Load, Phase, RequestSpec},
@@ -115,6 +116,12 @@ pub struct Args {
     /// `inferscope report merge`.
     #[arg(long, value_name = "i/N")]
     shard: Option<Shard>,
+    /// Start the first request at this time, after the setup: the shards of one load start
+    /// together (`report merge` refuses shards that did not run at once). A time
+    /// (`2026-12-02T12:30:00Z`), `@UNIX_SECONDS`, or `next:2m` (the next whole two minutes,
+    /// which every shard started within the same two minutes agrees on).
+    #[arg(long, value_name = "TIME")]
+    start_at: Option<StartAt>,
     #[command(flatten)]
     tls: super::tls::TlsArgs,
     #[command(flatten)]
@@ -141,21 +148,19 @@ enum EndpointArg {
     Http,
 }
 
-/// The scenario to run: the file, or one phase from the flags, with the flags over it
+/// The plan to run: the file, or one phase from the flags, with the flags over it
 /// (`loadgen::scenario::overrides`: flag over file, or refused), validated once.
-fn scenario(args: &Args) -> anyhow::Result<Scenario> {
+fn plan(args: &Args) -> anyhow::Result<Plan> {
     let mut overrides = overrides(args)?;
-    let scenario = if let Some(path) = &args.scenario {
+    let plan = if let Some(path) = &args.scenario {
         overrides.phase_flags = phase_flags(args);
-        Scenario::from_file_with(path, &overrides)?
+        Plan::from_file(path, &overrides)?
     } else {
-        let mut scenario = from_flags(args)?;
-        overrides.apply(&mut scenario, "the run")?;
-        loadgen::scenario::limits::check(&scenario).map_err(|e| anyhow::anyhow!("flags: {e}"))?;
-        scenario
+        let files = Files::Relative(std::path::Path::new("."));
+        Plan::compile(from_flags(args)?, &files, &overrides)?
     };
-    args.find_max.check(&scenario)?;
-    Ok(scenario)
+    args.find_max.check(plan.scenario())?;
+    Ok(plan)
 }
 
 /// The flags that go over any scenario, the file's or the one [`from_flags`] makes.
@@ -197,16 +202,15 @@ fn phase_flags(args: &Args) -> Vec<PhaseFlag> {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let mut scenario = scenario(args)?;
+    let plan = plan(args)?;
+    let scenario = plan.scenario();
     // A search that cannot run is said before anything is asked of the target.
-    let search = if args.find_max.wanted(&scenario) {
-        Some(args.find_max.spec(&scenario)?)
+    let search = if args.find_max.wanted(scenario) {
+        Some(args.find_max.spec(scenario)?)
     } else {
         None
     };
-    args.otlp.check(search.is_some())?;
-    args.html
-        .check(args.explain.explain, args.no_records, search.is_some())?;
+    check_output_flags(args, search.is_some())?;
     let tls = args.tls.options()?;
     if args.tls.insecure() {
         eprintln!("inferscope: {}", super::tls::INSECURE_WARNING);
@@ -218,6 +222,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         progress: !args.quiet && std::io::stderr().is_terminal(),
         shard: args.shard.unwrap_or(Shard::WHOLE),
         tls,
+        notes: Notes::Stderr,
+        start_at: args.start_at,
         ..Options::new()
     };
     // One CPU to run on (a pinned run, a one-core container): the single-threaded scheduler
@@ -232,19 +238,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     .enable_all()
     .build()
     .context("starting the tokio runtime")?;
-    check_before_run(args, &scenario)?;
-    // The model is settled before the run: a wrong one ends it here, not in N failed requests.
-    if let Err(e) = rt.block_on(settle_model(&mut scenario, &opts)) {
-        eprintln!("inferscope: {e}");
-        return Ok(ExitCode::from(2));
-    }
+    check_before_run(args, scenario)?;
     let signalled = Arc::new(AtomicU8::new(0));
     if let Some(spec) = search {
-        let (_, code) = rt.block_on(async {
+        let searched = rt.block_on(async {
             let cancel = CancellationToken::new();
             watch_signals(scenario.grace, cancel.clone(), signalled.clone())?;
             super::find_max::run(
-                &scenario,
+                &plan,
                 &spec,
                 opts,
                 cancel,
@@ -252,7 +253,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 args.out.as_deref(),
             )
             .await
-        })?;
+        });
+        let code = match searched {
+            Ok((_, code)) => code,
+            Err(e) => return model_not_served(e),
+        };
         let signal = signalled.load(Ordering::Relaxed);
         return Ok(if signal == 0 {
             code
@@ -265,25 +270,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let (c, sig) = (cancel.clone(), signalled.clone());
         let grace = scenario.grace;
         watch_signals(grace, c, sig)?;
-        let mut opts = opts;
-        let live = args.otlp.start(&scenario, &mut opts)?;
-        let report = if args.explain.explain {
-            super::explain::run(scenario.clone(), opts, cancel, &args.explain)
-                .await
-                .map(|(r, explained)| {
-                    if let Some(live) = &live {
-                        live.trace_phases(&explained.phases);
-                    }
-                    r
-                })
-        } else {
-            Ok(loadgen::run(&scenario, opts, cancel).await?)
-        };
-        if let Some(live) = live {
-            live.finish().await?;
-        }
-        report
-    })?;
+        run_load(args, &plan, opts, cancel).await
+    });
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => return model_not_served(e),
+    };
     if !args.explain.explain {
         print!("{}", report.table());
     }
@@ -298,6 +290,45 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("inferscope: {line}");
     }
     Ok(exit_code(&report, signalled.load(Ordering::Relaxed)))
+}
+
+/// The flags that depend on whether the run is a knee search.
+/// Runs `plan` (explained with `--explain`), exporting it live with `--otlp-endpoint`: its
+/// requests as they finish, and its explained phases at the end.
+async fn run_load(
+    args: &Args,
+    plan: &Plan,
+    mut opts: loadgen::Options,
+    cancel: CancellationToken,
+) -> anyhow::Result<loadgen::StressReport> {
+    let live = args.otlp.start(plan, &mut opts)?;
+    let report = if args.explain.explain {
+        super::explain::run(plan, opts, cancel, &args.explain)
+            .await
+            .map(|(r, explained)| {
+                if let Some(live) = &live {
+                    live.trace_phases(&explained.phases);
+                }
+                r
+            })
+    } else {
+        Ok(loadgen::run(plan, opts, cancel).await?)
+    };
+    if let Some(live) = live {
+        live.finish().await?;
+    }
+    report
+}
+
+fn check_output_flags(args: &Args, searching: bool) -> anyhow::Result<()> {
+    args.otlp.check(searching)?;
+    if searching && args.start_at.is_some() {
+        bail!(
+            "--start-at starts the shards of one load together; a knee search is one process: drop --start-at"
+        );
+    }
+    args.html
+        .check(args.explain.explain, args.no_records, searching)
 }
 
 /// What can be checked before the run spends its time, not after: the outputs can be
@@ -321,17 +352,16 @@ fn check_before_run(args: &Args, scenario: &Scenario) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The model of the LLM phases: the first `/v1/models` lists when none is given (said on
-/// stderr), or an error when the one given is not served.
-async fn settle_model(
-    scenario: &mut Scenario,
-    opts: &Options,
-) -> Result<(), models::ModelNotServed> {
-    let found = models::discover(scenario, opts).await?;
-    if let Some(line) = found.note() {
-        eprintln!("inferscope: {line}");
+/// A run that ended before its first request because the model it names is not served exits
+/// 2 with that one line; any other error is the caller's.
+fn model_not_served(e: anyhow::Error) -> anyhow::Result<ExitCode> {
+    match e.downcast_ref::<loadgen::RunError>() {
+        Some(loadgen::RunError::Model(m)) => {
+            eprintln!("inferscope: {m}");
+            Ok(ExitCode::from(2))
+        }
+        _ => Err(e),
     }
-    Ok(())
 }
 
 /// The exit status of a finished run (see the module's documentation); `signal` is the code

@@ -33,7 +33,7 @@ fn rules(
             rules.push(r);
         }
     }
-    triggers::check_remote(&rules, allow_remote).map_err(anyhow::Error::msg)?;
+    triggers::check_remote(&rules, allow_remote)?;
     Ok(rules)
 }
 
@@ -99,7 +99,7 @@ pub fn start_for_daemon(
     node: &mut NodeOptions,
 ) -> anyhow::Result<(JoinHandle<Vec<Firing>>, Arc<Counts>)> {
     let rules = triggers::load_file(file)?;
-    triggers::check_remote(&rules, allow_remote).map_err(anyhow::Error::msg)?;
+    triggers::check_remote(&rules, allow_remote)?;
     for r in &rules {
         tracing::info!(
             rule = %r.name,

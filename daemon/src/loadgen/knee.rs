@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::loadgen::{
     engine::{Options, RunError, run},
-    scenario::{Load, Scenario},
+    scenario::plan::Plan,
+    scenario::{Load, Phase, Scenario},
 };
 use crate::measure::StressReport;
 
@@ -425,7 +426,7 @@ impl Planner {
 /// Runs the search: one [`crate::loadgen::run`] per step of `base`'s first phase with the load
 /// replaced. `on_step` sees each step as it ends (the sweep table's live rows).
 pub async fn search(
-    base: &Scenario,
+    base: &Plan,
     spec: &SearchSpec,
     opts: &Options,
     cancel: &CancellationToken,
@@ -434,11 +435,11 @@ pub async fn search(
     let started = Instant::now();
     let mut planner = Planner::new(spec.knob, spec.start, spec.ceiling, spec.tolerance);
     if !spec.warmup.is_zero() {
-        let mut warm = step_scenario(base, spec, planner.start, 0);
-        warm.phases[0].name = "warm-up".into();
-        warm.phases[0].duration = spec.warmup;
-        warm.phases[0].slo.clear();
-        run(&warm, opts.clone(), cancel.clone()).await?;
+        let mut warm = step_phase(base.scenario(), spec, planner.start, 0);
+        warm.name = "warm-up".into();
+        warm.duration = spec.warmup;
+        warm.slo.clear();
+        run(&step_plan(base, warm)?, opts.clone(), cancel.clone()).await?;
         tokio::time::sleep(spec.pause).await;
     }
     let mut steps = Vec::new();
@@ -461,8 +462,8 @@ pub async fn search(
                 () = cancel.cancelled() => break SearchStop::Interrupted,
             }
         }
-        let scenario = step_scenario(base, spec, load, steps.len());
-        let report = run(&scenario, opts.clone(), cancel.clone()).await?;
+        let step = step_phase(base.scenario(), spec, load, steps.len());
+        let report = run(&step_plan(base, step)?, opts.clone(), cancel.clone()).await?;
         if report.stopped.is_some() && cancel.is_cancelled() {
             break SearchStop::Interrupted;
         }
@@ -493,11 +494,17 @@ fn pause_after(spec: &SearchSpec, last: &Step) -> Duration {
     spec.pause + Duration::from_secs_f64((drain / 1000.0).clamp(0.0, 30.0))
 }
 
-/// `base` with one phase: its first phase at `load`, `spec.step` long, with the search's SLOs.
+/// `base` with `phase` as its one phase.
+fn step_plan(base: &Plan, phase: Phase) -> Result<Plan, RunError> {
+    base.with_phases(vec![phase])
+        .map_err(|e| RunError::Internal(format!("a search step: {e}")))
+}
+
+/// The phase of step `index`: `base`'s first phase at `load`, `spec.step` long, with the
+/// search's SLOs.
 #[must_use]
-pub fn step_scenario(base: &Scenario, spec: &SearchSpec, load: f64, index: usize) -> Scenario {
-    let mut s = base.clone();
-    let mut phase = s.phases[0].clone();
+pub fn step_phase(base: &Scenario, spec: &SearchSpec, load: f64, index: usize) -> Phase {
+    let mut phase = base.phases[0].clone();
     phase.name = format!("step-{}", index + 1);
     phase.label = Some("knee-search".into());
     phase.duration = spec.step;
@@ -516,9 +523,7 @@ pub fn step_scenario(base: &Scenario, spec: &SearchSpec, load: f64, index: usize
     // Complexity shaping, when the phase has it, stays too.
     phase.load = phase.load.shaped_like(step_load);
     phase.slo.clone_from(&spec.slos);
-    s.phases = vec![phase];
-    s.search = None;
-    s
+    phase
 }
 
 /// Share of the scheduled rate that must finish per second for a step to count as sustained.
@@ -648,8 +653,9 @@ mod tests {
     #[test]
     fn a_scenario_search_block_sets_the_search_and_flags_override_it() {
         let yaml = "target: http://127.0.0.1:9\nsearch: {slo: ['ttft_p95 < 1s'], max: 64, step: 3s, tolerance: 10%}\nphases:\n  - name: a\n    duration: 1s\n    load: {shape: concurrency, users: 2}\n    slo: ['error_rate < 1%']\n";
-        let sc = Scenario::from_yaml(yaml, "s.yaml", std::path::Path::new(".")).unwrap();
-        let spec = SearchSpec::for_scenario(&sc, Overrides::default()).unwrap();
+        let plan = Plan::from_yaml(yaml, "s.yaml", std::path::Path::new(".")).unwrap();
+        let sc = plan.scenario();
+        let spec = SearchSpec::for_scenario(sc, Overrides::default()).unwrap();
         assert_eq!(spec.knob, Knob::Users);
         assert_eq!((spec.start, spec.ceiling), (2.0, 64.0));
         assert_eq!(spec.step, Duration::from_secs(3));
@@ -661,9 +667,10 @@ mod tests {
             step: Some(Duration::from_secs(1)),
             ..Overrides::default()
         };
-        let spec = SearchSpec::for_scenario(&sc, flags).unwrap();
+        let spec = SearchSpec::for_scenario(sc, flags).unwrap();
         assert_eq!((spec.ceiling, spec.step), (8.0, Duration::from_secs(1)));
-        let step = step_scenario(&sc, &spec, 5.0, 2);
+        let step = step_plan(&plan, step_phase(sc, &spec, 5.0, 2)).unwrap();
+        let step = step.scenario();
         assert!(matches!(
             step.phases[0].load,
             Load::Concurrency { users: 5 }

@@ -66,6 +66,22 @@ pub enum MergeError {
         /// Which shards are missing or disagree.
         why: String,
     },
+    /// The shards' phases did not run at once: the merge would describe load that never ran.
+    #[error(
+        "{file}: phase {phase} started {skew_s:.1}s apart from {first}'s (allowed {allowed_s:.1}s): the shards did not run at once; start them together (stress --start-at) or pass --allow-skew to merge anyway"
+    )]
+    NotConcurrent {
+        /// The report whose phase started furthest from the earliest.
+        file: String,
+        /// The report whose phase started earliest.
+        first: String,
+        /// The phase.
+        phase: String,
+        /// How far apart the phase's starts are, seconds.
+        skew_s: f64,
+        /// The largest skew accepted for it, seconds.
+        allowed_s: f64,
+    },
     /// A histogram or SLO inside a report is damaged.
     #[error("{file}: phase {phase}: {why}")]
     Damaged {
@@ -265,12 +281,66 @@ pub fn check_complete(reports: &[(String, StressReport)]) -> Result<(), MergeErr
     Ok(())
 }
 
-/// Merges reports (`(file name, report)`, the name used in errors) into one; an incomplete
-/// shard set is refused (see [`check_complete`]).
-pub fn merge(reports: &[(String, StressReport)]) -> Result<StressReport, MergeError> {
+/// What a merge lets through that it refuses by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Allow {
+    /// An incomplete shard set (`--allow-partial`; see [`check_complete`]).
+    pub partial: bool,
+    /// Shards whose phases did not run at once (`--allow-skew`; see [`check_concurrent`]).
+    pub skew: bool,
+}
+
+/// The largest start skew of a phase's shards a merge accepts: a tenth of the phase, and a
+/// quarter second at least (clocks of separate hosts agree to milliseconds under NTP).
+#[must_use]
+pub fn allowed_skew_s(duration_s: f64) -> f64 {
+    (duration_s * 0.1).max(0.25)
+}
+
+/// Checks that the reports' phases ran at once: each phase's starts (a report's start plus the
+/// phases before it) lie within [`allowed_skew_s`] of each other.
+pub fn check_concurrent(reports: &[(String, StressReport)]) -> Result<(), MergeError> {
+    let Some(first) = reports.first() else {
+        return Ok(());
+    };
+    for (i, p0) in first.1.phases.iter().enumerate() {
+        let starts: Vec<(&str, f64)> = reports
+            .iter()
+            .map(|(f, r)| {
+                let before: f64 = r.phases.iter().take(i).map(|p| p.elapsed_s).sum();
+                (f.as_str(), r.started_unix_ns as f64 / 1e9 + before)
+            })
+            .collect();
+        let by = |a: &&(&str, f64), b: &&(&str, f64)| a.1.total_cmp(&b.1);
+        let (Some(early), Some(late)) = (starts.iter().min_by(by), starts.iter().max_by(by)) else {
+            continue;
+        };
+        let allowed_s = allowed_skew_s(p0.duration_s);
+        if late.1 - early.1 > allowed_s {
+            return Err(MergeError::NotConcurrent {
+                file: late.0.to_owned(),
+                first: early.0.to_owned(),
+                phase: p0.name.clone(),
+                skew_s: late.1 - early.1,
+                allowed_s,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Merges reports (`(file name, report)`, the name used in errors) into one. They must be of
+/// one scenario, each shard once; an incomplete shard set ([`check_complete`]) and shards that
+/// did not run at once ([`check_concurrent`]) are refused unless `allow` lets them through.
+pub fn merge(reports: &[(String, StressReport)], allow: Allow) -> Result<StressReport, MergeError> {
     check_consistent(reports)?;
-    check_complete(reports)?;
-    merge_partial(reports)
+    if !allow.partial {
+        check_complete(reports)?;
+    }
+    if !allow.skew {
+        check_concurrent(reports)?;
+    }
+    merge_checked(reports)
 }
 
 /// One scenario, each shard once.
@@ -293,10 +363,8 @@ fn check_consistent(reports: &[(String, StressReport)]) -> Result<(), MergeError
     Ok(())
 }
 
-/// Merges reports without requiring a complete shard set (`--allow-partial`); they must still
-/// be of one scenario, each shard once.
-pub fn merge_partial(reports: &[(String, StressReport)]) -> Result<StressReport, MergeError> {
-    check_consistent(reports)?;
+/// Merges reports that passed the checks [`merge`] asked for.
+fn merge_checked(reports: &[(String, StressReport)]) -> Result<StressReport, MergeError> {
     let first = reports.first().ok_or(MergeError::Empty)?;
     let start = reports
         .iter()

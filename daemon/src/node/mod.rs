@@ -405,7 +405,8 @@ mod tests {
         assert!(n.missing().iter().any(|m| m.contains("no server process")));
     }
 
-    #[tokio::test]
+    // Paused time: the node's window timer advances as the test sleeps, without waiting.
+    #[tokio::test(start_paused = true)]
     async fn readers_ask_the_running_node_and_get_its_time_line() {
         let (n, handle) = node(Marks::default(), 100);
         let stop = tokio_util::sync::CancellationToken::new();

@@ -422,17 +422,33 @@ pub fn start(engine: Engine, on_done: Option<OnDone>, allow_remote: bool) -> Sta
 /// Webhooks outside loopback are refused unless `allow_remote`, before anything starts: asked
 /// of the guard that every webhook connection goes through ([`crate::dial`]), which
 /// checks again on the address it dials.
-pub fn check_remote(rules: &[Rule], allow_remote: bool) -> Result<(), String> {
+pub fn check_remote(rules: &[Rule], allow_remote: bool) -> Result<(), RemoteWebhook> {
     for r in rules {
         if let Action::Webhook(url) = &r.action
             && let Ok(uri) = url.parse::<hyper::Uri>()
             && let Ok((host, port)) = crate::dial::host_port(&uri)
-            && let Err(e) = crate::dial::check_blocking(&host, port, allow_remote)
+            && let Err(why) = crate::dial::check_blocking(&host, port, allow_remote)
         {
-            return Err(format!("trigger `{}`: webhook {url}: {e}", r.name));
+            return Err(RemoteWebhook {
+                rule: r.name.clone(),
+                url: url.clone(),
+                why,
+            });
         }
     }
     Ok(())
+}
+
+/// A trigger's webhook the loopback guard refuses.
+#[derive(Debug, thiserror::Error)]
+#[error("trigger `{rule}`: webhook {url}: {why}")]
+pub struct RemoteWebhook {
+    /// The rule.
+    pub rule: String,
+    /// The webhook's URL.
+    pub url: String,
+    /// What the guard said.
+    pub why: crate::dial::DialError,
 }
 
 /// A triggers file that cannot be used: file, line (when known) and what is wrong.

@@ -207,7 +207,11 @@ fn files_are_checked_with_their_lines() {
     let remote =
         rules("triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://10.0.0.1/h'}\n");
     let e = check_remote(&remote, false).unwrap_err();
-    assert!(e.contains("--allow-remote"), "{e}");
+    assert_eq!(
+        (e.rule.as_str(), e.url.as_str()),
+        ("w", "http://10.0.0.1/h")
+    );
+    assert!(e.to_string().contains("--allow-remote"), "{e}");
     check_remote(&remote, true).unwrap();
     let local = rules(
         "triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://localhost:9/h'}\n",
@@ -221,7 +225,7 @@ fn files_are_checked_with_their_lines() {
     };
     check_remote(&hook("http://0x7f000001:9/h"), false).unwrap();
     for url in ["http://167772161/h", "http://[::ffff:10.0.0.1]/h"] {
-        let e = check_remote(&hook(url), false).unwrap_err();
+        let e = check_remote(&hook(url), false).unwrap_err().to_string();
         assert!(e.contains("refusing to connect") && e.contains(url), "{e}");
         check_remote(&hook(url), true).unwrap();
     }
@@ -255,13 +259,18 @@ fn a_scenario_carries_its_rules_and_points_at_a_bad_one() {
     let good = format!(
         "{base}triggers:\n  - name: kv\n    when: [verdict == kv_cache]\n    for: 3s\n    run: [/bin/true]\n"
     );
-    let s = crate::loadgen::Scenario::from_yaml(&good, "s.yaml", Path::new(".")).unwrap();
+    let plan = crate::loadgen::Plan::from_yaml(&good, "s.yaml", Path::new(".")).unwrap();
+    let s = plan.scenario();
     assert_eq!(s.triggers.len(), 1);
     assert_eq!(s.triggers[0].hold, std::time::Duration::from_secs(3));
     let bad = format!(
         "{base}triggers:\n  - name: kv\n    when:\n      - kv_usage >= 0.9\n      - kv_usage is high\n    run: [/bin/true]\n"
     );
-    let e = crate::loadgen::Scenario::from_yaml(&bad, "s.yaml", Path::new(".")).unwrap_err();
+    let crate::loadgen::PlanError::Scenario(e) =
+        crate::loadgen::Plan::from_yaml(&bad, "s.yaml", Path::new(".")).unwrap_err()
+    else {
+        panic!("not a scenario error");
+    };
     assert_eq!(e.line.map(|l| l.0), Some(10), "{e}");
     assert!(e.msg.contains("condition `kv_usage is high`"), "{e}");
 }

@@ -1,17 +1,8 @@
 //! `inferscope completions SHELL` and the manual pages behind `cargo xtask man`.
 
-use std::process::Command;
-
-fn inferscope(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_inferscope"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn bash_completion_names_the_subcommands_and_their_flags() {
-    let out = inferscope(&["completions", "bash"]);
+    let out = crate::cli::run(&["completions", "bash"]);
     assert!(
         out.status.success(),
         "{}",
@@ -46,14 +37,14 @@ fn bash_completion_names_the_subcommands_and_their_flags() {
 #[test]
 fn other_shells_and_a_bad_one() {
     for shell in ["zsh", "fish"] {
-        let out = inferscope(&["completions", shell]);
+        let out = crate::cli::run(&["completions", shell]);
         assert!(out.status.success(), "{shell}");
         assert!(
             String::from_utf8_lossy(&out.stdout).contains("stress"),
             "{shell}"
         );
     }
-    let out = inferscope(&["completions", "tcsh"]);
+    let out = crate::cli::run(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -66,7 +57,7 @@ fn other_shells_and_a_bad_one() {
 fn man_writes_a_page_per_command() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("man");
-    let out = inferscope(&["man", "--out", out_dir.to_str().unwrap()]);
+    let out = crate::cli::run(&["man", "--out", out_dir.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",

@@ -13,6 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use inferscope::api::{
     Api, ApiConfig, ApiError, Bind, LaunchError, Marks, RunHandle, RunLauncher, RunState, RunStatus,
 };
+use inferscope::loadgen::{PlanError, ScenarioError};
 use serde_json::{Value, json};
 
 /// Test double for the embedded load generator: remembers scenarios, runs nothing.
@@ -24,7 +25,12 @@ struct LauncherDouble {
 impl RunLauncher for LauncherDouble {
     fn start(&self, scenario: &str) -> Result<RunHandle, LaunchError> {
         if !scenario.contains("duration:") {
-            return Err(LaunchError::InvalidScenario("duration is required".into()));
+            let e = ScenarioError {
+                file: "scenario".into(),
+                line: None,
+                msg: "duration is required".into(),
+            };
+            return Err(LaunchError::InvalidScenario(PlanError::Scenario(e)));
         }
         let mut runs = self.runs.lock().unwrap();
         let id = format!("run-{}", runs.len() + 1);

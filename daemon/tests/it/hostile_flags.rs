@@ -1,13 +1,8 @@
 //! Flags that used to panic deep inside a run (exit 101) are usage errors: a zero-length
 //! window or interval, an in-flight cap beyond tokio's semaphore, a week-long timeout typo.
 
-use std::process::Command;
-
 fn inferscope(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
-        .args(args)
-        .output()
-        .expect("run inferscope");
+    let out = crate::cli::run(args);
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -74,10 +69,10 @@ fn bad_numbers_in_flags_are_one_line_errors_not_panics() {
 #[test]
 fn json_logs_are_one_object_per_line() {
     if !is_root() {
-        eprintln!("skipped: the daemon needs root");
+        crate::peers::missing("json_logs_are_one_object_per_line", "the daemon needs root");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let out = crate::cli::inferscope()
         .args([
             "--log-format",
             "json",

@@ -4,7 +4,7 @@
 use std::{path::Path, time::Duration};
 
 use axum::{Router, routing::get};
-use inferscope::loadgen::{self, Options, Scenario, client::MAX_BODY};
+use inferscope::loadgen::{self, Options, Plan, client::MAX_BODY};
 use inferscope::measure::record::ErrorClass;
 use tokio_util::sync::CancellationToken;
 
@@ -18,11 +18,11 @@ async fn server() -> String {
     format!("http://{addr}")
 }
 
-fn scenario(target: &str, path: &str, rate: u32) -> Scenario {
+fn scenario(target: &str, path: &str, rate: u32) -> Plan {
     let yaml = format!(
         "target: {target}\ntimeout: 10s\nphases:\n  - name: a\n    duration: 1s\n    load: {{shape: constant, rate: {rate}}}\n    request: {{endpoint: http, path: {path}}}\n"
     );
-    Scenario::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap()
+    Plan::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

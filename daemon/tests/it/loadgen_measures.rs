@@ -9,7 +9,7 @@ use std::{
 };
 
 use axum::{Json, Router, extract::State, response::IntoResponse, routing::post};
-use inferscope::loadgen::{self, Options, Scenario};
+use inferscope::loadgen::{self, Options, Plan};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -67,7 +67,7 @@ fn assistant(c: &str) -> Value {
 async fn run(yaml: &str, dir: &Path) -> (loadgen::StressReport, Vec<Vec<Value>>, Seen) {
     let (target, seen) = server().await;
     let yaml = yaml.replace("TARGET", &target);
-    let s = Scenario::from_yaml(&yaml, "conv.yaml", dir).unwrap();
+    let s = Plan::from_yaml(&yaml, "conv.yaml", dir).unwrap();
     let r = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await
         .unwrap();
@@ -168,7 +168,7 @@ fn conversations_refuse_what_they_cannot_do() {
         let yaml = format!(
             "target: http://127.0.0.1:9\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 1}}\n    request: {request}\n"
         );
-        let e = Scenario::from_yaml(&yaml, "c.yaml", dir.path())
+        let e = Plan::from_yaml(&yaml, "c.yaml", dir.path())
             .unwrap_err()
             .to_string();
         assert!(e.contains(want), "{request}: {e}");
@@ -204,7 +204,7 @@ async fn checks_give_semantic_throughput_and_logprobs_give_ice() {
     request: {{model: inferscope-sim, max_tokens: 6, conversation: {{turns: 3, logprobs: 5}}}}
 "
     );
-    let s = Scenario::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap();
+    let s = Plan::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap();
     let r = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await
         .unwrap();
@@ -249,7 +249,7 @@ async fn a_server_restarted_mid_run_gives_a_failover_time_and_an_msr() {
     request: {{model: inferscope-sim, max_tokens: 4, retry: {{max: 6, backoff: 100ms}}}}
 "
     );
-    let s = Scenario::from_yaml(&yaml, "r.yaml", Path::new(".")).unwrap();
+    let s = Plan::from_yaml(&yaml, "r.yaml", Path::new(".")).unwrap();
     let run =
         tokio::spawn(
             async move { loadgen::run(&s, Options::new(), CancellationToken::new()).await },

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use inferscope::loadgen::{self, Options, Scenario};
+use inferscope::loadgen::{self, Options, Plan};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -18,7 +18,7 @@ async fn server_pause_shows_in_p99_and_send_lag() {
     let yaml = format!(
         "target: http://{addr}\nseed: 1\nphases:\n  - name: stall\n    duration: 5s\n    load: {{shape: constant, rate: 200}}\n    max_in_flight: 20\n    request: {{endpoint: http}}\n    slo: [\"e2e_p99 < 100ms\"]\n"
     );
-    let scenario = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
+    let scenario = Plan::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
     let pause_from = Instant::now() + Duration::from_secs(2);
     *stamps.pause.lock().unwrap() = Some((pause_from, pause_from + Duration::from_secs(1)));
     let report = loadgen::run(&scenario, Options::new(), CancellationToken::new())
@@ -60,7 +60,7 @@ async fn drop_policy_counts_dropped_requests_during_a_pause() {
     let yaml = format!(
         "target: http://{addr}\nseed: 2\nphases:\n  - name: drop\n    duration: 3s\n    load: {{shape: constant, rate: 100}}\n    max_in_flight: 5\n    when_capped: drop\n    request: {{endpoint: http}}\n    slo: [\"drop_rate < 1%\"]\n"
     );
-    let scenario = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
+    let scenario = Plan::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
     let pause_from = Instant::now() + Duration::from_secs(1);
     *stamps.pause.lock().unwrap() = Some((pause_from, pause_from + Duration::from_secs(1)));
     let report = loadgen::run(&scenario, Options::new(), CancellationToken::new())

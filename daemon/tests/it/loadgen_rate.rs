@@ -4,7 +4,7 @@ use crate::loadgen_support;
 
 use std::path::Path;
 
-use inferscope::loadgen::{self, Options, Scenario, scenario::arrival::gap_cv};
+use inferscope::loadgen::{self, Options, Plan, scenario::arrival::gap_cv};
 use tokio_util::sync::CancellationToken;
 
 async fn run_shape(load: &str, secs: u64) -> (Vec<f64>, loadgen::StressReport) {
@@ -20,7 +20,7 @@ async fn run_observed(
     let yaml = format!(
         "name: rate\ntarget: http://{addr}\nseed: 42\nphases:\n  - name: p\n    duration: {secs}s\n    load: {load}\n    request: {{endpoint: http, path: /}}\n"
     );
-    let scenario = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
+    let scenario = Plan::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
     let report = loadgen::run(
         &scenario,
         Options {
@@ -113,7 +113,7 @@ async fn trace_replay_and_ramp() {
     let yaml = format!(
         "target: http://{addr}\nphases:\n  - name: replay\n    duration: 2s\n    load: {{shape: trace, path: trace.txt, speed: 2}}\n    request: {{endpoint: http}}\n"
     );
-    let scenario = Scenario::from_yaml(&yaml, "<test>", &dir).unwrap();
+    let scenario = Plan::from_yaml(&yaml, "<test>", &dir).unwrap();
     loadgen::run(&scenario, Options::new(), CancellationToken::new())
         .await
         .unwrap();

@@ -8,7 +8,7 @@ use std::{
     process::Command,
 };
 
-use inferscope::loadgen::{Scenario, scenario::Load};
+use inferscope::loadgen::{Plan, scenario::Load, scenario::overrides::Overrides};
 
 use inferscope::measure::{
     metrics::decode_hist,
@@ -17,7 +17,7 @@ use inferscope::measure::{
 };
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    crate::cli::inferscope()
 }
 
 fn tmp(name: &str, text: &str) -> PathBuf {
@@ -153,7 +153,8 @@ fn duration_and_loopback_guardrails() {
 #[test]
 fn seed_matrix_example_parses() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seed-matrix.yaml");
-    let s = Scenario::from_file(&path).unwrap();
+    let plan = Plan::from_file(&path, &Overrides::default()).unwrap();
+    let s = plan.scenario();
     let names: Vec<&str> = s.phases.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
         names,

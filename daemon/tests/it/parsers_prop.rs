@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use inferscope::loadgen::{
-    Scenario, client::Target, client::openai::StreamState, client::sse::SseParser,
+    Plan, client::Target, client::openai::StreamState, client::sse::SseParser,
     engine::request::PhaseCtx, scenario::arrival,
 };
 
@@ -23,15 +23,16 @@ phases:\n  - name: a\n    duration: 2s\n    load: {shape: gamma, rate: 20, burst
 
 /// Parses a scenario and, when it validates, prepares requests of every phase as a run would.
 fn through_to_prepared(src: &str) {
-    let Ok(s) = Scenario::from_yaml(src, "p.yaml", Path::new("/nonexistent")) else {
+    let Ok(plan) = Plan::from_yaml(src, "p.yaml", Path::new("/nonexistent")) else {
         return;
     };
+    let s = plan.scenario();
     let Ok(target) = Target::new(&s.target, &s.headers) else {
         return;
     };
     let mut rng = SmallRng::seed_from_u64(1);
     for (i, p) in s.phases.iter().enumerate() {
-        if let Ok(ctx) = PhaseCtx::new(i as u32, p, &s.loaded, &target) {
+        if let Ok(ctx) = PhaseCtx::new(i as u32, p, &plan, &target) {
             for seq in 0..3 {
                 let _ = ctx.prepare(&mut rng, seq);
             }
@@ -167,7 +168,7 @@ proptest! {
         let p = dir.path().join("r.json");
         std::fs::write(&p, &text).unwrap();
         if let Ok(r) = merge::read(&p) {
-            let _ = merge::merge(&[("a".into(), r.clone()), ("b".into(), r)]);
+            let _ = merge::merge(&[("a".into(), r.clone()), ("b".into(), r)], merge::Allow::default());
         }
     }
 }

@@ -7,7 +7,7 @@ use hung_support::hung_server;
 
 use std::{path::Path, time::Duration};
 
-use inferscope::loadgen::{self, Options, Scenario};
+use inferscope::loadgen::{self, Options, Plan, engine::END_SLACK};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,7 +20,7 @@ async fn a_capped_phase_stops_at_its_end_and_counts_the_rest_as_dropped() {
          \x20   request: {{endpoint: http, path: /}}\n",
         hung_server().0
     );
-    let s = Scenario::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap();
+    let s = Plan::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap();
     let t = std::time::Instant::now();
     let r = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await
@@ -49,4 +49,49 @@ async fn a_capped_phase_stops_at_its_end_and_counts_the_rest_as_dropped() {
     );
     // Whole run: 2 s of phases plus the last requests' 3 s timeout, not 20 x 3 s.
     assert!(t.elapsed() < Duration::from_secs(7), "{:?}", t.elapsed());
+}
+
+/// An uncapped dispatcher that falls behind its schedule (40,000 arrivals a second on one
+/// thread) still sends nothing after the phase's end (and the jitter it allows,
+/// `END_SLACK`): what it had not sent by then is dropped.
+#[test]
+fn a_dispatcher_that_falls_behind_sends_nothing_after_the_phase_end() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut cfg = inferscope::sim::profile("healthy").unwrap();
+        cfg.vector.corpus_size = 10;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sim = inferscope::sim::start(cfg, l).await.unwrap();
+        let yaml = format!(
+            "target: {}\ntimeout: 5s\ngrace: 2s\nphases:\n\
+             \x20 - name: flood\n    duration: 500ms\n    load: {{shape: constant, rate: 40000}}\n\
+             \x20   request: {{endpoint: http, path: /health}}\n",
+            sim.url()
+        );
+        let s = Plan::from_yaml(&yaml, "s.yaml", Path::new(".")).unwrap();
+        let r = loadgen::run(&s, Options::new(), CancellationToken::new())
+            .await
+            .unwrap();
+        let c = &r.phases[0].counts;
+        assert_eq!(c.scheduled, 20_000, "{c:?}");
+        let start = r.records.iter().map(|x| x.intended_us).min().unwrap();
+        let end = start + 500_000;
+        let after: Vec<u64> = r
+            .records
+            .iter()
+            .filter(|x| x.actual_us > end + END_SLACK.as_micros() as u64 + 10_000)
+            .map(|x| x.actual_us - end)
+            .collect();
+        assert!(
+            after.is_empty(),
+            "{} requests sent after the phase end (up to {} us after); {c:?}",
+            after.len(),
+            after.iter().max().unwrap()
+        );
+        assert_eq!(c.finished + c.dropped, c.scheduled, "{c:?}");
+        sim.shutdown().await.unwrap();
+    });
 }

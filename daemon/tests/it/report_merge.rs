@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use inferscope::loadgen::{self, Options, Scenario, Shard, StressReport};
+use inferscope::loadgen::{self, Options, Plan, Shard, StressReport};
 
 use inferscope::measure::{
     merge::{self, MergeError},
@@ -29,7 +29,7 @@ async fn whole_run() -> StressReport {
          \x20   chaos: {{max_tokens_one: 0.2}}\n",
         sim.addr()
     );
-    let scenario = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
+    let scenario = Plan::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
     let report = loadgen::run(&scenario, Options::new(), CancellationToken::new())
         .await
         .unwrap();
@@ -80,7 +80,7 @@ async fn three_shards_merge_to_exactly_the_whole() {
         .collect();
     // The shards really differ from the whole: otherwise the test proves nothing.
     assert_ne!(parts[0].1.phases[0].latency_ms, whole.phases[0].latency_ms);
-    let merged = merge::merge(&parts).unwrap();
+    let merged = merge::merge(&parts, merge::Allow::default()).unwrap();
     assert_eq!(merged.phases.len(), whole.phases.len());
     for (m, w) in merged.phases.iter().zip(&whole.phases) {
         assert_eq!(m.latency_ms, w.latency_ms, "phase {}", w.name);
@@ -113,7 +113,7 @@ async fn three_shards_merge_to_exactly_the_whole() {
 
     // The same through the binary: files in, merged file out.
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_inferscope"));
+    let mut cmd = crate::cli::inferscope();
     cmd.args(["report", "merge"]);
     for (name, r) in &parts {
         let path = dir.path().join(name);
@@ -149,7 +149,7 @@ fn a_bad_shard_is_refused_in_one_line() {
         ("3/3", "i must be smaller than N"),
         ("0/0", "N must be at least 1"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        let out = crate::cli::inferscope()
             .args(["stress", "--target", "http://127.0.0.1:9", "--rate", "1"])
             .args(["--duration", "1s", "--shard", arg])
             .output()
@@ -170,46 +170,71 @@ async fn merge_refuses_mixed_scenarios_versions_and_repeated_shards() {
     let a = shard(&whole, 0);
     let mut other = shard(&whole, 1);
     other.scenario = "another".into();
-    let e = merge::merge(&[("a.json".into(), a.clone()), ("b.json".into(), other)]).unwrap_err();
+    let e = merge::merge(
+        &[("a.json".into(), a.clone()), ("b.json".into(), other)],
+        merge::Allow::default(),
+    )
+    .unwrap_err();
     assert!(matches!(e, MergeError::Mismatch { .. }), "{e}");
     assert!(e.to_string().contains("b.json"), "{e}");
     assert!(e.to_string().contains("one scenario"), "{e}");
 
-    let e =
-        merge::merge(&[("a.json".into(), a.clone()), ("c.json".into(), a.clone())]).unwrap_err();
+    let e = merge::merge(
+        &[("a.json".into(), a.clone()), ("c.json".into(), a.clone())],
+        merge::Allow::default(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("shard 0/3 is also in a.json"), "{e}");
-    assert!(matches!(merge::merge(&[]), Err(MergeError::Empty)));
+    assert!(matches!(
+        merge::merge(&[], merge::Allow::default()),
+        Err(MergeError::Empty)
+    ));
 
-    // Shifted start: rates are over the union of the spans, records on one clock.
+    // Shifted start (within the skew a 1 s phase allows): rates are over the union of the
+    // spans, records on one clock.
     let mut late = shard(&whole, 1);
-    late.started_unix_ns += 500_000_000;
+    late.started_unix_ns += 200_000_000;
     let pair = [("a.json".to_string(), a.clone()), ("l.json".into(), late)];
     // Two of three shards: refused, naming the missing one, unless partial is asked for.
-    let e = merge::merge(&pair).unwrap_err();
+    let e = merge::merge(&pair, merge::Allow::default()).unwrap_err();
     assert!(matches!(e, MergeError::Incomplete { .. }), "{e}");
     assert!(e.to_string().contains("missing shard 2/3"), "{e}");
     assert!(e.to_string().contains("--allow-partial"), "{e}");
-    let merged = merge::merge_partial(&pair).unwrap();
+    let merged = merge::merge(
+        &pair,
+        merge::Allow {
+            partial: true,
+            ..merge::Allow::default()
+        },
+    )
+    .unwrap();
     let span = merged.phases[0].elapsed_s;
     assert!(
-        (span - (whole.phases[0].elapsed_s + 0.5)).abs() < 1e-6,
+        (span - (whole.phases[0].elapsed_s + 0.2)).abs() < 1e-6,
         "{span}"
     );
-    assert!((merged.elapsed_s - (whole.elapsed_s + 0.5)).abs() < 1e-6);
+    assert!((merged.elapsed_s - (whole.elapsed_s + 0.2)).abs() < 1e-6);
 
     // Shards of different N, and a whole run among shards.
     let mut of4 = shard(&whole, 1);
     of4.shard = Some(Shard::new(1, 4).unwrap());
-    let e = merge::merge(&[
-        ("a.json".into(), a.clone()),
-        ("four.json".into(), of4),
-        ("c.json".into(), shard(&whole, 2)),
-    ])
+    let e = merge::merge(
+        &[
+            ("a.json".into(), a.clone()),
+            ("four.json".into(), of4),
+            ("c.json".into(), shard(&whole, 2)),
+        ],
+        merge::Allow::default(),
+    )
     .unwrap_err();
     assert!(e.to_string().contains("shards of different N"), "{e}");
     let mut plain = shard(&whole, 1);
     plain.shard = None;
-    let e = merge::merge(&[("a.json".into(), a.clone()), ("w.json".into(), plain)]).unwrap_err();
+    let e = merge::merge(
+        &[("a.json".into(), a.clone()), ("w.json".into(), plain)],
+        merge::Allow::default(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("w.json is not a shard"), "{e}");
 
     let dir = tempfile::tempdir().unwrap();
@@ -230,4 +255,106 @@ async fn merge_refuses_mixed_scenarios_versions_and_repeated_shards() {
     std::fs::write(&newer, v.to_string()).unwrap();
     let e = merge::read(&newer).unwrap_err().to_string();
     assert!(e.contains("is not \"inferscope.stress.report\""), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_that_did_not_run_at_once_are_refused() {
+    let whole = whole_run().await;
+    let a = shard(&whole, 0);
+    // Shards that did not run at once: refused, naming the phase and the skew, unless asked.
+    let mut apart = shard(&whole, 2);
+    apart.started_unix_ns += 1_500_000_000;
+    let three = [
+        ("a.json".to_string(), a.clone()),
+        ("b.json".into(), shard(&whole, 1)),
+        ("apart.json".into(), apart),
+    ];
+    let e = merge::merge(&three, merge::Allow::default()).unwrap_err();
+    let MergeError::NotConcurrent {
+        file,
+        phase,
+        skew_s,
+        ..
+    } = &e
+    else {
+        panic!("{e}");
+    };
+    assert_eq!((file.as_str(), phase.as_str()), ("apart.json", "base"));
+    assert!((skew_s - 1.5).abs() < 1e-6, "{e}");
+    assert!(e.to_string().contains("--start-at"), "{e}");
+    let skewed = merge::Allow {
+        skew: true,
+        ..merge::Allow::default()
+    };
+    assert!(merge::merge(&three, skewed).is_ok());
+}
+
+/// Two `--shard i/2` processes started 1.5 s apart: with one `--start-at` they send at once and
+/// merge; without it their 2 s phases are 1.5 s apart and the merge refuses them.
+#[test]
+fn shards_started_apart_meet_at_the_common_start_or_the_merge_refuses_them() {
+    let sim = crate::sim_process::SimProcess::start(["--corpus-size", "50"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = |tag: &str, start_at: Option<&str>| {
+        let mut children = Vec::new();
+        let mut outs = Vec::new();
+        for i in 0..2 {
+            let out = dir.path().join(format!("{tag}-{i}.json"));
+            let mut cmd = crate::cli::inferscope();
+            cmd.args(["stress", "--target", &sim.url, "--rate", "20"])
+                .args(["--duration", "2s", "--max-tokens", "4", "--quiet"])
+                .args(["--shard", &format!("{i}/2"), "--out"])
+                .arg(&out)
+                .stderr(std::process::Stdio::piped());
+            if let Some(at) = start_at {
+                cmd.args(["--start-at", at]);
+            }
+            children.push(cmd.spawn().unwrap());
+            outs.push(out);
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        }
+        let mut notes = String::new();
+        for c in children {
+            let o = c.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(o.status.success(), "{err}");
+            notes.push_str(&err);
+        }
+        let merged = crate::cli::run(
+            &[
+                &["report", "merge"][..],
+                &outs.iter().map(|p| p.to_str().unwrap()).collect::<Vec<_>>(),
+            ]
+            .concat(),
+        );
+        (notes, merged)
+    };
+
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 5;
+    let (notes, merged) = run("together", Some(&format!("@{at}")));
+    assert!(
+        notes.matches("started at the common start").count() == 2,
+        "{notes}"
+    );
+    let err = String::from_utf8_lossy(&merged.stderr);
+    assert!(merged.status.success(), "{err}");
+    let report: StressReport = serde_json::from_slice(&merged.stdout).unwrap();
+    assert!(
+        report.phases[0].counts.finished >= 30,
+        "{:?}",
+        report.phases[0].counts
+    );
+
+    let (_, merged) = run("apart", None);
+    let err = String::from_utf8_lossy(&merged.stderr);
+    assert_eq!(merged.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("did not run at once") && err.contains("--start-at"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

@@ -1,8 +1,6 @@
 //! The JSON Schemas in docs/schema/ against reports of real runs: `stress --out report.json`
 //! and the explained `report.json` of `stress --explain`, both against `inferscope sim`.
 
-use std::process::Command;
-
 use inferscope::export::schema::Format;
 use serde_json::Value;
 
@@ -37,7 +35,7 @@ fn reports_of_real_runs_match_the_schemas() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("stress.json");
     let explained = dir.path().join("explained");
-    let run = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let run = crate::cli::inferscope()
         .args([
             "stress",
             "--target",

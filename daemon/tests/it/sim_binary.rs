@@ -3,8 +3,6 @@
 
 use crate::sim_process;
 
-use std::process::Command;
-
 use sim_process::SimProcess;
 
 /// Names of the defined function symbols in an ELF64 little-endian file's `.symtab`.
@@ -76,7 +74,7 @@ fn sim_subcommand_serves_on_an_ephemeral_port() {
 
 #[test]
 fn sim_rejects_an_unknown_profile() {
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let out = crate::cli::inferscope()
         .args(["sim", "--profile", "nope"])
         .output()
         .unwrap();

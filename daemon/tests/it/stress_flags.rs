@@ -5,7 +5,8 @@
 
 use std::process::Command;
 
-use crate::sim_process::{SimProcess, stress_report};
+use crate::cli::stress_report;
+use crate::sim_process::SimProcess;
 
 /// Nothing listens on the file's target: only `--target` makes the run reach the sim.
 const GATE: &str = "\
@@ -20,7 +21,7 @@ phases:
 ";
 
 fn stress(file: &std::path::Path, target: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_inferscope"));
+    let mut cmd = crate::cli::inferscope();
     cmd.arg("stress")
         .arg(file)
         .args(["--quiet", "--target", target]);

@@ -2,8 +2,6 @@
 //! against `inferscope sim` writes a page that charts their end-to-end latency over time, and
 //! draws without script errors in headless Chromium.
 
-use std::process::Command;
-
 use crate::report_html::{assert_no_errors, data_points, dump_dom};
 use crate::sim_process::SimProcess;
 
@@ -28,7 +26,7 @@ fn stress_html_charts_vector_and_http_latency() {
     let file = dir.path().join("s.yaml");
     std::fs::write(&file, SCENARIO.replace("TARGET", &sim.url)).unwrap();
     let page = dir.path().join("page.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let out = crate::cli::inferscope()
         .arg("stress")
         .arg(&file)
         .args(["--quiet", "--html"])
@@ -62,7 +60,7 @@ fn html_flag_mistakes_are_one_line_errors() {
         (vec!["--explain"], "drop --html"),
         (vec!["--no-records"], "drop --no-records"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        let out = crate::cli::inferscope()
             .args(["stress", "--target", "http://127.0.0.1:1", "--rate", "1"])
             .args(["--duration", "1s", "--html", page])
             .args(&extra)

@@ -5,10 +5,7 @@
 
 use crate::sim_process;
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use sim_process::SimProcess;
 
@@ -26,7 +23,7 @@ fn the_quick_start_finds_the_model_and_a_wrong_one_stops_before_the_run() {
     let out_path = dir.path().join("r.json");
 
     // The README's quick start, shortened: no model anywhere.
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let out = crate::cli::inferscope()
         .args([
             "stress",
             "--target",
@@ -58,7 +55,7 @@ fn the_quick_start_finds_the_model_and_a_wrong_one_stops_before_the_run() {
     // no run (no report written).
     let wrong = dir.path().join("wrong.json");
     let t = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let out = crate::cli::inferscope()
         .args([
             "stress",
             "--target",
@@ -86,7 +83,7 @@ fn the_quick_start_finds_the_model_and_a_wrong_one_stops_before_the_run() {
     assert!(!wrong.exists());
 
     // Plain HTTP needs no model: nothing is asked, nothing is said.
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let out = crate::cli::inferscope()
         .args(["stress", "--target", &format!("{}/health", sim.url)])
         .args([
             "--method",
@@ -107,7 +104,7 @@ fn the_quick_start_finds_the_model_and_a_wrong_one_stops_before_the_run() {
 #[test]
 fn an_unreachable_model_list_changes_nothing_but_is_said() {
     // Nothing listens on the discard port: the run goes on as before (and fails to connect).
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let out = crate::cli::inferscope()
         .args(["stress", "--target", "http://127.0.0.1:9", "--rate", "5"])
         .args(["--duration", "1s", "--quiet"])
         .output()

@@ -6,7 +6,6 @@
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     path::Path,
-    process::Command,
 };
 
 use inferscope::measure::report::StressReport;
@@ -43,7 +42,7 @@ fn sim() -> SimProcess {
 fn stress(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, StressReport) {
     let out_path = dir.join("report.json");
     let _ = std::fs::remove_file(&out_path);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_inferscope"));
+    let mut cmd = crate::cli::inferscope();
     cmd.arg("stress")
         .args(args)
         .args(["--quiet", "--out"])
@@ -54,7 +53,7 @@ fn stress(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Stri
     for (k, v) in env {
         cmd.env(k, v);
     }
-    crate::sim_process::stress_report(&mut cmd, &out_path)
+    crate::cli::stress_report(&mut cmd, &out_path)
 }
 
 fn histogram<'a>(metrics: &'a HashMap<String, Metric>, name: &str) -> &'a [HistogramDataPoint] {
@@ -289,7 +288,7 @@ fn bad_otlp_flags_are_one_line_errors() {
             "use grpc or http/protobuf",
         ),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        let out = crate::cli::inferscope()
             .args(["stress", "--target", "http://127.0.0.1:1"])
             .args(&args)
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")

@@ -7,7 +7,7 @@ use crate::hung_support;
 use hung_support::hung_server;
 
 use std::{
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
     sync::atomic::{AtomicUsize, Ordering},
     time::{Duration, Instant},
 };
@@ -21,7 +21,7 @@ fn stress(dir: &std::path::Path, target: &str, grace: &str, out: &std::path::Pat
         ),
     )
     .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    crate::cli::inferscope()
         .arg("stress")
         .arg(&scenario)
         .arg("--quiet")
@@ -119,7 +119,7 @@ fn sigterm_during_a_knee_search_ends_it_as_interrupted_with_its_table() {
     let dir = tempfile::tempdir().unwrap();
     let (url, seen) = hung_server();
     let out = dir.path().join("knee.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let child = crate::cli::inferscope()
         .args([
             "stress",
             "--target",

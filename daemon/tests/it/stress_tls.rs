@@ -9,7 +9,6 @@ use crate::sim_process;
 use std::{
     ffi::OsStr,
     path::{Path, PathBuf},
-    process::Command,
 };
 
 use sim_process::SimProcess;
@@ -91,14 +90,14 @@ fn tls_sim(pki: &Pki) -> SimProcess {
 /// stderr, report).
 fn stress(dir: &Path, target: &str, extra: &[&str]) -> (Option<i32>, String, StressReport) {
     let out_path = dir.join(format!("report-{}.json", extra.join("_").replace('/', "")));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_inferscope"));
+    let mut cmd = crate::cli::inferscope();
     cmd.args(["stress", "--target", target, "--duration", "2s", "--quiet"])
         .args(["--max-tokens", "8", "--timeout", "10s", "--out"])
         .arg(&out_path)
         .args(extra)
         // The "system" roots: a CA that did not sign the sim's certificate.
         .env("SSL_CERT_FILE", dir.join("other.pem"));
-    crate::sim_process::stress_report(&mut cmd, &out_path)
+    crate::cli::stress_report(&mut cmd, &out_path)
 }
 
 fn assert_clean(r: &StressReport, stderr: &str) {
@@ -223,7 +222,7 @@ fn an_openssl_default_self_signed_certificate_is_one_clear_line() {
 fn bad_tls_files_are_one_line_errors() {
     let pki = Pki::new();
     let missing = pki.path("missing.pem");
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let out = crate::cli::inferscope()
         .args(["stress", "--target", "https://127.0.0.1:1", "--rate", "1"])
         .args(["--duration", "1s", "--ca-file"])
         .arg(&missing)
@@ -236,7 +235,7 @@ fn bad_tls_files_are_one_line_errors() {
     assert!(err.contains("missing.pem"), "{err}");
 
     // The sim refuses a key that is not a key before it takes the port.
-    let out = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+    let out = crate::cli::inferscope()
         .args(["sim", "--listen", "127.0.0.1:0", "--tls-cert"])
         .arg(pki.path("server.pem"))
         .arg("--tls-key")

@@ -1,5 +1,6 @@
 //! Vector search against a real Chroma server (`chroma run` from the venv `cargo xtask setup`
-//! makes at `target/venv`; skipped, saying why, when the venv has no `chromadb`): the chroma
+//! makes at `target/venv`; skipped, saying why, when the venv has no `chromadb`, and failed under
+//! `CI=true`): the chroma
 //! adapter seeds a collection and its client-side recall@k matches a brute-force check done
 //! here over the vectors Chroma holds, for the queries Chroma was sent (seen through a
 //! recording proxy); and the `json` adapter drives Chroma with a template of its own.
@@ -14,7 +15,7 @@ use std::{
 
 use axum::{body::Bytes, extract::State, http::Request, response::Response};
 use inferscope::loadgen::{
-    self, Options, Scenario,
+    self, Options, Plan,
     client::{HttpClient, Target, build_client},
 };
 use serde_json::{Value, json};
@@ -48,10 +49,13 @@ async fn chroma() -> Option<Chroma> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has || !bin.exists() {
-        eprintln!(
-            "skipping: {} has no chromadb (run `cargo xtask setup`, or {}/pip install chromadb)",
-            venv().display(),
-            venv().display()
+        crate::peers::missing(
+            "the Chroma tests",
+            &format!(
+                "{} has no chromadb (run `cargo xtask setup`, or {}/pip install chromadb)",
+                venv().display(),
+                venv().display()
+            ),
         );
         return None;
     }
@@ -226,7 +230,7 @@ async fn chroma_seeded_by_the_client_and_its_recall_matches_a_brute_force_check(
     };
     let (addr, seen) = proxy(&chroma.url).await;
     let (n, dims, k) = (1500usize, 24usize, 10usize);
-    let s = Scenario::from_yaml(
+    let s = Plan::from_yaml(
         &format!(
             "target: http://{addr}\nseed: 11\nphases:
   - name: chroma
@@ -342,7 +346,7 @@ async fn the_json_adapter_drives_chroma_with_its_own_template() {
     .unwrap();
     assert_eq!(status, 200, "{made}");
     let id = made["id"].as_str().unwrap();
-    let s = Scenario::from_yaml(
+    let s = Plan::from_yaml(
         &format!(
             "target: {}\nseed: 5\nphases:
   - name: j

@@ -3,9 +3,9 @@
 //! wrong one refused, from a scenario and from flags), the `ef_search` sweep and its
 //! frontier, index health in SLOs, and the demo's vector phases.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
-use inferscope::loadgen::{self, Options, RunError, Scenario};
+use inferscope::loadgen::{self, Options, Plan, RunError, scenario::overrides::Overrides};
 use tokio_util::sync::CancellationToken;
 
 async fn sim(corpus: usize) -> (String, inferscope::sim::SimServer) {
@@ -16,8 +16,8 @@ async fn sim(corpus: usize) -> (String, inferscope::sim::SimServer) {
     (format!("http://{}", sim.addr()), sim)
 }
 
-fn scenario(yaml: &str) -> Scenario {
-    Scenario::from_yaml(yaml, "v.yaml", Path::new(".")).unwrap()
+fn scenario(yaml: &str) -> Plan {
+    Plan::from_yaml(yaml, "v.yaml", Path::new(".")).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,7 +96,7 @@ fn flags_take_the_dimension_from_the_sim_or_refuse_a_wrong_one() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (target, sim) = rt.block_on(sim(200));
     let stress = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        crate::cli::inferscope()
             .args(["stress", "--target", &target, "--endpoint", "vector-search"])
             .args([
                 "--rate",
@@ -142,7 +142,7 @@ fn bad_templates_and_paths_are_refused_at_load_time() {
     request: {{endpoint: vector_search, api: json, path: /s, dimensions: 4, json: {json}}}
 "
         );
-        let e = Scenario::from_yaml(&yaml, "b.yaml", Path::new("."))
+        let e = Plan::from_yaml(&yaml, "b.yaml", Path::new("."))
             .unwrap_err()
             .to_string();
         assert!(e.contains(want) && e.starts_with("b.yaml:"), "{json}: {e}");
@@ -181,7 +181,7 @@ fn bad_templates_and_paths_are_refused_at_load_time() {
     request: {request}
 "
         );
-        let e = Scenario::from_yaml(&yaml, "c.yaml", Path::new("."))
+        let e = Plan::from_yaml(&yaml, "c.yaml", Path::new("."))
             .unwrap_err()
             .to_string();
         assert!(
@@ -199,26 +199,33 @@ async fn an_ef_search_sweep_prints_the_frontier_and_health_gates_slos() {
   - name: v
     duration: 1s
     load: {{shape: constant, rate: 30}}
-    sweep: {{ef_search: [10, 200]}}
+    sweep: {{ef_search: [10, 1000]}}
     request: {{endpoint: vector_search, top_k: 10, recall_sample: 100%}}
-    slo: ['recall_min_window >= 0%', 'recall_drift < 100%']
+    slo: ['recall_min_window >= 95%']
 "
     ));
-    assert_eq!(s.phases.len(), 2);
-    assert_eq!(s.phases[0].name, "v@ef10");
+    assert_eq!(s.scenario().phases.len(), 2);
+    assert_eq!(s.scenario().phases[0].name, "v@ef10");
     let r = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await
         .unwrap();
     let (lo, hi) = (&r.phases[0], &r.phases[1]);
     assert_eq!(lo.vector.as_ref().unwrap().ef_search, Some(10));
     assert_eq!(hi.vector.as_ref().unwrap().sweep_of.as_deref(), Some("v"));
+    // ef_search is applied: a wider search finds more of the true neighbours (here about 0.73
+    // against 1.0 over 2,000 vectors) and takes longer (about 2.5 against 9.6 ms at the p50).
     assert!(
-        hi.recall.mean >= lo.recall.mean,
+        hi.recall.mean >= lo.recall.mean + 0.1,
         "{:?} {:?}",
         lo.recall,
         hi.recall
     );
-    assert!(r.slo_pass, "{:?}", lo.slo);
+    let p50 = |p: &inferscope::loadgen::PhaseReport| p.latency_ms["e2e"].p50;
+    assert!(p50(hi) > 1.5 * p50(lo), "{} {}", p50(lo), p50(hi));
+    // The recall SLO judges each step: the narrow search misses it, the wide one meets it.
+    let pass = |p: &inferscope::loadgen::PhaseReport| p.slo.iter().all(|x| x.pass);
+    assert!(!pass(lo) && pass(hi), "{:?} {:?}", lo.slo, hi.slo);
+    assert!(!r.slo_pass);
     assert!(lo.slo.iter().all(|x| x.observed.is_some()));
     let table = r.table();
     assert!(
@@ -233,11 +240,16 @@ async fn an_ef_search_sweep_prints_the_frontier_and_health_gates_slos() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_scenario_validates_and_its_vector_phase_runs_against_the_sim() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seed-matrix.yaml");
-    let mut s = Scenario::from_file(&path).unwrap();
     let (target, sim) = sim(2000).await;
-    s.target = target;
-    s.phases.retain(|p| p.name == "vector-baseline");
-    s.phases[0].duration = std::time::Duration::from_secs(2);
+    let flags = Overrides {
+        target: Some(target),
+        ..Overrides::default()
+    };
+    let demo = Plan::from_file(&path, &flags).unwrap();
+    let mut phase = demo.scenario().phases[3].clone();
+    assert_eq!(phase.name, "vector-baseline");
+    phase.duration = std::time::Duration::from_secs(2);
+    let s = demo.with_phases(vec![phase]).unwrap();
     let r = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await
         .unwrap();
@@ -251,7 +263,8 @@ async fn the_demo_scenario_validates_and_its_vector_phase_runs_against_the_sim()
 #[test]
 fn the_vector_db_example_parses_into_a_sweep() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/vector-db.yaml");
-    let s = Scenario::from_file(&path).unwrap();
+    let plan = Plan::from_file(&path, &Overrides::default()).unwrap();
+    let s = plan.scenario();
     let names: Vec<&str> = s.phases.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
         names,
@@ -292,20 +305,19 @@ async fn an_index_rebuild_shows_as_latency_spikes_in_the_health_view() {
         .await
         .unwrap();
     let v = r.phases[0].vector.as_ref().unwrap();
-    let at: Vec<f64> = v.spikes.iter().map(|x| x.start_s).collect();
-    // Spikes are seconds over 3x the median second: the phase is long enough that the rebuild's
-    // seconds stay a minority even when a busy machine (parallel tests) stretches it.
+    // Spikes are seconds over 3x the median second. The rebuild's own seconds are hundreds of
+    // ms, and the slowest spike is one of them; other seconds (the backlog draining after it, a
+    // busy machine running parallel tests) may be spikes too, at a few tens of ms.
+    let slowest = v
+        .spikes
+        .iter()
+        .max_by(|a, b| a.e2e_mean_ms.total_cmp(&b.e2e_mean_ms))
+        .unwrap_or_else(|| panic!("no spike: {:?}", r.events));
     assert!(
-        !at.is_empty() && at.iter().all(|s| (2.0..=8.0).contains(s)),
-        "{at:?} {:?}",
+        (2.0..=8.0).contains(&slowest.start_s) && slowest.e2e_mean_ms > 100.0,
+        "{:?} {:?}",
+        v.spikes,
         r.events
-    );
-    // The rebuild's own seconds are hundreds of ms; the seconds after it, while the backlog
-    // drains, may be spikes too (over 3x the median) at a few tens of ms.
-    assert!(
-        v.spikes.iter().any(|x| x.e2e_mean_ms > 100.0),
-        "{:?}",
-        v.spikes
     );
     assert!(r.table().contains("latency spikes"), "{}", r.table());
     sim.shutdown().await.unwrap();

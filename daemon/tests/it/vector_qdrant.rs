@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use inferscope::loadgen::{self, Options, RunError, Scenario};
+use inferscope::loadgen::{self, Options, Plan, RunError};
 use tokio_util::sync::CancellationToken;
 
 use crate::qdrant_double;
 
-fn scenario(yaml: &str) -> Scenario {
-    Scenario::from_yaml(yaml, "q.yaml", Path::new(".")).unwrap()
+fn scenario(yaml: &str) -> Plan {
+    Plan::from_yaml(yaml, "q.yaml", Path::new(".")).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

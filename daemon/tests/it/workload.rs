@@ -8,11 +8,10 @@ use crate::loadgen_support;
 use std::{
     collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
-    process::{Command, Output},
     time::{Duration, Instant},
 };
 
-use inferscope::loadgen::{self, Options, Scenario, engine::complexity};
+use inferscope::loadgen::{self, Options, Plan, engine::complexity};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -22,17 +21,10 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn inferscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_inferscope"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// Runs `workload build` and returns its stdout; panics with its stderr on failure.
 fn build(args: &[&str]) -> String {
     let t = Instant::now();
-    let out = inferscope(&[&["workload", "build"], args].concat());
+    let out = crate::cli::run(&[&["workload", "build"], args].concat());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{args:?}: {stderr}");
     eprintln!(
@@ -246,7 +238,7 @@ fn embeddings_from_the_sim_endpoint() {
     );
 
     // A wrong model is one line that says what to check.
-    let out = inferscope(&[
+    let out = crate::cli::run(&[
         "workload",
         "build",
         "--from",
@@ -289,7 +281,7 @@ fn bad_logs_are_one_line_errors() {
     for (name, text, says) in cases {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
-        let out = inferscope(&[
+        let out = crate::cli::run(&[
             "workload",
             "build",
             "--from",
@@ -317,7 +309,7 @@ fn bad_logs_are_one_line_errors() {
         dir.path().join("o.jsonl").to_str().unwrap(),
     ]);
     assert!(ok.contains("2 queries (2 distinct)"), "{ok}");
-    let out = inferscope(&[
+    let out = crate::cli::run(&[
         "workload",
         "build",
         "--from",
@@ -386,7 +378,7 @@ async fn shaped_run(prompt: &str, rate: f64, secs: u64, shaping: bool) -> usize 
         "target: http://{addr}\nseed: 5\ndatasets:\n  d:\n    prompts: [{prompt}]\nphases:\n  - name: p\n    duration: {secs}s\n    load: {{shape: constant, rate: {rate}, complexity_shaping: {shaping}}}\n    request: {{endpoint: chat, dataset: d, max_tokens: 2, stream: false}}\n",
         prompt = serde_json::to_string(prompt).unwrap()
     );
-    let s = Scenario::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
+    let s = Plan::from_yaml(&yaml, "<test>", Path::new(".")).unwrap();
     let report = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await
         .unwrap();
@@ -449,7 +441,7 @@ async fn a_built_dataset_is_a_stress_dataset() {
         "target: {}\nseed: 1\ndatasets:\n  d: {{path: dataset.jsonl}}\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 20, complexity_shaping: true}}\n    request: {{endpoint: chat, model: {model}, dataset: d, max_tokens: 4, temperature: \"${{dataset.temperature}}\"}}\n",
         sim.url()
     );
-    let s = Scenario::from_yaml(&yaml, "<test>", dir.path()).unwrap();
+    let s = Plan::from_yaml(&yaml, "<test>", dir.path()).unwrap();
     let report = loadgen::run(&s, Options::new(), CancellationToken::new())
         .await
         .unwrap();

@@ -13,7 +13,7 @@ use std::{
 };
 
 use inferscope::loadgen::{
-    self, Options, Scenario,
+    self, Options, Plan,
     client::{OwnConn, Target, Via, build_client},
 };
 use inferscope_tests::{NetNs, free_port, inferscope_bin, root_or_skip};
@@ -152,14 +152,17 @@ fn nothing_reaches_a_non_loopback_listener_without_allow_remote() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        // The library: a scenario changed after validation is refused when the run is built.
-        let mut s = Scenario::from_yaml(
+        // The library: a plan derived in code with a path naming another host is refused when
+        // the run is built.
+        let plan = Plan::from_yaml(
             &scenario(&local, "{endpoint: http}", ""),
             "s.yaml",
             Path::new("."),
         )
         .expect("valid");
-        s.phases[0].request.path = Some(format!("@{remote}/"));
+        let mut phase = plan.scenario().phases[0].clone();
+        phase.request.path = Some(format!("@{remote}/"));
+        let s = plan.with_phases(vec![phase]).expect("ranges hold");
         let e = loadgen::run(&s, Options::new(), CancellationToken::default())
             .await
             .expect_err("a path naming another host");

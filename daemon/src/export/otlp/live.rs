@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::{OtlpError, OtlpExporter, SampledRequest, Stage};
 use crate::collect::catalog::Labels;
-use crate::loadgen::{Options, Scenario, engine::observe};
+use crate::loadgen::{Options, Plan, Scenario, engine::observe};
 use crate::measure::{ErrorClass, RequestRecord};
 
 /// Records waiting for the export task; a full queue slows the run's record collector, never
@@ -218,16 +218,16 @@ pub struct LiveExport {
     task: JoinHandle<LiveCounts>,
 }
 
-/// Attaches a live export of `scenario`'s run to `opts` (beside any other watcher of its
+/// Attaches a live export of `plan`'s run to `opts` (beside any other watcher of its
 /// records). Needs a tokio runtime.
 #[must_use]
 pub fn attach(
     exporter: Arc<OtlpExporter>,
-    scenario: &Scenario,
+    plan: &Plan,
     sampler: Sampler,
     opts: &mut Options,
 ) -> LiveExport {
-    let labels = RunLabels::new(scenario);
+    let labels = RunLabels::new(plan.scenario());
     let (tx, mut rx) = mpsc::channel::<RequestRecord>(QUEUE);
     observe::add(opts, tx);
     let task = tokio::spawn(async move {
@@ -379,13 +379,13 @@ mod tests {
 
     #[test]
     fn labels_name_the_phase_its_label_level_and_endpoint() {
-        let s = Scenario::from_yaml(
+        let s = Plan::from_yaml(
             "name: t\ntarget: http://127.0.0.1:1\nphases:\n  - name: warm\n    duration: 1s\n    load: {shape: constant, rate: 5}\n  - name: peak\n    label: burst\n    duration: 1s\n    load: {shape: concurrency, users: 4}\n    request: {endpoint: vector_search, dimensions: 8}\n",
             "t.yaml",
             std::path::Path::new("."),
         )
         .unwrap();
-        let l = RunLabels::new(&s);
+        let l = RunLabels::new(s.scenario());
         let mut r = RequestRecord::new(1, 1, Endpoint::VectorSearch, 0);
         assert_eq!(
             l.of(&r).pairs(None),

@@ -152,9 +152,6 @@ pub enum TargetError {
     /// A request path that is not an absolute path (it could name another host).
     #[error("bad path {0:?}: a path must start with `/`, e.g. /v1/chat/completions")]
     Path(String),
-    /// A phase's `check:` that does not compile.
-    #[error("{0}")]
-    Check(String),
 }
 
 /// Checks a request path: absolute (`/...`) and valid in a request line. A path such as

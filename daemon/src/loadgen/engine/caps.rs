@@ -90,12 +90,98 @@ impl TokenBucket {
     }
 }
 
+/// A phase's caps, shared by everything that sends in it: the open-loop dispatcher, the
+/// closed-loop users, and the later turns of conversations. Every request takes the run-wide
+/// permit, the phase's permit (`max_in_flight`) and its requested tokens from the bucket
+/// (`max_tokens_per_s`), or is dropped as the phase's `when_capped` says. Waiting never runs
+/// past the phase's end.
+pub struct PhaseCaps {
+    global: Arc<Semaphore>,
+    phase: Option<Arc<Semaphore>>,
+    bucket: Option<std::sync::Mutex<TokenBucket>>,
+    policy: CapPolicy,
+    end: Instant,
+}
+
+/// Outcome of [`PhaseCaps::take`].
+pub enum Taken {
+    /// Send, holding these permits until the request ends.
+    Send(Permits),
+    /// A cap is full and the phase drops what it cannot send at once.
+    Dropped,
+    /// The phase ended while waiting.
+    Ended,
+    /// The run was cancelled while waiting.
+    Cancelled,
+}
+
+impl PhaseCaps {
+    /// The caps of a phase ending at `end`, under the run-wide cap `global`.
+    #[must_use]
+    pub fn new(
+        global: Arc<Semaphore>,
+        max_in_flight: Option<usize>,
+        max_tokens_per_s: Option<f64>,
+        policy: CapPolicy,
+        end: Instant,
+    ) -> Self {
+        Self {
+            global,
+            phase: max_in_flight.map(|n| Arc::new(Semaphore::new(n.max(1)))),
+            bucket: max_tokens_per_s.map(|r| std::sync::Mutex::new(TokenBucket::new(r))),
+            policy,
+            end,
+        }
+    }
+
+    /// The phase's end.
+    #[must_use]
+    pub fn end(&self) -> Instant {
+        self.end
+    }
+
+    /// Takes room for one request asking for `max_tokens` output tokens (validation makes
+    /// every request of a phase with `max_tokens_per_s` ask for some).
+    pub async fn take(&self, max_tokens: Option<u32>, cancel: &CancellationToken) -> Taken {
+        if let (Some(bucket), Some(n)) = (&self.bucket, max_tokens) {
+            let granted = bucket
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .reserve(f64::from(n), self.policy);
+            match granted {
+                None => return Taken::Dropped,
+                Some(wait) if !wait.is_zero() => {
+                    if Instant::now()
+                        .checked_add(wait)
+                        .is_none_or(|t| t > self.end)
+                    {
+                        return Taken::Ended;
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = cancel.cancelled() => return Taken::Cancelled,
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        let permits = acquire(&self.global, self.phase.as_ref(), self.policy, cancel);
+        match tokio::time::timeout_at(self.end, permits).await {
+            Ok(Acquired::Yes(p)) => Taken::Send(p),
+            Ok(Acquired::Full) => Taken::Dropped,
+            Ok(Acquired::Cancelled) => Taken::Cancelled,
+            Err(_) => Taken::Ended,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn token_bucket_waits_or_drops() {
+    // Paused time: the bucket refills as the test advances the clock, without waiting.
+    #[tokio::test(start_paused = true)]
+    async fn token_bucket_waits_or_drops() {
         let mut b = TokenBucket::new(100.0);
         assert_eq!(b.reserve(80.0, CapPolicy::Wait), Some(Duration::ZERO));
         // 20 left: 50 more must wait 0.3 s at 100 tokens/s.
@@ -103,7 +189,7 @@ mod tests {
         assert!((w.as_secs_f64() - 0.3).abs() < 0.01, "{w:?}");
         // Now at -30: a dropping caller is refused until the bucket refills.
         assert_eq!(b.reserve(10.0, CapPolicy::Drop), None);
-        std::thread::sleep(Duration::from_millis(400));
+        tokio::time::advance(Duration::from_millis(400)).await;
         assert_eq!(b.reserve(10.0, CapPolicy::Drop), Some(Duration::ZERO));
     }
 }

@@ -6,6 +6,7 @@
 //! late timer still has its clock running (coordinated omission handled), and the gap
 //! shows separately as send lag.
 
+pub mod barrier;
 pub mod caps;
 pub mod complexity;
 pub mod conversation;
@@ -40,14 +41,15 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::loadgen::{
     client::{HttpClient, OwnConn, Target, TargetError, Via, build_client, us_since},
-    engine::caps::{Acquired, Permits, TokenBucket, acquire},
+    engine::caps::{Permits, PhaseCaps, Taken},
     engine::complexity::Shaper,
     engine::conversation::Conversation,
     engine::request::{Executed, PhaseCtx, Prepared},
     engine::tally::Msg,
     engine::vector::{ApiKind, setup, truth::Pending, truth::Truth},
     scenario::arrival::Schedule,
-    scenario::{CapPolicy, Phase, Scenario},
+    scenario::plan::Plan,
+    scenario::{Phase, Scenario},
 };
 use crate::measure::vector_health as health;
 
@@ -60,6 +62,9 @@ use crate::measure::{
     shard::Shard,
 };
 
+/// How late after its phase's end an arrival due before it may still be sent (timer and
+/// scheduling jitter); a dispatcher or runtime further behind drops what it has not sent.
+pub const END_SLACK: Duration = Duration::from_millis(100);
 /// Messages queued between the request tasks and the collector (about 300 bytes each).
 const MSG_QUEUE: usize = 16_384;
 /// Default [`Options::records_budget`]: 256 MiB of records (about 600,000 short requests).
@@ -88,6 +93,31 @@ pub struct Options {
     /// A fault the engine injects into itself, for tests of its failure handling; `None` in
     /// every real run.
     pub fault: Option<Fault>,
+    /// Where the run's notes go (the model discovery chose, ...).
+    pub notes: Notes,
+    /// A common start with other shards (`--start-at`): the run waits for it after its setup.
+    pub start_at: Option<barrier::StartAt>,
+}
+
+/// Where a run's notes go: what it chose for the user (the model when none was given), said
+/// once before the first request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Notes {
+    /// The log (`tracing`, level info): the daemon's runs.
+    #[default]
+    Log,
+    /// Standard error, one line each, `inferscope: ` first: the command line.
+    Stderr,
+}
+
+impl Notes {
+    /// Says `line`.
+    pub fn say(self, line: &str) {
+        match self {
+            Notes::Log => tracing::info!("{line}"),
+            Notes::Stderr => eprintln!("inferscope: {line}"),
+        }
+    }
 }
 
 /// A fault the engine injects into itself (see [`Options::fault`]).
@@ -111,6 +141,8 @@ impl Default for Options {
             shard: Shard::WHOLE,
             tls: crate::tls::TlsOptions::default(),
             fault: None,
+            notes: Notes::Log,
+            start_at: None,
         }
     }
 }
@@ -132,15 +164,15 @@ pub enum RunError {
     /// The target URL or a header is unusable.
     #[error(transparent)]
     Target(#[from] TargetError),
-    /// A number is out of range (a scenario built in code or changed by flags).
-    #[error("{0}")]
-    Invalid(String),
+    /// A model the scenario names is not served by the target (nothing was sent).
+    #[error(transparent)]
+    Model(#[from] models::ModelNotServed),
     /// The run's own machinery failed (a bug): the message says where.
     #[error("internal error: {0}")]
     Internal(String),
     /// A vector phase's setup failed (seeding, dimension, a test query): what to do.
-    #[error("{0}")]
-    Vector(String),
+    #[error(transparent)]
+    Vector(#[from] vector::errors::SetupError),
 }
 
 struct Shared {
@@ -160,18 +192,22 @@ struct Shared {
     fault: Option<Fault>,
 }
 
-/// Runs every phase of `scenario` and returns the report. Cancelling `cancel` stops sending at
-/// once; requests in flight get `scenario.grace` to finish, then are aborted.
+/// Runs every phase of `plan` and returns the report. Cancelling `cancel` stops sending at
+/// once; requests in flight get the scenario's `grace` to finish, then are aborted.
 ///
-/// The stages: `Setup::new` checks and resolves what every request needs, the tally starts,
-/// `dispatch` sends the phases, `drain` waits for the requests in flight, and the tally's
-/// totals become the report.
+/// The stages: `Setup::new` checks and resolves what every request needs (the model too), the
+/// tally starts, `dispatch` sends the phases, `drain` waits for the requests in flight, and
+/// the tally's totals become the report.
 pub async fn run(
-    scenario: &Scenario,
+    plan: &Plan,
     mut opts: Options,
     cancel: CancellationToken,
 ) -> Result<StressReport, RunError> {
-    let setup = Setup::new(scenario, &opts).await?;
+    let setup = Setup::new(plan, &opts).await?;
+    let scenario = plan.scenario();
+    if let Some(start) = opts.start_at {
+        barrier::meet(start, &cancel, opts.notes).await;
+    }
     let share = opts.shard;
     let mut rng = SmallRng::seed_from_u64(share.seed(scenario.seed.unwrap_or_else(clock::unix_ns)));
     // Bounded: a tally that falls behind slows the senders instead of queueing records
@@ -274,14 +310,26 @@ struct Setup {
 }
 
 impl Setup {
-    async fn new(scenario: &Scenario, opts: &Options) -> Result<Self, RunError> {
+    async fn new(plan: &Plan, opts: &Options) -> Result<Self, RunError> {
+        let scenario = plan.scenario();
         let host = scenario
             .target_host()
             .ok_or_else(|| TargetError::Url(scenario.target.clone()))?;
         if !opts.allow_remote && !is_loopback(&host) {
             return Err(RunError::Remote(scenario.target.clone()));
         }
-        crate::loadgen::scenario::limits::check(scenario).map_err(RunError::Invalid)?;
+        // Once per plan (a knee search's steps share their base's): a model the target does
+        // not serve ends the run here, not in N failed requests.
+        let models = plan
+            .models()
+            .get_or_try_init(|| async {
+                let found = models::discover(scenario, opts).await?;
+                if let Some(line) = found.note() {
+                    opts.notes.say(&line);
+                }
+                Ok::<_, models::ModelNotServed>(found)
+            })
+            .await?;
         let target = Target::new(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
         let event_uris = scenario
             .phases
@@ -297,7 +345,13 @@ impl Setup {
             .phases
             .iter()
             .enumerate()
-            .map(|(i, p)| PhaseCtx::new(i as u32, p, &scenario.loaded, &target))
+            .map(|(i, p)| {
+                let mut p = std::borrow::Cow::Borrowed(p);
+                if let Some(model) = models.model_for(&p) {
+                    p.to_mut().request.model = Some(model.to_owned());
+                }
+                PhaseCtx::new(i as u32, &p, plan, &target)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let client = build_client(&target, scenario.timeout, opts.allow_remote);
         vector_setup(&mut ctxs, &client, &target, scenario.seed).await?;
@@ -413,12 +467,20 @@ async fn dispatch(
                 cancel.clone(),
             ));
         }
+        let caps = Arc::new(PhaseCaps::new(
+            shared.global.clone(),
+            phase.max_in_flight,
+            phase.max_tokens_per_s,
+            phase.when_capped,
+            end,
+        ));
         let scheduled = if let Some(a) = phase.load.arrival() {
             let offsets = share.schedule(&a, phase.duration, rng);
             open_loop(
                 shared,
                 ctx,
                 phase,
+                &caps,
                 offsets,
                 phase_start,
                 rng,
@@ -434,7 +496,8 @@ async fn dispatch(
             };
             for _ in 0..users {
                 let rng = SmallRng::seed_from_u64(rng.next_u64());
-                tracker.spawn(user(shared.clone(), ctx.clone(), rng, end, cancel.clone()));
+                let (shared, ctx, caps) = (shared.clone(), ctx.clone(), caps.clone());
+                tracker.spawn(user(shared, ctx, caps, rng, cancel.clone()));
             }
             0
         };
@@ -493,7 +556,7 @@ async fn chroma_ef_search(
     };
     let outcome = match setup::chroma_set_ef(&http, uri, ef).await {
         Ok(()) => "HTTP 200".to_string(),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
     let _ = shared
         .tx
@@ -527,10 +590,7 @@ async fn vector_setup(
         let Some(v) = ctx.vector.as_mut() else {
             continue;
         };
-        setup
-            .phase(v, &http, seed, text)
-            .await
-            .map_err(RunError::Vector)?;
+        setup.phase(v, &http, seed, text).await?;
         // The sim's answer is known (and its dimension checked above); any other API gets a
         // test query, so that a body or path that does not fit fails here, in one line.
         if v.api == ApiKind::Sim {
@@ -538,9 +598,7 @@ async fn vector_setup(
         }
         let probe = ctx.prepare(&mut SmallRng::seed_from_u64(0), 0);
         if let Some(v) = &ctx.vector {
-            setup::preflight(v, &http, probe.body)
-                .await
-                .map_err(RunError::Vector)?;
+            setup::preflight(v, &http, probe.body).await?;
         }
     }
     Ok(())
@@ -552,20 +610,18 @@ async fn open_loop(
     shared: &Arc<Shared>,
     ctx: &Arc<PhaseCtx>,
     phase: &Phase,
+    caps: &Arc<PhaseCaps>,
     mut offsets: Schedule<SmallRng>,
     start: Instant,
     rng: &mut SmallRng,
     tracker: &TaskTracker,
     cancel: &CancellationToken,
 ) -> u64 {
-    let phase_sem = phase
-        .max_in_flight
-        .map(|n| Arc::new(Semaphore::new(n.max(1))));
-    let mut bucket = phase.max_tokens_per_s.map(TokenBucket::new);
     let mut scheduled = 0;
-    // Waiting for a cap never runs past the phase's end: the next phase starts on time, and
-    // the arrivals not sent by then count as scheduled and dropped.
-    let end = start + phase.duration;
+    // Nothing is sent after the phase's end, whether a cap held it back or the dispatcher
+    // itself fell behind: the next phase starts on time, and the arrivals not sent by then
+    // count as scheduled and dropped.
+    let end = caps.end();
     // At the phase's end: the arrival in hand (already counted as scheduled) and those not
     // taken yet are dropped.
     let overrun = async |left_after: usize, scheduled: &mut u64| {
@@ -598,6 +654,10 @@ async fn open_loop(
         let deadline = start + off;
         tokio::select! { () = tokio::time::sleep_until(deadline) => {}, () = cancel.cancelled() => break }
         scheduled += 1;
+        if Instant::now() >= end + END_SLACK {
+            overrun(offsets.remaining(), &mut scheduled).await;
+            break;
+        }
         let (seq, conv, prepared) = if let Some(e) = early {
             e
         } else {
@@ -610,73 +670,50 @@ async fn open_loop(
             };
             (seq, conv, prepared)
         };
-        if let (Some(b), Some(n)) = (&mut bucket, prepared.max_tokens) {
-            match (
-                b.reserve(f64::from(n), phase.when_capped),
-                phase.when_capped,
-            ) {
-                (None, _) => {
-                    let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
-                    continue;
-                }
-                (Some(wait), CapPolicy::Wait) if !wait.is_zero() => {
-                    if Instant::now().checked_add(wait).is_none_or(|t| t > end) {
-                        overrun(offsets.remaining(), &mut scheduled).await;
-                        break;
-                    }
-                    tokio::select! { () = tokio::time::sleep(wait) => {}, () = cancel.cancelled() => break }
-                }
-                _ => {}
-            }
-        }
-        let capped = acquire(
-            &shared.global,
-            phase_sem.as_ref(),
-            phase.when_capped,
-            cancel,
-        );
-        let permits = match tokio::time::timeout_at(end, capped).await {
-            Ok(Acquired::Yes(p)) => p,
-            Ok(Acquired::Full) => {
+        let permits = match caps.take(prepared.max_tokens, cancel).await {
+            Taken::Send(p) => p,
+            Taken::Dropped => {
                 let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
                 continue;
             }
-            Ok(Acquired::Cancelled) => break,
-            Err(_) => {
+            Taken::Ended => {
                 overrun(offsets.remaining(), &mut scheduled).await;
                 break;
             }
+            Taken::Cancelled => break,
         };
         let intended = deadline
             .into_std()
             .saturating_duration_since(shared.t0)
             .as_micros() as u64;
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, intended);
-        match conv {
-            Some(conv) => {
-                let turns = Turns {
-                    conv,
-                    end,
-                    rng: SmallRng::seed_from_u64(rng.next_u64()),
-                };
-                let (shared, ctx, cancel) = (shared.clone(), ctx.clone(), cancel.clone());
-                tracker.spawn(async move {
-                    let first =
-                        one(shared.clone(), ctx.clone(), prepared, rec, permits, None).await;
-                    turns.follow(&shared, &ctx, first, &cancel, None).await;
-                });
+        let end = caps.end();
+        let sent = one(
+            shared.clone(),
+            ctx.clone(),
+            prepared,
+            rec,
+            permits,
+            end,
+            None,
+        );
+        let Some(conv) = conv else {
+            tracker.spawn(async move {
+                sent.await;
+            });
+            continue;
+        };
+        let turns = Turns {
+            conv,
+            caps: caps.clone(),
+            rng: SmallRng::seed_from_u64(rng.next_u64()),
+        };
+        let (shared, ctx, cancel) = (shared.clone(), ctx.clone(), cancel.clone());
+        tracker.spawn(async move {
+            if let Some(first) = sent.await {
+                turns.follow(&shared, &ctx, first, &cancel, None).await;
             }
-            None => {
-                tracker.spawn(one(
-                    shared.clone(),
-                    ctx.clone(),
-                    prepared,
-                    rec,
-                    permits,
-                    None,
-                ));
-            }
-        }
+        });
     }
     scheduled
 }
@@ -713,7 +750,8 @@ struct Answered {
 /// think time, until the conversation ends, a turn fails, or the phase ends.
 struct Turns {
     conv: Conversation,
-    end: Instant,
+    /// The phase's caps, which every turn takes as the first did.
+    caps: Arc<PhaseCaps>,
     rng: SmallRng,
 }
 
@@ -744,31 +782,42 @@ impl Turns {
             }
             // Cut by the phase's end or a stop: not a task, neither succeeded nor failed.
             let wake = Instant::now() + think;
-            if wake >= self.end {
+            if wake >= self.caps.end() {
                 break None;
             }
             tokio::select! { () = tokio::time::sleep_until(wake) => {}, () = cancel.cancelled() => break None }
-            let Ok(Ok(permit)) =
-                tokio::time::timeout_at(self.end, shared.global.clone().acquire_owned()).await
-            else {
-                break None;
-            };
             let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
             let Some(p) = ctx.prepare_turn(&mut self.rng, seq, &mut self.conv) else {
                 break None;
             };
+            let permits = match self.caps.take(p.max_tokens, cancel).await {
+                Taken::Send(permits) => permits,
+                // A turn the caps drop ends its conversation, cut (not a task).
+                Taken::Dropped => {
+                    sent += 1;
+                    let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
+                    break None;
+                }
+                Taken::Ended | Taken::Cancelled => break None,
+            };
             // A follow-up turn is closed loop: it is due when it is sent.
             let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
             sent += 1;
-            answered = one(
+            let end = self.caps.end();
+            let Some(next) = one(
                 shared.clone(),
                 ctx.clone(),
                 p,
                 rec,
-                (permit, None),
+                permits,
+                end,
                 own.as_deref_mut(),
             )
-            .await;
+            .await
+            else {
+                break None;
+            };
+            answered = next;
         };
         if let Some(ok) = task {
             let ice = crate::loadgen::engine::conversation::ice(&entropies);
@@ -785,23 +834,22 @@ impl Turns {
 async fn user(
     shared: Arc<Shared>,
     ctx: Arc<PhaseCtx>,
+    caps: Arc<PhaseCaps>,
     mut rng: SmallRng,
-    end: Instant,
     cancel: CancellationToken,
 ) {
     // Each user owns one connection, as a wrk/oha connection does.
     let mut own = OwnConn::new(&shared.target, shared.timeout, shared.allow_remote);
     let mut n = 0;
-    while Instant::now() < end && !cancel.is_cancelled() {
-        // Waiting for room never runs past the phase's end.
-        let Ok(Ok(permit)) =
-            tokio::time::timeout_at(end, shared.global.clone().acquire_owned()).await
-        else {
-            break;
-        };
+    while Instant::now() < caps.end() && !cancel.is_cancelled() {
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
         // A user runs one conversation at a time, turn after turn.
         let Some((conv, prepared)) = first_request(&ctx, &mut rng, seq) else {
+            break;
+        };
+        // A closed loop waits for its caps (validation refuses `when_capped: drop` for one);
+        // waiting for room never runs past the phase's end.
+        let Taken::Send(permits) = caps.take(prepared.max_tokens, &cancel).await else {
             break;
         };
         let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
@@ -810,15 +858,19 @@ async fn user(
             ctx.clone(),
             prepared,
             rec,
-            (permit, None),
+            permits,
+            caps.end(),
             Some(&mut own),
         )
         .await;
         n += 1;
+        let Some(first) = first else {
+            break;
+        };
         if let Some(conv) = conv {
             let turns = Turns {
                 conv,
-                end,
+                caps: caps.clone(),
                 rng: SmallRng::seed_from_u64(rng.next_u64()),
             };
             n += turns
@@ -831,18 +883,26 @@ async fn user(
 
 /// One request, and its retries under the phase's retry policy: each attempt reported as it
 /// ends. A request outside a conversation with a policy is a task decided by its last attempt.
+///
+/// A request whose task starts only after the phase's `end` and [`END_SLACK`] (its dispatcher,
+/// or the runtime, fell behind) is not sent: it counts as dropped, and `None` is returned.
 async fn one(
     shared: Arc<Shared>,
     ctx: Arc<PhaseCtx>,
     p: Prepared,
     mut rec: RequestRecord,
     _permits: Permits,
+    end: Instant,
     mut own: Option<&mut OwnConn>,
-) -> Answered {
+) -> Option<Answered> {
+    if Instant::now() >= end + END_SLACK {
+        let _ = shared.tx.send(Msg::Dropped(ctx.index, 1)).await;
+        return None;
+    }
     let Some(policy) = ctx.retry() else {
         let (rec, answered, truth) = attempt(&shared, &ctx, p, rec, own).await;
         deliver(&shared, rec, truth).await;
-        return answered;
+        return Some(answered);
     };
     let mut n = 1;
     rec.attempt = Some(n);
@@ -858,7 +918,7 @@ async fn one(
                 let ok = answered.ok && answered.passed;
                 let _ = shared.tx.send(Msg::Task(ctx.index, ok, None)).await;
             }
-            return answered;
+            return Some(answered);
         }
         tokio::select! { () = tokio::time::sleep(wait) => {}, () = shared.hard_stop.cancelled() => {} }
         n += 1;
@@ -978,7 +1038,7 @@ mod tests {
             "target: http://{}\nphases:\n  - name: p\n    duration: 2s\n    load: {{shape: constant, rate: 20}}\n    request: {{endpoint: http, path: /metrics}}\n",
             sim.addr()
         );
-        let s = Scenario::from_yaml(&yaml, "t.yaml", Path::new(".")).unwrap();
+        let s = Plan::from_yaml(&yaml, "t.yaml", Path::new(".")).unwrap();
         let t = std::time::Instant::now();
         let opts = Options {
             fault: Some(Fault::DispatcherPanic { request: 5 }),

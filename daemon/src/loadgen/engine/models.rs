@@ -5,10 +5,14 @@
 //! [`FALLBACK_MODEL`]. Vector-search and plain-HTTP phases need no model, and a scenario
 //! made only of them asks nothing.
 //!
+//! The engine asks once per plan, as it sets up the first run of it ([`super::run`]): a model
+//! not served ends that run with [`super::RunError::Model`] before any request; the note of
+//! what was chosen goes where [`super::Options::notes`] says.
+//!
 //! ```no_run
-//! # async fn demo(mut scenario: inferscope::loadgen::Scenario) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(plan: inferscope::loadgen::Plan) -> Result<(), Box<dyn std::error::Error>> {
 //! use inferscope::loadgen::{Options, engine::models};
-//! let found = models::discover(&mut scenario, &Options::new()).await?;
+//! let found = models::discover(plan.scenario(), &Options::new()).await?;
 //! if let Some(line) = found.note() {
 //!     eprintln!("inferscope: {line}");
 //! }
@@ -69,6 +73,15 @@ pub enum Discovery {
 }
 
 impl Discovery {
+    /// The model discovery chose for `phase`: `Some` only for an LLM phase that names none.
+    #[must_use]
+    pub fn model_for(&self, phase: &Phase) -> Option<&str> {
+        match self {
+            Discovery::Chosen { model, .. } if wants(phase) == Wants::Unset => Some(model),
+            _ => None,
+        }
+    }
+
     /// The line to tell the user, when there is something to tell.
     #[must_use]
     pub fn note(&self) -> Option<String> {
@@ -153,13 +166,10 @@ fn wants(p: &Phase) -> Wants {
     r.model.clone().map_or(Wants::Unset, Wants::Named)
 }
 
-/// Asks the target for its models when an LLM phase needs one, fills in the phases that name
-/// none, and checks the ones that do. Connects as the run will (`opts`: loopback guardrail,
-/// TLS), with the scenario's headers.
-pub async fn discover(
-    scenario: &mut Scenario,
-    opts: &Options,
-) -> Result<Discovery, ModelNotServed> {
+/// Asks the target for its models when an LLM phase needs one, chooses the model of the phases
+/// that name none ([`Discovery::model_for`]), and checks the ones that do. Connects as the run
+/// will (`opts`: loopback guardrail, TLS), with the scenario's headers.
+pub async fn discover(scenario: &Scenario, opts: &Options) -> Result<Discovery, ModelNotServed> {
     let asks: Vec<Wants> = scenario.phases.iter().map(wants).collect();
     if asks
         .iter()
@@ -206,14 +216,8 @@ pub async fn discover(
     if !fallback {
         return Ok(Discovery::Given);
     }
-    let model = served[0].clone();
-    for (p, w) in scenario.phases.iter_mut().zip(&asks) {
-        if *w == Wants::Unset {
-            p.request.model = Some(model.clone());
-        }
-    }
     Ok(Discovery::Chosen {
-        model,
+        model: served[0].clone(),
         served: served.len(),
         url,
     })
@@ -288,7 +292,10 @@ mod tests {
         let yaml = format!(
             "target: {target}\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 1}}\n    request: {request}\n"
         );
-        Scenario::from_yaml(&yaml, "t.yaml", Path::new(".")).unwrap()
+        crate::loadgen::Plan::from_yaml(&yaml, "t.yaml", Path::new("."))
+            .unwrap()
+            .scenario()
+            .clone()
     }
 
     #[test]
@@ -334,44 +341,40 @@ mod tests {
         let sim = crate::sim::start(cfg, l).await.unwrap();
         let url = sim.url();
 
-        let mut s = scenario(&url, "{endpoint: completions}");
-        let found = discover(&mut s, &Options::new()).await.unwrap();
-        assert_eq!(s.phases[0].request.model.as_deref(), Some("inferscope-sim"));
+        let s = scenario(&url, "{endpoint: completions}");
+        let found = discover(&s, &Options::new()).await.unwrap();
+        assert_eq!(found.model_for(&s.phases[0]), Some("inferscope-sim"));
+        let named = scenario(&url, "{model: inferscope-sim}");
+        assert_eq!(found.model_for(&named.phases[0]), None);
         let note = found.note().unwrap();
         assert!(
             note.contains("using \"inferscope-sim\" (the first of 1 served by"),
             "{note}"
         );
 
-        let mut s = scenario(&url, "{model: inferscope-sim}");
-        assert_eq!(
-            discover(&mut s, &Options::new()).await,
-            Ok(Discovery::Given)
-        );
+        let s = scenario(&url, "{model: inferscope-sim}");
+        assert_eq!(discover(&s, &Options::new()).await, Ok(Discovery::Given));
 
-        let mut s = scenario(&url, "{model: llama}");
-        let e = discover(&mut s, &Options::new())
-            .await
-            .unwrap_err()
-            .to_string();
+        let s = scenario(&url, "{model: llama}");
+        let e = discover(&s, &Options::new()).await.unwrap_err().to_string();
         assert!(e.starts_with("model \"llama\" is not served by"), "{e}");
         assert!(e.contains("(it serves \"inferscope-sim\")"), "{e}");
 
-        let mut s = scenario(&url, "{endpoint: http, path: /health}");
+        let s = scenario(&url, "{endpoint: http, path: /health}");
         assert_eq!(
-            discover(&mut s, &Options::new()).await,
+            discover(&s, &Options::new()).await,
             Ok(Discovery::NotNeeded)
         );
         sim.shutdown().await.unwrap();
 
         // Nothing listens any more: the run goes on as before, with a note.
-        let mut s = scenario(&url, "{endpoint: chat}");
-        let found = discover(&mut s, &Options::new()).await.unwrap();
+        let s = scenario(&url, "{endpoint: chat}");
+        let found = discover(&s, &Options::new()).await.unwrap();
         assert!(
             matches!(found, Discovery::Unanswered { fallback: true, .. }),
             "{found:?}"
         );
-        assert_eq!(s.phases[0].request.model, None);
+        assert_eq!(found.model_for(&s.phases[0]), None);
         assert!(found.note().unwrap().contains("sending model \"default\""));
     }
 }

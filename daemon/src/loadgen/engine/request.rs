@@ -16,6 +16,7 @@ use crate::loadgen::{
     engine::conversation::{Conversation, TurnRequest, system_prompt},
     engine::vector::{self, ApiKind, VectorCall, VectorPhase, truth::Pending},
     scenario::dataset::{Dataset, Row, Turn},
+    scenario::plan::Plan,
     scenario::template::{Ctx, JsonTemplate, Template},
     scenario::{ChaosSpec, Phase, RequestSpec},
 };
@@ -53,7 +54,7 @@ pub struct PhaseCtx {
     /// The shared system prompt of the phase's conversations.
     system: Option<String>,
     /// What an answer must be for its task to succeed.
-    check: Option<crate::loadgen::scenario::check::Check>,
+    check: Option<Arc<crate::loadgen::scenario::check::Check>>,
 }
 
 /// One request ready to go.
@@ -87,11 +88,11 @@ pub struct Executed {
 }
 
 impl PhaseCtx {
-    /// Compiles phase `index` of a scenario.
+    /// Compiles phase `index` of `plan` (given as `phase`, with the model discovery chose).
     pub fn new(
         index: u32,
         phase: &Phase,
-        datasets: &std::collections::BTreeMap<String, Arc<Dataset>>,
+        plan: &Plan,
         target: &Target,
     ) -> Result<Self, TargetError> {
         let spec = phase.request.clone();
@@ -127,7 +128,10 @@ impl PhaseCtx {
                 ))
             })
             .collect::<Result<_, TargetError>>()?;
-        let dataset = spec.dataset.as_ref().and_then(|d| datasets.get(d).cloned());
+        let dataset = spec
+            .dataset
+            .as_ref()
+            .and_then(|d| plan.datasets().get(d).cloned());
         let uri = target.uri(&path)?;
         let vector = if endpoint == Endpoint::VectorSearch {
             let exact = match (api, &spec.exact_path) {
@@ -180,14 +184,7 @@ impl PhaseCtx {
             chaos: phase.chaos.clone(),
             slos: phase.slo.clone(),
             headers,
-            // Validated when the scenario was loaded; a programmatic one fails the same way.
-            check: phase
-                .request
-                .check
-                .as_ref()
-                .map(crate::loadgen::scenario::check::Check::compile)
-                .transpose()
-                .map_err(TargetError::Check)?,
+            check: plan.check(index as usize),
             system: phase
                 .request
                 .conversation

@@ -165,13 +165,13 @@ pub fn check(s: &Scenario) -> Result<(), String> {
 mod tests {
     use std::path::Path;
 
-    use crate::loadgen::scenario::Scenario;
+    use crate::loadgen::scenario::plan::Plan;
 
-    fn load(phase_extra: &str, top: &str) -> Result<Scenario, String> {
+    fn load(phase_extra: &str, top: &str) -> Result<Plan, String> {
         let src = format!(
             "target: http://127.0.0.1:1\n{top}phases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 10}}\n{phase_extra}"
         );
-        Scenario::from_yaml(&src, "s.yaml", Path::new(".")).map_err(|e| e.to_string())
+        Plan::from_yaml(&src, "s.yaml", Path::new(".")).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -209,7 +209,7 @@ mod tests {
             assert!(e.contains(want), "{extra}{top}: {e}");
             assert!(!e.contains('\n'), "one line: {e}");
         }
-        let e = Scenario::from_yaml(
+        let e = Plan::from_yaml(
             "target: http://127.0.0.1:1\nphases:\n  - name: p\n    duration: 99999999y\n    load: {shape: constant, rate: 1}\n",
             "s.yaml",
             Path::new("."),
@@ -222,19 +222,33 @@ mod tests {
             "",
         );
         assert!(e.is_err());
-        assert!(load("    max_tokens_per_s: 100\n    max_in_flight: 100000\n", "").is_ok());
+        assert!(
+            load(
+                "    max_tokens_per_s: 100\n    max_in_flight: 100000\n    request: {max_tokens: 8}\n",
+                ""
+            )
+            .is_ok()
+        );
     }
 
     #[test]
-    fn a_scenario_changed_in_code_is_checked_again() {
-        let mut s = load("", "").unwrap();
-        s.phases[0].max_in_flight = Some(usize::MAX >> 2);
-        assert!(super::check(&s).unwrap_err().contains("max_in_flight"));
-        let mut s = load("", "").unwrap();
+    fn a_plan_derived_in_code_is_checked_again() {
+        let plan = load("", "").unwrap();
+        let mut s = plan.scenario().clone();
         s.max_in_flight = 0;
         assert!(super::check(&s).is_err());
-        let mut s = load("", "").unwrap();
-        s.phases[0].max_tokens_per_s = Some(0.0);
-        assert!(super::check(&s).is_err());
+        let mut p = plan.scenario().phases[0].clone();
+        p.max_in_flight = Some(usize::MAX >> 2);
+        let e = plan.with_phases(vec![p.clone()]).unwrap_err().to_string();
+        assert!(e.contains("max_in_flight"), "{e}");
+        p.max_in_flight = None;
+        p.max_tokens_per_s = Some(0.0);
+        assert!(plan.with_phases(vec![p.clone()]).is_err());
+        p.max_tokens_per_s = None;
+        assert!(
+            plan.with_phases(vec![p.clone(), p.clone()]).is_err(),
+            "a name twice"
+        );
+        assert!(plan.with_phases(vec![p]).is_ok());
     }
 }

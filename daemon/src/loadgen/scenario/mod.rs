@@ -13,6 +13,7 @@ pub mod files;
 pub mod json_path;
 pub mod limits;
 pub mod overrides;
+pub mod plan;
 pub mod retry;
 pub mod shape;
 pub mod template;
@@ -25,7 +26,7 @@ use serde::Deserialize;
 
 pub use crate::loadgen::scenario::shape::Load;
 use crate::loadgen::{
-    scenario::dataset::{Dataset, DatasetSpec},
+    scenario::dataset::DatasetSpec,
     scenario::limits::{
         de_duration, de_opt_dimensions, de_opt_duration, de_opt_in_flight, de_opt_oversize,
         de_opt_tokens_per_s,
@@ -81,9 +82,28 @@ pub struct Scenario {
     /// Trigger rules evaluated on each window under `stress --explain` (`triggers/`).
     #[serde(default, deserialize_with = "crate::triggers::de_rules")]
     pub triggers: Vec<crate::triggers::Rule>,
-    /// Datasets after loading (filled by [`Scenario::resolve`]).
+    /// Where the scenario came from, for errors that point at a line.
     #[serde(skip)]
-    pub loaded: BTreeMap<String, Arc<Dataset>>,
+    pub origin: Origin,
+}
+
+/// Where a scenario's text came from: the file (or `the run` for one made from flags) and
+/// the text, to find the line an error is about.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// The file, as named in errors.
+    pub file: String,
+    /// Its text (empty for a scenario made in code).
+    pub text: Arc<str>,
+}
+
+impl Default for Origin {
+    fn default() -> Self {
+        Self {
+            file: "the run".into(),
+            text: Arc::from(""),
+        }
+    }
 }
 
 /// One phase: a load shape held for a duration.
@@ -352,7 +372,7 @@ impl Scenario {
             phases: vec![phase],
             search: None,
             triggers: Vec::new(),
-            loaded: BTreeMap::new(),
+            origin: Origin::default(),
         }
     }
 }

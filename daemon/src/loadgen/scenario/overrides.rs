@@ -10,14 +10,14 @@
 //! file of many, so it is refused with what to write in the file instead.
 //!
 //! The overrides are applied once, to the parsed file, before it is validated
-//! ([`Scenario::from_file_with`]): the scenario that runs is checked as it runs.
+//! ([`super::plan::Plan::compile`]): the scenario that runs is checked as it runs.
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use crate::loadgen::{
-    scenario::files::Files,
+    scenario::plan::PlanError,
     scenario::template::JsonTemplate,
-    scenario::{Phase, Scenario, ScenarioError},
+    scenario::{Phase, Scenario},
 };
 
 use crate::measure::{
@@ -89,30 +89,6 @@ impl PhaseFlag {
     }
 }
 
-/// Why the flags cannot go over a scenario.
-#[derive(Debug, thiserror::Error)]
-pub enum OverrideError {
-    /// A flag of the file-less single phase was given with a scenario file.
-    #[error("{} conflicts with the scenario file {file}: {}", .flag.name(), .flag.instead())]
-    Conflict {
-        /// The flag.
-        flag: PhaseFlag,
-        /// The scenario file.
-        file: String,
-    },
-    /// An LLM request flag, and no phase it could apply to.
-    #[error("{flag} applies to chat and completions phases, and {file} has none: drop {flag}")]
-    NoLlmPhase {
-        /// The flag.
-        flag: &'static str,
-        /// The scenario file (or `flags`).
-        file: String,
-    },
-    /// The file (with the flags applied) is not a valid scenario.
-    #[error(transparent)]
-    Scenario(#[from] ScenarioError),
-}
-
 /// What the command line sets over a scenario: every field left at its default leaves the
 /// scenario as it is.
 #[derive(Debug, Clone, Default)]
@@ -142,7 +118,7 @@ pub struct Overrides {
 impl Overrides {
     /// Applies the flags to `scenario`, read from `file` (named in errors). Refuses any
     /// [`PhaseFlag`], and an LLM request flag when no phase is an LLM phase.
-    pub fn apply(&self, scenario: &mut Scenario, file: &str) -> Result<(), OverrideError> {
+    pub(super) fn apply(&self, scenario: &mut Scenario, file: &str) -> Result<(), PlanError> {
         self.refuse_phase_flags(file)?;
         if let Some(t) = &self.target {
             scenario.target.clone_from(t);
@@ -171,9 +147,9 @@ impl Overrides {
     }
 
     /// The first [`PhaseFlag`] given, as the conflict it is with the scenario `file`.
-    fn refuse_phase_flags(&self, file: &str) -> Result<(), OverrideError> {
+    pub(super) fn refuse_phase_flags(&self, file: &str) -> Result<(), PlanError> {
         match self.phase_flags.first() {
-            Some(&flag) => Err(OverrideError::Conflict {
+            Some(&flag) => Err(PlanError::Conflict {
                 flag,
                 file: file.to_owned(),
             }),
@@ -182,7 +158,7 @@ impl Overrides {
     }
 
     /// `--model`, `--max-tokens`, `--temperature` and `--no-stream` on every LLM phase.
-    fn apply_llm(&self, phases: &mut [Phase], file: &str) -> Result<(), OverrideError> {
+    fn apply_llm(&self, phases: &mut [Phase], file: &str) -> Result<(), PlanError> {
         let given = [
             ("--model", self.model.is_some()),
             ("--max-tokens", self.max_tokens.is_some()),
@@ -212,27 +188,11 @@ impl Overrides {
         if any {
             Ok(())
         } else {
-            Err(OverrideError::NoLlmPhase {
+            Err(PlanError::NoLlmPhase {
                 flag,
                 file: file.to_owned(),
             })
         }
-    }
-}
-
-impl Scenario {
-    /// Reads a scenario file, applies `overrides` (flag over file) and only then validates
-    /// and resolves it, once.
-    pub fn from_file_with(path: &Path, overrides: &Overrides) -> Result<Self, OverrideError> {
-        let file = path.display().to_string();
-        // Said before the file is read: no edit of the file makes the flag apply.
-        overrides.refuse_phase_flags(&file)?;
-        let src = Scenario::read_file(path)?;
-        let mut s = Scenario::parse_yaml(&src, &file)?;
-        overrides.apply(&mut s, &file)?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        s.resolve(&file, &src, Files::Relative(base))?;
-        Ok(s)
     }
 }
 

@@ -3,6 +3,7 @@
 use std::{path::Path, time::Duration};
 
 use super::*;
+use crate::loadgen::scenario::{files::Files, plan::Plan};
 
 const FILE: &str = "target: http://127.0.0.1:1
 timeout: 30s
@@ -38,11 +39,9 @@ fn parsed(src: &str) -> Scenario {
     Scenario::parse_yaml(src, "s.yaml").unwrap()
 }
 
-fn applied(src: &str, o: &Overrides) -> Result<Scenario, OverrideError> {
-    let mut s = parsed(src);
-    o.apply(&mut s, "s.yaml")?;
-    s.resolve("s.yaml", src, Files::Relative(Path::new(".")))?;
-    Ok(s)
+fn applied(src: &str, o: &Overrides) -> Result<Scenario, PlanError> {
+    let plan = Plan::compile(parsed(src), &Files::Relative(Path::new(".")), o)?;
+    Ok(plan.scenario().clone())
 }
 
 fn slos(texts: &[&str]) -> Vec<Slo> {
@@ -140,7 +139,7 @@ fn an_llm_flag_without_an_llm_phase_is_refused_naming_the_flag() {
     for (flag, o) in cases {
         let e = applied(VECTOR_ONLY, &o).unwrap_err();
         assert!(
-            matches!(&e, OverrideError::NoLlmPhase { flag: f, .. } if *f == flag),
+            matches!(&e, PlanError::NoLlmPhase { flag: f, .. } if *f == flag),
             "{e}"
         );
         let line = e.to_string();
@@ -237,7 +236,8 @@ fn a_file_is_read_overridden_and_validated_once() {
         model: Some("m".into()),
         ..Overrides::default()
     };
-    let s = Scenario::from_file_with(&path, &o).unwrap();
+    let plan = Plan::from_file(&path, &o).unwrap();
+    let s = plan.scenario();
     assert!(texts(&s.phases[0].slo).contains(&"ttft_p95 < 1ms"));
     assert_eq!(s.phases[1].request.model.as_deref(), Some("m"));
     // The file's own errors keep its name and line.
@@ -249,8 +249,8 @@ fn a_file_is_read_overridden_and_validated_once() {
         ),
     )
     .unwrap();
-    let e = Scenario::from_file_with(&path, &o).unwrap_err();
-    assert!(matches!(e, OverrideError::Scenario(_)), "{e}");
+    let e = Plan::from_file(&path, &o).unwrap_err();
+    assert!(matches!(e, PlanError::Scenario(_)), "{e}");
     assert!(
         e.to_string().starts_with(&path.display().to_string()),
         "{e}"
@@ -259,6 +259,6 @@ fn a_file_is_read_overridden_and_validated_once() {
         phase_flags: vec![PhaseFlag::Rate],
         ..o
     };
-    let e = Scenario::from_file_with(&path, &o).unwrap_err();
-    assert!(matches!(e, OverrideError::Conflict { .. }), "{e}");
+    let e = Plan::from_file(&path, &o).unwrap_err();
+    assert!(matches!(e, PlanError::Conflict { .. }), "{e}");
 }

@@ -42,7 +42,7 @@ pub enum Load {
         path: PathBuf,
         /// Replay speed factor (2 = twice as fast).
         speed: f64,
-        /// Offsets read from the file (filled by [`crate::loadgen::Scenario::resolve`]).
+        /// Offsets read from the file (filled when the scenario becomes a [`crate::loadgen::Plan`]).
         offsets: Vec<Duration>,
     },
     /// `shape: concurrency, users: N`: closed loop, each user sends its next request when

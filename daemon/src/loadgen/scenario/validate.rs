@@ -9,60 +9,41 @@ use serde::{Deserialize, Deserializer, de::Error as _};
 use crate::loadgen::{
     client::check_path,
     scenario::arrival,
+    scenario::check::Check,
     scenario::dataset::Dataset,
     scenario::files::Files,
     scenario::limits,
     scenario::shape::Load,
     scenario::template::{JsonTemplate, Template},
-    scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Phase, Scenario, ScenarioError},
+    scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Origin, Phase, Scenario, ScenarioError},
 };
 
 use crate::measure::{record::Endpoint, slo::Slo};
 
-impl Scenario {
-    /// Reads, parses, validates and resolves a scenario file.
-    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
-        let src = Self::read_file(path)?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        Self::from_yaml(&src, &path.display().to_string(), base)
-    }
+/// What resolving a scenario produced besides the scenario itself.
+pub(super) struct Resolved {
+    /// The datasets, loaded.
+    pub datasets: BTreeMap<String, Arc<Dataset>>,
+    /// Per phase, its compiled `request.check`.
+    pub checks: Vec<Option<Arc<Check>>>,
+}
 
-    /// The text of a scenario file.
-    pub(crate) fn read_file(path: &Path) -> Result<String, ScenarioError> {
-        std::fs::read_to_string(path).map_err(|e| ScenarioError {
-            file: path.display().to_string(),
+impl Scenario {
+    /// Reads and parses a scenario file (not yet validated: [`super::plan::Plan`] does that).
+    pub fn read(path: &Path) -> Result<Self, ScenarioError> {
+        let file = path.display().to_string();
+        let src = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: file.clone(),
             line: None,
             msg: format!("cannot read scenario: {e}"),
-        })
-    }
-
-    /// Parses YAML text; `file` names it in errors, `base` resolves relative paths.
-    pub fn from_yaml(src: &str, file: &str, base: &Path) -> Result<Self, ScenarioError> {
-        Self::from_yaml_with(src, file, Files::Relative(base))
-    }
-
-    /// Parses YAML text posted by someone else (the control API): datasets and traces only
-    /// from below `data_dir` (none at all without one), each read capped at
-    /// [`crate::loadgen::scenario::files::MAX_POSTED_FILE_BYTES`].
-    pub fn from_posted_yaml(
-        src: &str,
-        file: &str,
-        data_dir: Option<&Path>,
-    ) -> Result<Self, ScenarioError> {
-        Self::from_yaml_with(src, file, Files::Confined(data_dir))
-    }
-
-    /// Parses YAML text reading files under the policy `files`.
-    pub fn from_yaml_with(src: &str, file: &str, files: Files<'_>) -> Result<Self, ScenarioError> {
-        let mut s = Self::parse_yaml(src, file)?;
-        s.resolve(file, src, files)?;
-        Ok(s)
+        })?;
+        Self::parse_yaml(&src, &file)
     }
 
     /// Parses YAML text into the raw scenario, not yet checked across fields nor resolved:
-    /// call [`Scenario::resolve`] (after applying any flags over it) before running it.
+    /// [`super::plan::Plan::compile`] applies the flags over it, then validates it.
     pub fn parse_yaml(src: &str, file: &str) -> Result<Self, ScenarioError> {
-        serde_norway::from_str(src).map_err(|e| {
+        let mut s: Self = serde_norway::from_str(src).map_err(|e| {
             let mut msg = e.to_string();
             // serde_norway appends " at line L column C"; we print the location up front.
             if let Some(i) = msg.find(" at line ") {
@@ -79,19 +60,20 @@ impl Scenario {
                 line,
                 msg,
             }
-        })
+        })?;
+        s.origin = Origin {
+            file: file.to_string(),
+            text: Arc::from(src),
+        };
+        Ok(s)
     }
 
-    /// Cross-field checks, datasets and trace files. `src` is used to find lines.
-    pub fn resolve(
-        &mut self,
-        file: &str,
-        src: &str,
-        files: Files<'_>,
-    ) -> Result<(), ScenarioError> {
+    /// Cross-field checks, sweeps, datasets, trace files and task checks, once.
+    pub(super) fn resolve(&mut self, files: Files<'_>) -> Result<Resolved, ScenarioError> {
+        let origin = self.origin.clone();
         let err = |needle: &str, msg: String| ScenarioError {
-            file: file.to_string(),
-            line: line_of(src, needle),
+            file: origin.file.clone(),
+            line: line_of(&origin.text, needle),
             msg,
         };
         if self.phases.is_empty() {
@@ -108,13 +90,15 @@ impl Scenario {
         }
 
         let mut rng = SmallRng::seed_from_u64(self.seed.unwrap_or(0));
+        let mut datasets = BTreeMap::new();
         for (name, spec) in &self.datasets {
             let ds = Dataset::load(spec, files, &mut rng)
                 .map_err(|e| err(&format!("{name}:"), format!("dataset `{name}`: {e}")))?;
-            self.loaded.insert(name.clone(), Arc::new(ds));
+            datasets.insert(name.clone(), Arc::new(ds));
         }
         expand_sweeps(&mut self.phases).map_err(|(needle, msg)| err(&needle, msg))?;
         let mut seen = std::collections::BTreeSet::new();
+        let mut checks = Vec::with_capacity(self.phases.len());
         for p in &mut self.phases {
             if !seen.insert(p.name.clone()) {
                 return Err(err(
@@ -122,11 +106,22 @@ impl Scenario {
                     format!("phase name `{}` is used twice", p.name),
                 ));
             }
-            check_phase(p, &self.loaded, files, &err)?;
+            check_phase(p, &datasets, files, &err)?;
+            let check = p.request.check.as_ref().map(Check::compile).transpose();
+            checks.push(
+                check
+                    .map_err(|why| {
+                        err(
+                            &format!("name: {}", p.name),
+                            format!("phase `{}`: {why}", p.name),
+                        )
+                    })?
+                    .map(Arc::new),
+            );
         }
         // Cross-field ranges (an event after its phase's end) and a second look at the rest.
         limits::check(self).map_err(|msg| err("phases", msg))?;
-        Ok(())
+        Ok(Resolved { datasets, checks })
     }
 
     /// The target's host, for the loopback guardrail.
@@ -247,6 +242,9 @@ fn check_phase(
             ),
         ));
     }
+    if let Some(why) = caps_problem(p, endpoint) {
+        return Err(err(&at, format!("phase `{}`: {why}", p.name)));
+    }
     if let Some(why) = llm_extras_problem(p, endpoint, loaded) {
         return Err(err(&at, format!("phase `{}`: {why}", p.name)));
     }
@@ -259,6 +257,33 @@ fn check_phase(
         ));
     }
     Ok(())
+}
+
+/// What is wrong with a phase's caps, if anything: the caps must hold for every request of it.
+fn caps_problem(p: &Phase, endpoint: Endpoint) -> Option<String> {
+    if p.max_tokens_per_s.is_some() {
+        if !matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
+            return Some(
+                "`max_tokens_per_s` caps the output tokens requests ask for: it needs an LLM endpoint (chat or completions)"
+                    .into(),
+            );
+        }
+        let in_body = matches!(&p.request.body, Some(JsonTemplate::Object(fields))
+            if fields.iter().any(|(k, _)| k == "max_tokens"));
+        if p.request.max_tokens.is_none() && !in_body {
+            return Some(
+                "`max_tokens_per_s` counts the tokens each request asks for: set `request.max_tokens`"
+                    .into(),
+            );
+        }
+    }
+    if p.when_capped == super::CapPolicy::Drop && matches!(p.load, Load::Concurrency { .. }) {
+        return Some(
+            "`when_capped: drop` drops open-loop arrivals; a closed loop (`concurrency`) waits for its caps: drop `when_capped`"
+                .into(),
+        );
+    }
+    None
 }
 
 /// What is wrong with a vector phase's API settings, if anything (and the text to point at).
@@ -442,11 +467,10 @@ fn llm_extras_problem(
             return Some("retry on: name at least one of connect, 5xx, timeout".into());
         }
     }
-    let check = p.request.check.as_ref()?;
-    if !matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
+    if p.request.check.is_some() && !matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
         return Some("`check:` needs an LLM endpoint (chat or completions)".into());
     }
-    crate::loadgen::scenario::check::Check::compile(check).err()
+    None
 }
 
 /// Every path of a phase (request, ground truth, events) must be absolute: glued to the base
@@ -583,7 +607,10 @@ mod tests {
         let src = format!(
             "target: {target}\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 1}}\n"
         );
-        Scenario::from_yaml(&src, "t.yaml", Path::new(".")).unwrap()
+        super::super::plan::Plan::from_yaml(&src, "t.yaml", Path::new("."))
+            .unwrap()
+            .scenario()
+            .clone()
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::{
     ffi::OsStr,
     io::{BufRead as _, BufReader},
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
 };
 
 pub struct SimProcess {
@@ -18,7 +18,7 @@ pub struct SimProcess {
 impl SimProcess {
     /// `inferscope sim --listen 127.0.0.1:0 ARGS`.
     pub fn start<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_inferscope"))
+        let mut child = crate::cli::inferscope()
             .args(["sim", "--listen", "127.0.0.1:0"])
             .args(args)
             .stderr(Stdio::piped())
@@ -42,21 +42,4 @@ impl Drop for SimProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Runs `cmd` (an `inferscope stress` that writes its report to `out`): (exit code, stderr,
-/// report). Its output is printed for the test log; a missing report fails with the stderr.
-pub fn stress_report(
-    cmd: &mut std::process::Command,
-    out: &std::path::Path,
-) -> (Option<i32>, String, inferscope::loadgen::StressReport) {
-    let o = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    println!("{}{stderr}", String::from_utf8_lossy(&o.stdout));
-    let text = std::fs::read(out).unwrap_or_else(|e| panic!("no report ({e}): {stderr}"));
-    (
-        o.status.code(),
-        stderr,
-        serde_json::from_slice(&text).unwrap(),
-    )
 }

@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod corpus;
+pub mod errors;
 pub mod setup;
 pub mod truth;
 

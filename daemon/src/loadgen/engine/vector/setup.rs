@@ -23,6 +23,7 @@ use crate::loadgen::engine::vector::{
         qdrant_points_body,
     },
     corpus::Corpus,
+    errors::{ExchangeError, Failure, Seeding, SetupError},
 };
 use crate::loadgen::scenario::body::Vars;
 
@@ -53,8 +54,8 @@ impl Http<'_> {
         method: Method,
         path: &str,
         body: Option<String>,
-    ) -> Result<(u16, Bytes), String> {
-        let uri = self.target.uri(path).map_err(|e| e.to_string())?;
+    ) -> Result<(u16, Bytes), ExchangeError> {
+        let uri = self.target.uri(path)?;
         self.exchange_uri(method, uri, body.map(Bytes::from).unwrap_or_default())
             .await
     }
@@ -64,35 +65,48 @@ impl Http<'_> {
         method: Method,
         uri: hyper::Uri,
         body: Bytes,
-    ) -> Result<(u16, Bytes), String> {
+    ) -> Result<(u16, Bytes), ExchangeError> {
         let what = format!("{method} {}", uri.path());
+        let no_answer = |why: String| ExchangeError::NoAnswer {
+            what: what.clone(),
+            why,
+        };
         let req = self.target.request_to(&method, uri, body, self.headers);
         let fut = async {
             let resp = self
                 .client
                 .request(req)
                 .await
-                .map_err(|e| format!("{what}: {}", error_chain(&e)))?;
+                .map_err(|e| no_answer(error_chain(&e)))?;
             let status = resp.status().as_u16();
             let b = resp
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| format!("{what}: reading the answer: {e}"))?
+                .map_err(|e| no_answer(format!("reading the answer: {e}")))?
                 .to_bytes();
             Ok((status, b))
         };
         tokio::time::timeout(SETUP_TIMEOUT, fut)
             .await
-            .map_err(|_| format!("{what}: no answer within {}s", SETUP_TIMEOUT.as_secs()))?
+            .map_err(|_| no_answer(format!("no answer within {}s", SETUP_TIMEOUT.as_secs())))?
     }
 
     /// An exchange that must answer 2xx; the answer as JSON.
-    async fn ok(&self, method: Method, path: &str, body: Option<String>) -> Result<Value, String> {
-        let m = method.to_string();
+    async fn ok(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<Value, ExchangeError> {
+        let what = format!("{method} {path}");
         let (status, b) = self.exchange(method, path, body).await?;
         if !(200..300).contains(&status) {
-            return Err(format!("{m} {path}: HTTP {status}: {}", short(&b)));
+            return Err(ExchangeError::Status {
+                what,
+                status,
+                body: short(&b),
+            });
         }
         Ok(serde_json::from_slice(&b).unwrap_or(Value::Null))
     }
@@ -111,18 +125,21 @@ impl Setup {
         http: &Http<'_>,
         scenario_seed: Option<u64>,
         text_queries: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), SetupError> {
         let name = v.phase.clone();
-        let fail = |e: String| format!("phase `{name}`: {e}");
+        let fail = |failure: Failure| SetupError {
+            phase: name.clone(),
+            failure,
+        };
         if let Some(spec) = v.corpus_spec.clone() {
             let seed = spec.seed.or(scenario_seed).unwrap_or(0);
             if let Some(d) = v.dims
                 && d != spec.dimensions
             {
-                return Err(fail(format!(
-                    "`dimensions: {d}` differs from the corpus's {}: drop one of them",
-                    spec.dimensions
-                )));
+                return Err(fail(Failure::CorpusDimensions {
+                    given: d,
+                    corpus: spec.dimensions,
+                }));
             }
             v.dims = Some(spec.dimensions);
             let key = (seed, spec.vectors, spec.dimensions);
@@ -133,7 +150,7 @@ impl Setup {
                 let c = tokio::task::spawn_blocking(move || Corpus::generate(n, d, seed))
                     .await
                     .map(Arc::new)
-                    .map_err(|e| fail(format!("generating the corpus failed: {e}")))?;
+                    .map_err(|e| fail(Failure::Corpus(e.to_string())))?;
                 self.corpora.insert(key, c.clone());
                 c
             };
@@ -150,23 +167,18 @@ impl Setup {
             if spec.insert && dest.is_some() && self.seeded.insert(once) {
                 seed_corpus(v, &corpus, spec.batch.unwrap_or(256), spec.metric, http)
                     .await
-                    .map_err(|e| fail(format!("seeding the collection failed: {e}")))?;
+                    .map_err(|e| fail(Failure::Seeding(e)))?;
             }
             v.corpus = Some(corpus);
         }
         let server = server_dims(v, http).await.map_err(fail)?;
         match (v.dims, server) {
             (Some(want), Some((have, at))) if want != have => {
-                return Err(fail(format!(
-                    "it sends {want}-dimension vectors but {at} holds {have}-dimension ones: set `dimensions: {have}` (flags: --dimensions {have})"
-                )));
+                return Err(fail(Failure::Dimensions { want, have, at }));
             }
             (None, Some((have, _))) => v.dims = Some(have),
             (None, None) if !text_queries => {
-                return Err(fail(format!(
-                    "give `dimensions:` (flags: --dimensions N): the {} API does not say its index's dimension",
-                    v.api.name()
-                )));
+                return Err(fail(Failure::UnknownDimensions { api: v.api.name() }));
             }
             _ => {}
         }
@@ -181,7 +193,7 @@ async fn seed_corpus(
     batch: usize,
     metric: crate::loadgen::engine::vector::corpus::Metric,
     http: &Http<'_>,
-) -> Result<(), String> {
+) -> Result<(), Seeding> {
     let dims = corpus.dims;
     let c = &v.collection;
     match v.api {
@@ -200,9 +212,7 @@ async fn seed_corpus(
                     ),
                 )
                 .await?;
-            let id = created["id"]
-                .as_str()
-                .ok_or("Chroma's answer to creating a collection has no `id`")?;
+            let id = created["id"].as_str().ok_or(Seeding::NoId)?;
             for (i, rows) in corpus.data.chunks(batch * dims).enumerate() {
                 let body = chroma_add_body(i * batch, rows, dims);
                 http.ok(Method::POST, &format!("{coll}/{id}/add"), Some(body))
@@ -235,7 +245,7 @@ async fn seed_corpus(
             };
             let method = ins.method.as_deref().unwrap_or("POST").to_ascii_uppercase();
             let method = Method::from_bytes(method.as_bytes())
-                .map_err(|_| format!("bad insert method {method:?}"))?;
+                .map_err(|_| Seeding::Method(method.clone()))?;
             for (i, rows) in corpus.data.chunks(batch * dims).enumerate() {
                 let body = ins.body.0.render(&Vars {
                     first_id: i * batch,
@@ -247,10 +257,7 @@ async fn seed_corpus(
             }
         }
         ApiKind::Sim => {
-            return Err(
-                "the sim serves its own fixed corpus: drop `corpus:` (recall comes from `exact_path`)"
-                    .into(),
-            );
+            return Err(Seeding::Sim);
         }
     }
     Ok(())
@@ -261,7 +268,7 @@ async fn seed_corpus(
 async fn server_dims(
     v: &mut VectorPhase,
     http: &Http<'_>,
-) -> Result<Option<(usize, String)>, String> {
+) -> Result<Option<(usize, String)>, Failure> {
     let c = v.collection.clone();
     match v.api {
         ApiKind::Sim => {
@@ -280,26 +287,27 @@ async fn server_dims(
                 .exchange(Method::GET, &format!("{coll}/{c}"), None)
                 .await?;
             if status == 404 || (status == 400 && short(&b).contains("does not exist")) {
-                return Err(format!(
-                    "Chroma has no collection `{c}`: add `corpus:` to create and seed it, or set `collection:`"
-                ));
+                return Err(Failure::NoCollection {
+                    api: "Chroma",
+                    collection: c,
+                });
             }
+            let what = format!("GET {coll}/{c}");
             if !(200..300).contains(&status) {
-                return Err(format!("GET {coll}/{c}: HTTP {status}: {}", short(&b)));
+                let body = short(&b);
+                return Err(ExchangeError::Status { what, status, body }.into());
             }
-            let info: Value = serde_json::from_slice(&b)
-                .map_err(|_| format!("GET {coll}/{c}: the answer is not JSON: {}", short(&b)))?;
-            let id = info["id"]
-                .as_str()
-                .ok_or_else(|| format!("GET {coll}/{c}: the answer has no collection `id`"))?;
-            v.search = http
-                .target
-                .uri(&format!("{coll}/{id}/query"))
-                .map_err(|e| e.to_string())?;
-            let by_id = http
-                .target
-                .uri(&format!("{coll}/{id}"))
-                .map_err(|e| e.to_string())?;
+            let info: Value = serde_json::from_slice(&b).map_err(|_| Failure::CollectionInfo {
+                what: what.clone(),
+                why: format!("the answer is not JSON: {}", short(&b)),
+            })?;
+            let id = info["id"].as_str().ok_or_else(|| Failure::CollectionInfo {
+                what,
+                why: "the answer has no collection `id`".into(),
+            })?;
+            let uri = |path: String| http.target.uri(&path).map_err(ExchangeError::from);
+            v.search = uri(format!("{coll}/{id}/query"))?;
+            let by_id = uri(format!("{coll}/{id}"))?;
             // Checked here, so that a server refusing it stops the run before it starts.
             if let Some(ef) = v.ef_search {
                 chroma_set_ef(http, by_id.clone(), ef).await?;
@@ -314,9 +322,10 @@ async fn server_dims(
                 .exchange(Method::GET, &format!("/collections/{c}"), None)
                 .await?;
             if status == 404 {
-                return Err(format!(
-                    "Qdrant has no collection `{c}`: add `corpus:` to create and seed it, or set `collection:`"
-                ));
+                return Err(Failure::NoCollection {
+                    api: "Qdrant",
+                    collection: c,
+                });
             }
             let info: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
             Ok(info
@@ -329,7 +338,7 @@ async fn server_dims(
 }
 
 /// Sets a Chroma collection's `ef_search` (`PUT .../collections/{id}`).
-pub async fn chroma_set_ef(http: &Http<'_>, uri: hyper::Uri, ef: u32) -> Result<(), String> {
+pub async fn chroma_set_ef(http: &Http<'_>, uri: hyper::Uri, ef: u32) -> Result<(), Failure> {
     let body = json!({"new_configuration": {"hnsw": {"ef_search": ef}}}).to_string();
     let (status, b) = http
         .exchange_uri(Method::PUT, uri, Bytes::from(body))
@@ -337,39 +346,37 @@ pub async fn chroma_set_ef(http: &Http<'_>, uri: hyper::Uri, ef: u32) -> Result<
     if (200..300).contains(&status) {
         Ok(())
     } else {
-        Err(format!(
-            "setting Chroma's ef_search to {ef}: HTTP {status}: {}",
-            short(&b)
-        ))
+        Err(Failure::EfSearch {
+            ef,
+            status,
+            body: short(&b),
+        })
     }
 }
 
 /// Sends one query (not recorded) and checks that its answer reads: a 4xx or an answer the
 /// adapter cannot read stops the run. A 5xx does not (it may be a fault under test).
-pub async fn preflight(v: &VectorPhase, http: &Http<'_>, body: Bytes) -> Result<(), String> {
+pub async fn preflight(v: &VectorPhase, http: &Http<'_>, body: Bytes) -> Result<(), SetupError> {
+    let fail = |failure: Failure| SetupError {
+        phase: v.phase.clone(),
+        failure,
+    };
     let (status, b) = http
         .exchange_uri(v.method.clone(), v.search_uri(), body)
         .await
-        .map_err(|e| format!("phase `{}`: a test query failed: {e}", v.phase))?;
-    let hint = if v.api == ApiKind::Json {
-        " (fix `json.body`, `json.ids` or `json.scores` to fit the server's API)"
-    } else {
-        ""
-    };
+        .map_err(|e| fail(Failure::TestQuery(e)))?;
+    let json = v.api == ApiKind::Json;
     if (400..500).contains(&status) {
-        return Err(format!(
-            "phase `{}`: the server refused a test query: HTTP {status}: {}{hint}",
-            v.phase,
-            short(&b)
-        ));
+        let body = short(&b);
+        return Err(fail(Failure::Refused { status, body, json }));
     }
     if (200..300).contains(&status) {
         v.paths.ids(&b).map_err(|e| {
-            format!(
-                "phase `{}`: the answer to a test query does not read as {}: {e}{hint}",
-                v.phase,
-                v.api.name()
-            )
+            fail(Failure::Unreadable {
+                api: v.api.name(),
+                why: e,
+                json,
+            })
         })?;
     }
     Ok(())
