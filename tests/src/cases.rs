@@ -74,7 +74,7 @@ fn sim_and_python() -> Vec<Case> {
             name: "cpu-quota",
             mechanism: "sim in a cgroup-v1 cpu group throttled to 5% of a CPU during the peak, 8 req/s",
             expected: "cpu_runqueue",
-            run: cpu_quota,
+            run: || cpu_quota(5),
         },
         Case {
             name: "errors-server-killed",
@@ -287,7 +287,9 @@ fn healthy_sim_past_baseline(name: &str, rps: f64, output_tokens: u32) -> (Sim, 
     (sim, stress)
 }
 
-fn loss_loopback(percent: u32) -> Value {
+/// The healthy sim at 4 req/s; `percent` of its segments dropped on loopback during the peak.
+#[must_use]
+pub fn loss_loopback(percent: u32) -> Value {
     let (sim, stress) = healthy_sim_past_baseline("loss", 4.0, 64);
     let loss = RandomLoss::from_port(sim.addr.port(), percent);
     std::thread::sleep(crate::explain::PEAK);
@@ -359,11 +361,12 @@ fn vector_rebuild() -> Value {
     r
 }
 
-/// The sim at 8 req/s; its cgroup gets 5% of a CPU when the peak starts.
-fn cpu_quota() -> Value {
+/// The sim at 8 req/s; its cgroup gets `percent`% of a CPU when the peak starts.
+#[must_use]
+pub fn cpu_quota(percent: u32) -> Value {
     let (sim, stress) = healthy_sim_past_baseline("quota", 8.0, 32);
     let group = CpuQuota::holding(sim.pid());
-    group.limit(5);
+    group.limit(percent);
     std::thread::sleep(crate::explain::PEAK);
     drop(group);
     stress.finish()

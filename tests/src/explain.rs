@@ -241,7 +241,52 @@ pub fn assert_peak<'a>(report: &'a Value, verdict: &str, all: &[&str], any: &[&s
             describe(p)
         );
     }
+    assert_consistent(report);
     p
+}
+
+/// Every phase of `report`: no runner-up ranks above a named verdict, and each decomposition's
+/// parts are never negative and add up to its rise (a fall is not split).
+pub fn assert_consistent(report: &Value) {
+    let parts = [
+        "loadgen_lag_ms",
+        "queue_ms",
+        "server_compute_ms",
+        "cpu_scheduling_ms",
+        "network_ms",
+        "unexplained_ms",
+    ];
+    for p in report["phases"].as_array().into_iter().flatten() {
+        let score = p["confidence"].as_f64().unwrap_or(0.0);
+        if !matches!(p["dominant"].as_str(), Some("none" | "unexplained")) {
+            for r in p["runners_up"].as_array().into_iter().flatten() {
+                let c = r["confidence"].as_f64().unwrap_or(0.0);
+                assert!(
+                    c <= score + 1e-9,
+                    "runner-up above the winner: {}",
+                    describe(p)
+                );
+            }
+        }
+        for d in [&p["decomposition"], &p["tail_decomposition"]] {
+            let Some(rise) = d["increase_ms"].as_f64() else {
+                continue;
+            };
+            let values: Vec<f64> = parts.iter().filter_map(|k| d[*k].as_f64()).collect();
+            assert!(values.iter().all(|v| *v >= 0.0), "a negative part: {d}");
+            let sum: f64 = values.iter().sum();
+            let want = rise.max(0.0);
+            assert!(
+                (sum - want).abs() < 0.01 * want.max(1.0),
+                "{sum} vs {rise}: {d}"
+            );
+            let unexplained = d["unexplained_ms"].as_f64().unwrap_or(0.0);
+            assert!(
+                unexplained <= want + 1e-9,
+                "unexplained above the rise: {d}"
+            );
+        }
+    }
 }
 
 #[must_use]

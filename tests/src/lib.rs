@@ -6,6 +6,8 @@ pub mod engine;
 pub mod explain;
 pub mod faults;
 pub mod llamacpp_cases;
+pub mod scorecard;
+pub mod sweeps;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

@@ -82,8 +82,8 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
     }
 }
 
-/// Whether cause `a`, when convincing, is the verdict over a convincing `b` whatever their
-/// confidences: `a` explains `b`'s symptoms. When the generator lags, every other latency is
+/// Whether cause `a` explains `b`'s symptoms: a convincing `a` carries a convincing `b`'s rank
+/// and wins a tie with it (`super::rank`). When the generator lags, every other latency is
 /// measured wrong; a full KV cache, a GPU out of memory, a server starved of CPU or an index
 /// rebuilding is why requests wait inside the server (a rebuild also why its threads wait for
 /// a CPU); and any named bottleneck explains the errors it causes.
@@ -163,37 +163,28 @@ const fn risen(signal: Signal, ratio: f64, min_delta: f64) -> Condition {
     }
 }
 
-/// The verdict for one window under `rules`: the best confidence at or above
-/// [`MIN_CONFIDENCE`], unless another convincing cause [`outranks`] it.
+/// The verdict for one window under `rules`: the best rank (see [`super::rank`]) among the
+/// causes whose own confidence is at least [`MIN_CONFIDENCE`].
 #[must_use]
 pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
-    let mut results: Vec<RuleResult> = rules.iter().map(|r| score(r, ctx)).collect();
-    results.sort_by(|a, b| b.confidence().total_cmp(&a.confidence()));
-    let convincing = |r: &&RuleResult| r.confidence() >= MIN_CONFIDENCE;
-    let winner = results.first().filter(convincing).map(|_| {
-        // Sorted by confidence: the convincing results are a prefix. Follow precedence until
-        // no convincing cause outranks the winner (each step moves to a cause that outranks the
-        // last, so it ends).
-        let n = results.iter().take_while(convincing).count();
-        let mut w = 0;
-        for _ in 0..n {
-            match (0..n).find(|&i| outranks(results[i].cause, results[w].cause)) {
-                Some(i) => w = i,
-                None => break,
-            }
-        }
-        w
-    });
+    let results: Vec<RuleResult> = rules.iter().map(|r| score(r, ctx)).collect();
+    let rank = super::rank::ranks(&results);
+    let order = super::rank::order(&results, &rank);
+    let convincing = |i: usize| results[i].confidence() >= MIN_CONFIDENCE;
+    let winner = order.iter().copied().find(|&i| convincing(i));
     let runners_up = |skip: Option<usize>| -> Vec<CauseScore> {
         let skip_cause = skip.map(|i| results[i].cause);
         let mut out: Vec<CauseScore> = Vec::new();
-        // Sorted by confidence: a cause's first result is its best signature.
-        for r in results.iter().filter(|r| r.score > 0.0) {
+        // In rank order: a cause's first result is its best signature.
+        for &i in order.iter().filter(|&&i| results[i].score > 0.0) {
+            let r = &results[i];
             if Some(r.cause) != skip_cause && !out.iter().any(|c| c.cause == r.cause) {
+                let explained_by = skip_cause.filter(|&w| convincing(i) && outranks(w, r.cause));
                 out.push(CauseScore {
                     cause: r.cause,
                     score: r.score,
-                    confidence: r.confidence(),
+                    confidence: rank[i],
+                    explained_by,
                 });
             }
         }
@@ -212,12 +203,16 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
             || failing
             || risen.as_ref().is_none_or(|r| !r.is_empty())
     });
+    let best = results
+        .iter()
+        .map(RuleResult::confidence)
+        .fold(0.0, f64::max);
     let Some(i) = winner else {
         let risen = risen.unwrap_or_default();
         return if risen.is_empty() {
-            none_verdict(&results, runners_up(None))
+            none_verdict(&results, best, runners_up(None))
         } else {
-            unexplained_verdict(&results, risen, runners_up(None))
+            unexplained_verdict(&results, best, risen, runners_up(None))
         };
     };
     let w = &results[i];
@@ -229,7 +224,8 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
     Verdict {
         cause: w.cause,
         signature: Some(w.signature.to_owned()),
-        confidence: w.confidence(),
+        confidence: rank[i],
+        own_confidence: (rank[i] > w.confidence()).then(|| w.confidence()),
         evidence,
         contrary,
         runners_up: runners_up(Some(i)),
@@ -262,10 +258,10 @@ fn error_classes(ctx: &Ctx<'_>) -> Vec<Evidence> {
 /// evidence is the rise; `missing` lists every signal any rule wanted and the window lacked.
 fn unexplained_verdict(
     results: &[RuleResult],
+    best: f64,
     risen: Vec<Evidence>,
     runners_up: Vec<CauseScore>,
 ) -> Verdict {
-    let best = results.first().map_or(0.0, RuleResult::confidence);
     let missing = distinct(results.iter().flat_map(|r| r.missing.iter()));
     // Sure that latency rose (the rise passed the noise band); as sure that nothing explains
     // it as the best cause is unconvincing.
@@ -273,6 +269,7 @@ fn unexplained_verdict(
         cause: Cause::Unexplained,
         signature: None,
         confidence: 1.0 - best,
+        own_confidence: None,
         evidence: risen,
         contrary: Vec::new(),
         runners_up,
@@ -292,8 +289,7 @@ fn distinct<'a>(all: impl Iterator<Item = &'a Missing>) -> Vec<Missing> {
 }
 
 /// `none`: sure when every rule could look and none fired, unsure when rules could not look.
-fn none_verdict(results: &[RuleResult], runners_up: Vec<CauseScore>) -> Verdict {
-    let best = results.first().map_or(0.0, RuleResult::confidence);
+fn none_verdict(results: &[RuleResult], best: f64, runners_up: Vec<CauseScore>) -> Verdict {
     let looked = results.iter().filter(|r| r.evaluable).count();
     let share = if results.is_empty() {
         0.0
@@ -317,6 +313,7 @@ fn none_verdict(results: &[RuleResult], runners_up: Vec<CauseScore>) -> Verdict 
         cause: Cause::None,
         signature: None,
         confidence: (1.0 - best) * (0.2 + 0.8 * share),
+        own_confidence: None,
         evidence,
         contrary: Vec::new(),
         runners_up,
@@ -431,9 +428,14 @@ mod tests {
             .iter()
             .find(|r| r.cause == Cause::KvCache)
             .unwrap();
+        // Precedence is folded into the rank: the generator carries the cache's rank, and the
+        // cache is explained by it.
+        assert!(kv_score.confidence <= lagging.confidence, "{lagging:#?}");
+        assert_eq!(kv_score.explained_by, Some(Cause::Loadgen));
         assert!(
-            kv_score.confidence > lagging.confidence,
-            "the rule order, not the score, decides"
+            lagging
+                .own_confidence
+                .is_some_and(|c| c < lagging.confidence)
         );
         // The generator's own run-queue is not watched: named, and the confidence is lower.
         assert!(
@@ -475,7 +477,8 @@ mod tests {
             .iter()
             .find(|r| r.cause == Cause::Queue)
             .unwrap();
-        assert!(queue.confidence >= full.confidence, "{full:#?}");
+        assert!(queue.confidence <= full.confidence, "{full:#?}");
+        assert_eq!(queue.explained_by, Some(Cause::KvCache));
         assert_eq!(v[6].cause, Cause::Queue, "{:#?}", v[6]);
     }
 

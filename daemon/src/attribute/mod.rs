@@ -18,8 +18,12 @@
 //! ```
 
 pub mod baseline;
+pub mod causes;
+pub mod confirm;
+pub mod decompose;
 mod evaluate;
 pub mod phase;
+mod rank;
 pub mod rolling;
 pub mod rules;
 pub mod signals;
@@ -31,13 +35,18 @@ mod tests;
 #[cfg(test)]
 mod compute_tests;
 
+#[cfg(test)]
+mod decompose_tests;
+
 use serde::{Deserialize, Serialize};
 
 use crate::collect::timeline::Timeline;
 
 pub use baseline::{Baseline, Baselines, Level, Workload};
+pub use causes::CausePart;
+pub use decompose::{Band, Basis, Decomposition, LatencyMetric, MEDIAN_BAND};
 pub use evaluate::{MIN_CONFIDENCE, RuleResult, outranks, score};
-pub use phase::{CauseShare, Decomposition, LatencyMetric, PhaseLatency, PhaseLoad, PhaseSummary};
+pub use phase::{CauseShare, PhaseLatency, PhaseLoad, PhaseSummary};
 pub use rules::{Condition, RULES, Role, Rule, Test};
 pub use signals::Signal;
 pub use verdict::{Cause, CauseScore, Evidence, Missing, Verdict, fmt_num};

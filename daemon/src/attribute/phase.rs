@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::WindowVerdict;
-use super::baseline::{Baseline, Baselines, NOISE_SIGMAS, median};
+use super::baseline::{Baseline, Baselines, NOISE_SIGMAS};
+use super::causes::{self, CausePart};
+use super::decompose::{self, Decomposition, MEDIAN_BAND, TAIL_BAND};
 use super::signals::Signal;
 use super::verdict::{Cause, CauseScore, Evidence, Missing};
 use crate::collect::timeline::{Quantiles, Timeline, Window};
@@ -18,17 +20,6 @@ pub const DOMINANT_MIN_SHARE: f64 = 0.25;
 /// Least windows of a cause for it to explain a phase whose tail rose while it has less than
 /// [`DOMINANT_MIN_SHARE`] of the windows.
 pub const TAIL_MIN_WINDOWS: usize = 2;
-
-/// Wake-ups on a request's path to its first token (frontend receive, engine step, response
-/// write): each waits the server threads' mean run-queue delay, which is how the run-queue
-/// rise is turned into milliseconds of TTFT.
-pub const FIRST_TOKEN_WAKEUPS: f64 = 3.0;
-
-/// Engine steps on a request's path to its first token: the step in flight when it arrives
-/// (half of one on average) and the step that carries its prompt. Steps that grew longer (the
-/// client's ITL p50 rose) add this many times their growth to the first token: server compute,
-/// not queue, in the decomposition.
-pub const FIRST_TOKEN_STEPS: f64 = 1.5;
 
 /// What the load generator achieved in a phase.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -78,61 +69,6 @@ pub struct CauseShare {
     pub share: f64,
 }
 
-/// The latency a decomposition splits: TTFT where the phase streams tokens, else E2E.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum LatencyMetric {
-    /// Time to first token.
-    #[default]
-    Ttft,
-    /// End to end (vector searches, plain HTTP, requests without tokens).
-    E2e,
-}
-
-impl LatencyMetric {
-    /// `TTFT` or `E2E`.
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        match self {
-            LatencyMetric::Ttft => "TTFT",
-            LatencyMetric::E2e => "E2E",
-        }
-    }
-}
-
-/// Where the p50 increase of [`LatencyMetric`] over the baseline went, ms (medians of window
-/// values). A part is `None` when its signals are missing; whatever the parts do not cover is
-/// `unexplained_ms`, so the parts and the remainder always add up to the increase.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Decomposition {
-    /// The latency split.
-    pub metric: LatencyMetric,
-    /// Its baseline p50.
-    pub baseline_ms: f64,
-    /// This phase's p50.
-    pub value_ms: f64,
-    /// `value_ms - baseline_ms`.
-    pub increase_ms: f64,
-    /// The load generator's own send lag (latencies count from the intended start).
-    pub loadgen_lag_ms: Option<f64>,
-    /// Waiting inside the server: the server's queue-time metric, or without one the kernel's
-    /// server-side time that neither CPU work nor run-queue delay accounts for.
-    pub queue_ms: Option<f64>,
-    /// Server-side time minus queue minus CPU scheduling.
-    pub server_compute_ms: Option<f64>,
-    /// Run-queue delay on the request's path ([`FIRST_TOKEN_WAKEUPS`] x mean delay).
-    pub cpu_scheduling_ms: Option<f64>,
-    /// Transit between client and server (kernel timing joined per request).
-    pub network_ms: Option<f64>,
-    /// The rest.
-    pub unexplained_ms: f64,
-    /// Parts that could not be computed, and why.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub missing: Vec<Missing>,
-}
-
 /// Everything attribution says about one phase.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseSummary {
@@ -156,9 +92,15 @@ pub struct PhaseSummary {
     pub confidence: f64,
     /// Evidence of the dominant verdict's most confident window.
     pub evidence: Vec<Evidence>,
-    /// The other causes that scored in that window, best first.
+    /// The other causes that scored in the dominant verdict's windows, by mean rank over them
+    /// (see [`super::causes::runners_up`]), best first.
     #[serde(default)]
     pub runners_up: Vec<CauseScore>,
+    /// The causes named with their parts of the rise: the dominant one, and a second one when
+    /// each explains at least [`super::causes::SECOND_CAUSE_MIN_PART`] of it (empty without a
+    /// decomposition to read the parts from).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<CausePart>,
     /// What to do about the dominant verdict.
     pub hint: String,
     /// When the engine's compute saturated and requests also queued in this phase, the one
@@ -168,14 +110,38 @@ pub struct PhaseSummary {
     pub came_first: Option<Cause>,
     /// Some windows' latencies are suspect (the load generator lagged).
     pub untrustworthy: bool,
-    /// Latency increase over the baseline (absent for the baseline itself).
+    /// Where the median latency's increase over the baseline went (absent for the baseline
+    /// itself).
     pub decomposition: Option<Decomposition>,
+    /// Where the tail's increase went: the requests ranked p90..p100, per request only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail_decomposition: Option<Decomposition>,
+    /// The verdict put to the test by a follow-up step (`stress --explain --confirm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<super::confirm::Confirmation>,
     /// Scenario events sent during the phase (e.g. `POST /v1/vector/rebuild -> 200 at +5.0 s`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<String>,
     /// Evidence missing in this phase's windows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+}
+
+impl PhaseSummary {
+    /// The verdict in words: the dominant cause, or the two causes it names with their parts of
+    /// the rise (`kv_cache (62%) + network (31%)`).
+    #[must_use]
+    pub fn verdict_name(&self) -> String {
+        if self.causes.len() > 1 {
+            self.causes
+                .iter()
+                .map(|c| format!("{} ({:.0}%)", c.cause, c.part * 100.0))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        } else {
+            self.dominant.to_string()
+        }
+    }
 }
 
 /// Summarises each phase, in order of first appearance.
@@ -290,15 +256,23 @@ fn summarise_one(
     let evidence = representative
         .map(|v| v.verdict.evidence.clone())
         .unwrap_or_default();
-    let runners_up = representative
-        .map(|v| v.verdict.runners_up.clone())
-        .unwrap_or_default();
+    let runners_up = causes::runners_up(&of_dominant);
     let missing = group_missing(
         idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()),
         n,
     );
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
     let (came_first, hint) = onset(dominant, idx, windows, verdicts);
+    let (decomposition, tail_decomposition) = base
+        .filter(|_| !is_baseline)
+        .map(|base| decompositions(idx, windows, base))
+        .unwrap_or_default();
+    let won: Vec<Cause> = shares.iter().map(|s| s.cause).collect();
+    let named = causes::named(
+        dominant,
+        &causes::candidates(dominant, &runners_up, &won),
+        &[decomposition.as_ref(), tail_decomposition.as_ref()],
+    );
     PhaseSummary {
         start_unix_ms: phase_windows.first().map_or(0, |w| w.start_unix_ms),
         end_unix_ms: phase_windows
@@ -311,19 +285,32 @@ fn summarise_one(
         dominant,
         confidence,
         evidence,
-        runners_up,
         hint,
         came_first,
         untrustworthy,
-        decomposition: if is_baseline {
-            None
-        } else {
-            base.and_then(|base| decompose(idx, windows, base))
-        },
+        causes: named,
+        runners_up,
+        decomposition,
+        tail_decomposition,
         missing,
         marks: Vec::new(),
+        confirmation: None,
         name,
     }
+}
+
+/// Where the median's and the tail's rise over `base` went: per request when the windows carry
+/// their requests, the median from window medians otherwise.
+fn decompositions(
+    idx: &[usize],
+    windows: &[Window],
+    base: &Baseline,
+) -> (Option<Decomposition>, Option<Decomposition>) {
+    (
+        decompose::by_requests(idx, windows, base, "p50", MEDIAN_BAND)
+            .or_else(|| decompose::by_windows(idx, windows, base)),
+        decompose::by_requests(idx, windows, base, "p95", TAIL_BAND),
+    )
 }
 
 /// The mean confidence of `verdicts` (0 when there are none).
@@ -489,97 +476,6 @@ fn latency(ws: &[&Window]) -> PhaseLatency {
         itl_ms: merge(|l| l.itl_ms),
         e2e_ms: merge(|l| l.e2e_ms),
     }
-}
-
-/// Splits the p50 increase over the baseline (TTFT when the phase has it, else E2E) into its
-/// parts (medians of window values).
-fn decompose(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<Decomposition> {
-    let phase_median = |s: Signal| -> Option<f64> {
-        let vals: Vec<f64> = idx.iter().filter_map(|&i| s.raw(&windows[i], i)).collect();
-        median(&vals)
-    };
-    let delta = |s: Signal| Some(phase_median(s)? - base.get(s)?);
-    let (metric, latency, server_side) =
-        match (phase_median(Signal::TtftP50Ms), base.get(Signal::TtftP50Ms)) {
-            (Some(_), Some(_)) => (
-                LatencyMetric::Ttft,
-                Signal::TtftP50Ms,
-                // Kernel timing of the first token is preferred; the server's own TTFT stands in.
-                delta(Signal::KernelFirstTokenP50Ms).or_else(|| delta(Signal::ServerTtftP50Ms)),
-            ),
-            _ => (
-                LatencyMetric::E2e,
-                Signal::E2eP50Ms,
-                delta(Signal::KernelExchangeP50Ms),
-            ),
-        };
-    let value = phase_median(latency)?;
-    let baseline = base.get(latency)?;
-    let mut missing = Vec::new();
-    let mut need = |v: Option<f64>, what: &str, why: &str| {
-        if v.is_none() {
-            missing.push(Missing::new(what, why));
-        }
-        v
-    };
-    let loadgen_lag_ms = need(
-        delta(Signal::SendLagP50Ms),
-        "loadgen_lag",
-        "no send lag records",
-    );
-    let cpu_scheduling_ms = need(
-        delta(Signal::RunqMeanUs).map(|us| us * FIRST_TOKEN_WAKEUPS / 1000.0),
-        "cpu_scheduling",
-        "no run-queue data (kernel probes off: needs root)",
-    );
-    // The server's queue-time metric when it exports one; else the kernel's server-side time
-    // that neither CPU work per request, longer engine steps nor run-queue delay accounts for.
-    let queue_ms = need(
-        delta(Signal::QueueTimeP50Ms).or_else(|| {
-            let work = delta(Signal::ServerCpuPerRequestMs).unwrap_or(0.0).max(0.0);
-            let steps = delta(Signal::ItlP50Ms).unwrap_or(0.0).max(0.0) * FIRST_TOKEN_STEPS;
-            server_side
-                .map(|s| (s - work - steps - cpu_scheduling_ms.unwrap_or(0.0).max(0.0)).max(0.0))
-        }),
-        "queue",
-        "no server queue-time metric and no kernel server-side timing",
-    );
-    let server_compute_ms = need(
-        server_side
-            .zip(queue_ms)
-            .map(|(s, q)| s - q - cpu_scheduling_ms.unwrap_or(0.0)),
-        "server_compute",
-        "needs the server-side time (socket probes or the server's TTFT metric)",
-    );
-    let network_ms = need(
-        delta(Signal::ClientServerGapMs),
-        "network",
-        "needs socket probes (root) joined with the client's requests",
-    );
-    let increase_ms = value - baseline;
-    let explained: f64 = [
-        loadgen_lag_ms,
-        queue_ms,
-        server_compute_ms,
-        cpu_scheduling_ms,
-        network_ms,
-    ]
-    .iter()
-    .flatten()
-    .sum();
-    Some(Decomposition {
-        metric,
-        baseline_ms: baseline,
-        value_ms: value,
-        increase_ms,
-        loadgen_lag_ms,
-        queue_ms,
-        server_compute_ms,
-        cpu_scheduling_ms,
-        network_ms,
-        unexplained_ms: increase_ms - explained,
-        missing,
-    })
 }
 
 #[cfg(test)]

@@ -468,7 +468,7 @@ impl Signal {
                 // Each wake-up on the first-token path waits the mean run-queue delay; CPU work
                 // per request that grew adds its growth (both only when they rose).
                 let sched = rise(Signal::RunqMeanUs).map_or(0.0, |us| {
-                    us.max(0.0) * super::phase::FIRST_TOKEN_WAKEUPS / 1000.0
+                    us.max(0.0) * super::decompose::FIRST_TOKEN_WAKEUPS / 1000.0
                 });
                 let work = rise(Signal::ServerCpuPerRequestMs).unwrap_or(0.0).max(0.0);
                 Some(((first - sched - work) / first).clamp(0.0, 1.0))

@@ -197,8 +197,13 @@ pub struct CauseScore {
     pub cause: Cause,
     /// Weighted share of the rule's evaluated conditions that held, 0..1.
     pub score: f64,
-    /// Score lowered by the share of the rule's conditions that could not be evaluated.
+    /// Its rank (`attribute::rank`): the score lowered by the share of the rule's conditions
+    /// that could not be evaluated, raised to the rank of any convincing cause it explains.
     pub confidence: f64,
+    /// The winner that explains this cause's symptoms ([`Cause`] precedence, see
+    /// `docs/explain.md`): why a runner-up with the same rank lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explained_by: Option<Cause>,
 }
 
 /// The verdict for one window.
@@ -209,8 +214,13 @@ pub struct Verdict {
     /// Which of the cause's signatures decided it (e.g. `loss` for `network`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
-    /// 0..1.
+    /// The cause's rank, 0..1: its rule's confidence, raised to the rank of any convincing cause
+    /// it explains (so no runner-up ranks above the winner).
     pub confidence: f64,
+    /// The winning rule's own confidence, when it is below `confidence` (the rank was carried
+    /// from a cause it explains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_confidence: Option<f64>,
     /// The conditions of the winning rule that held: what decided it.
     pub evidence: Vec<Evidence>,
     /// The winning rule's conditions that were evaluated and did not hold.

@@ -41,6 +41,12 @@ pub struct ExplainArgs {
     /// evaluated on every window with the scenario's own `triggers:`.
     #[arg(long, value_name = "FILE")]
     triggers: Option<PathBuf>,
+    /// With --explain: after the verdicts, put each phase's verdict to the test with one short
+    /// step at half its load (a full KV cache, a queue, saturated compute or GPU memory must
+    /// give back half the latency rise there; other causes cannot be confirmed by load alone,
+    /// and the report says so).
+    #[arg(long, requires = "explain")]
+    confirm: bool,
 }
 
 impl ExplainArgs {
@@ -92,6 +98,14 @@ pub async fn run(
 ) -> anyhow::Result<(loadgen::StressReport, Report)> {
     let scenario = plan.scenario();
     let servers = args.servers(scenario)?;
+    // The follow-up steps of --confirm run with the same options, unobserved.
+    let confirm_opts = Options {
+        observer: None,
+        progress: false,
+        keep_records: true,
+        ..opts.clone()
+    };
+    let confirm_cancel = cancel.clone();
     let metrics_url = args
         .metrics_url
         .clone()
@@ -143,7 +157,10 @@ pub async fn run(
         Some(runner) => runner.await.context("the trigger action task failed")?,
         None => Vec::new(),
     };
-    let explained = Report::of_run(&lg, finished).with_triggers(firings);
+    let mut explained = Report::of_run(&lg, finished).with_triggers(firings);
+    if args.confirm && !confirm_cancel.is_cancelled() {
+        super::confirm::run(plan, &confirm_opts, &confirm_cancel, &mut explained).await?;
+    }
     std::fs::create_dir_all(&args.report_dir)
         .with_context(|| format!("creating --report-dir {}", args.report_dir.display()))?;
     let (json, html) = explained.write_files(&args.report_dir)?;

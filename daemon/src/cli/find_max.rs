@@ -191,8 +191,8 @@ async fn explain_knee(
             _ => format!("{max_pass} {unit}"),
         };
         println!(
-            "beyond {load} the bottleneck is {} (confidence {:.2}): {}",
-            p.dominant.name(),
+            "beyond {load} the bottleneck is {} (score {:.2}): {}",
+            p.verdict_name(),
             p.confidence,
             p.hint
         );

@@ -74,6 +74,13 @@ impl LiveOtlpArgs {
 }
 
 impl Live {
+    /// Exports the explained phases as traces (see [`OtlpExporter::trace_phase`]).
+    pub fn trace_phases(&self, phases: &[inferscope::attribute::PhaseSummary]) {
+        for p in phases {
+            self.exporter.trace_phase(p);
+        }
+    }
+
     /// Waits for the run's last record, pushes what is left and says what was delivered.
     pub async fn finish(self) -> anyhow::Result<()> {
         let counts = self.export.finish().await;

@@ -270,19 +270,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let (c, sig) = (cancel.clone(), signalled.clone());
         let grace = scenario.grace;
         watch_signals(grace, c, sig)?;
-        let mut opts = opts;
-        let live = args.otlp.start(&plan, &mut opts)?;
-        let report = if args.explain.explain {
-            super::explain::run(&plan, opts, cancel, &args.explain)
-                .await
-                .map(|(r, _)| r)
-        } else {
-            Ok(loadgen::run(&plan, opts, cancel).await?)
-        };
-        if let Some(live) = live {
-            live.finish().await?;
-        }
-        report
+        run_load(args, &plan, opts, cancel).await
     });
     let report = match report {
         Ok(report) => report,
@@ -305,6 +293,33 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The flags that depend on whether the run is a knee search.
+/// Runs `plan` (explained with `--explain`), exporting it live with `--otlp-endpoint`: its
+/// requests as they finish, and its explained phases at the end.
+async fn run_load(
+    args: &Args,
+    plan: &Plan,
+    mut opts: loadgen::Options,
+    cancel: CancellationToken,
+) -> anyhow::Result<loadgen::StressReport> {
+    let live = args.otlp.start(plan, &mut opts)?;
+    let report = if args.explain.explain {
+        super::explain::run(plan, opts, cancel, &args.explain)
+            .await
+            .map(|(r, explained)| {
+                if let Some(live) = &live {
+                    live.trace_phases(&explained.phases);
+                }
+                r
+            })
+    } else {
+        Ok(loadgen::run(plan, opts, cancel).await?)
+    };
+    if let Some(live) = live {
+        live.finish().await?;
+    }
+    report
+}
+
 fn check_output_flags(args: &Args, searching: bool) -> anyhow::Result<()> {
     args.otlp.check(searching)?;
     if searching && args.start_at.is_some() {

@@ -10,6 +10,7 @@
 use std::{collections::HashMap, net::SocketAddr};
 
 use super::kernel::{Exchange, Retransmit};
+use super::timeline::KernelParts;
 use crate::measure::{RequestRecord, StressReport};
 
 /// Exchanges indexed by client address.
@@ -131,6 +132,31 @@ impl Joined<'_> {
         let down = client.saturating_sub(self.server_first_token_ns());
         Some((up + down) as f64 / 1e6)
     }
+
+    /// The request's path cut at the kernel's timestamps, for a client that read the first
+    /// byte of the answer at `first_ns` and its end at `end_ns`. Every time is taken in whole
+    /// µs and clamped into the client's interval (the client stamps "sent" just before its
+    /// write; a read can be stamped a little before the write the kernel saw), so the parts
+    /// tile sent -> first byte and sent -> end exactly.
+    #[must_use]
+    pub fn parts(&self, first_ns: u64, end_ns: u64) -> KernelParts {
+        let us = |ns: u64| ns / 1000;
+        let sent = us(self.sent_ns);
+        let first = us(first_ns).max(sent);
+        let end = us(end_ns).max(first);
+        let e = self.exchange;
+        let read = us(e.req_in_ns).clamp(sent, first);
+        let wrote_first = us(self.server_first_token_ns()).clamp(read, first);
+        let wrote_last = us(e.last_out_ns.max(e.first_out_ns)).clamp(read, end);
+        let ms = |a: u64, b: u64| (b - a) as f64 / 1000.0;
+        KernelParts {
+            to_server_ms: ms(sent, read),
+            server_first_ms: ms(read, wrote_first),
+            to_client_first_ms: ms(wrote_first, first),
+            server_last_ms: ms(read, wrote_last),
+            to_client_last_ms: ms(wrote_last, end),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +239,34 @@ mod tests {
         assert!(
             !idx.hit(&record("127.0.0.1:6000", 1000, 1050, 1300)),
             "another connection"
+        );
+    }
+
+    #[test]
+    fn kernel_parts_tile_the_client_interval() {
+        // Sent at 1000, read at 1002, first token written at 1200 and read at 1210, last
+        // written at 1200 (second write), client end at 1300.
+        let ex = [exchange("127.0.0.1:5000", 1002, 1003, 1200)];
+        let rep = report();
+        let j = Exchanges::new(&ex, &rep)
+            .find(&record("127.0.0.1:5000", 1000, 1210, 1300))
+            .unwrap();
+        let p = j.parts(1_210_000_000, 1_300_000_000);
+        assert_eq!(
+            (p.to_server_ms, p.server_first_ms, p.to_client_first_ms),
+            (2.0, 198.0, 10.0)
+        );
+        assert_eq!((p.server_last_ms, p.to_client_last_ms), (198.0, 100.0));
+        // A read stamped before the client's "sent" is clamped: no negative part.
+        let early = Joined {
+            sent_ns: 1_003_000_000,
+            ..j
+        };
+        let p = early.parts(1_210_000_000, 1_300_000_000);
+        assert_eq!((p.to_server_ms, p.server_first_ms), (0.0, 197.0));
+        assert_eq!(
+            (p.to_server_ms + p.server_first_ms + p.to_client_first_ms,),
+            (207.0,)
         );
     }
 

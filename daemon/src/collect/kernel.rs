@@ -10,7 +10,7 @@ use std::{
 
 use probe_common::{
     cuda::{AllocOutcome, CudaCall, CudaEvent},
-    sockets::{SockEvent, SockEventKind},
+    sockets::{Conn, PHASE_RESPONDING, SockEvent, SockEventKind},
 };
 use serde::Serialize;
 use tokio::sync::mpsc::Receiver;
@@ -61,6 +61,20 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// The exchange of `conn`, a connection of server process `tgid`.
+    fn of(tgid: u32, conn: &Conn) -> Self {
+        let ex = conn.exchange;
+        Self {
+            tgid,
+            client: endpoints(&conn.tuple).map(|(_, remote)| remote),
+            req_in_ns: ex.req_in_ns,
+            first_out_ns: ex.first_out_ns,
+            second_out_ns: ex.second_out_ns,
+            last_out_ns: ex.last_out_ns,
+            retrans: conn.retrans.saturating_sub(ex.retrans_start),
+        }
+    }
+
     /// Request in -> first token, ns: the second write (the first after a streamed response's
     /// headers), or the first when the response came in one write.
     #[must_use]
@@ -250,6 +264,24 @@ impl KernelCollector {
         &self.exchanges
     }
 
+    /// [`KernelCollector::exchanges`] and the exchanges still open: the kernel reports an
+    /// exchange when the next request on its connection starts or the connection closes, so the
+    /// last answer of each connection still open (a load generator's pool outlives its run) is
+    /// read from the connection table instead.
+    #[must_use]
+    pub fn exchanges_with_open(&self) -> Vec<Exchange> {
+        let mut all = self.exchanges.clone();
+        if let Ok(conns) = self.probes.sock_conns() {
+            all.extend(
+                conns
+                    .iter()
+                    .filter(|(_, c)| c.exchange.phase == PHASE_RESPONDING && self.is_server(c.tgid))
+                    .map(|(_, c)| Exchange::of(c.tgid, c)),
+            );
+        }
+        all
+    }
+
     /// Retransmits on the watched connections so far (bounded), for joins with the load
     /// generator's records.
     #[must_use]
@@ -324,15 +356,7 @@ impl KernelCollector {
             }
             SockEventKind::Request if self.is_server(ev.tgid) => {
                 let ex = ev.conn.exchange;
-                let exchange = Exchange {
-                    tgid: ev.tgid,
-                    client: endpoints(&ev.conn.tuple).map(|(_, remote)| remote),
-                    req_in_ns: ex.req_in_ns,
-                    first_out_ns: ex.first_out_ns,
-                    second_out_ns: ex.second_out_ns,
-                    last_out_ns: ex.last_out_ns,
-                    retrans: ev.conn.retrans.saturating_sub(ex.retrans_start),
-                };
+                let exchange = Exchange::of(ev.tgid, &ev.conn);
                 let p = self.pending.entry(ev.tgid).or_default();
                 let ms = |ns: u64| ns as f64 / 1e6;
                 p.ttfb_ms

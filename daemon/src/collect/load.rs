@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use super::{
-    join::{Exchanges, Retransmits},
+    join::{Exchanges, Joined, Retransmits},
     session::ServerSide,
     stats::{quantile, quantiles},
-    timeline::{LoadSignals, Mark, Timeline},
+    timeline::{LoadSignals, Mark, RequestParts, Timeline},
 };
 use crate::measure::{Endpoint, ErrorClass, RequestRecord, StressReport};
 
@@ -34,6 +34,8 @@ struct Acc {
     /// E2E of joined requests whose exchange retransmitted, and of the other joined ones.
     loss_hit_e2e: Vec<f64>,
     clean_e2e: Vec<f64>,
+    /// The window's successful requests cut into parts.
+    parts: Vec<RequestParts>,
 }
 
 /// Fills `load` of the windows the run's requests started in, and every window's `phase`;
@@ -71,7 +73,11 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
         timeline.at(at);
         let a = accs.entry(i).or_default();
         add(a, r);
-        if let Some(j) = joins.find(r) {
+        let joined = joins.find(r);
+        if !r.counts_as_error() {
+            a.parts.push(parts(r, joined.as_ref(), &joins));
+        }
+        if let Some(j) = joined {
             a.transit.extend(j.transit_ms());
             a.read_delay.push(j.read_delay_ms());
             let e2e = r.e2e_us() as f64 / 1000.0;
@@ -117,6 +123,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
             recall_mean,
             phase_events_before,
         });
+        w.requests = std::mem::take(&mut a.parts);
         if let Some(net) = w.net.as_mut() {
             let median = |v: &mut Vec<f64>| {
                 v.sort_by(f64::total_cmp);
@@ -198,6 +205,22 @@ fn timeline_marks_before(marks: &[Mark], phase: Option<&str>, end_unix_ms: u64) 
         .iter()
         .filter(|m| m.phase.as_deref() == phase && m.unix_ms < end_unix_ms)
         .count() as u64
+}
+
+/// `r` cut into parts: its latencies and send lag, and its path as the kernel saw it when
+/// `joined` with the server's exchange.
+fn parts(r: &RequestRecord, joined: Option<&Joined<'_>>, joins: &Exchanges<'_>) -> RequestParts {
+    let ms = |us: u64| us as f64 / 1000.0;
+    let ttft = r.ttft_us();
+    RequestParts {
+        ttft_ms: ttft.map(ms),
+        e2e_ms: ms(r.e2e_us()),
+        send_lag_ms: ms(r.send_lag_us()),
+        kernel: joined.map(|j| {
+            let first_us = ttft.map_or(r.end_us, |t| r.intended_us + t);
+            j.parts(joins.ns(first_us), joins.ns(r.end_us))
+        }),
+    }
 }
 
 fn add(a: &mut Acc, r: &RequestRecord) {

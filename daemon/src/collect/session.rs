@@ -200,8 +200,12 @@ impl Session {
         }
         self.kernel
             .take()
+            .map(|mut k| {
+                k.drain();
+                k
+            })
             .map(|k| ServerSide {
-                exchanges: k.exchanges().to_vec(),
+                exchanges: k.exchanges_with_open(),
                 retransmits: k.retransmits().to_vec(),
             })
             .unwrap_or_default()

@@ -207,6 +207,39 @@ pub struct Part<'a> {
     pub window: &'a mut Window,
 }
 
+/// One request's latency cut where the kernel saw it, ms (µs resolution), for the
+/// decomposition of a phase's latency rise (`attribute::decompose`). The parts of each
+/// latency add up to it exactly: what no evidence covers is the remainder.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RequestParts {
+    /// Time to first token from the intended start, when the request has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// End to end from the intended start.
+    pub e2e_ms: f64,
+    /// The load generator's send lag (intended -> actual send).
+    pub send_lag_ms: f64,
+    /// What the kernel saw of it, when it was joined with the server's exchange.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelParts>,
+}
+
+/// A request's path as the kernel timed it, ms, each part clamped into the client's own
+/// interval so that the parts tile it: sent -> server read -> server wrote -> client read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct KernelParts {
+    /// Client sent -> the server read the request (transit and unread time).
+    pub to_server_ms: f64,
+    /// The server read the request -> it wrote the first token.
+    pub server_first_ms: f64,
+    /// The server wrote the first token -> the client read it.
+    pub to_client_first_ms: f64,
+    /// The server read the request -> its last write.
+    pub server_last_ms: f64,
+    /// The server's last write -> the client read the end of the response.
+    pub to_client_last_ms: f64,
+}
+
 /// Everything known about one window of the watched target.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Window {
@@ -226,6 +259,10 @@ pub struct Window {
     pub net: Option<NetSignals>,
     /// GPU.
     pub gpu: Option<GpuSignals>,
+    /// The requests that started in the window, each cut into parts (records of the embedded
+    /// load generator only: external generators' requests are not seen one by one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<RequestParts>,
 }
 
 /// Something done to the target during the run (a scenario's `events:` request, such as an

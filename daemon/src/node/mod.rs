@@ -62,6 +62,10 @@ use crate::{
 use line::Line;
 use marks::Marks;
 
+/// How long the node waits, once the load has stopped, for the kernel events still on their
+/// way from the ring buffers.
+const FINAL_EVENTS: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Finds the server processes to watch now (the daemon's `--port`/`--name`/`--pid`).
 pub type Discover = Box<dyn FnMut() -> Vec<u32> + Send>;
 
@@ -237,6 +241,9 @@ impl Node {
                 Some(q) = self.rx.recv() => self.answer(q),
             }
         }
+        // The ring-buffer readers deliver what the kernel reported as the load stopped (each
+        // pooled connection's last exchange is reported when it closes) before the last drain.
+        tokio::time::sleep(FINAL_EVENTS).await;
         self.close_tail();
         for line in self.lines.values() {
             if let Some(e) = &line.scrape_error {

@@ -263,6 +263,7 @@ mod tests {
                 cause: Cause::KvCache,
                 signature: None,
                 confidence: 0.8,
+                own_confidence: None,
                 evidence: Vec::new(),
                 contrary: Vec::new(),
                 runners_up: Vec::new(),

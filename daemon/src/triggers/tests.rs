@@ -19,6 +19,7 @@ fn verdict(index: usize, cause: Cause) -> WindowVerdict {
             cause,
             signature: None,
             confidence: 0.9,
+            own_confidence: None,
             evidence: Vec::new(),
             contrary: Vec::new(),
             runners_up: Vec::new(),

@@ -75,6 +75,7 @@ fn kv_verdict() -> Verdict {
         cause: Cause::KvCache,
         signature: None,
         confidence: 0.7,
+        own_confidence: None,
         evidence: Vec::new(),
         contrary: Vec::new(),
         runners_up: Vec::new(),

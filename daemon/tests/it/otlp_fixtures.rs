@@ -80,6 +80,7 @@ pub fn window(i: u64) -> Window {
             mem_used_frac: Some(0.97),
             xids: 0,
         }),
+        requests: Vec::new(),
     }
 }
 

@@ -76,6 +76,7 @@ fn exposition() -> String {
         cause: inferscope::attribute::Cause::Queue,
         signature: Some("server metrics".into()),
         confidence: 0.8,
+        own_confidence: None,
         evidence: Vec::new(),
         contrary: Vec::new(),
         runners_up: Vec::new(),

@@ -1,9 +1,12 @@
 //! `cargo xtask bench attribution`: the verdict matrix. Each bottleneck produced by a different
 //! mechanism (simulator profiles, a Python server without `/metrics`, nftables packet loss on
 //! loopback and in a namespace, a vector index rebuild, a failing peak) and healthy runs at
-//! several loads, each with `inferscope stress --explain`; prints expected vs verdict, share and
-//! confidence, and the accuracy. The cases live in `tests/src/cases.rs`, shared with the root
-//! e2e tests; the runner is the `attribution` binary of the tests crate.
+//! several loads, each fault at several strengths and two faults at once, each with `inferscope
+//! stress --explain`; prints expected vs verdict, share and score, the weakest strength found
+//! per fault with the windows to the first right verdict, the confusion matrix and precision
+//! and recall per cause, and publishes the tables in docs/explain.md. The cases live in
+//! `tests/src/cases.rs`, shared with the root e2e tests (the sweeps in `tests/src/sweeps.rs`);
+//! the runner is the `attribution` binary of the tests crate.
 use crate::run;
 
 /// Builds the binary under test and runs every case (needs root).

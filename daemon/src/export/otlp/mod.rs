@@ -26,6 +26,7 @@ mod accounting;
 pub mod config;
 mod instruments;
 pub mod live;
+pub mod phases;
 pub mod spans;
 
 use std::sync::Arc;
@@ -215,6 +216,17 @@ impl OtlpExporter {
     /// drops the span and counts it.
     pub fn trace_request(&self, req: &SampledRequest, labels: &Labels) {
         spans::emit(&self.tracer, req, labels);
+    }
+
+    /// Emits an explained phase as an `inferscope.phase` span with its verdict, and a child per
+    /// decomposition of its latency rise whose children are the parts, end to end
+    /// ([`phases`]). Never blocks.
+    pub fn trace_phase(&self, phase: &crate::attribute::PhaseSummary) {
+        phases::emit(
+            &self.tracer,
+            &phases::plan(phase),
+            &opentelemetry::Context::new(),
+        );
     }
 
     /// Emits a trigger firing as an `inferscope.trigger` span with a `trigger.fired` event at

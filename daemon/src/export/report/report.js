@@ -83,10 +83,18 @@
     tr.appendChild(el('td', {}, tt ? num(tt.p50) + ' / ' + num(tt.p99) + ' ms' : 'n/a'));
     tr.appendChild(el('td', {}, itl ? num(itl.p99) + ' ms' : 'n/a'));
     var vtd = el('td');
-    vtd.appendChild(chip(p.dominant));
-    if (p.dominant !== 'none') { vtd.appendChild(el('div', {}, 'confidence ' + num(p.confidence))); }
+    var named = (p.causes && p.causes.length > 1) ? p.causes : [{ cause: p.dominant }];
+    named.forEach(function (c, i) {
+      if (i > 0) { vtd.appendChild(document.createTextNode(' + ')); }
+      vtd.appendChild(chip(c.cause));
+      if (c.part !== undefined) { vtd.appendChild(document.createTextNode(' ' + Math.round(c.part * 100) + '%')); }
+    });
+    if (p.dominant !== 'none') { vtd.appendChild(el('div', {}, 'score ' + num(p.confidence))); }
     if (p.dominant !== 'none' && p.runners_up && p.runners_up.length) {
-      vtd.appendChild(el('div', { 'class': 'runner-up' }, 'runner-up ' + p.runners_up[0].cause + ' ' + num(p.runners_up[0].confidence)));
+      var r = p.runners_up[0];
+      var why = r.explained_by ? 'explained by ' + r.explained_by
+        : (named.some(function (c) { return c.cause === r.cause; }) ? 'named too' : 'lower score');
+      vtd.appendChild(el('div', { 'class': 'runner-up' }, 'runner-up ' + r.cause + ' ' + num(r.confidence) + ', ' + why));
     }
     vtd.appendChild(el('div', {}, p.shares.map(function (s) {
       return s.cause + ' ' + Math.round(s.share * 100) + '%';
@@ -107,20 +115,30 @@
     (p.marks || []).forEach(function (m) {
       etd.appendChild(el('div', { 'class': 'evidence' }, 'event: ' + m));
     });
-    tr.appendChild(decompCell(p.decomposition));
+    tr.appendChild(decompCell(p));
     table.appendChild(tr);
   });
   ps.appendChild(table);
 
-  function decompCell(d) {
+  function decompCell(p) {
     var td = el('td');
-    if (!d) { td.textContent = 'baseline'; return td; }
-    td.appendChild(el('div', {}, (d.metric === 'e2e' ? 'E2E ' : 'TTFT ') + (d.increase_ms >= 0 ? '+' : '') + num(d.increase_ms) + ' ms'));
-    var parts = [['loadgen lag', d.loadgen_lag_ms, CAUSE_COLORS.loadgen], ['queue', d.queue_ms, CAUSE_COLORS.queue],
-      ['server compute', d.server_compute_ms, '#17becf'], ['cpu scheduling', d.cpu_scheduling_ms, CAUSE_COLORS.cpu_runqueue],
-      ['network', d.network_ms, CAUSE_COLORS.network], ['unexplained', d.unexplained_ms, '#d5d9e0']];
+    if (!p.decomposition) { td.textContent = 'baseline'; return td; }
+    [p.decomposition, p.tail_decomposition].forEach(function (d) { if (d) { decompBar(td, d); } });
+    return td;
+  }
+
+  // One stacked bar per decomposition: the parts add up to the rise (netted, never negative).
+  function decompBar(td, d) {
+    var q = d.band ? d.band.quantile : 'p50';
+    td.appendChild(el('div', {}, (d.metric === 'e2e' ? 'E2E ' : 'TTFT ') + q + ' ' + (d.increase_ms >= 0 ? '+' : '') + num(d.increase_ms) + ' ms'));
+    var network = d.basis === 'requests'
+      ? [['client -> server', d.to_server_ms, CAUSE_COLORS.network], ['server -> client', d.to_client_ms, '#8c6bb1']]
+      : [['network', d.network_ms, CAUSE_COLORS.network]];
+    var parts = [['loadgen lag', d.loadgen_lag_ms, CAUSE_COLORS.loadgen]].concat([network[0]],
+      [['cpu wait', d.cpu_scheduling_ms, CAUSE_COLORS.cpu_runqueue], ['queue', d.queue_ms, CAUSE_COLORS.queue],
+        ['server compute', d.server_compute_ms, '#17becf']], network.slice(1), [['unexplained', d.unexplained_ms, '#d5d9e0']]);
     var total = parts.reduce(function (a, p) { return a + Math.max(0, p[1] || 0); }, 0);
-    var bar = el('div', { 'class': 'decomp' });
+    var bar = el('div', { 'class': 'decomp', 'data-quantile': q });
     var text = [];
     parts.forEach(function (p) {
       if (p[1] === null || p[1] === undefined) { return; }
@@ -133,8 +151,7 @@
       }
     });
     td.appendChild(bar);
-    td.appendChild(el('div', { 'class': 'evidence' }, text.join(', ')));
-    return td;
+    td.appendChild(el('div', { 'class': 'evidence' }, text.join(', ') + ' (sum ' + num(total) + ')'));
   }
 
   // ---- time-series charts with verdict bands ----

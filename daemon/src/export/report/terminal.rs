@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use super::Report;
 use super::colour::{Style, paint};
-use crate::attribute::{Cause, Decomposition, PhaseSummary, fmt_num};
+use crate::attribute::{Cause, CauseScore, Decomposition, PhaseSummary, fmt_num};
 use crate::collect::timeline::Quantiles;
 
 /// Renders the summary of `report`, plain.
@@ -123,6 +123,9 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
         .collect::<Vec<_>>()
         .join("; ");
     verdict(out, p, &evidence, colour);
+    if let Some(c) = &p.confirmation {
+        let _ = writeln!(out, "  confirm: {}", c.line());
+    }
     for m in &p.marks {
         let _ = writeln!(out, "  event: {m}");
     }
@@ -135,7 +138,10 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
             .collect();
         let _ = writeln!(out, "  errors by class: {}", classes.join(", "));
     }
-    if let Some(d) = &p.decomposition {
+    for d in [&p.decomposition, &p.tail_decomposition]
+        .into_iter()
+        .flatten()
+    {
         let _ = writeln!(out, "  {}", decomposition(d));
     }
     for m in &p.missing {
@@ -166,27 +172,29 @@ fn verdict(out: &mut String, p: &PhaseSummary, evidence: &str, colour: bool) {
             ),
         );
     } else {
+        let named = p.verdict_name();
         line(
             out,
             Style::Bad,
             &format!(
-                "verdict: {} (confidence {:.2}{}): {evidence}",
-                p.dominant,
+                "verdict: {named} (score {:.2}{}): {evidence}",
                 p.confidence,
-                p.runners_up.first().map_or(String::new(), |r| {
-                    // A more confident runner-up lost to precedence: say so.
-                    let why = if r.confidence > p.confidence
-                        && crate::attribute::outranks(p.dominant, r.cause)
-                    {
-                        format!(", which {} outranks", p.dominant)
-                    } else {
-                        String::new()
-                    };
-                    format!(", runner-up {} {:.2}{why}", r.cause, r.confidence)
-                })
+                p.runners_up
+                    .first()
+                    .map_or(String::new(), |r| format!(", {}", runner_up(p, r)))
             ),
         );
     }
+}
+
+/// `runner-up queue 0.75, explained by kv_cache` or `runner-up network 0.61, lower score`.
+fn runner_up(p: &PhaseSummary, r: &CauseScore) -> String {
+    let why = match r.explained_by {
+        Some(by) => format!("explained by {by}"),
+        None if p.causes.iter().any(|c| c.cause == r.cause) => "named too".to_owned(),
+        None => "lower score".to_owned(),
+    };
+    format!("runner-up {} {:.2}, {why}", r.cause, r.confidence)
 }
 
 fn quantiles(q: Option<&Quantiles>) -> String {
@@ -204,28 +212,49 @@ fn ms(v: f64) -> String {
     }
 }
 
-/// `TTFT p50 +612 ms over baseline (82 -> 694): queue 420, server compute 150, ...`
+/// `TTFT p50 +612 ms over baseline (82 -> 694 ms, requests ranked p40..p60): queue 420,
+/// server compute 150, ..., unexplained 0 (sum +612)`.
 fn decomposition(d: &Decomposition) -> String {
-    let parts: Vec<String> = [
-        ("loadgen lag", d.loadgen_lag_ms),
-        ("queue", d.queue_ms),
-        ("server compute", d.server_compute_ms),
-        ("cpu scheduling", d.cpu_scheduling_ms),
-        ("network", d.network_ms),
-    ]
-    .iter()
-    .filter_map(|(name, v)| v.map(|v| format!("{name} {}", fmt_num(v))))
-    .chain(std::iter::once(format!(
-        "unexplained {}",
-        fmt_num(d.unexplained_ms)
-    )))
-    .collect();
+    let parts: Vec<String> = d
+        .parts()
+        .iter()
+        .map(|(name, v)| format!("{name} {}", fmt_num(*v)))
+        .collect();
+    let (label, how) = match &d.band {
+        Some(b) => (
+            b.quantile.clone(),
+            format!(
+                ", mean of requests ranked p{:.0}..p{:.0}: {} vs {}, {:.0}% seen by the kernel",
+                b.from * 100.0,
+                b.to * 100.0,
+                b.phase_requests,
+                b.baseline_requests,
+                b.kernel_share * 100.0
+            ),
+        ),
+        None => ("p50".to_owned(), ", window medians".to_owned()),
+    };
+    let fell = if d.fell_ms > 0.0 {
+        format!("; {} ms that fell netted out", fmt_num(d.fell_ms))
+    } else {
+        String::new()
+    };
+    if d.increase_ms <= 0.0 {
+        return format!(
+            "{} {label} {:+.0} ms over baseline ({} -> {} ms{how}): no rise to split",
+            d.metric.label(),
+            d.increase_ms,
+            fmt_num(d.baseline_ms),
+            fmt_num(d.value_ms),
+        );
+    }
     format!(
-        "{} p50 {:+.0} ms over baseline ({} -> {} ms): {}",
+        "{} {label} {:+.0} ms over baseline ({} -> {} ms{how}): {} (sum {:+.0}{fell})",
         d.metric.label(),
         d.increase_ms,
         fmt_num(d.baseline_ms),
         fmt_num(d.value_ms),
-        parts.join(", ")
+        parts.join(", "),
+        d.sum_ms(),
     )
 }

@@ -104,14 +104,13 @@ fn fixture_waterfalls_are_ordered() {
 }
 
 #[test]
-fn terminal_says_when_a_more_confident_runner_up_was_outranked() {
-    let mut r = report("kv_cache");
-    let peak = r.phases.iter_mut().find(|p| p.name == "peak").unwrap();
-    peak.confidence = 0.6;
-    peak.runners_up[0].confidence = 0.7;
+fn terminal_says_why_the_runner_up_lost() {
+    let r = report("kv_cache");
+    let peak = r.phase("peak").unwrap();
+    assert!(peak.runners_up[0].confidence <= peak.confidence);
     let text = r.terminal();
     assert!(
-        text.contains("runner-up queue 0.70, which kv_cache outranks"),
+        text.contains("runner-up queue 0.") && text.contains(", explained by kv_cache"),
         "{text}"
     );
 }
@@ -124,7 +123,7 @@ fn terminal_summary_names_verdict_evidence_and_hint_per_phase() {
         .nth(1)
         .expect("peak phase printed");
     assert!(
-        peak.contains("verdict: kv_cache (confidence 1.00, runner-up queue 0."),
+        peak.contains("verdict: kv_cache (score 1.00, runner-up queue 0."),
         "{text}"
     );
     assert!(peak.contains("kv_usage=0.98 (>= 0.95)"), "{text}");

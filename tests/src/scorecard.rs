@@ -1,0 +1,304 @@
+//! What `cargo xtask bench attribution` prints from the cases' reports: a row per case, the
+//! sensitivity of each sweep (the weakest strength found, windows from the fault's onset to the
+//! first right verdict), the confusion matrix of expected x verdict, and precision and recall
+//! per cause.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::cases::Case;
+use crate::sweeps::Sweep;
+
+/// One case's outcome.
+pub struct Row {
+    /// Case name.
+    pub name: &'static str,
+    /// Its mechanism (a sweep's strength).
+    pub mechanism: &'static str,
+    /// Expected verdict of the peak (`a+b` for two causes, in name order).
+    pub expected: &'static str,
+    /// The peak's verdict: its dominant cause, or the two causes it names (`a+b`).
+    pub got: String,
+    /// Share of the peak's windows with the dominant cause.
+    pub share: f64,
+    /// The peak's score.
+    pub confidence: f64,
+    /// Windows from the peak's first to the first with the expected verdict (`None`: never).
+    pub first_right: Option<usize>,
+    /// The other phases' verdicts.
+    pub others: String,
+    /// Whether the verdict is right (a healthy case: every phase `none`).
+    pub ok: bool,
+}
+
+/// The outcome of `case` from its report.json.
+#[must_use]
+pub fn row(case: &Case, report: &Value) -> Row {
+    let phases = report["phases"].as_array().cloned().unwrap_or_default();
+    let peak = phases.iter().find(|p| p["name"] == "peak");
+    let dominant = peak
+        .and_then(|p| p["dominant"].as_str())
+        .unwrap_or("?")
+        .to_owned();
+    // Two causes in name order, as expected verdicts are written (`kv_cache+network`).
+    let mut named: Vec<&str> = peak
+        .and_then(|p| p["causes"].as_array())
+        .map(|c| c.iter().filter_map(|c| c["cause"].as_str()).collect())
+        .unwrap_or_default();
+    named.sort_unstable();
+    let got = if named.len() > 1 {
+        named.join("+")
+    } else {
+        dominant.clone()
+    };
+    let share = peak
+        .and_then(|p| p["shares"].as_array())
+        .and_then(|s| s.iter().find(|s| s["cause"] == dominant.as_str()))
+        .and_then(|s| s["share"].as_f64())
+        .unwrap_or(0.0);
+    let others: Vec<String> = phases
+        .iter()
+        .filter(|p| p["name"] != "peak")
+        .map(|p| {
+            format!(
+                "{} {}",
+                p["name"].as_str().unwrap_or("?"),
+                p["dominant"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    let quiet_baseline = phases
+        .iter()
+        .filter(|p| p["name"] == "baseline")
+        .all(|p| p["dominant"] == "none");
+    // Healthy: every phase `none`. Otherwise the peak's verdict, and a quiet baseline.
+    let ok = if case.expected == "none" {
+        phases.iter().all(|p| p["dominant"] == "none")
+    } else {
+        got == case.expected && quiet_baseline
+    };
+    Row {
+        name: case.name,
+        mechanism: case.mechanism,
+        expected: case.expected,
+        confidence: peak.and_then(|p| p["confidence"].as_f64()).unwrap_or(0.0),
+        first_right: first_right(report, case.expected),
+        got,
+        share,
+        others: others.join(", "),
+        ok,
+    }
+}
+
+/// Windows from the peak's first window to the first whose verdict is (one of) `expected`.
+fn first_right(report: &Value, expected: &str) -> Option<usize> {
+    let peak: Vec<&Value> = report["verdicts"]
+        .as_array()?
+        .iter()
+        .filter(|v| v["phase"] == "peak")
+        .collect();
+    peak.iter().position(|v| {
+        v["verdict"]["cause"]
+            .as_str()
+            .is_some_and(|c| expected.split('+').any(|e| e == c))
+    })
+}
+
+/// The rows as the per-case table.
+#[must_use]
+pub fn cases_table(rows: &[Row]) -> String {
+    let mut out = format!(
+        "{:<24} {:<17} {:<17} {:>6} {:>5}  {:<4} mechanism; other phases\n",
+        "case", "expected", "peak verdict", "share", "score", "ok"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:<24} {:<17} {:<17} {:>5.0}% {:>5.2}  {:<4} {}; {}",
+            r.name,
+            r.expected,
+            r.got,
+            r.share * 100.0,
+            r.confidence,
+            if r.ok { "yes" } else { "NO" },
+            r.mechanism,
+            r.others
+        );
+    }
+    out
+}
+
+/// The sensitivity table (markdown): per sweep, each strength's verdict and windows to the
+/// first right one, and the weakest strength found.
+#[must_use]
+pub fn sensitivity(sweeps: &[Sweep], rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| cause | knob | strength: verdict (windows to first right verdict) | weakest found |\n|---|---|---|---|\n",
+    );
+    for s in sweeps {
+        let of: Vec<&Row> = s
+            .steps
+            .iter()
+            .filter_map(|c| rows.iter().find(|r| r.name == c.name))
+            .collect();
+        if of.is_empty() {
+            continue;
+        }
+        let cells: Vec<String> = of
+            .iter()
+            .map(|r| {
+                let windows = r.first_right.map_or("never".to_owned(), |w| w.to_string());
+                format!("{}: {} ({windows})", r.mechanism, r.got)
+            })
+            .collect();
+        // Strongest first: the weakest found is the last right one.
+        let weakest = of
+            .iter()
+            .rfind(|r| r.ok)
+            .map_or("none found", |r| r.mechanism);
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {weakest} |",
+            s.expected,
+            s.knob,
+            cells.join("; ")
+        );
+    }
+    out
+}
+
+/// The confusion matrix (markdown): a row per expected verdict, a column per verdict got.
+#[must_use]
+pub fn confusion(rows: &[Row]) -> String {
+    let labels: BTreeSet<&str> = rows
+        .iter()
+        .flat_map(|r| [r.expected, r.got.as_str()])
+        .collect();
+    let mut out = String::from("| expected \\ verdict |");
+    for l in &labels {
+        let _ = write!(out, " {l} |");
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(labels.len()));
+    out.push('\n');
+    for e in labels
+        .iter()
+        .filter(|e| rows.iter().any(|r| r.expected == **e))
+    {
+        let _ = write!(out, "| {e} |");
+        for g in &labels {
+            let n = rows
+                .iter()
+                .filter(|r| r.expected == *e && r.got == *g)
+                .count();
+            if n == 0 {
+                out.push_str(" |");
+            } else {
+                let _ = write!(out, " {n} |");
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Precision and recall per expected cause, one line each: a cause named in a two-cause
+/// verdict counts for each of its causes.
+#[must_use]
+pub fn precision_recall(rows: &[Row]) -> String {
+    let has = |label: &str, cause: &str| label.split('+').any(|c| c == cause);
+    let causes: BTreeSet<&str> = rows
+        .iter()
+        .flat_map(|r| r.expected.split('+'))
+        .filter(|c| *c != "none")
+        .collect();
+    let mut out = String::new();
+    for c in causes {
+        let named = rows.iter().filter(|r| has(&r.got, c)).count();
+        let expected = rows.iter().filter(|r| has(r.expected, c)).count();
+        let right = rows
+            .iter()
+            .filter(|r| has(&r.got, c) && has(r.expected, c))
+            .count();
+        let pct = |a: usize, b: usize| {
+            if b == 0 {
+                "n/a".to_owned()
+            } else {
+                format!("{:.0}%", 100.0 * a as f64 / b as f64)
+            }
+        };
+        let _ = writeln!(
+            out,
+            "{c}: precision {} ({right} of {named} named), recall {} ({right} of {expected} expected)",
+            pct(right, named),
+            pct(right, expected)
+        );
+    }
+    out
+}
+
+/// Replaces the part of `doc` between the bench's markers with `table`; `None` when the markers
+/// are missing.
+#[must_use]
+pub fn publish(doc: &str, table: &str) -> Option<String> {
+    const BEGIN: &str = "<!-- bench attribution: begin -->";
+    const END: &str = "<!-- bench attribution: end -->";
+    let a = doc.find(BEGIN)? + BEGIN.len();
+    let b = doc[a..].find(END)? + a;
+    Some(format!("{}\n{table}{}", &doc[..a], &doc[b..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &'static str, expected: &'static str, got: &str) -> Row {
+        Row {
+            name,
+            mechanism: name,
+            expected,
+            got: got.to_owned(),
+            share: 1.0,
+            confidence: 0.9,
+            first_right: Some(0),
+            others: String::new(),
+            ok: expected == got,
+        }
+    }
+
+    #[test]
+    fn the_matrix_counts_expected_by_got_and_two_causes_count_for_each() {
+        let rows = [
+            row("a", "queue", "queue"),
+            row("b", "queue", "none"),
+            row("c", "kv_cache+network", "kv_cache+network"),
+            row("d", "network", "network"),
+            row("e", "none", "network"),
+        ];
+        let m = confusion(&rows);
+        assert!(m.contains("| queue | | | 1 | 1 |"), "{m}");
+        let pr = precision_recall(&rows);
+        assert!(
+            pr.contains("network: precision 67% (2 of 3 named), recall 100% (2 of 2 expected)"),
+            "{pr}"
+        );
+        assert!(
+            pr.contains("queue: precision 100% (1 of 1 named), recall 50%"),
+            "{pr}"
+        );
+        assert!(!pr.contains("none:"), "{pr}");
+    }
+
+    #[test]
+    fn the_doc_gets_the_table_between_its_markers_only() {
+        let doc = "a\n<!-- bench attribution: begin -->\nold\n<!-- bench attribution: end -->\nb\n";
+        let new = publish(doc, "new\n").unwrap();
+        assert_eq!(
+            new,
+            "a\n<!-- bench attribution: begin -->\nnew\n<!-- bench attribution: end -->\nb\n"
+        );
+        assert!(publish("no markers", "x").is_none());
+    }
+}
