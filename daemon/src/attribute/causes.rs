@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::WindowVerdict;
 use super::decompose::Decomposition;
-use super::evaluate::MIN_CONFIDENCE;
+use super::rank::MIN_CONFIDENCE;
 use super::verdict::{Cause, CauseScore};
 
 /// Least part of the rise each of two causes must explain for a phase to name both.

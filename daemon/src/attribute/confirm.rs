@@ -6,7 +6,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::phase::PhaseSummary;
 use super::verdict::Cause;
 
 /// Share of the rise the follow-up step must give back for the verdict to be confirmed.
@@ -62,22 +61,6 @@ pub fn judge(baseline_ms: f64, phase_ms: f64, step_ms: f64) -> Outcome {
     } else {
         Outcome::NotConfirmed
     }
-}
-
-/// Records `c` on `phase` and updates its score: a confirmed verdict closes half its distance
-/// to 1; one not confirmed is halved, never below its best runner-up (the ranking stands, the
-/// report says it was not confirmed).
-pub fn apply(phase: &mut PhaseSummary, c: Confirmation) {
-    let score = phase.confidence;
-    phase.confidence = match c.outcome {
-        Outcome::Confirmed => score + (1.0 - score) / 2.0,
-        Outcome::NotConfirmed => {
-            let runner_up = phase.runners_up.first().map_or(0.0, |r| r.confidence);
-            (score / 2.0).max(runner_up).min(score)
-        }
-        Outcome::CannotByLoad => score,
-    };
-    phase.confirmation = Some(c);
 }
 
 impl Confirmation {

@@ -9,14 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::baseline::{Baseline, median};
-use super::signals::Signal;
+use super::signals::{FIRST_TOKEN_WAKEUPS, Signal};
 use super::verdict::Missing;
 use crate::collect::timeline::{RequestParts, Window};
-
-/// Wake-ups on a request's path to its first token (frontend receive, engine step, response
-/// write): each waits the server threads' mean run-queue delay, which is how the run-queue
-/// delay is turned into milliseconds of a request.
-pub const FIRST_TOKEN_WAKEUPS: f64 = 3.0;
 
 /// Engine steps on a request's path to its first token: the step in flight when it arrives
 /// (half of one on average) and the step that carries its prompt. Steps that grew longer (the

@@ -1,11 +1,10 @@
 //! Scores every rule on a window and picks the verdict.
 
+use super::baseline::Ctx;
+use super::rank::{MIN_CONFIDENCE, outranks};
 use super::rules::{Condition, Outcome, Role, Rule, Test};
-use super::signals::{Ctx, Signal};
+use super::signals::Signal;
 use super::verdict::{Cause, CauseScore, Evidence, Missing, Verdict};
-
-/// Least confidence for naming a cause; below it the verdict is `none`.
-pub const MIN_CONFIDENCE: f64 = 0.5;
 
 /// How one rule fared on one window.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,35 +81,6 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
     }
 }
 
-/// Whether cause `a` explains `b`'s symptoms: a convincing `a` carries a convincing `b`'s rank
-/// and wins a tie with it (`super::rank`). When the generator lags, every other latency is
-/// measured wrong; a full KV cache, a GPU out of memory, a server starved of CPU or an index
-/// rebuilding is why requests wait inside the server (a rebuild also why its threads wait for
-/// a CPU); and any named bottleneck explains the errors it causes.
-#[must_use]
-pub fn outranks(a: Cause, b: Cause) -> bool {
-    match a {
-        Cause::Loadgen => b != Cause::Loadgen,
-        // A full cache (recompute) or a failing allocator also makes every step slower: they
-        // explain a saturated-looking engine. A starved server does too, but `compute` requires
-        // its run-queue p99 flat, so the confidences decide between them: an engine busy with
-        // its own batch makes its own threads wait a little (seen: the mean x5 at a few hundred
-        // µs, `cpu_runqueue` 0.61 against `compute` 0.81), outside load a lot.
-        Cause::KvCache | Cause::GpuMemory => {
-            matches!(b, Cause::Queue | Cause::Errors | Cause::Compute)
-        }
-        Cause::CpuRunqueue => matches!(b, Cause::Queue | Cause::Errors),
-        // Its rule needs free slots and a first token as many steps away as before: a kernel
-        // view of requests waiting longer for their first token is then waiting for the longer
-        // steps, not for admission.
-        Cause::Compute => matches!(b, Cause::Queue | Cause::Errors),
-        // A rebuild is CPU work of the server's own: its threads wait for a CPU because of it.
-        Cause::VectorIndex => matches!(b, Cause::Queue | Cause::Errors | Cause::CpuRunqueue),
-        Cause::Queue | Cause::Network => b == Cause::Errors,
-        _ => false,
-    }
-}
-
 /// The latency signals that rose beyond the baseline's noise: the client's when the window has
 /// them, else the server side the kernel saw; `None` when neither could be evaluated.
 fn latency_rise(ctx: &Ctx<'_>) -> Option<Vec<Evidence>> {
@@ -168,8 +138,9 @@ const fn risen(signal: Signal, ratio: f64, min_delta: f64) -> Condition {
 #[must_use]
 pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
     let results: Vec<RuleResult> = rules.iter().map(|r| score(r, ctx)).collect();
-    let rank = super::rank::ranks(&results);
-    let order = super::rank::order(&results, &rank);
+    let scored: Vec<(Cause, f64)> = results.iter().map(|r| (r.cause, r.confidence())).collect();
+    let rank = super::rank::ranks(&scored);
+    let order = super::rank::order(&scored, &rank);
     let convincing = |i: usize| results[i].confidence() >= MIN_CONFIDENCE;
     let winner = order.iter().copied().find(|&i| convincing(i));
     let runners_up = |skip: Option<usize>| -> Vec<CauseScore> {

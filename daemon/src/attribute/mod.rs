@@ -45,8 +45,9 @@ use crate::collect::timeline::Timeline;
 pub use baseline::{Baseline, Baselines, Level, Workload};
 pub use causes::CausePart;
 pub use decompose::{Band, Basis, Decomposition, LatencyMetric, MEDIAN_BAND};
-pub use evaluate::{MIN_CONFIDENCE, RuleResult, outranks, score};
+pub use evaluate::{RuleResult, score};
 pub use phase::{CauseShare, PhaseLatency, PhaseLoad, PhaseSummary};
+pub use rank::{MIN_CONFIDENCE, outranks};
 pub use rules::{Condition, RULES, Role, Rule, Test};
 pub use signals::Signal;
 pub use verdict::{Cause, CauseScore, Evidence, Missing, Verdict, fmt_num};
@@ -100,7 +101,7 @@ pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
         .iter()
         .enumerate()
         .map(|(index, window)| {
-            let ctx = signals::Ctx {
+            let ctx = baseline::Ctx {
                 window,
                 index,
                 baseline: baselines.for_window(window).unwrap_or(&none),

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use super::WindowVerdict;
 use super::baseline::{Baseline, Baselines, NOISE_SIGMAS};
 use super::causes::{self, CausePart};
+use super::confirm::{Confirmation, Outcome};
 use super::decompose::{self, Decomposition, MEDIAN_BAND, TAIL_BAND};
 use super::signals::Signal;
 use super::verdict::{Cause, CauseScore, Evidence, Missing};
@@ -118,7 +119,7 @@ pub struct PhaseSummary {
     pub tail_decomposition: Option<Decomposition>,
     /// The verdict put to the test by a follow-up step (`stress --explain --confirm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confirmation: Option<super::confirm::Confirmation>,
+    pub confirmation: Option<Confirmation>,
     /// Scenario events sent during the phase (e.g. `POST /v1/vector/rebuild -> 200 at +5.0 s`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<String>,
@@ -128,6 +129,22 @@ pub struct PhaseSummary {
 }
 
 impl PhaseSummary {
+    /// Records `c` and updates the phase's score: a confirmed verdict closes half its distance
+    /// to 1; one not confirmed is halved, never below its best runner-up (the ranking stands, the
+    /// report says it was not confirmed).
+    pub fn confirm(&mut self, c: Confirmation) {
+        let score = self.confidence;
+        self.confidence = match c.outcome {
+            Outcome::Confirmed => score + (1.0 - score) / 2.0,
+            Outcome::NotConfirmed => {
+                let runner_up = self.runners_up.first().map_or(0.0, |r| r.confidence);
+                (score / 2.0).max(runner_up).min(score)
+            }
+            Outcome::CannotByLoad => score,
+        };
+        self.confirmation = Some(c);
+    }
+
     /// The verdict in words: the dominant cause, or the two causes it names with their parts of
     /// the rise (`kv_cache (62%) + network (31%)`).
     #[must_use]

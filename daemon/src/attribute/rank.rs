@@ -3,13 +3,44 @@
 //! evidence counts for it too): precedence is folded into the one score, and the winner never
 //! shows less than a runner-up. Equal ranks go to the cause higher in the precedence order.
 
-use super::evaluate::{MIN_CONFIDENCE, RuleResult, outranks};
 use super::verdict::Cause;
 
-/// The rank of each of `results` (same order), see the module doc.
+/// Least confidence for naming a cause; below it the verdict is `none`.
+pub const MIN_CONFIDENCE: f64 = 0.5;
+
+/// Whether cause `a` explains `b`'s symptoms: a convincing `a` carries a convincing `b`'s rank
+/// and wins a tie with it (`super::rank`). When the generator lags, every other latency is
+/// measured wrong; a full KV cache, a GPU out of memory, a server starved of CPU or an index
+/// rebuilding is why requests wait inside the server (a rebuild also why its threads wait for
+/// a CPU); and any named bottleneck explains the errors it causes.
 #[must_use]
-pub fn ranks(results: &[RuleResult]) -> Vec<f64> {
-    let conf: Vec<f64> = results.iter().map(RuleResult::confidence).collect();
+pub fn outranks(a: Cause, b: Cause) -> bool {
+    match a {
+        Cause::Loadgen => b != Cause::Loadgen,
+        // A full cache (recompute) or a failing allocator also makes every step slower: they
+        // explain a saturated-looking engine. A starved server does too, but `compute` requires
+        // its run-queue p99 flat, so the confidences decide between them: an engine busy with
+        // its own batch makes its own threads wait a little (seen: the mean x5 at a few hundred
+        // µs, `cpu_runqueue` 0.61 against `compute` 0.81), outside load a lot.
+        Cause::KvCache | Cause::GpuMemory => {
+            matches!(b, Cause::Queue | Cause::Errors | Cause::Compute)
+        }
+        Cause::CpuRunqueue => matches!(b, Cause::Queue | Cause::Errors),
+        // Its rule needs free slots and a first token as many steps away as before: a kernel
+        // view of requests waiting longer for their first token is then waiting for the longer
+        // steps, not for admission.
+        Cause::Compute => matches!(b, Cause::Queue | Cause::Errors),
+        // A rebuild is CPU work of the server's own: its threads wait for a CPU because of it.
+        Cause::VectorIndex => matches!(b, Cause::Queue | Cause::Errors | Cause::CpuRunqueue),
+        Cause::Queue | Cause::Network => b == Cause::Errors,
+        _ => false,
+    }
+}
+
+/// The rank of each of `results` (cause and own confidence, same order), see the module doc.
+#[must_use]
+pub fn ranks(results: &[(Cause, f64)]) -> Vec<f64> {
+    let conf: Vec<f64> = results.iter().map(|r| r.1).collect();
     let mut rank = conf.clone();
     // Precedence has no cycle: a pass per result reaches the fixed point.
     for _ in 0..results.len() {
@@ -19,7 +50,7 @@ pub fn ranks(results: &[RuleResult]) -> Vec<f64> {
                 continue;
             }
             for (j, b) in results.iter().enumerate() {
-                if conf[j] >= MIN_CONFIDENCE && outranks(a.cause, b.cause) && rank[j] > rank[i] {
+                if conf[j] >= MIN_CONFIDENCE && outranks(a.0, b.0) && rank[j] > rank[i] {
                     rank[i] = rank[j];
                     changed = true;
                 }
@@ -47,13 +78,13 @@ pub fn depth(c: Cause) -> usize {
 /// The order of `results` by rank (best first), ties to the deeper cause, then to the higher
 /// own confidence: indices into `results`.
 #[must_use]
-pub fn order(results: &[RuleResult], rank: &[f64]) -> Vec<usize> {
+pub fn order(results: &[(Cause, f64)], rank: &[f64]) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..results.len()).collect();
     idx.sort_by(|&a, &b| {
         rank[b]
             .total_cmp(&rank[a])
-            .then_with(|| depth(results[b].cause).cmp(&depth(results[a].cause)))
-            .then_with(|| results[b].confidence().total_cmp(&results[a].confidence()))
+            .then_with(|| depth(results[b].0).cmp(&depth(results[a].0)))
+            .then_with(|| results[b].1.total_cmp(&results[a].1))
     });
     idx
 }
@@ -62,17 +93,8 @@ pub fn order(results: &[RuleResult], rank: &[f64]) -> Vec<usize> {
 mod tests {
     use super::*;
 
-    fn result(cause: Cause, score: f64) -> RuleResult {
-        RuleResult {
-            cause,
-            signature: "t",
-            score,
-            coverage: 1.0,
-            evaluable: true,
-            evidence: Vec::new(),
-            quiet_triggers: Vec::new(),
-            missing: Vec::new(),
-        }
+    fn result(cause: Cause, confidence: f64) -> (Cause, f64) {
+        (cause, confidence)
     }
 
     #[test]

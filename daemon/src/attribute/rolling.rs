@@ -21,10 +21,8 @@
 //! KV cache, preemptions, out-of-memory returns, retransmits, errors) still name the cause.
 
 use super::{
-    Baseline, Baselines, WindowVerdict, Workload,
-    baseline::is_baseline_name,
-    evaluate, rules,
-    signals::{Ctx, Signal},
+    Baseline, Baselines, WindowVerdict, Workload, baseline::Ctx, baseline::is_baseline_name,
+    evaluate, rules, signals::Signal,
 };
 use crate::collect::timeline::Timeline;
 

@@ -5,8 +5,9 @@
 //! at least one of its trigger conditions holds: conditions such as "no preemptions" or "ITL
 //! flat" also hold in a healthy window, so they may support a cause but never raise one alone.
 
+use super::baseline::Ctx;
 use super::baseline::{Level, NOISE_SIGMAS};
-use super::signals::{Ctx, Signal};
+use super::signals::Signal;
 use super::verdict::{Cause, Evidence, Missing, fmt_num};
 
 /// A test on one signal.

@@ -5,8 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::baseline::Baseline;
 use crate::collect::timeline::Window;
+
+/// Wake-ups on a request's path to its first token (frontend receive, engine step, response
+/// write): each waits the server threads' mean run-queue delay, which is how the run-queue
+/// delay is turned into milliseconds of a request.
+pub const FIRST_TOKEN_WAKEUPS: f64 = 3.0;
 
 /// Windows at the start of the run in which GPU allocations are expected (warm-up).
 pub const WARMUP_WINDOWS: usize = 3;
@@ -225,16 +229,6 @@ impl Source {
     }
 }
 
-/// What a rule evaluates a window with.
-pub struct Ctx<'a> {
-    /// The window.
-    pub window: &'a Window,
-    /// Its index in the time line.
-    pub index: usize,
-    /// The run's baseline.
-    pub baseline: &'a Baseline,
-}
-
 impl Signal {
     /// The name used in evidence.
     #[must_use]
@@ -433,47 +427,6 @@ impl Signal {
                 (g.launches > 0).then(|| g.sync_ms / g.launches as f64)
             }
             _ => None,
-        }
-    }
-
-    /// The signal's value in the context's window, using the baseline where it must.
-    #[must_use]
-    pub fn value(self, ctx: &Ctx<'_>) -> Option<f64> {
-        match self {
-            Signal::TtftRiseFromQueue => {
-                let (w, b) = (ctx.window, ctx.baseline);
-                let rise = |s: Signal| Some(s.raw(w, ctx.index)? - b.get(s)?);
-                let ttft_rise = rise(Signal::ServerTtftMeanMs)?;
-                let queue_rise = rise(Signal::QueueTimeMeanMs)?;
-                // A TTFT that did not rise is not "explained" by anything.
-                Some(if ttft_rise <= 1.0 {
-                    0.0
-                } else {
-                    queue_rise / ttft_rise
-                })
-            }
-            // Every joined request was hit: against the baseline's E2E instead of the others'.
-            Signal::LossSlowdown => Self::LossSlowdown.raw(ctx.window, ctx.index).or_else(|| {
-                let n = ctx.window.net.as_ref()?;
-                (n.loss_hit_requests > 0 && n.loss_clean_e2e_p50_ms.is_none()).then_some(())?;
-                Some(n.loss_hit_e2e_max_ms? / ctx.baseline.get(Signal::E2eP50Ms)?.max(0.001))
-            }),
-            Signal::ServerWaitShare => {
-                let (w, b) = (ctx.window, ctx.baseline);
-                let rise = |s: Signal| Some(s.raw(w, ctx.index)? - b.get(s)?);
-                let first = rise(Signal::KernelFirstTokenP50Ms)?;
-                if first <= 1.0 {
-                    return Some(0.0);
-                }
-                // Each wake-up on the first-token path waits the mean run-queue delay; CPU work
-                // per request that grew adds its growth (both only when they rose).
-                let sched = rise(Signal::RunqMeanUs).map_or(0.0, |us| {
-                    us.max(0.0) * super::decompose::FIRST_TOKEN_WAKEUPS / 1000.0
-                });
-                let work = rise(Signal::ServerCpuPerRequestMs).unwrap_or(0.0).max(0.0);
-                Some(((first - sched - work) / first).clamp(0.0, 1.0))
-            }
-            s => s.raw(ctx.window, ctx.index),
         }
     }
 

@@ -59,7 +59,7 @@ pub async fn run(
             c.outcome = confirm::judge(d.baseline_ms, d.value_ms, ms);
         }
         eprintln!("explain: phase {}: {}", p.name, c.line());
-        confirm::apply(p, c);
+        p.confirm(c);
     }
     Ok(())
 }

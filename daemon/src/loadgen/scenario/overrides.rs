@@ -15,7 +15,6 @@
 use std::time::Duration;
 
 use crate::loadgen::{
-    scenario::plan::PlanError,
     scenario::template::JsonTemplate,
     scenario::{Phase, Scenario},
 };
@@ -89,6 +88,27 @@ impl PhaseFlag {
     }
 }
 
+/// Why the flags cannot go over a scenario.
+#[derive(Debug, thiserror::Error)]
+pub enum OverrideError {
+    /// A flag of the file-less single phase was given with a scenario file.
+    #[error("{} conflicts with the scenario file {file}: {}", .flag.name(), .flag.instead())]
+    Conflict {
+        /// The flag.
+        flag: PhaseFlag,
+        /// The scenario file.
+        file: String,
+    },
+    /// An LLM request flag, and no phase it could apply to.
+    #[error("{flag} applies to chat and completions phases, and {file} has none: drop {flag}")]
+    NoLlmPhase {
+        /// The flag.
+        flag: &'static str,
+        /// The scenario file (or `the run`).
+        file: String,
+    },
+}
+
 /// What the command line sets over a scenario: every field left at its default leaves the
 /// scenario as it is.
 #[derive(Debug, Clone, Default)]
@@ -118,7 +138,7 @@ pub struct Overrides {
 impl Overrides {
     /// Applies the flags to `scenario`, read from `file` (named in errors). Refuses any
     /// [`PhaseFlag`], and an LLM request flag when no phase is an LLM phase.
-    pub(super) fn apply(&self, scenario: &mut Scenario, file: &str) -> Result<(), PlanError> {
+    pub(super) fn apply(&self, scenario: &mut Scenario, file: &str) -> Result<(), OverrideError> {
         self.refuse_phase_flags(file)?;
         if let Some(t) = &self.target {
             scenario.target.clone_from(t);
@@ -147,9 +167,9 @@ impl Overrides {
     }
 
     /// The first [`PhaseFlag`] given, as the conflict it is with the scenario `file`.
-    pub(super) fn refuse_phase_flags(&self, file: &str) -> Result<(), PlanError> {
+    pub(super) fn refuse_phase_flags(&self, file: &str) -> Result<(), OverrideError> {
         match self.phase_flags.first() {
-            Some(&flag) => Err(PlanError::Conflict {
+            Some(&flag) => Err(OverrideError::Conflict {
                 flag,
                 file: file.to_owned(),
             }),
@@ -158,7 +178,7 @@ impl Overrides {
     }
 
     /// `--model`, `--max-tokens`, `--temperature` and `--no-stream` on every LLM phase.
-    fn apply_llm(&self, phases: &mut [Phase], file: &str) -> Result<(), PlanError> {
+    fn apply_llm(&self, phases: &mut [Phase], file: &str) -> Result<(), OverrideError> {
         let given = [
             ("--model", self.model.is_some()),
             ("--max-tokens", self.max_tokens.is_some()),
@@ -188,7 +208,7 @@ impl Overrides {
         if any {
             Ok(())
         } else {
-            Err(PlanError::NoLlmPhase {
+            Err(OverrideError::NoLlmPhase {
                 flag,
                 file: file.to_owned(),
             })

@@ -3,7 +3,10 @@
 use std::{path::Path, time::Duration};
 
 use super::*;
-use crate::loadgen::scenario::{files::Files, plan::Plan};
+use crate::loadgen::scenario::{
+    files::Files,
+    plan::{Plan, PlanError},
+};
 
 const FILE: &str = "target: http://127.0.0.1:1
 timeout: 30s
@@ -139,7 +142,7 @@ fn an_llm_flag_without_an_llm_phase_is_refused_naming_the_flag() {
     for (flag, o) in cases {
         let e = applied(VECTOR_ONLY, &o).unwrap_err();
         assert!(
-            matches!(&e, PlanError::NoLlmPhase { flag: f, .. } if *f == flag),
+            matches!(&e, PlanError::Override(OverrideError::NoLlmPhase { flag: f, .. }) if *f == flag),
             "{e}"
         );
         let line = e.to_string();
@@ -260,5 +263,8 @@ fn a_file_is_read_overridden_and_validated_once() {
         ..o
     };
     let e = Plan::from_file(&path, &o).unwrap_err();
-    assert!(matches!(e, PlanError::Conflict { .. }), "{e}");
+    assert!(
+        matches!(e, PlanError::Override(OverrideError::Conflict { .. })),
+        "{e}"
+    );
 }

@@ -15,7 +15,7 @@ use crate::loadgen::{
     scenario::check::Check,
     scenario::dataset::Dataset,
     scenario::files::Files,
-    scenario::overrides::{Overrides, PhaseFlag},
+    scenario::overrides::{OverrideError, Overrides},
     scenario::{Phase, Scenario, ScenarioError, limits},
 };
 
@@ -34,22 +34,9 @@ pub struct Plan {
 /// Why there is no plan.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    /// A flag of the file-less single phase was given with a scenario file.
-    #[error("{} conflicts with the scenario file {file}: {}", .flag.name(), .flag.instead())]
-    Conflict {
-        /// The flag.
-        flag: PhaseFlag,
-        /// The scenario file.
-        file: String,
-    },
-    /// An LLM request flag, and no phase it could apply to.
-    #[error("{flag} applies to chat and completions phases, and {file} has none: drop {flag}")]
-    NoLlmPhase {
-        /// The flag.
-        flag: &'static str,
-        /// The scenario file (or `the run`).
-        file: String,
-    },
+    /// A flag cannot go over the scenario.
+    #[error(transparent)]
+    Override(#[from] OverrideError),
     /// The scenario (with the flags applied) is not valid.
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
