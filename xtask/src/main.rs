@@ -122,7 +122,7 @@ fn test(args: &[String]) -> anyhow::Result<()> {
 
 /// `deploy/validate.sh`, in full: the dashboard's and the alert rules' metric names, `promtool
 /// check rules` / `test rules`, the kustomization, and the manifests against the Kubernetes
-/// schemas (kubernetes-validate --strict) and the policy checks (checkov), both from PyPI in
+/// schemas (`kubernetes-validate --strict`) and the policy checks (checkov), both from `PyPI` in
 /// `target/venv-deploy` (the script installs them once). Needs promtool (setup installs it).
 fn deploy_checks() -> anyhow::Result<()> {
     if std::process::Command::new("promtool")

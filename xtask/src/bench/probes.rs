@@ -397,23 +397,7 @@ fn loaded_cost() -> anyhow::Result<()> {
         .args(["--listen", &addr]);
     let sim = procs::Server::start(sim, addr, "inferscope sim")?;
     let port = sim.addr.rsplit(':').next().unwrap_or_default().to_string();
-    let load = |secs: u64| -> anyhow::Result<Child> {
-        procs::pinned(client_cpu, procs::inferscope_bin())
-            .args(["stress", "--target", &format!("http://{}", sim.addr)])
-            .args([
-                "--model",
-                "inferscope-sim",
-                "--max-tokens",
-                "64",
-                "--rate",
-                "16",
-            ])
-            .args(["--duration", &format!("{secs}s"), "-q", "--no-records"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting inferscope stress")
-    };
+    let load = |secs: u64| stress_on(client_cpu, &sim.addr, secs);
     let finish = |mut c: Child| -> anyhow::Result<()> {
         let st = c.wait()?;
         anyhow::ensure!(st.success(), "inferscope stress failed ({st})");
@@ -442,11 +426,13 @@ fn loaded_cost() -> anyhow::Result<()> {
         .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(body).ok())
         .and_then(|t| {
             let closed = t.get("windows_closed")?.as_u64()?;
-            let kept = t.pointer("/timeline/windows")?.as_array()?.len();
+            let kept = t.pointer("/servers/0/windows")?.as_u64()?;
             Some(format!("{kept} of {closed} windows kept"))
         });
     finish(stress)?;
     stop(d)?;
+
+    let (cpu3, rss3, servers) = three_servers(sim, server_cpu, client_cpu)?;
     table(
         &["measure", "value", "target"],
         &[
@@ -463,9 +449,79 @@ fn loaded_cost() -> anyhow::Result<()> {
                 ),
                 "< 64 MiB".into(),
             ],
+            vec![
+                format!("three servers ({servers} time lines), 1 s windows, under load"),
+                format!("{cpu3:.2}% of a core, {rss3:.1} MiB (one server: {cpu:.2}%)"),
+                "< 2%, < 96 MiB".into(),
+            ],
         ],
     );
     Ok(())
+}
+
+/// `inferscope stress` at 16 req/s for `secs` against the sim at `addr`, on `cpu`.
+fn stress_on(cpu: usize, addr: &str, secs: u64) -> anyhow::Result<Child> {
+    procs::pinned(cpu, procs::inferscope_bin())
+        .args(["stress", "--target", &format!("http://{addr}")])
+        .args([
+            "--model",
+            "inferscope-sim",
+            "--max-tokens",
+            "64",
+            "--rate",
+            "16",
+        ])
+        .args(["--duration", &format!("{secs}s"), "-q", "--no-records"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting inferscope stress")
+}
+
+/// The daemon's CPU (% of a core) and RSS (MiB) with three servers on the node, each under
+/// load and each its own time line and verdict (`sim` and two more), and how many servers its
+/// time line lists.
+fn three_servers(
+    sim: procs::Server,
+    server_cpu: usize,
+    client_cpu: usize,
+) -> anyhow::Result<(f64, f64, usize)> {
+    let finish = |mut c: Child| -> anyhow::Result<()> {
+        let st = c.wait()?;
+        anyhow::ensure!(st.success(), "inferscope stress failed ({st})");
+        Ok(())
+    };
+    let mut sims = vec![sim];
+    for _ in 0..2 {
+        let addr = format!("127.0.0.1:{}", procs::free_port()?);
+        let mut more = procs::pinned(server_cpu, procs::inferscope_bin());
+        more.args(["sim", "--profile", "healthy", "--corpus-size", "100"])
+            .args(["--listen", &addr]);
+        sims.push(procs::Server::start(more, addr, "inferscope sim")?);
+    }
+    let ports: Vec<String> = sims
+        .iter()
+        .map(|s| s.addr.rsplit(':').next().unwrap_or_default().to_string())
+        .collect();
+    let port_args: Vec<&str> = ports.iter().flat_map(|p| ["--port", p.as_str()]).collect();
+    let d = start_daemon_with(&port_args)?;
+    let loads = sims
+        .iter()
+        .map(|s| stress_on(client_cpu, &s.addr, 14))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = procs::cpu_seconds(d.id())?;
+    std::thread::sleep(Duration::from_secs(10));
+    let cpu3 = (procs::cpu_seconds(d.id())? - t0) / 10.0 * 100.0;
+    let rss3 = procs::rss_mib(d.id())?;
+    for l in loads {
+        finish(l)?;
+    }
+    let servers = http_get(DAEMON_ADDR, "/api/v1/timeline")?
+        .matches("\"server\"")
+        .count();
+    stop(d)?;
+    Ok((cpu3, rss3, servers))
 }
 
 /// Runs `load` under `inferscope runqlat` (all processes) and returns the scheduler events per
