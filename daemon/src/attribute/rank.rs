@@ -69,6 +69,7 @@ mod tests {
             score,
             coverage: 1.0,
             evaluable: true,
+            applies: true,
             evidence: Vec::new(),
             quiet_triggers: Vec::new(),
             missing: Vec::new(),
