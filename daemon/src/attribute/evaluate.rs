@@ -15,10 +15,15 @@ pub struct RuleResult {
     pub signature: &'static str,
     /// Weighted share of evaluated conditions that held (0 unless a trigger held).
     pub score: f64,
-    /// Weighted share of the rule's conditions that could be evaluated.
+    /// Weighted share of the rule's conditions that could be evaluated, of those that apply to
+    /// the window's requests (`Signal::applies_to`).
     pub coverage: f64,
     /// Whether any trigger could be evaluated at all.
     pub evaluable: bool,
+    /// Whether any trigger applies to the window's requests (`Signal::applies_to`): a rule
+    /// whose every trigger is a token timing cannot name a vector search's cause, so what it
+    /// lacks is not missing.
+    pub applies: bool,
     /// Evaluated conditions (held or not).
     pub evidence: Vec<Evidence>,
     /// Trigger conditions that were evaluated and did not hold: evidence of absence.
@@ -39,14 +44,20 @@ impl RuleResult {
 #[must_use]
 pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
     let (mut total, mut evaluated, mut met) = (0.0, 0.0, 0.0);
-    let (mut evaluable, mut triggered, mut refuted) = (false, false, false);
+    let (mut evaluable, mut triggered, mut refuted, mut applies) = (false, false, false, false);
     let mut evidence = Vec::new();
     let mut quiet_triggers = Vec::new();
     let mut missing = Vec::new();
     for c in rule.conditions {
-        total += c.weight;
         let trigger = c.role == Role::Trigger;
-        match c.evaluate(ctx) {
+        let outcome = c.evaluate(ctx);
+        // A condition on a signal the window's requests cannot have is no part of the rule
+        // there: it neither lowers the coverage nor goes missing.
+        if outcome != Outcome::Inapplicable {
+            total += c.weight;
+            applies |= trigger;
+        }
+        match outcome {
             Outcome::Evaluated(e) => {
                 evaluated += c.weight;
                 evaluable |= trigger;
@@ -61,6 +72,7 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
                 evidence.push(e);
             }
             Outcome::Missing(m) => missing.push(m),
+            Outcome::Inapplicable => {}
         }
     }
     let score = if triggered && !refuted && evaluated > 0.0 {
@@ -69,12 +81,16 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
         0.0
     };
     let coverage = if total > 0.0 { evaluated / total } else { 0.0 };
+    if !applies {
+        missing.clear();
+    }
     RuleResult {
         cause: rule.cause,
         signature: rule.signature,
         score,
         coverage,
         evaluable,
+        applies,
         evidence,
         quiet_triggers,
         missing,
@@ -96,7 +112,9 @@ fn latency_rise(ctx: &Ctx<'_>) -> Option<Vec<Evidence>> {
                         .into_iter()
                         .filter_map(|o| match o {
                             Outcome::Evaluated(e) if e.met => Some(e),
-                            Outcome::Evaluated(_) | Outcome::Missing(_) => None,
+                            Outcome::Evaluated(_) | Outcome::Missing(_) | Outcome::Inapplicable => {
+                                None
+                            }
                         })
                         .collect()
                 })
@@ -259,13 +277,15 @@ fn distinct<'a>(all: impl Iterator<Item = &'a Missing>) -> Vec<Missing> {
     out
 }
 
-/// `none`: sure when every rule could look and none fired, unsure when rules could not look.
+/// `none`: sure when every rule that applies to the window's requests could look and none
+/// fired, unsure when rules could not look.
 fn none_verdict(results: &[RuleResult], best: f64, runners_up: Vec<CauseScore>) -> Verdict {
     let looked = results.iter().filter(|r| r.evaluable).count();
-    let share = if results.is_empty() {
+    let applying = results.iter().filter(|r| r.applies).count();
+    let share = if applying == 0 {
         0.0
     } else {
-        looked as f64 / results.len() as f64
+        looked as f64 / applying as f64
     };
     // Evidence of absence: the triggers that were evaluated and did not hold.
     let mut evidence: Vec<Evidence> = Vec::new();
@@ -572,7 +592,7 @@ mod tests {
             baseline: &base,
         }) {
             crate::attribute::rules::Outcome::Evaluated(e) => e.met,
-            crate::attribute::rules::Outcome::Missing(m) => panic!("{m}"),
+            other => panic!("{other:?}"),
         };
         assert!(!met(5));
         assert!(met(6));

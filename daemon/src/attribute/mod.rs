@@ -17,6 +17,7 @@
 //! assert!(a.windows.iter().all(|w| w.verdict.cause != Cause::Loadgen));
 //! ```
 
+pub mod advice;
 pub mod baseline;
 pub mod causes;
 pub mod confirm;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::WindowVerdict;
+use super::advice;
 use super::baseline::{Baseline, Baselines, NOISE_SIGMAS};
 use super::causes::{self, CausePart};
 use super::confirm::{Confirmation, Outcome};
@@ -102,7 +103,8 @@ pub struct PhaseSummary {
     /// decomposition to read the parts from).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<CausePart>,
-    /// What to do about the dominant verdict.
+    /// What to do about the dominant verdict, in the terms of the engine the scrape recognised
+    /// in the phase's windows (`attribute::advice`).
     pub hint: String,
     /// When the engine's compute saturated and requests also queued in this phase, the one
     /// whose windows came first (a saturated engine queues next): `compute` when its windows
@@ -339,8 +341,9 @@ fn mean_confidence(verdicts: &[&WindowVerdict]) -> f64 {
 }
 
 /// Which of `compute` and `queue` came first in the phase's windows, when both did (each in at
-/// least [`TAIL_MIN_WINDOWS`] windows), and the hint of the `dominant` cause, led by the order
-/// in words when it is one of them: `compute saturated first (+2 s), requests queued from +5 s`.
+/// least [`TAIL_MIN_WINDOWS`] windows), and the hint of the `dominant` cause for the engine the
+/// windows' scrapes recognised, led by the order in words when it is one of them: `compute
+/// saturated first (+2 s), requests queued from +5 s`.
 fn onset(
     dominant: Cause,
     idx: &[usize],
@@ -348,11 +351,15 @@ fn onset(
     verdicts: &[WindowVerdict],
 ) -> (Option<Cause>, String) {
     let (came_first, order) = order(idx, windows, verdicts);
+    let advice = advice::hint(
+        dominant,
+        advice::engine_of(idx.iter().map(|&i| &windows[i])),
+    );
     let hint = match order {
         Some(order) if matches!(dominant, Cause::Compute | Cause::Queue) => {
-            format!("{order}: {}", dominant.hint())
+            format!("{order}: {advice}")
         }
-        _ => dominant.hint().to_owned(),
+        _ => advice.to_owned(),
     };
     (came_first, hint)
 }

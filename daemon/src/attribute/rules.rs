@@ -333,6 +333,9 @@ pub enum Outcome {
     Evaluated(Evidence),
     /// The signal (or its baseline) is absent.
     Missing(Missing),
+    /// The signal cannot exist for the window's requests (a first token of a vector search,
+    /// see [`super::signals::Signal::applies_to`]): neither evidence nor missing.
+    Inapplicable,
 }
 
 impl Condition {
@@ -341,6 +344,9 @@ impl Condition {
     pub fn evaluate(&self, ctx: &Ctx<'_>) -> Outcome {
         let name = self.signal.name();
         let Some(value) = self.signal.value(ctx) else {
+            if !self.signal.applies_in(ctx.window) {
+                return Outcome::Inapplicable;
+            }
             let why = if ctx.baseline.windows.is_empty() {
                 "no baseline windows"
             } else {

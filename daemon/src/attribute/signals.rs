@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::collect::timeline::Window;
+use crate::measure::Endpoint;
 
 /// Wake-ups on a request's path to its first token (frontend receive, engine step, response
 /// write): each waits the server threads' mean run-queue delay, which is how the run-queue
@@ -298,6 +299,47 @@ impl Signal {
         }
     }
 
+    /// Whether the signal can exist for requests of this kind: the timings of generated
+    /// tokens (first token, inter-token, the first token's transit, the server's own TTFT and
+    /// time per token) only for the generation endpoints, recall only for vector searches. A
+    /// vector search or a plain HTTP request has no first token to time, so such a signal is
+    /// not missing there.
+    #[must_use]
+    pub fn applies_to(self, endpoint: Endpoint) -> bool {
+        use Signal as S;
+        let token_timing = matches!(
+            self,
+            S::TtftP50Ms
+                | S::TtftP95Ms
+                | S::TtftP99Ms
+                | S::ItlP50Ms
+                | S::ItlP99Ms
+                | S::TtftPerItl
+                | S::ClientServerGapMs
+                | S::ServerTtftP50Ms
+                | S::ServerTtftMeanMs
+                | S::ServerTpotMs
+                | S::QueueShareOfTtft
+                | S::TtftRiseFromQueue
+                | S::FrontendMs
+        );
+        match endpoint {
+            Endpoint::Chat | Endpoint::Completions => self != S::RecallMean,
+            Endpoint::VectorSearch => !token_timing,
+            Endpoint::Http => !token_timing && self != S::RecallMean,
+        }
+    }
+
+    /// Whether the signal can exist in this window: see [`Self::applies_to`], for the kind of
+    /// most of the window's requests (every signal applies when the window has none).
+    #[must_use]
+    pub fn applies_in(self, w: &Window) -> bool {
+        w.load
+            .as_ref()
+            .and_then(|l| l.endpoint)
+            .is_none_or(|e| self.applies_to(e))
+    }
+
     /// The signal's value in one window, without the baseline (`None` when absent).
     #[must_use]
     pub fn raw(self, w: &Window, index: usize) -> Option<f64> {
@@ -316,7 +358,7 @@ impl Signal {
             S::E2eP99Ms => load?.e2e_ms.map(|q| q.p99),
             S::RecallMean => load?.recall_mean,
             S::VectorShare => Some(f64::from(u8::from(
-                load?.endpoint? == crate::measure::Endpoint::VectorSearch,
+                load?.endpoint? == Endpoint::VectorSearch,
             ))),
             S::PhaseEvents => Some(load?.phase_events_before as f64),
             S::ErrorRate => load
@@ -456,5 +498,34 @@ impl Signal {
         } else {
             self.source().absent_reason()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_timings_apply_to_generation_endpoints_only() {
+        for s in [
+            Signal::TtftP50Ms,
+            Signal::ItlP99Ms,
+            Signal::ClientServerGapMs,
+            Signal::ServerTtftMeanMs,
+        ] {
+            assert!(s.applies_to(Endpoint::Chat) && s.applies_to(Endpoint::Completions));
+            assert!(!s.applies_to(Endpoint::VectorSearch) && !s.applies_to(Endpoint::Http));
+        }
+        for s in [
+            Signal::E2eP99Ms,
+            Signal::KvUsage,
+            Signal::KernelFirstTokenP50Ms,
+        ] {
+            assert!(s.applies_to(Endpoint::VectorSearch) && s.applies_to(Endpoint::Http));
+        }
+        assert!(Signal::RecallMean.applies_to(Endpoint::VectorSearch));
+        assert!(!Signal::RecallMean.applies_to(Endpoint::Chat));
+        // A window without load records applies every signal.
+        assert!(Signal::TtftP50Ms.applies_in(&Window::default()));
     }
 }

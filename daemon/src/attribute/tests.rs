@@ -324,6 +324,9 @@ fn recorded_llama_server_saturating_its_thread_is_compute() {
         assert!(p.confidence >= least, "{name}: {}", p.confidence);
         let names = evidence_names(p);
         assert!(names.contains(&"itl_p50_ms"), "{name}: {names:?}");
+        // What to do, in llama-server's own flags when its metrics named it; neutral without.
+        assert_eq!(p.hint.contains("--parallel"), metrics, "{name}: {}", p.hint);
+        assert!(!p.hint.contains("max_num_seqs"), "{name}: {}", p.hint);
         assert_eq!(names.contains(&"batch_mean"), metrics, "{name}: {names:?}");
         // The first token rose by less than the steps on its way explain: server compute,
         // not queue.
@@ -333,4 +336,58 @@ fn recorded_llama_server_saturating_its_thread_is_compute() {
             "{name}: {d:#?}"
         );
     }
+}
+
+/// A vector phase has no first token and no token gaps: the signals of generated tokens are not
+/// missing there, while the sources that are really off still are.
+#[test]
+fn a_vector_phase_lists_no_token_signal_as_missing() {
+    let mut t = fixture("cpu_runqueue");
+    for w in &mut t.windows {
+        if let Some(l) = w.load.as_mut() {
+            l.endpoint = Some(crate::measure::Endpoint::VectorSearch);
+            l.ttft_ms = None;
+            l.itl_ms = None;
+        }
+        if let Some(n) = w.net.as_mut() {
+            n.transit_p50_ms = None;
+        }
+        // Recorded without the server's metrics: those are missing for real.
+        w.server = None;
+    }
+    let a = attribute(&t);
+    let token = [
+        "ttft",
+        "itl",
+        "client_server_gap_ms",
+        "frontend_ms",
+        "server_tpot_ms",
+        "queue_share",
+    ];
+    for p in &a.phases {
+        let missing = p.missing.join("\n");
+        for s in token {
+            assert!(!missing.contains(s), "{}: {s} in {missing}", p.name);
+        }
+    }
+    for w in &a.windows {
+        for m in &w.verdict.missing {
+            assert!(!token.iter().any(|s| m.signal.contains(s)), "{m}");
+        }
+    }
+    let missing = peak(&a).missing.join("\n");
+    assert!(missing.contains("no server metrics"), "{missing}");
+    // The same windows as chat requests lack their first token: that is missing.
+    for w in &mut t.windows {
+        if let Some(l) = w.load.as_mut() {
+            l.endpoint = Some(crate::measure::Endpoint::Chat);
+        }
+    }
+    let a = attribute(&t);
+    assert!(
+        a.windows
+            .iter()
+            .any(|w| w.verdict.missing.iter().any(|m| m.signal == "ttft_p50_ms")),
+        "a chat window without TTFT names it missing"
+    );
 }

@@ -77,60 +77,6 @@ impl Cause {
             Cause::None => "none",
         }
     }
-
-    /// What an operator can do about this cause.
-    #[must_use]
-    pub fn hint(self) -> &'static str {
-        match self {
-            Cause::KvCache => {
-                "KV cache is full: raise gpu_memory_utilization, or lower max_num_seqs / \
-                 max_model_len; enable prefix caching; add replicas"
-            }
-            Cause::GpuMemory => {
-                "GPU memory outside the KV cache runs out: lower gpu_memory_utilization to leave \
-                 headroom for activations/graphs, check other processes on the GPU (nvidia-smi)"
-            }
-            Cause::Queue => {
-                "requests wait for admission: add replicas, or raise max_num_seqs / \
-                 max_num_batched_tokens if KV usage allows"
-            }
-            Cause::Compute => {
-                "the engine's compute is saturated (each step slower as the batch grows): for \
-                 latency, cap concurrent sequences (max_num_seqs, --parallel); for throughput, add \
-                 replicas; a faster model or quantisation, or speculative decoding, shortens each \
-                 step"
-            }
-            Cause::CpuRunqueue => {
-                "server threads wait for a CPU: pin/isolate the server's CPUs, reduce co-located \
-                 load, raise CPU requests/limits"
-            }
-            Cause::Network => {
-                "the network path adds latency: check the path, MTU, congestion and \
-                 retransmits between client and server; a first-token transit that grows with \
-                 the RTT flat is small writes waiting for ACKs (Nagle with delayed ACKs): set \
-                 TCP_NODELAY on the server's sockets"
-            }
-            Cause::Loadgen => {
-                "the load generator cannot keep its schedule: give it more CPU or shard it \
-                 (--shard i/N); latencies of these windows are untrustworthy"
-            }
-            Cause::VectorIndex => {
-                "the vector index slows searches or loses recall: schedule rebuilds off-peak or \
-                 on a replica, raise ef_search only where recall needs it, rebuild when recall \
-                 drifts below its target"
-            }
-            Cause::Errors => {
-                "requests fail: fix the errors first (see the error classes); latencies of \
-                 failing windows describe only what succeeded"
-            }
-            Cause::Unexplained => {
-                "latency rose but no cause is convincing: run with the missing evidence (root \
-                 for kernel probes, the server's /metrics) or look at the decomposition's \
-                 unexplained part"
-            }
-            Cause::None => "no bottleneck found",
-        }
-    }
 }
 
 impl std::fmt::Display for Cause {
@@ -319,8 +265,6 @@ mod tests {
                 format!("\"{}\"", c.name())
             );
         }
-        assert!(Cause::KvCache.hint().contains("gpu_memory_utilization"));
-        assert!(Cause::Loadgen.hint().contains("--shard"));
     }
 
     #[test]

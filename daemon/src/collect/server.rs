@@ -63,6 +63,7 @@ impl Drop for ServerCollector {
 #[must_use]
 pub fn server_signals(w: &WindowSignals) -> ServerSignals {
     ServerSignals {
+        engine: w.server,
         running: w.running.map(|g| g.last),
         waiting: w.waiting.map(|g| g.max),
         // No server exports its batch cap as a metric; the run's configuration may supply it.

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::measure::{Endpoint, ErrorClass};
+use crate::scrape::ServerKind;
 
 /// p50/p95/p99/max of one distribution in one window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -59,9 +60,13 @@ pub struct LoadSignals {
     pub phase_events_before: u64,
 }
 
-/// The inference server's own metrics, mapped from vLLM / `SGLang` / TGI names.
+/// The inference server's own metrics, mapped from vLLM / `SGLang` / TGI / llama.cpp names.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServerSignals {
+    /// The server the scrape recognised by its metric names: what advice speaks of
+    /// (`attribute::advice`).
+    #[serde(default, skip_serializing_if = "ServerKind::is_unknown")]
+    pub engine: ServerKind,
     /// Requests running (in the batch).
     pub running: Option<f64>,
     /// Requests waiting (queued).

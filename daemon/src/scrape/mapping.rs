@@ -9,10 +9,15 @@
 //! usage fraction takes the most loaded engine, because preemption starts in
 //! whichever engine runs out first; a hit-rate gauge is averaged.
 
+use serde::{Deserialize, Serialize};
+
 use super::prom_text::{Exposition, Sample, parse_float};
 
 /// Which inference server produced an exposition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum ServerKind {
     /// vLLM (`vllm:` names).
     Vllm,
@@ -23,7 +28,16 @@ pub enum ServerKind {
     /// llama.cpp's `llama-server` started with `--metrics` (`llamacpp:` names).
     LlamaCpp,
     /// None of the above.
+    #[default]
     Unknown,
+}
+
+impl ServerKind {
+    /// Whether no server was recognised.
+    #[must_use]
+    pub fn is_unknown(&self) -> bool {
+        *self == ServerKind::Unknown
+    }
 }
 
 /// A cumulative histogram as exposed: bucket upper bounds with cumulative counts.

@@ -67,6 +67,14 @@ fn reports_of_real_runs_match_the_schemas() {
             .unwrap()
             .is_empty()
     );
+    // The scrape recognised the sim's vLLM metric names: its windows say so, and advice speaks
+    // vLLM's terms.
+    let windows = explain["timeline"]["windows"].as_array().unwrap();
+    assert!(
+        windows.iter().any(|w| w["server"]["engine"] == "vllm"),
+        "{:#?}",
+        windows.iter().map(|w| &w["server"]).collect::<Vec<_>>()
+    );
     if let Err(e) = check(Format::Explain, &explain) {
         panic!("explained report: {e:#?}");
     }

@@ -352,3 +352,65 @@ fn every_fixture_report_matches_the_checked_in_schema() {
         .check(&with_waterfalls.unwrap())
         .unwrap();
 }
+
+#[test]
+fn a_vector_phase_prints_no_token_signal_as_missing() {
+    // The network fixture as vector searches: load, server metrics and socket probes on, but
+    // no request has a first token or token gaps to time.
+    let mut t = fixture("network");
+    for w in &mut t.windows {
+        if let Some(l) = w.load.as_mut() {
+            l.endpoint = Some(crate::measure::Endpoint::VectorSearch);
+            (l.ttft_ms, l.itl_ms) = (None, None);
+        }
+        if let Some(n) = w.net.as_mut() {
+            n.transit_p50_ms = None;
+        }
+        if let Some(s) = w.server.as_mut() {
+            (s.ttft_p50_ms, s.ttft_p95_ms, s.ttft_mean_ms, s.tpot_mean_ms) =
+                (None, None, None, None);
+        }
+    }
+    let end = t.origin_unix_ms + t.windows.len() as u64 * t.len_ms;
+    let r = Report::new(
+        RunMeta::new(
+            "vector",
+            "http://127.0.0.1:8000",
+            t.origin_unix_ms,
+            end,
+            t.len_ms,
+        ),
+        t,
+    );
+    let text = r.terminal();
+    for line in text.lines().filter(|l| l.contains("missing")) {
+        for s in [
+            "ttft",
+            "itl_",
+            "client_server_gap_ms",
+            "frontend_ms",
+            "server_tpot_ms",
+        ] {
+            assert!(!line.contains(s), "{s} in {line}\n{text}");
+        }
+    }
+}
+
+#[test]
+fn what_to_do_speaks_the_recognised_engine() {
+    let peak = |name: &str| report(name).phase("peak").unwrap().hint.clone();
+    let llama = peak("llamacpp_compute");
+    assert!(llama.contains("--parallel"), "{llama}");
+    assert!(!llama.contains("max_num_seqs"), "{llama}");
+    // llama.cpp's metrics unread: nothing recognised, neutral words.
+    let neutral = peak("llamacpp_compute_nometrics");
+    for knob in [
+        "--parallel",
+        "max_num_seqs",
+        "--max-running-requests",
+        "--max-batch-size",
+    ] {
+        assert!(!neutral.contains(knob), "{knob} in {neutral}");
+    }
+    assert!(peak("kv_cache").contains("gpu_memory_utilization"));
+}
