@@ -5,9 +5,9 @@ use super::*;
 use crate::attribute::Cause;
 use tokio::sync::oneshot;
 
-/// A node without collectors (no server, no metrics URL): windows are closed empty.
-fn node(marks: Marks, keep: usize) -> (Node, NodeHandle) {
-    let mut opts = NodeOptions::new(SessionOptions {
+/// Options of a node without collectors (no server, no metrics URL), 100 ms windows.
+fn collectorless() -> NodeOptions {
+    NodeOptions::new(SessionOptions {
         servers: Vec::new(),
         loadgen: None,
         cuda_targets: Vec::new(),
@@ -15,7 +15,12 @@ fn node(marks: Marks, keep: usize) -> (Node, NodeHandle) {
         metrics_url: None,
         tls: crate::tls::TlsOptions::default(),
         window: Duration::from_millis(100),
-    });
+    })
+}
+
+/// A node without collectors (no server, no metrics URL): windows are closed empty.
+fn node(marks: Marks, keep: usize) -> (Node, NodeHandle) {
+    let mut opts = collectorless();
     opts.marks = Some(marks);
     opts.keep = keep;
     Node::start(opts)
@@ -110,15 +115,7 @@ async fn each_server_has_its_own_time_line_marks_verdicts_and_a_bound() {
     let (pa, pb, pc) = (first.id(), second.id(), third.id());
     let found = Arc::new(Mutex::new(vec![pa, pb]));
     let marks = Marks::default();
-    let mut opts = NodeOptions::new(SessionOptions {
-        servers: Vec::new(),
-        loadgen: None,
-        cuda_targets: Vec::new(),
-        kernel_without_servers: false,
-        metrics_url: None,
-        tls: crate::tls::TlsOptions::default(),
-        window: Duration::from_millis(100),
-    });
+    let mut opts = collectorless();
     opts.grouping = Grouping::PerServer;
     opts.max_servers = 2;
     opts.keep = 5;
