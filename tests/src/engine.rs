@@ -5,9 +5,10 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     process::{Child, Command, Stdio},
+    time::Duration,
 };
 
-use crate::{http_get, wait_ready};
+use crate::{http_get, http_post_json, wait_ready};
 
 /// `target/engine` of the workspace (where `cargo xtask setup` builds the engine).
 fn dir() -> PathBuf {
@@ -136,6 +137,73 @@ impl LlamaServer {
         body.lines()
             .find(|l| l.starts_with(&format!("llamacpp:{name} ")))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+}
+
+/// How fast the engine runs on this machine, by its own `timings`, at batch size one. Machines
+/// differ by 5x (a token took 1.6 ms on one of these 2-core machines, about 7 ms on another), so
+/// a case whose mechanism needs requests to overlap sizes its load by this.
+#[derive(Debug, Clone, Copy)]
+pub struct Speed {
+    /// Prefill of a 128-token prompt.
+    pub prompt: Duration,
+    /// One decode step of one sequence.
+    pub token: Duration,
+}
+
+impl Speed {
+    /// How long a request of a 128-token prompt and `output_tokens` takes alone.
+    #[must_use]
+    pub fn request(&self, output_tokens: u32) -> Duration {
+        self.prompt + self.token * output_tokens
+    }
+
+    /// How many output tokens make a request of a 128-token prompt last `d` alone.
+    #[must_use]
+    pub fn tokens_lasting(&self, d: Duration) -> u32 {
+        let steps = d.saturating_sub(self.prompt).as_secs_f64() / self.token.as_secs_f64();
+        // Saturating float-to-int cast: a whole number of tokens, at least one.
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let n = steps.round().max(1.0) as u32;
+        n
+    }
+}
+
+impl LlamaServer {
+    /// Measures [`Speed`]: the fastest of three requests of 128 prompt words and 64 tokens
+    /// (the first warms the engine up). Panics when the engine does not answer with timings.
+    #[must_use]
+    pub fn speed(&self) -> Speed {
+        let prompt = "the ".repeat(127);
+        let body = format!(
+            r#"{{"prompt": "{prompt}", "n_predict": 64, "ignore_eos": true, "cache_prompt": false}}"#
+        );
+        let measure = || {
+            let answer = http_post_json(self.addr, "/completion", &body)
+                .unwrap_or_else(|| panic!("llama-server at {} did not answer", self.addr));
+            let v: serde_json::Value = serde_json::from_str(&answer)
+                .unwrap_or_else(|e| panic!("llama-server answered no JSON ({e}): {answer}"));
+            let ms = |k: &str| {
+                let ms = v["timings"][k]
+                    .as_f64()
+                    .unwrap_or_else(|| panic!("no timings.{k} in {answer}"));
+                Duration::from_secs_f64(ms / 1e3)
+            };
+            Speed {
+                prompt: ms("prompt_ms"),
+                token: ms("predicted_per_token_ms"),
+            }
+        };
+        let runs = [measure(), measure(), measure()];
+        let token = runs.iter().map(|s| s.token).min().expect("three runs");
+        let prompt = runs.iter().map(|s| s.prompt).min().expect("three runs");
+        let speed = Speed { prompt, token };
+        println!(
+            "llama-server speed: prefill of 128 tokens {:.1} ms, {:.2} ms a token",
+            prompt.as_secs_f64() * 1e3,
+            token.as_secs_f64() * 1e3
+        );
+        speed
     }
 }
 

@@ -151,7 +151,12 @@ impl Stress {
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e}\nstderr:\n{stderr}", path.display()));
         let report: Value = serde_json::from_str(&text).unwrap();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // INFERSCOPE_E2E_KEEP=1 keeps the scenario and the report, to read a verdict again.
+        if std::env::var_os("INFERSCOPE_E2E_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            println!("kept {}", self.dir.display());
+        }
         report
     }
 }

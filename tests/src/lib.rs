@@ -131,16 +131,35 @@ pub fn free_port() -> u16 {
 /// cannot be reached.
 #[must_use]
 pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    http(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+        std::time::Duration::from_secs(5),
+    )
+}
+
+/// One plain HTTP/1.1 POST of the JSON `body` to `path` on `addr` (30 s to answer); the
+/// response body, or `None` when the server cannot be reached.
+#[must_use]
+pub fn http_post_json(addr: std::net::SocketAddr, path: &str, body: &str) -> Option<String> {
+    http(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+        std::time::Duration::from_secs(30),
+    )
+}
+
+/// Sends `request` on a new connection to `addr`; the body of the answer, read within `timeout`.
+fn http(addr: std::net::SocketAddr, request: &str, timeout: std::time::Duration) -> Option<String> {
     use std::io::{Read as _, Write as _};
     let mut s =
         std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-        .ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.write_all(request.as_bytes()).ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())

@@ -24,7 +24,7 @@ pub fn all() -> Vec<Case> {
     vec![
         Case {
             name: "llamacpp-queue",
-            mechanism: "llama-server, 2 slots, 1 -> 4 req/s of 64 tokens: requests wait for a free slot (llamacpp:requests_deferred)",
+            mechanism: "llama-server, 2 slots, 1 -> 4 req/s of answers that take 0.5 s alone (64 tokens where a token takes 7 ms): requests wait for a free slot (llamacpp:requests_deferred)",
             expected: "queue",
             run: queue,
         },
@@ -48,7 +48,7 @@ pub fn all() -> Vec<Case> {
         },
         Case {
             name: "llamacpp-kv-exhausted",
-            mechanism: "llama-server, one KV pool of 512 tokens shared by 4 slots (--kv-unified), 0.5 req/s of 128+32 tokens, then 1 req/s of 128+256: two sequences no longer fit, decode finds no free cell at batch size 1 and every running request fails with \"Context size has been exceeded.\"",
+            mechanism: "llama-server, one KV pool of 512 tokens shared by 4 slots (--kv-unified), 0.5 req/s of 128+32 tokens, then 128+256 at a rate that keeps two in flight (1 req/s where a token takes 7 ms): two sequences no longer fit, decode finds no free cell at batch size 1 and every running request fails with \"Context size has been exceeded.\"",
             expected: "errors",
             run: kv_exhausted,
         },
@@ -99,7 +99,11 @@ fn start(cfg: &Config) -> LlamaServer {
 
 /// Runs `load` against a server started with `cfg`; returns report.json.
 fn run(name: &str, cfg: &Config, load: &Load) -> Value {
-    let server = start(cfg);
+    run_on(start(cfg), name, load)
+}
+
+/// Runs `load` against `server`; returns report.json.
+fn run_on(server: LlamaServer, name: &str, load: &Load) -> Value {
     let r = Stress::start(
         name,
         &engine_scenario(name, &server, load),
@@ -112,8 +116,16 @@ fn run(name: &str, cfg: &Config, load: &Load) -> Value {
     r
 }
 
+/// Two slots, answers that take 0.5 s alone: 0.5 in flight at the baseline, 2 at the peak
+/// before batching doubles each step (one compute thread), so requests wait for a slot.
 fn queue() -> Value {
-    run("llama-queue", &Config::slots(2), &llm(1.0, 4.0, 64))
+    let server = start(&Config::slots(2));
+    // 128 + 896 tokens fill a slot of 1,024.
+    let tokens = server
+        .speed()
+        .tokens_lasting(Duration::from_millis(500))
+        .clamp(32, 896);
+    run_on(server, "llama-queue", &llm(1.0, 4.0, tokens))
 }
 
 /// One compute thread, 8 slots (free ones), and HTTP threads for every stream and the scraper:
@@ -155,11 +167,14 @@ fn kv_exhausted() -> Value {
         threads: 1,
         http_threads: 4,
     };
+    let server = start(&cfg);
+    // 1.8 peak requests in flight on average (constant arrivals: every one overlaps the next).
+    let peak_rps = 1.8 / server.speed().request(256).as_secs_f64();
     let load = Load {
         peak_output_tokens: Some(256),
-        ..llm(0.5, 1.0, 32)
+        ..llm(0.5, (peak_rps * 10.0).round().clamp(5.0, 80.0) / 10.0, 32)
     };
-    run("llama-kv", &cfg, &load)
+    run_on(server, "llama-kv", &load)
 }
 
 /// The server at `rps` throughout, returned once the baseline ran: the caller makes the fault.

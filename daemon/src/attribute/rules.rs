@@ -198,8 +198,10 @@ pub const RULES: &[Rule] = &[
         signature: "saturated",
         conditions: &[
             // Each step takes longer: the client's token gap, the server's own time per token.
-            trig(S::ItlP50Ms, Rises { ratio: 1.5, min_delta: 2.0 }, 3.0),
-            trig(S::ServerTpotMs, Rises { ratio: 1.5, min_delta: 2.0 }, 2.0),
+            // 1 ms: an engine whose step is 1.6 ms (a small model on a fast CPU or GPU) doubles
+            // it by 1.6 ms; a median over thousands of tokens does not move by that on its own.
+            trig(S::ItlP50Ms, Rises { ratio: 1.5, min_delta: 1.0 }, 3.0),
+            trig(S::ServerTpotMs, Rises { ratio: 1.5, min_delta: 1.0 }, 2.0),
             // ... because the batch grew: more sequences share each step.
             need(S::InFlightMax, Rises { ratio: 1.5, min_delta: 1.0 }, 2.0),
             need(S::BatchMean, Rises { ratio: 1.5, min_delta: 0.5 }, 2.0),

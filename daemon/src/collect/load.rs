@@ -31,7 +31,8 @@ struct Acc {
     endpoints: BTreeMap<Endpoint, u64>,
     error_classes: BTreeMap<ErrorClass, u64>,
     recall: Vec<f64>,
-    /// E2E of joined requests whose exchange retransmitted, and of the other joined ones.
+    /// E2E of joined requests loss hit (a retransmit, a stall: [`stalled`]), and of the
+    /// other joined ones.
     loss_hit_e2e: Vec<f64>,
     clean_e2e: Vec<f64>,
     /// The window's successful requests cut into parts.
@@ -74,18 +75,23 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
         let a = accs.entry(i).or_default();
         add(a, r);
         let joined = joins.find(r);
-        if !r.counts_as_error() {
-            a.parts.push(parts(r, joined.as_ref(), &joins));
-        }
+        let cut = parts(r, joined.as_ref(), &joins);
         if let Some(j) = joined {
             a.transit.extend(j.transit_ms());
             a.read_delay.push(j.read_delay_ms());
             let e2e = r.e2e_us() as f64 / 1000.0;
-            if retransmits.hit(r) {
+            let srtt_us = timeline
+                .windows
+                .get(i)
+                .and_then(|w| w.net.as_ref()?.srtt_mean_us);
+            if retransmits.hit(r) || stalled(&cut, srtt_us) {
                 a.loss_hit_e2e.push(e2e);
             } else {
                 a.clean_e2e.push(e2e);
             }
+        }
+        if !r.counts_as_error() {
+            a.parts.push(cut);
         }
     }
     mark_events(timeline, report);
@@ -209,6 +215,23 @@ fn timeline_marks_before(marks: &[Mark], phase: Option<&str>, end_unix_ms: u64) 
 
 /// `r` cut into parts: its latencies and send lag, and its path as the kernel saw it when
 /// `joined` with the server's exchange.
+/// How long past 4 smoothed RTTs an answer's last bytes may take from the server's write to
+/// the client's read before a lost segment is what held them. Linux recovers a lost segment
+/// with one in flight (a token stream's usual state) by a retransmission timeout or a tail-loss
+/// probe, each about 200 ms; a probe that sends new data instead of the lost segment, as it
+/// does when the application wrote more (a lost ACK, then Nagle holding the next token), is no
+/// retransmit to the kernel's tracepoint. 100 ms is above Nagle's hold for a delayed ACK
+/// (40 ms), which the `transit stall` rule names from the first token.
+const STALL_MS: f64 = 100.0;
+
+/// Whether the kernel saw `cut`'s answer stall in transit: its last bytes took
+/// [`STALL_MS`] + 4 RTTs (the window's mean smoothed RTT, µs) from write to read.
+fn stalled(cut: &RequestParts, srtt_us: Option<f64>) -> bool {
+    cut.kernel
+        .as_ref()
+        .is_some_and(|k| k.to_client_last_ms >= STALL_MS + 4.0 * srtt_us.unwrap_or(0.0) / 1000.0)
+}
+
 fn parts(r: &RequestRecord, joined: Option<&Joined<'_>>, joins: &Exchanges<'_>) -> RequestParts {
     let ms = |us: u64| us as f64 / 1000.0;
     let ttft = r.ttft_us();
@@ -308,6 +331,35 @@ mod tests {
         let l1 = w1.load.as_ref().unwrap();
         assert_eq!((l1.requests, l1.in_flight_max), (2, 2));
         assert!((l1.output_tokens_per_s - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_answer_held_in_transit_past_a_recovery_timer_is_stalled() {
+        let cut = |to_client_last_ms: f64| RequestParts {
+            ttft_ms: Some(10.0),
+            e2e_ms: 300.0,
+            send_lag_ms: 0.0,
+            kernel: Some(super::super::timeline::KernelParts {
+                to_server_ms: 0.1,
+                server_first_ms: 5.0,
+                to_client_first_ms: 0.1,
+                server_last_ms: 100.0,
+                to_client_last_ms,
+            }),
+        };
+        // A tail-loss probe's 200 ms on a path of 50 µs RTT.
+        assert!(stalled(&cut(200.0), Some(50.0)));
+        // Nagle holding the last token for a delayed ACK, and a healthy path.
+        assert!(!stalled(&cut(40.0), Some(50.0)));
+        assert!(!stalled(&cut(0.1), None));
+        // 200 ms is 4 RTTs on a path of 50 ms: the answer was in flight, not held.
+        assert!(!stalled(&cut(200.0), Some(50_000.0)));
+        // Without the kernel's view of the request nothing is said.
+        let unseen = RequestParts {
+            kernel: None,
+            ..cut(500.0)
+        };
+        assert!(!stalled(&unseen, None));
     }
 
     #[test]

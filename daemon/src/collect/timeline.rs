@@ -164,14 +164,15 @@ pub struct NetSignals {
     /// transit plus time the request waited unread (listen backlog, a socket no worker reads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_delay_p50_ms: Option<f64>,
-    /// The window's joined requests whose connection retransmitted while they were in flight.
+    /// The window's joined requests loss hit: their connection retransmitted while they were in
+    /// flight, or their answer's last bytes stalled in transit (`collect::load::stalled`).
     #[serde(default)]
     pub loss_hit_requests: u64,
-    /// The window's requests joined with an exchange (hit by a retransmission or not).
+    /// The window's requests joined with an exchange (hit by loss or not).
     #[serde(default)]
     pub joined_requests: u64,
-    /// The slowest E2E of the requests hit by a retransmission, ms (loss shows in the tail of
-    /// the few requests it hits).
+    /// The slowest E2E of the requests loss hit, ms (loss shows in the tail of the few
+    /// requests it hits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_hit_e2e_max_ms: Option<f64>,
     /// E2E p50 of the other joined requests, ms.
