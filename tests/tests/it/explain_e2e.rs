@@ -40,6 +40,11 @@ fn kv_pressure_is_kv_cache() {
         &inferscope_tests::cases::kv_pressure_load(),
     );
     assert_peak(&report, "kv_cache", &[], &["kv_usage", "preemptions_per_s"]);
+    // The scrape recognised the sim's vLLM metrics: what to do speaks vLLM's terms.
+    let hint = inferscope_tests::explain::peak(&report)["hint"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(hint.contains("gpu_memory_utilization"), "{hint}");
 }
 
 #[test]

@@ -42,7 +42,18 @@ fn llama_server_with_few_slots_is_queue_from_its_deferred_requests() {
         &["waiting", "kernel_first_token_p50_ms"],
     ) {
         assert_no_transport_errors(&r);
+        // The scrape recognised llama.cpp: what to do speaks its flags, not vLLM's.
+        assert_hint(&r, "--parallel");
     }
+}
+
+/// The peak's advice names `flag` of llama-server and no vLLM setting.
+fn assert_hint(report: &Value, flag: &str) {
+    let hint = inferscope_tests::explain::peak(report)["hint"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(hint.contains(flag), "{hint}");
+    assert!(!hint.contains("max_num_seqs"), "{hint}");
 }
 
 #[test]

@@ -517,9 +517,12 @@ fn three_servers(
     for l in loads {
         finish(l)?;
     }
-    let servers = http_get(DAEMON_ADDR, "/api/v1/timeline")?
-        .matches("\"server\"")
-        .count();
+    let timeline = http_get(DAEMON_ADDR, "/api/v1/timeline")?;
+    let servers = timeline
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(body).ok())
+        .and_then(|t| Some(t.get("servers")?.as_array()?.len()))
+        .context("the daemon's time line lists no servers")?;
     stop(d)?;
     Ok((cpu3, rss3, servers))
 }
