@@ -16,6 +16,7 @@ use serde::Serialize;
 use tokio::sync::mpsc::Receiver;
 
 use super::{
+    accepts::Accepts,
     cuda::GpuMemAccount,
     runq::RunqHist,
     stats::quantile,
@@ -178,6 +179,7 @@ pub struct KernelCollector {
     /// not tie to a process (joined to the server only when there is one), GPU XIDs (joined to
     /// every server).
     shared: Pending,
+    accepts: Accepts,
     exchanges: Vec<Exchange>,
     retransmits: Vec<Retransmit>,
 }
@@ -209,6 +211,7 @@ impl KernelCollector {
             account: GpuMemAccount::default(),
             pending: HashMap::new(),
             shared: Pending::default(),
+            accepts: Accepts::default(),
             exchanges: Vec::new(),
             retransmits: Vec::new(),
         };
@@ -310,7 +313,7 @@ impl KernelCollector {
         let ch = |d: Option<&std::sync::Arc<ChannelDrops>>| d.map_or(0, |d| d.get());
         Ok(Losses {
             runq: r.start_full + r.hist_full,
-            sockets: s.ringbuf_full + s.conns_full,
+            sockets: s.ringbuf_full + s.conns_full + self.accepts.dropped,
             cuda: c.ringbuf_full + c.pending_full + c.launches_full,
             channels: ch(self.sock.as_ref().map(|r| &r.drops))
                 + ch(self.cuda.as_ref().map(|r| &r.drops)),
@@ -344,8 +347,21 @@ impl KernelCollector {
         let Some(kind) = SockEventKind::decode(ev.kind) else {
             return;
         };
+        // The first event of an accepted socket that names its process settles whose accept it
+        // was (a close with no process: nobody watched ever read from it).
+        if ev.tgid != 0
+            && let Some(ms) = self.accepts.owned(ev.skaddr)
+        {
+            self.count_accept(ev.tgid, ms);
+        }
         match kind {
-            SockEventKind::Connect | SockEventKind::Accept if ours || ev.tgid == 0 => {
+            SockEventKind::Accept => {
+                self.accepts
+                    .accepted(ev.skaddr, ev.duration_ns as f64 / 1e6);
+            }
+            // connect() names its caller: a server's own outgoing connection, or the load
+            // generator's (every part's when there is one).
+            SockEventKind::Connect if ours => {
                 let p = if self.is_server(ev.tgid) {
                     self.pending.entry(ev.tgid).or_default()
                 } else {
@@ -385,8 +401,36 @@ impl KernelCollector {
             }
             SockEventKind::Close => {
                 self.last_conn.remove(&ev.skaddr);
+                let _ = self.accepts.owned(ev.skaddr);
             }
             _ => {}
+        }
+    }
+
+    /// An accept of `tgid`'s: counted when it is a watched server.
+    fn count_accept(&mut self, tgid: u32, ms: f64) {
+        if self.is_server(tgid) {
+            let p = self.pending.entry(tgid).or_default();
+            p.connects += 1;
+            p.connect_ms.push(ms);
+        }
+    }
+
+    /// Accepts still waiting whose socket a process took since: the kernel's connection table
+    /// names it before the socket's first exchange ends.
+    fn settle_accepts(&mut self) {
+        if self.accepts.is_empty() {
+            return;
+        }
+        let Ok(conns) = self.probes.sock_conns() else {
+            return;
+        };
+        for (sk, c) in conns {
+            if c.tgid != 0
+                && let Some(ms) = self.accepts.owned(sk)
+            {
+                self.count_accept(c.tgid, ms);
+            }
         }
     }
 
@@ -412,11 +456,12 @@ impl KernelCollector {
     }
 
     /// Fills each part's window with the kernel signals of its processes since the previous
-    /// call, and resets. The load generator's connections and the events the kernel could not
-    /// tie to a process go to the server when there is one part; XIDs (a GPU fault, node-wide)
-    /// go to every part.
+    /// call, and resets. The load generator's connections go to the server when there is one
+    /// part; an accept counts for the server that took its socket ([`Accepts`]); XIDs (a GPU
+    /// fault, node-wide) go to every part.
     pub fn close_windows(&mut self, parts: &mut [Part<'_>]) -> Result<(), ProbeError> {
         self.drain();
+        self.settle_accepts();
         let mut pending = std::mem::take(&mut self.pending);
         let shared = std::mem::take(&mut self.shared);
         let runq = self.runq_window(parts)?;

@@ -1,5 +1,6 @@
 //! Kernel events and samples -> time-windowed aggregates; procfs enrichment.
 
+pub mod accepts;
 pub mod catalog;
 pub mod cgroup;
 pub mod cuda;
