@@ -135,11 +135,13 @@ const LATENCY_RISE: [Condition; 5] = [
 
 /// Without load-generator records (an external generator drives the server), the rise is read
 /// on the server's side: the kernel's request-in -> first token and whole exchange, and the
-/// server's own mean TTFT, with the medians' thresholds.
-const SERVER_LATENCY_RISE: [Condition; 3] = [
+/// server's own mean TTFT, with the medians' thresholds; the whole exchange's tail with the
+/// tails' (a vector index rebuild slows the slowest searches first).
+const SERVER_LATENCY_RISE: [Condition; 4] = [
     risen(Signal::KernelFirstTokenP50Ms, 1.5, 20.0),
     risen(Signal::KernelExchangeP50Ms, 1.5, 20.0),
     risen(Signal::ServerTtftMeanMs, 1.5, 20.0),
+    risen(Signal::KernelExchangeP99Ms, 2.0, 50.0),
 ];
 
 const fn risen(signal: Signal, ratio: f64, min_delta: f64) -> Condition {

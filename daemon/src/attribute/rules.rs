@@ -320,6 +320,21 @@ pub const RULES: &[Rule] = &[
         ],
     },
     Rule {
+        cause: Cause::VectorIndex,
+        signature: "server tail",
+        conditions: &[
+            // What the node agent sees of a vector service without any client's records: most
+            // of its exchanges were searches (its own counter over the kernel's count) ...
+            need(S::VectorShare, AtLeast(0.8), 1.0),
+            // ... its slowest answers, as the kernel timed them on its sockets, ...
+            trig(S::KernelExchangeP99Ms, Rises { ratio: 3.0, min_delta: 20.0 }, 3.0),
+            // ... while it says its index was being rebuilt (where it exports that).
+            supp(S::IndexRebuild, Above(0.0), 3.0),
+            supp(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
+            supp(S::SrttMeanUs, Flat { ratio: 2.0, slack: 1000.0 }, 1.0),
+        ],
+    },
+    Rule {
         cause: Cause::Errors,
         signature: "failures",
         conditions: &[
@@ -344,11 +359,13 @@ impl Condition {
     /// Evaluates the condition on the context's window.
     #[must_use]
     pub fn evaluate(&self, ctx: &Ctx<'_>) -> Outcome {
+        // A signal the window's requests cannot have is no part of the rule there, even where
+        // a value exists (an engine's exchange tail is not a vector index's).
+        if !self.signal.applies_in(ctx.window) {
+            return Outcome::Inapplicable;
+        }
         let name = self.signal.name();
         let Some(value) = self.signal.value(ctx) else {
-            if !self.signal.applies_in(ctx.window) {
-                return Outcome::Inapplicable;
-            }
             let why = if ctx.baseline.windows.is_empty() {
                 "no baseline windows"
             } else {

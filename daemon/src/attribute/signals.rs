@@ -34,7 +34,8 @@ pub enum Signal {
     E2eP99Ms,
     /// Mean recall@k of sampled vector searches.
     RecallMean,
-    /// 1 when most of the window's requests are vector searches, else 0.
+    /// 1 when most of the window's requests are vector searches, else 0. Without load
+    /// records: the searches the server says it answered over the exchanges the kernel saw.
     VectorShare,
     /// Scenario events (e.g. an index rebuild) of the window's phase sent before its end.
     PhaseEvents,
@@ -91,6 +92,11 @@ pub enum Signal {
     KernelFirstTokenP50Ms,
     /// Server-side whole exchange (kernel: request in -> last write) p50, ms.
     KernelExchangeP50Ms,
+    /// Server-side whole exchange p99, ms: the slowest answers, timed by the kernel.
+    KernelExchangeP99Ms,
+    /// Index rebuild activity a vector service reports in the window (scrapes that found a
+    /// rebuild running plus rebuilds completed); 0 when its index is idle.
+    IndexRebuild,
     /// The server processes' on-CPU time per exchange the kernel saw, ms.
     ServerCpuPerRequestMs,
     /// Share of the server-side first-token rise over the baseline that neither CPU work per
@@ -194,6 +200,8 @@ impl Signal {
         Signal::Retransmits,
         Signal::KernelFirstTokenP50Ms,
         Signal::KernelExchangeP50Ms,
+        Signal::KernelExchangeP99Ms,
+        Signal::IndexRebuild,
         Signal::ServerCpuPerRequestMs,
         Signal::ServerWaitShare,
         Signal::LossHitShare,
@@ -274,7 +282,8 @@ impl Signal {
             | S::PrefixHitRate
             | S::QueueShareOfTtft
             | S::BatchMean
-            | S::ServerTpotMs => Source::Server,
+            | S::ServerTpotMs
+            | S::IndexRebuild => Source::Server,
             S::TtftRiseFromQueue | S::ServerWaitShare => Source::Baseline,
             S::LoadgenRunqP99Us
             | S::RunqP99Us
@@ -286,6 +295,7 @@ impl Signal {
             | S::Retransmits
             | S::KernelFirstTokenP50Ms
             | S::KernelExchangeP50Ms
+            | S::KernelExchangeP99Ms
             | S::LossHitShare
             | S::LossSlowdown
             | S::ReadDelayMs
@@ -331,13 +341,23 @@ impl Signal {
     }
 
     /// Whether the signal can exist in this window: see [`Self::applies_to`], for the kind of
-    /// most of the window's requests (every signal applies when the window has none).
+    /// most of the window's requests (every signal applies when the window has none). A
+    /// vector index's rebuild, and the kernel's exchange tail that judges it, belong to a
+    /// vector service only: no engine's window lists them missing.
     #[must_use]
     pub fn applies_in(self, w: &Window) -> bool {
-        w.load
-            .as_ref()
-            .and_then(|l| l.endpoint)
-            .is_none_or(|e| self.applies_to(e))
+        let endpoint = w.load.as_ref().and_then(|l| l.endpoint);
+        if matches!(self, Signal::IndexRebuild | Signal::KernelExchangeP99Ms) {
+            return match endpoint {
+                Some(e) => e == Endpoint::VectorSearch,
+                None => w
+                    .server
+                    .as_ref()
+                    .and_then(|s| s.vector_searches_per_s)
+                    .is_some_and(|r| r > 0.0),
+            };
+        }
+        endpoint.is_none_or(|e| self.applies_to(e))
     }
 
     /// The signal's value in one window, without the baseline (`None` when absent).
@@ -357,9 +377,7 @@ impl Signal {
             S::E2eP50Ms => load?.e2e_ms.map(|q| q.p50),
             S::E2eP99Ms => load?.e2e_ms.map(|q| q.p99),
             S::RecallMean => load?.recall_mean,
-            S::VectorShare => Some(f64::from(u8::from(
-                load?.endpoint? == Endpoint::VectorSearch,
-            ))),
+            S::VectorShare => vector_share(w),
             S::PhaseEvents => Some(load?.phase_events_before as f64),
             S::ErrorRate => load
                 .filter(|l| l.requests > 0)
@@ -424,6 +442,8 @@ impl Signal {
             S::Retransmits => net.map(|n| n.retrans as f64),
             S::KernelFirstTokenP50Ms => net?.server_first_token_p50_ms,
             S::KernelExchangeP50Ms => net?.exchange_p50_ms,
+            S::KernelExchangeP99Ms => net?.exchange_p99_ms,
+            S::IndexRebuild => server?.index_rebuild,
             S::ClientServerGapMs => net?.transit_p50_ms,
             S::ReadDelayMs => net?.read_delay_p50_ms,
             S::FrontendMs => Some(net?.server_first_token_p50_ms? - server?.ttft_p50_ms?),
@@ -499,6 +519,22 @@ impl Signal {
             self.source().absent_reason()
         }
     }
+}
+
+/// 1 when most of the window's requests are vector searches, else 0; without load records,
+/// the searches the server says it answered over the exchanges the kernel saw (the scraper's
+/// own exchanges among them, a few per window).
+fn vector_share(w: &Window) -> Option<f64> {
+    if let Some(l) = w.load.as_ref() {
+        return Some(f64::from(u8::from(l.endpoint? == Endpoint::VectorSearch)));
+    }
+    let searches = w.server.as_ref()?.vector_searches_per_s? * w.len_ms as f64 / 1000.0;
+    let exchanges = w.net.as_ref()?.exchanges as f64;
+    Some(if searches > 0.0 {
+        (searches / exchanges.max(searches)).min(1.0)
+    } else {
+        0.0
+    })
 }
 
 #[cfg(test)]

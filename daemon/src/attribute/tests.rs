@@ -391,3 +391,62 @@ fn a_vector_phase_lists_no_token_signal_as_missing() {
         "a chat window without TTFT names it missing"
     );
 }
+
+/// A vector service as the node agent sees it: no client's records, only the kernel's timing
+/// of its exchanges and the service's own counters. A rebuild during the peak makes the
+/// slowest searches 10x slower: `vector_index`, by its `server tail`. The same tail on a
+/// server that answered no search (an engine) is not `vector_index`.
+#[test]
+fn a_vector_service_rebuilding_is_vector_index_without_client_records() {
+    use crate::collect::timeline::{NetSignals, RunqSignals, ServerSignals};
+    let timeline = |searches_per_s: f64| {
+        let mut t = Timeline::new(0, 1000);
+        for i in 0..20u64 {
+            let peak = i >= 10;
+            let w = t.at(i * 1000 + 500);
+            w.phase = Some(if peak { "peak" } else { "baseline" }.into());
+            w.net = Some(NetSignals {
+                exchanges: 50,
+                server_first_token_p50_ms: Some(4.0),
+                exchange_p50_ms: Some(4.0 + (i % 3) as f64 * 0.1),
+                exchange_p99_ms: Some(if peak { 80.0 } else { 8.0 + (i % 2) as f64 }),
+                srtt_mean_us: Some(30.0),
+                ..NetSignals::default()
+            });
+            w.runq = Some(RunqSignals {
+                samples: 100,
+                p50_us: 5.0,
+                p99_us: 200.0,
+                mean_us: 20.0,
+                total_ms: 2.0,
+                ..RunqSignals::default()
+            });
+            w.server = Some(ServerSignals {
+                vector_searches_per_s: Some(searches_per_s),
+                index_rebuild: Some(if peak && searches_per_s > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }),
+                ..ServerSignals::default()
+            });
+        }
+        t
+    };
+    let a = attribute(&timeline(48.0));
+    assert_quiet_baseline(&a);
+    let p = peak(&a);
+    assert_eq!(p.dominant, Cause::VectorIndex, "{:#?}", p.shares);
+    let names = evidence_names(p);
+    for s in ["kernel_exchange_p99_ms", "index_rebuild", "vector_share"] {
+        assert!(names.contains(&s), "{s} not in {names:?}");
+    }
+    let engine = attribute(&timeline(0.0));
+    assert_ne!(peak(&engine).dominant, Cause::VectorIndex);
+    // A server without metrics: nothing says it is a vector service, so its tail is not one.
+    let mut unknown = timeline(48.0);
+    for w in &mut unknown.windows {
+        w.server = None;
+    }
+    assert_ne!(peak(&attribute(&unknown)).dominant, Cause::VectorIndex);
+}

@@ -83,6 +83,8 @@ pub fn server_signals(w: &WindowSignals) -> ServerSignals {
             .itl
             .map(|l| l.mean * 1000.0)
             .or(w.generation_s_per_token.map(|s| s * 1000.0)),
+        vector_searches_per_s: w.vector_searches_per_s,
+        index_rebuild: w.index_rebuild,
     }
 }
 

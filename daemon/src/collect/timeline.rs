@@ -104,6 +104,13 @@ pub struct ServerSignals {
     /// histogram mean; llama.cpp generation seconds over tokens generated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpot_mean_ms: Option<f64>,
+    /// Vector searches answered per second (a vector service's own counter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector_searches_per_s: Option<f64>,
+    /// Index rebuild activity in the window: scrapes that found a rebuild running plus
+    /// rebuilds completed; 0 when the service reports its index idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_rebuild: Option<f64>,
 }
 
 /// Run-queue delay of the watched server's threads (and of the load generator's).

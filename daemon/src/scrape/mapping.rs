@@ -124,6 +124,13 @@ pub struct Signals {
     pub ttft: Option<Histogram>,
     /// Inter-token latency, seconds (TGI: mean time per token of each request).
     pub itl: Option<Histogram>,
+    /// Cumulative vector searches answered (a vector service beside or instead of an engine:
+    /// `inferscope_sim_vector_searches_total`).
+    pub vector_searches_total: Option<f64>,
+    /// 1 while the vector index is being rebuilt (`inferscope_sim_vector_index_rebuilding`).
+    pub index_rebuilding: Option<f64>,
+    /// Cumulative index rebuilds completed (`inferscope_sim_vector_index_rebuilds_total`).
+    pub index_rebuilds_total: Option<f64>,
 }
 
 /// Facts that are not in the exposition itself.
@@ -188,6 +195,9 @@ pub fn extract(exp: &Exposition, opts: &SignalOptions) -> Signals {
         queue_time: None,
         ttft: None,
         itl: None,
+        vector_searches_total: sum(exp, "inferscope_sim_vector_searches_total"),
+        index_rebuilding: max(exp, "inferscope_sim_vector_index_rebuilding"),
+        index_rebuilds_total: sum(exp, "inferscope_sim_vector_index_rebuilds_total"),
     };
     match server {
         ServerKind::Vllm => {

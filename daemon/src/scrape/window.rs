@@ -74,6 +74,12 @@ pub struct WindowSignals {
     pub ttft: Option<LatencyWindow>,
     /// Inter-token latency.
     pub itl: Option<LatencyWindow>,
+    /// Vector searches per second.
+    pub vector_searches_per_s: Option<f64>,
+    /// Index rebuild activity: 1 for each scrape that found a rebuild running, plus the
+    /// rebuilds completed in the window (a rebuild shorter than a scrape interval still counts);
+    /// 0 when the service reports its index idle.
+    pub index_rebuild: Option<f64>,
 }
 
 impl WindowSignals {
@@ -139,6 +145,9 @@ pub struct WindowBuilder {
 struct Accumulated {
     pushes: usize,
     gauges: [Option<GaugeWindow>; 4],
+    vector_searches: Option<f64>,
+    rebuilding_scrapes: Option<f64>,
+    rebuilds: Option<f64>,
     preemptions: Option<f64>,
     prefix_queries: Option<f64>,
     prefix_hits: Option<f64>,
@@ -174,6 +183,19 @@ impl WindowBuilder {
                 }
             }
             let a = &mut self.acc;
+            if let Some(r) = cur.index_rebuilding {
+                a.rebuilding_scrapes = Some(a.rebuilding_scrapes.unwrap_or(0.0) + r.min(1.0));
+            }
+            add(
+                &mut a.vector_searches,
+                prev.vector_searches_total,
+                cur.vector_searches_total,
+            );
+            add(
+                &mut a.rebuilds,
+                prev.index_rebuilds_total,
+                cur.index_rebuilds_total,
+            );
             add(
                 &mut a.preemptions,
                 prev.preemptions_total,
@@ -273,6 +295,11 @@ impl WindowBuilder {
             queue_time: acc.queue_time.as_ref().and_then(latency),
             ttft: acc.ttft.as_ref().and_then(latency),
             itl: acc.itl.as_ref().and_then(latency),
+            vector_searches_per_s: rate(acc.vector_searches),
+            index_rebuild: match (acc.rebuilding_scrapes, acc.rebuilds) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+            },
         })
     }
 }

@@ -25,7 +25,38 @@ fn empty(server: ServerKind) -> Signals {
         queue_time: None,
         ttft: None,
         itl: None,
+        vector_searches_total: None,
+        index_rebuilding: None,
+        index_rebuilds_total: None,
     }
+}
+
+#[test]
+fn a_rebuild_shorter_than_a_scrape_interval_still_counts() {
+    let at = |i: u64| Instant::now() + Duration::from_millis(500 * i);
+    let scrape = |searches: f64, rebuilding: f64, rebuilds: f64| Signals {
+        vector_searches_total: Some(searches),
+        index_rebuilding: Some(rebuilding),
+        index_rebuilds_total: Some(rebuilds),
+        ..empty(ServerKind::Vllm)
+    };
+    let t0 = at(0);
+    let mut b = WindowBuilder::new();
+    b.push(t0, scrape(100.0, 0.0, 0.0));
+    b.push(t0 + Duration::from_millis(500), scrape(125.0, 0.0, 0.0));
+    b.push(t0 + Duration::from_secs(1), scrape(150.0, 0.0, 0.0));
+    let idle = b.finish().unwrap();
+    assert_eq!(idle.index_rebuild, Some(0.0));
+    assert!((idle.vector_searches_per_s.unwrap() - 50.0).abs() < 1e-9);
+    // Rebuilt between two scrapes: neither saw it running, the counter did.
+    b.push(t0 + Duration::from_millis(1500), scrape(170.0, 0.0, 1.0));
+    b.push(t0 + Duration::from_secs(2), scrape(190.0, 1.0, 1.0));
+    let busy = b.finish().unwrap();
+    assert_eq!(busy.index_rebuild, Some(2.0));
+    // An engine without a vector index reports none.
+    b.push(t0 + Duration::from_millis(2500), empty(ServerKind::Vllm));
+    b.push(t0 + Duration::from_secs(3), empty(ServerKind::Vllm));
+    assert_eq!(b.finish().unwrap().index_rebuild, None);
 }
 
 fn hist(buckets: &[(f64, f64)], sum: f64) -> Histogram {

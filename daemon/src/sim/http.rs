@@ -48,7 +48,7 @@ async fn models(State(s): St) -> Response {
 }
 
 async fn metrics(State(s): St) -> Response {
-    let text = s.shared.metrics().render();
+    let text = s.shared.metrics().render() + &s.vector.metrics_text();
     (
         [(
             header::CONTENT_TYPE,

@@ -250,14 +250,14 @@ impl Metrics {
     }
 }
 
-fn gauge(o: &mut String, name: &str, help: &str, labels: &str, v: f64) {
+pub(crate) fn gauge(o: &mut String, name: &str, help: &str, labels: &str, v: f64) {
     let _ = writeln!(
         o,
         "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v:?}"
     );
 }
 
-fn counter(o: &mut String, name: &str, help: &str, labels: &str, v: u64) {
+pub(crate) fn counter(o: &mut String, name: &str, help: &str, labels: &str, v: u64) {
     let _ = writeln!(
         o,
         "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {v}.0"

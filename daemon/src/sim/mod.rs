@@ -97,7 +97,7 @@ impl SimServer {
     /// The `/metrics` text.
     #[must_use]
     pub fn metrics_text(&self) -> String {
-        self.state.shared.metrics().render()
+        self.state.shared.metrics().render() + &self.state.vector.metrics_text()
     }
 
     /// Bytes allocated on the simulated device.

@@ -106,6 +106,7 @@ pub struct VectorService {
     index: RwLock<Arc<Hnsw<'static, f32, DistL2>>>,
     rebuilding: AtomicBool,
     rebuilds: AtomicU64,
+    searches: AtomicU64,
 }
 
 impl std::fmt::Debug for VectorService {
@@ -129,6 +130,7 @@ impl VectorService {
             index,
             rebuilding: AtomicBool::new(false),
             rebuilds: AtomicU64::new(0),
+            searches: AtomicU64::new(0),
         }
     }
 
@@ -148,6 +150,41 @@ impl VectorService {
     #[must_use]
     pub fn rebuilds(&self) -> u64 {
         self.rebuilds.load(Ordering::SeqCst)
+    }
+
+    /// Approximate searches answered.
+    #[must_use]
+    pub fn searches(&self) -> u64 {
+        self.searches.load(Ordering::SeqCst)
+    }
+
+    /// The `/metrics` lines of the vector service: searches, and the index's rebuild state
+    /// (what a vector database's own exposition tells a scraper).
+    #[must_use]
+    pub fn metrics_text(&self) -> String {
+        let mut o = String::new();
+        super::metrics::counter(
+            &mut o,
+            "inferscope_sim_vector_searches_total",
+            "Vector searches answered.",
+            "",
+            self.searches(),
+        );
+        super::metrics::gauge(
+            &mut o,
+            "inferscope_sim_vector_index_rebuilding",
+            "1 while the vector index is being rebuilt.",
+            "",
+            f64::from(u8::from(self.rebuilding())),
+        );
+        super::metrics::counter(
+            &mut o,
+            "inferscope_sim_vector_index_rebuilds_total",
+            "Vector index rebuilds completed.",
+            "",
+            self.rebuilds(),
+        );
+        o
     }
 
     /// The query vector from `vector` or `text`, checked.
@@ -197,6 +234,7 @@ impl VectorService {
         let ef = ef_search
             .unwrap_or(self.cfg.default_ef_search)
             .clamp(top_k, 10_000);
+        self.searches.fetch_add(1, Ordering::Relaxed);
         let index = self
             .index
             .read()

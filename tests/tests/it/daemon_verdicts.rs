@@ -15,8 +15,9 @@ use serde_json::Value;
 
 const SIM_FLAGS: &[&str] = &["--num-gpu-blocks", "256"];
 
-/// The Python generator running `phases` (`NAME:SECONDS:RATE`) against `sim`.
-fn generator(sim: &Sim, d: &Daemon, phases: &[&str]) -> Child {
+/// The Python generator running `phases` (`NAME:SECONDS:RATE`) against `sim`, with `extra`
+/// flags (`--vector`, `--event`).
+fn generator(sim: &Sim, d: &Daemon, phases: &[&str], extra: &[&str]) -> Child {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/stream_marks.py");
     // Debian's python3 (`cargo xtask setup` installs it); the script needs nothing else.
     Command::new("python3")
@@ -24,6 +25,7 @@ fn generator(sim: &Sim, d: &Daemon, phases: &[&str]) -> Child {
         .arg(sim.url())
         .arg(format!("http://{}", d.api))
         .args(phases)
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn the Python generator")
@@ -120,10 +122,54 @@ fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
         &sim,
         &d,
         &["warmup:2:2", "baseline:8:2", "peak:12:16", "cooldown:3:2"],
+        &[],
     );
     let seen = watch_for_kv_in_peak(&d, &mut g, sim.addr.port());
     assert!(seen, "/metrics never showed kv_cache during the peak");
     assert_verdicts(&d);
+    d.stop();
+}
+
+/// A vector service the daemon only watches: an external generator's searches at 40/s and an
+/// operator's index rebuild 1 s into the peak. No client records reach the daemon: the kernel's
+/// timing of the sim's exchanges, and the sim's own search and rebuild counters, name it.
+#[test]
+fn an_index_rebuild_under_an_external_generator_is_vector_index() {
+    let Some(_machine) =
+        root_or_skip("an_index_rebuild_under_an_external_generator_is_vector_index")
+    else {
+        return;
+    };
+    let sim = Sim::start(&["nice", "-n", "-10"], "healthy", loopback(), &[]);
+    let d = Daemon::start(&["--port", &sim.addr.port().to_string()]);
+    let mut g = generator(
+        &sim,
+        &d,
+        &[
+            "warmup:2:40",
+            "baseline:8:40",
+            "peak:10:40",
+            "cooldown:3:40",
+        ],
+        &["--vector", "--event", "peak:1:/v1/vector/rebuild"],
+    );
+    let (status, out) = g.wait_with_output_ref();
+    assert!(status.success(), "the Python generator failed: {out}");
+    assert!(out.contains("/v1/vector/rebuild: HTTP 202"), "{out}");
+    std::thread::sleep(Duration::from_secs(2));
+    let peak = d.report("peak");
+    let p = peak["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "peak")
+        .unwrap();
+    assert_eq!(p["dominant"], "vector_index", "{p:#}\n{}", d.log());
+    let evidence = p["evidence"].to_string();
+    assert!(evidence.contains("kernel_exchange_p99_ms"), "{evidence}");
+    assert!(evidence.contains("index_rebuild"), "{evidence}");
+    let base = d.report("baseline");
+    assert_eq!(dominant(&base, "baseline"), "none", "{base:#}");
     d.stop();
 }
 
@@ -137,13 +183,13 @@ fn the_daemon_before_the_server_and_the_server_restarted() {
     let d = Daemon::start(&["--port", &addr.port().to_string()]);
     std::thread::sleep(Duration::from_secs(2));
     let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
-    let mut g = generator(&sim, &d, &["baseline:8:2"]);
+    let mut g = generator(&sim, &d, &["baseline:8:2"], &[]);
     assert!(g.wait_with_output_ref().0.success());
     let first = sim.pid();
     drop(sim);
     let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
     assert_ne!(first, sim.pid());
-    let mut g = generator(&sim, &d, &["peak:14:16", "cooldown:3:2"]);
+    let mut g = generator(&sim, &d, &["peak:14:16", "cooldown:3:2"], &[]);
     let seen = watch_for_kv_in_peak(&d, &mut g, sim.addr.port());
     assert!(seen, "/metrics never showed kv_cache during the peak");
     assert_verdicts(&d);
