@@ -166,9 +166,12 @@ pub const RULES: &[Rule] = &[
             trig(S::KernelFirstTokenP50Ms, Rises { ratio: 2.0, min_delta: 5.0 }, 3.0),
             // ... and most of that rise is neither CPU work nor waiting for a CPU: waiting.
             need(S::ServerWaitShare, AtLeast(0.5), 3.0),
-            // Not the network: transit and smoothed RTT flat.
+            // Not the network: transit and smoothed RTT flat, and nothing retransmitted (a
+            // request whose later segment was lost keeps the server waiting for its rest, which
+            // reads as waiting here; seen at 15% loss in front of llama-server).
             supp(S::ClientServerGapMs, Flat { ratio: 1.5, slack: 5.0 }, 2.0),
             supp(S::SrttMeanUs, Flat { ratio: 2.0, slack: 1000.0 }, 1.0),
+            need(S::Retransmits, Below(1.0), 1.0),
             supp(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
             // The server's own metrics corroborate when it has them, and separate admission
             // queueing from a full KV cache, which makes requests wait too.

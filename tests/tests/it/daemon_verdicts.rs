@@ -189,20 +189,32 @@ fn the_daemon_before_the_server_and_the_server_restarted() {
     drop(sim);
     let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
     assert_ne!(first, sim.pid());
+    // Rediscovery (every 10 windows) finds the new process; the peak starts once it has, so
+    // that what is judged is a peak the daemon watched, not the seconds before it looked.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !watched(&d).contains(&u64::from(sim.pid())) {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never found the restarted server"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     let mut g = generator(&sim, &d, &["peak:14:16", "cooldown:3:2"], &[]);
     let seen = watch_for_kv_in_peak(&d, &mut g, sim.addr.port());
     assert!(seen, "/metrics never showed kv_cache during the peak");
     assert_verdicts(&d);
-    // Rediscovery found the new server process.
-    let status: Value = serde_json::from_str(&d.get("/api/v1/timeline")).unwrap();
-    let watched: Vec<u64> = status["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["pid"].as_u64())
-        .collect();
-    assert!(watched.contains(&u64::from(sim.pid())), "{watched:?}");
     d.stop();
+}
+
+/// The processes the daemon watches now.
+fn watched(d: &Daemon) -> Vec<u64> {
+    let status: Value = serde_json::from_str(&d.get("/api/v1/timeline")).unwrap();
+    status["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["pid"].as_u64())
+        .collect()
 }
 
 #[test]
