@@ -141,6 +141,12 @@ struct Pending {
 }
 
 impl Pending {
+    /// One connection set up (connected or accepted) in `ms`.
+    fn connected(&mut self, ms: f64) {
+        self.connects += 1;
+        self.connect_ms.push(ms);
+    }
+
     /// Adds `o`'s events to these (several processes of one server).
     fn merge(&mut self, o: &Pending) {
         self.connect_ms.extend(&o.connect_ms);
@@ -175,10 +181,10 @@ pub struct KernelCollector {
     account: GpuMemAccount,
     /// Each server process's events since the previous window.
     pending: HashMap<u32, Pending>,
-    /// Events no one server owns: the load generator's connections and those the kernel could
-    /// not tie to a process (joined to the server only when there is one), GPU XIDs (joined to
-    /// every server).
+    /// Events no one server owns: the load generator's connections (joined to the server only
+    /// when there is one), GPU XIDs (joined to every server).
     shared: Pending,
+    /// Accepts waiting for the process that takes their socket.
     accepts: Accepts,
     exchanges: Vec<Exchange>,
     retransmits: Vec<Retransmit>,
@@ -367,8 +373,7 @@ impl KernelCollector {
                 } else {
                     &mut self.shared
                 };
-                p.connects += 1;
-                p.connect_ms.push(ev.duration_ns as f64 / 1e6);
+                p.connected(ev.duration_ns as f64 / 1e6);
             }
             SockEventKind::Request if self.is_server(ev.tgid) => {
                 let ex = ev.conn.exchange;
@@ -410,9 +415,7 @@ impl KernelCollector {
     /// An accept of `tgid`'s: counted when it is a watched server.
     fn count_accept(&mut self, tgid: u32, ms: f64) {
         if self.is_server(tgid) {
-            let p = self.pending.entry(tgid).or_default();
-            p.connects += 1;
-            p.connect_ms.push(ms);
+            self.pending.entry(tgid).or_default().connected(ms);
         }
     }
 
