@@ -173,7 +173,12 @@ pub struct KernelCollector {
     sock: Option<Reader<SockEvent>>,
     cuda: Option<Reader<CudaEvent>>,
     last_runq: BTreeMap<u32, RunqHist>,
-    last_conn: HashMap<u64, (u64, u64, u32)>,
+    /// Each live connection's counts at the previous window's close.
+    last_conn: HashMap<u64, ConnCounts>,
+    /// What connections that closed since the previous window added after it, by owner: a
+    /// short connection (one stream, as llama-server keeps them) lives and dies between two
+    /// reads of the connection table.
+    closed: HashMap<u32, Path>,
     /// On-CPU ms of each server process at the previous window's close.
     last_cpu: HashMap<u32, f64>,
     /// Kernel and graph launches of each server process at the previous window's close.
@@ -212,6 +217,7 @@ impl KernelCollector {
             cuda,
             last_runq: BTreeMap::new(),
             last_conn: HashMap::new(),
+            closed: HashMap::new(),
             last_cpu: HashMap::new(),
             last_launches: HashMap::new(),
             account: GpuMemAccount::default(),
@@ -405,7 +411,10 @@ impl KernelCollector {
                 }
             }
             SockEventKind::Close => {
-                self.last_conn.remove(&ev.skaddr);
+                let last = self.last_conn.remove(&ev.skaddr).unwrap_or_default();
+                if ours {
+                    self.closed.entry(ev.tgid).or_default().add(&ev.conn, last);
+                }
                 let _ = self.accepts.owned(ev.skaddr);
             }
             _ => {}
@@ -588,47 +597,42 @@ impl KernelCollector {
         Ok(out)
     }
 
-    /// Each part's RTT and retransmits on its processes' live connections since the previous
-    /// call; the load generator's connections add their retransmits (a lost request is
-    /// retransmitted by the client) to every part, not their RTT.
+    /// Each part's RTT and retransmits on its processes' connections since the previous call
+    /// (live ones from the connection table, closed ones from their close); the load
+    /// generator's connections add their retransmits (a lost request is retransmitted by the
+    /// client) to every part, not their RTT.
     fn rtt_window(&mut self, parts: &[Part<'_>]) -> Result<Vec<NetSignals>, ProbeError> {
         let owner: HashMap<u32, usize> = parts
             .iter()
             .enumerate()
             .flat_map(|(i, p)| p.pids.iter().map(move |t| (*t, i)))
             .collect();
-        // (samples, srtt sum, max srtt, retransmits) per part.
-        let mut acc = vec![(0u64, 0u64, 0u32, 0u64); parts.len()];
-        let mut loadgen_retrans = 0u64;
+        let mut acc = vec![Path::default(); parts.len()];
+        let mut loadgen = Path::default();
         let mut live = HashMap::new();
+        let mut closed = std::mem::take(&mut self.closed);
         for (sk, c) in self.probes.sock_conns()? {
-            let (ls, lsum, lre) = self.last_conn.get(&sk).copied().unwrap_or_default();
-            if Some(c.tgid) == self.opts.loadgen && c.tgid != 0 {
-                loadgen_retrans += u64::from(c.retrans.saturating_sub(lre));
-                live.insert(sk, (0, 0, c.retrans));
+            if !(self.is_server(c.tgid) || Some(c.tgid) == self.opts.loadgen) {
                 continue;
             }
-            if !self.is_server(c.tgid) {
-                continue;
+            let last = self.last_conn.get(&sk).copied().unwrap_or_default();
+            closed.entry(c.tgid).or_default().add(&c, last);
+            live.insert(sk, ConnCounts::of(&c));
+        }
+        for (tgid, path) in closed {
+            if Some(tgid) == self.opts.loadgen && tgid != 0 {
+                loadgen.retrans += path.retrans;
+            } else if let Some(&i) = owner.get(&tgid).filter(|_| self.is_server(tgid)) {
+                acc[i].merge(&path);
             }
-            if let Some(&i) = owner.get(&c.tgid) {
-                let a = &mut acc[i];
-                a.0 += c.rtt_samples.saturating_sub(ls);
-                a.1 += c.srtt_sum_us.saturating_sub(lsum);
-                a.3 += u64::from(c.retrans.saturating_sub(lre));
-                if c.rtt_samples > ls {
-                    a.2 = a.2.max(c.srtt_last_us);
-                }
-            }
-            live.insert(sk, (c.rtt_samples, c.srtt_sum_us, c.retrans));
         }
         self.last_conn = live;
         Ok(acc
             .into_iter()
-            .map(|(samples, sum, max, retrans)| NetSignals {
-                srtt_mean_us: (samples > 0).then(|| sum as f64 / samples as f64),
-                srtt_max_us: (samples > 0).then_some(f64::from(max)),
-                retrans: retrans + loadgen_retrans,
+            .map(|p| NetSignals {
+                srtt_mean_us: (p.samples > 0).then(|| p.srtt_sum_us as f64 / p.samples as f64),
+                srtt_max_us: (p.samples > 0).then_some(f64::from(p.srtt_max_us)),
+                retrans: p.retrans + loadgen.retrans,
                 ..NetSignals::default()
             })
             .collect())
@@ -638,6 +642,52 @@ impl KernelCollector {
     pub fn prune(&mut self) -> Result<(), ProbeError> {
         self.probes.runq_prune(super::procfs::alive)?;
         Ok(())
+    }
+}
+
+/// A connection's running counts, as the connection table holds them.
+#[derive(Debug, Clone, Copy, Default)]
+struct ConnCounts {
+    rtt_samples: u64,
+    srtt_sum_us: u64,
+    retrans: u32,
+}
+
+impl ConnCounts {
+    fn of(c: &Conn) -> Self {
+        Self {
+            rtt_samples: c.rtt_samples,
+            srtt_sum_us: c.srtt_sum_us,
+            retrans: c.retrans,
+        }
+    }
+}
+
+/// RTT samples and retransmits of a process's connections over one window.
+#[derive(Debug, Clone, Copy, Default)]
+struct Path {
+    samples: u64,
+    srtt_sum_us: u64,
+    srtt_max_us: u32,
+    retrans: u64,
+}
+
+impl Path {
+    /// Adds what `c` gained since `last`.
+    fn add(&mut self, c: &Conn, last: ConnCounts) {
+        self.samples += c.rtt_samples.saturating_sub(last.rtt_samples);
+        self.srtt_sum_us += c.srtt_sum_us.saturating_sub(last.srtt_sum_us);
+        self.retrans += u64::from(c.retrans.saturating_sub(last.retrans));
+        if c.rtt_samples > last.rtt_samples {
+            self.srtt_max_us = self.srtt_max_us.max(c.srtt_last_us);
+        }
+    }
+
+    fn merge(&mut self, o: &Path) {
+        self.samples += o.samples;
+        self.srtt_sum_us += o.srtt_sum_us;
+        self.srtt_max_us = self.srtt_max_us.max(o.srtt_max_us);
+        self.retrans += o.retrans;
     }
 }
 

@@ -160,3 +160,102 @@ fn assert_close_totals(
         "lifetime covers the three 100 ms exchanges"
     );
 }
+
+/// A server in a network namespace that answers each connection with 64 KiB and closes it.
+const CLOSING_SERVER: &str = r"
+import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], 8000))
+s.listen(64)
+print('ready', flush=True)
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    c.sendall(b'x' * 65536)
+    c.close()
+";
+
+/// Retransmits and RTT samples of connections that open and close between two windows (a
+/// server that closes after every answer, as llama-server does) reach the window: the close
+/// carries what the connection table no longer holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_connections_under_loss_count_their_retransmits() {
+    use inferscope::collect::{
+        kernel::{KernelCollector, KernelOptions},
+        timeline::{Part, Window},
+    };
+    use inferscope_tests::{NetNs, faults::RandomLoss};
+
+    let Some(_machine) = root_or_skip("short_connections_under_loss_count_their_retransmits")
+    else {
+        return;
+    };
+    let ns = NetNs::create("shortloss");
+    let ns_addr = std::net::Ipv4Addr::from(NetNs::NS_ADDR);
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-c", CLOSING_SERVER])
+        .arg(ns_addr.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut kernel = KernelCollector::start(KernelOptions {
+        servers: vec![server.id()],
+        loadgen: Some(std::process::id()),
+        ..KernelOptions::default()
+    })
+    .unwrap();
+    let mut window = Window::default();
+    let pids = [server.id()];
+    // A first window: the connection table's reading before the load.
+    kernel
+        .close_windows(&mut [Part {
+            pids: &pids,
+            window: &mut window,
+        }])
+        .unwrap();
+
+    let loss = RandomLoss::on_device(&ns.name, &ns.ns_dev, 15);
+    tokio::task::spawn_blocking(move || {
+        for _ in 0..40 {
+            let mut c = TcpStream::connect((ns_addr, 8000)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+            let mut answer = Vec::new();
+            c.read_to_end(&mut answer).unwrap();
+            assert_eq!(answer.len(), 65536);
+        }
+    })
+    .await
+    .unwrap();
+    // The last FINs and their acknowledgements.
+    std::thread::sleep(Duration::from_secs(2));
+    drop(loss);
+
+    let mut window = Window::default();
+    kernel
+        .close_windows(&mut [Part {
+            pids: &pids,
+            window: &mut window,
+        }])
+        .unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
+    drop(ns);
+    let net = window.net.expect("the window's network signals");
+    assert!(
+        net.retrans > 0,
+        "15% loss on 40 connections of 64 KiB and no retransmit counted: {net:?}"
+    );
+    assert!(
+        net.srtt_mean_us.is_some(),
+        "no RTT sample of a closed connection: {net:?}"
+    );
+    assert!(
+        !kernel.retransmits().is_empty(),
+        "the retransmit events of the same connections"
+    );
+}
