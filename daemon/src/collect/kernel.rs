@@ -137,6 +137,8 @@ struct Pending {
     first_token_ms: Vec<f64>,
     exchange_ms: Vec<f64>,
     retrans_exchanges: u64,
+    /// Lifetimes of the server's connections that closed, ms.
+    lifetime_ms: Vec<f64>,
     gpu: GpuSignals,
 }
 
@@ -155,6 +157,7 @@ impl Pending {
         self.first_token_ms.extend(&o.first_token_ms);
         self.exchange_ms.extend(&o.exchange_ms);
         self.retrans_exchanges += o.retrans_exchanges;
+        self.lifetime_ms.extend(&o.lifetime_ms);
         let (g, h) = (&mut self.gpu, &o.gpu);
         g.allocs += h.allocs;
         g.oom += h.oom;
@@ -415,6 +418,10 @@ impl KernelCollector {
                 if ours {
                     self.closed.entry(ev.tgid).or_default().add(&ev.conn, last);
                 }
+                if self.is_server(ev.tgid) {
+                    let p = self.pending.entry(ev.tgid).or_default();
+                    p.lifetime_ms.push(ev.duration_ns as f64 / 1e6);
+                }
                 let _ = self.accepts.owned(ev.skaddr);
             }
             _ => {}
@@ -493,16 +500,8 @@ impl KernelCollector {
             } else {
                 p.gpu.xids += shared.gpu.xids;
             }
-            fill_net(
-                &mut net,
-                p.connect_ms,
-                p.connects,
-                p.ttfb_ms,
-                p.first_token_ms,
-                p.exchange_ms,
-            );
-            net.retrans_exchanges = p.retrans_exchanges;
-            let mut gpu = p.gpu;
+            let mut gpu = std::mem::take(&mut p.gpu);
+            fill_net(&mut net, p);
             gpu.live_bytes = part
                 .pids
                 .iter()
@@ -700,27 +699,24 @@ fn bounded_push<T>(list: &mut Vec<T>, v: T) {
 }
 
 /// Sets the exchange and connect statistics of a window from its events.
-fn fill_net(
-    net: &mut NetSignals,
-    connect_ms: Vec<f64>,
-    connects: u64,
-    ttfb_ms: Vec<f64>,
-    first_token_ms: Vec<f64>,
-    exchange_ms: Vec<f64>,
-) {
+fn fill_net(net: &mut NetSignals, p: Pending) {
     let sorted = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v
     };
-    let (connect, ttfb, first, whole) = (
-        sorted(connect_ms),
-        sorted(ttfb_ms),
-        sorted(first_token_ms),
-        sorted(exchange_ms),
+    let (connect, ttfb, first, whole, lifetime) = (
+        sorted(p.connect_ms),
+        sorted(p.ttfb_ms),
+        sorted(p.first_token_ms),
+        sorted(p.exchange_ms),
+        sorted(p.lifetime_ms),
     );
-    net.connects = connects;
+    net.connects = p.connects;
     net.connect_p99_ms = quantile(&connect, 0.99);
+    net.closes = lifetime.len() as u64;
+    net.lifetime_p50_ms = quantile(&lifetime, 0.5);
     net.exchanges = ttfb.len() as u64;
+    net.retrans_exchanges = p.retrans_exchanges;
     net.server_ttfb_p50_ms = quantile(&ttfb, 0.5);
     net.server_first_token_p50_ms = quantile(&first, 0.5);
     net.server_first_token_p95_ms = quantile(&first, 0.95);

@@ -142,6 +142,13 @@ pub struct NetSignals {
     pub connects: u64,
     /// Connect latency p99, ms.
     pub connect_p99_ms: Option<f64>,
+    /// The server's connections that closed (either side closing).
+    #[serde(default)]
+    pub closes: u64,
+    /// Lifetime (connect or accept to close) p50 of the connections that closed, ms: about one
+    /// exchange when the server closes after every answer, so each request pays a handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime_p50_ms: Option<f64>,
     /// Mean smoothed RTT over the window's samples, µs.
     pub srtt_mean_us: Option<f64>,
     /// Largest smoothed RTT, µs.

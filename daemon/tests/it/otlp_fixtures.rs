@@ -68,6 +68,8 @@ pub fn window(i: u64) -> Window {
             server_ttfb_p50_ms: Some(5.0),
             server_first_token_p50_ms: Some(90.0),
             transit_p50_ms: Some(0.2),
+            closes: 3,
+            lifetime_p50_ms: Some(120.0),
             ..NetSignals::default()
         }),
         gpu: Some(GpuSignals {

@@ -178,6 +178,14 @@ fn report_html_renders_every_chart_from_the_data() {
         "phase table"
     );
     assert!(dom.contains("What to do: KV cache is full"));
+    // A waterfall's run-queue and GPU times are its windows' totals prorated, and say so.
+    assert!(
+        dom.contains("ms (share of its windows)"),
+        "waterfall run-queue label"
+    );
+    // The slow tail is marked as such.
+    assert_eq!(dom.matches("data-sample=\"slowest_e2e\"").count(), 1);
+    assert!(dom.contains("slowest E2E"), "slow-tail label");
     assert_eq!(dom.matches("class=\"window-row\"").count(), windows);
 }
 

@@ -87,6 +87,66 @@ fn healthy_at_low_load_is_none() {
     );
     let p = assert_peak(&report, "none", &[], &[]);
     assert_eq!(p["untrustworthy"], false, "{}", describe(p));
+    assert_kernel_times_inside_the_clients(&report);
+}
+
+/// Each sampled request's server-side times (the kernel's read of the request, first write,
+/// first token, last write) land inside the client's own: sent <= read <= first write <=
+/// first token written <= first token read, and the last write before the client's end. Both
+/// sides read `CLOCK_MONOTONIC`; the client's times have µs resolution and it stamps "sent" just
+/// before its write, so 1 ms of slack is allowed.
+fn assert_kernel_times_inside_the_clients(report: &Value) {
+    const SLACK_MS: f64 = 1.0;
+    let waterfalls = report["waterfalls"].as_array().expect("waterfalls");
+    let ms = |w: &Value, k: &str| w[k].as_f64();
+    let mut joined = 0;
+    for w in waterfalls {
+        let Some(received) = ms(w, "server_received_ms") else {
+            continue;
+        };
+        joined += 1;
+        let order = [
+            ("sent", ms(w, "sent_ms")),
+            ("server_received", Some(received)),
+            ("server_first_byte", ms(w, "server_first_byte_ms")),
+            ("server_first_token", ms(w, "server_first_token_ms")),
+            ("client_first_token", ms(w, "client_first_token_ms")),
+        ];
+        for pair in order.windows(2) {
+            let ((first, at), (then, later)) = (pair[0], pair[1]);
+            let (at, later) = (
+                at.unwrap_or_else(|| panic!("{first} in {w}")),
+                later.unwrap_or_else(|| panic!("{then} in {w}")),
+            );
+            assert!(
+                at <= later + SLACK_MS,
+                "{first} {at:.3} ms after {then} {later:.3} ms: {w}"
+            );
+        }
+        let (first_token, last, end) = (
+            ms(w, "server_first_token_ms").unwrap(),
+            ms(w, "server_last_byte_ms").unwrap_or_else(|| panic!("server_last_byte in {w}")),
+            ms(w, "end_ms").unwrap(),
+        );
+        assert!(
+            first_token <= last && last <= end + SLACK_MS,
+            "last write {last:.3} ms: {w}"
+        );
+    }
+    // The slow tail of each phase is kept besides the uniform sample.
+    let slowest = waterfalls
+        .iter()
+        .filter(|w| w["sample"] == "slowest_e2e")
+        .count();
+    assert!(
+        slowest >= 10,
+        "{slowest} slowest-E2E waterfalls over two phases and more"
+    );
+    assert!(
+        joined * 10 >= waterfalls.len() * 9,
+        "{joined} of {} waterfalls joined with the kernel's exchange",
+        waterfalls.len()
+    );
 }
 
 /// Like [`run`], with `hogs` busy loops at nice -10 pinned to `hog_cpu` during the peak phase

@@ -175,9 +175,9 @@ while True:
     c.close()
 ";
 
-/// Retransmits and RTT samples of connections that open and close between two windows (a
-/// server that closes after every answer, as llama-server does) reach the window: the close
-/// carries what the connection table no longer holds.
+/// Retransmits, RTT samples and lifetimes of connections that open and close between two
+/// windows (a server that closes after every answer, as llama-server does) reach the window:
+/// the close carries what the connection table no longer holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_connections_under_loss_count_their_retransmits() {
     use inferscope::collect::{
@@ -219,18 +219,22 @@ async fn short_connections_under_loss_count_their_retransmits() {
         .unwrap();
 
     let loss = RandomLoss::on_device(&ns.name, &ns.ns_dev, 15);
-    tokio::task::spawn_blocking(move || {
-        for _ in 0..40 {
-            let mut c = TcpStream::connect((ns_addr, 8000)).unwrap();
-            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-            c.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
-            let mut answer = Vec::new();
-            c.read_to_end(&mut answer).unwrap();
-            assert_eq!(answer.len(), 65536);
-        }
+    // Under 15% loss one exchange can stall in the kernel's backoff: it is skipped, not fatal,
+    // and most of them must finish.
+    let answered = tokio::task::spawn_blocking(move || {
+        let exchange = || -> std::io::Result<()> {
+            let addr = (ns_addr, 8000).into();
+            let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(20))?;
+            c.set_read_timeout(Some(Duration::from_secs(20)))?;
+            c.write_all(b"GET / HTTP/1.1\r\n\r\n")?;
+            let mut answer = vec![0u8; 65536];
+            c.read_exact(&mut answer)
+        };
+        (0..40).filter(|_| exchange().is_ok()).count()
     })
     .await
     .unwrap();
+    assert!(answered >= 20, "only {answered} of 40 exchanges finished");
     // The last FINs and their acknowledgements.
     std::thread::sleep(Duration::from_secs(2));
     drop(loss);
@@ -257,5 +261,16 @@ async fn short_connections_under_loss_count_their_retransmits() {
     assert!(
         !kernel.retransmits().is_empty(),
         "the retransmit events of the same connections"
+    );
+    // The server closed each after one answer: their lifetimes are those of one exchange.
+    assert!(
+        net.closes >= 30,
+        "40 connections, {} closes seen: {net:?}",
+        net.closes
+    );
+    assert!(
+        net.lifetime_p50_ms
+            .is_some_and(|ms| ms > 0.0 && ms < 10_000.0),
+        "{net:?}"
     );
 }

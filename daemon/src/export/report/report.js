@@ -366,9 +366,10 @@
     });
     wf.forEach(function (r, i) {
       var yy = top + i * row;
-      var label = '#' + r.request_id + (r.phase ? ' ' + r.phase : '');
+      var slow = { slowest_e2e: ' slowest E2E', slowest_ttft: ' slowest TTFT' }[r.sample] || '';
+      var label = '#' + r.request_id + (r.phase ? ' ' + r.phase : '') + slow;
       sv('text', { x: 4, y: yy + 11, 'class': 'phase-label' }, svg).textContent = label;
-      var g = sv('g', { 'class': 'waterfall', 'data-request': r.request_id }, svg);
+      var g = sv('g', { 'class': 'waterfall', 'data-request': r.request_id, 'data-sample': r.sample || 'uniform' }, svg);
       stages.forEach(function (s) {
         var span = s[2](r);
         if (!span || !(span[1] >= span[0])) { return; }
@@ -379,8 +380,8 @@
         sv('line', { x1: x(t), x2: x(t), y1: yy + 2, y2: yy + row - 2, stroke: '#ffffff', 'stroke-opacity': 0.6 }, g);
       });
       var extra = [];
-      if (r.runq_delay_ms !== null && r.runq_delay_ms !== undefined) { extra.push('runq ' + num(r.runq_delay_ms) + ' ms'); }
-      if (r.gpu_sync_ms !== null && r.gpu_sync_ms !== undefined) { extra.push('gpu sync ' + num(r.gpu_sync_ms) + ' ms'); }
+      if (r.runq_delay_ms !== null && r.runq_delay_ms !== undefined) { extra.push('run queue ' + num(r.runq_delay_ms) + ' ms (share of its windows)'); }
+      if (r.gpu_sync_ms !== null && r.gpu_sync_ms !== undefined) { extra.push('gpu sync ' + num(r.gpu_sync_ms) + ' ms (share of its windows)'); }
       if (r.error) { extra.push('error: ' + r.error); }
       if (extra.length) { sv('title', {}, g).textContent = extra.join(', '); }
     });

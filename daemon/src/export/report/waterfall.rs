@@ -6,7 +6,23 @@ use serde::{Deserialize, Serialize};
 use crate::{
     collect::{join::Exchanges, kernel::Exchange, timeline::Timeline},
     loadgen::StressReport,
+    measure::record::RequestRecord,
 };
+
+/// Why a request's waterfall was kept.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Sample {
+    /// One of the requests taken evenly over the run.
+    #[default]
+    Uniform,
+    /// One of its phase's slowest requests by E2E (intended start to the last byte).
+    SlowestE2e,
+    /// One of its phase's slowest requests by TTFT (intended start to the first token).
+    SlowestTtft,
+}
 
 /// One sampled request. Every `*_ms` field is an offset from `intended_start_unix_ms`, so a
 /// waterfall reads left to right without clock arithmetic; kernel fields are `None` when the
@@ -18,6 +34,9 @@ pub struct Waterfall {
     /// Phase the request started in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// Why it was kept: the slow tail of its phase, or the uniform sample.
+    #[serde(default)]
+    pub sample: Sample,
     /// When the schedule wanted the request sent, Unix ms (fractional).
     pub intended_start_unix_ms: f64,
     /// Client wrote the request (send lag = this).
@@ -37,12 +56,18 @@ pub struct Waterfall {
     /// Client read each further token.
     #[serde(default)]
     pub token_ms: Vec<f64>,
+    /// Server wrote the last bytes of its response (kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_last_byte_ms: Option<f64>,
     /// Client read the end of the response.
     pub end_ms: f64,
-    /// Run-queue delay of the server's threads inside [sent, end], ms.
+    /// Run-queue delay of the server's threads inside [sent, end], ms: a share of its windows'
+    /// totals (each window's total times the part of it the request covers), not the delay of
+    /// the threads that served this request.
     #[serde(default)]
     pub runq_delay_ms: Option<f64>,
-    /// Host time the server blocked in GPU synchronisation inside [sent, end], ms.
+    /// Host time the server blocked in GPU synchronisation inside [sent, end], ms: a share of
+    /// its windows' totals, as `runq_delay_ms`.
     #[serde(default)]
     pub gpu_sync_ms: Option<f64>,
     /// Why the request failed, if it did.
@@ -88,23 +113,25 @@ impl Waterfall {
     }
 }
 
-/// Most waterfalls kept in a report (evenly sampled over the run).
+/// Most waterfalls of the uniform sample kept in a report (evenly spread over the run).
 pub const SAMPLES: usize = 200;
 
-/// Builds up to [`SAMPLES`] waterfalls, evenly spread over the run's records. Run-queue delay
-/// and GPU sync time inside a request are prorated from its windows (the kernel aggregates them
-/// per window), so they are estimates; the kernel timestamps of the exchange are exact.
+/// Slowest requests of each phase kept by E2E and again by TTFT, besides the uniform sample.
+pub const SLOWEST: usize = 5;
+
+/// Builds the waterfalls: each phase's [`SLOWEST`] requests by E2E and by TTFT first (the slow
+/// tail a uniform sample rarely holds), then up to [`SAMPLES`] evenly spread over the run's
+/// records. Run-queue delay and GPU sync time inside a request are prorated from its windows
+/// (the kernel aggregates them per window), so they are estimates; the kernel timestamps of the
+/// exchange are exact.
 #[must_use]
 pub fn build(report: &StressReport, exchanges: &[Exchange], timeline: &Timeline) -> Vec<Waterfall> {
     let start_unix_ms = report.started_unix_ns as f64 / 1e6;
     let joins = Exchanges::new(exchanges, report);
-    let step = (report.records.len() / SAMPLES).max(1);
-    report
-        .records
-        .iter()
-        .step_by(step)
-        .take(SAMPLES)
-        .map(|r| {
+    picks(&report.records)
+        .into_iter()
+        .map(|(i, sample)| {
+            let r = &report.records[i];
             let intended_ns = joins.ns(r.intended_us);
             let joined = joins.find(r);
             let ex = joined.map(|j| j.exchange);
@@ -119,6 +146,7 @@ pub fn build(report: &StressReport, exchanges: &[Exchange], timeline: &Timeline)
             Waterfall {
                 request_id: r.id,
                 phase: report.phases.get(r.phase as usize).map(|p| p.name.clone()),
+                sample,
                 intended_start_unix_ms: intended_unix,
                 sent_ms: rel_us(r.actual_us),
                 server_received_ms: ex.map(|e| rel(e.req_in_ns)),
@@ -126,6 +154,7 @@ pub fn build(report: &StressReport, exchanges: &[Exchange], timeline: &Timeline)
                 server_first_token_ms: joined.map(|j| rel(j.server_first_token_ns())),
                 client_first_token_ms: r.token_us.first().map(|&t| rel_us(t)),
                 token_ms: r.token_us.iter().skip(1).map(|&t| rel_us(t)).collect(),
+                server_last_byte_ms: ex.map(|e| rel(e.last_out_ns)),
                 end_ms: rel_us(r.end_us),
                 runq_delay_ms: runq,
                 gpu_sync_ms: sync,
@@ -133,6 +162,46 @@ pub fn build(report: &StressReport, exchanges: &[Exchange], timeline: &Timeline)
             }
         })
         .collect()
+}
+
+/// The records to draw, each once, with why: the slow tail of every phase (by E2E, then by
+/// TTFT, slowest first), then the uniform sample.
+fn picks(records: &[RequestRecord]) -> Vec<(usize, Sample)> {
+    type Key = fn(&RequestRecord) -> Option<u64>;
+    let tails: [(Sample, Key); 2] = [
+        (Sample::SlowestE2e, |r| {
+            Some(r.end_us.saturating_sub(r.intended_us))
+        }),
+        (Sample::SlowestTtft, |r| {
+            Some(r.token_us.first()?.saturating_sub(r.intended_us))
+        }),
+    ];
+    let phases: std::collections::BTreeSet<u32> = records.iter().map(|r| r.phase).collect();
+    let mut taken = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for phase in phases {
+        for (sample, key) in tails {
+            let mut slow: Vec<(u64, usize)> = records
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.phase == phase)
+                .filter_map(|(i, r)| Some((key(r)?, i)))
+                .collect();
+            slow.sort_unstable_by(|a, b| b.cmp(a));
+            let fresh = slow.into_iter().filter(|&(_, i)| !taken.contains(&i));
+            for (_, i) in fresh.take(SLOWEST).collect::<Vec<_>>() {
+                taken.insert(i);
+                out.push((i, sample));
+            }
+        }
+    }
+    let step = (records.len() / SAMPLES).max(1);
+    for i in (0..records.len()).step_by(step).take(SAMPLES) {
+        if taken.insert(i) {
+            out.push((i, Sample::Uniform));
+        }
+    }
+    out
 }
 
 /// Run-queue wait and GPU sync time of the windows overlapping `[from, to]` (Unix ms),
@@ -161,6 +230,55 @@ fn prorate(t: &Timeline, from: f64, to: f64) -> (Option<f64>, Option<f64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::record::Endpoint;
+
+    fn record(id: u64, phase: u32, ttft_ms: u64, e2e_ms: u64) -> RequestRecord {
+        let mut r = RequestRecord::new(id, phase, Endpoint::Chat, id * 1000);
+        r.actual_us = id * 1000;
+        r.token_us = vec![id * 1000 + ttft_ms * 1000];
+        r.end_us = id * 1000 + e2e_ms * 1000;
+        r
+    }
+
+    #[test]
+    fn the_slow_tail_of_each_phase_comes_first_and_is_marked() {
+        // 1,000 requests in two phases of 500, TTFT 10 ms and E2E 100 ms but: request 301 (TTFT
+        // 500, E2E 600), 701 (E2E 900), 801 (TTFT 400, E2E 450). The uniform sample is every
+        // fifth request.
+        let records: Vec<RequestRecord> = (0..1000)
+            .map(|i| {
+                let (ttft, e2e) = match i {
+                    301 => (500, 600),
+                    701 => (10, 900),
+                    801 => (400, 450),
+                    _ => (10, 100),
+                };
+                record(i, u32::from(i >= 500), ttft, e2e)
+            })
+            .collect();
+        let ids: Vec<(u64, Sample)> = picks(&records)
+            .iter()
+            .map(|&(i, s)| (records[i].id, s))
+            .collect();
+        assert_eq!(ids[0], (301, Sample::SlowestE2e), "{ids:?}");
+        // Phase 1 by E2E: 701, then 801.
+        let phase1 = ids.iter().position(|(id, _)| *id == 701).unwrap();
+        assert_eq!(ids[phase1 + 1], (801, Sample::SlowestE2e), "{ids:?}");
+        // Each phase: 5 by E2E, 5 more by TTFT; then the uniform sample, less what was taken.
+        let tail = ids
+            .iter()
+            .take_while(|(_, s)| *s != Sample::Uniform)
+            .count();
+        assert_eq!(tail, 20, "{ids:?}");
+        let taken: std::collections::HashSet<u64> = ids[..tail].iter().map(|(id, _)| *id).collect();
+        let uniform: Vec<u64> = (0..1000)
+            .step_by(5)
+            .filter(|i| !taken.contains(i))
+            .collect();
+        let rest: Vec<u64> = ids[tail..].iter().map(|(id, _)| *id).collect();
+        assert_eq!(rest, uniform);
+        assert!(ids[tail..].iter().all(|(_, s)| *s == Sample::Uniform));
+    }
 
     #[test]
     fn network_share_and_order() {
