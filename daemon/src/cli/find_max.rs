@@ -183,6 +183,7 @@ async fn explain_knee(
         "find-max: explaining: baseline at {low} {u}, then beyond the knee at {fail} {u}",
         u = spec.knob.unit()
     );
+    // With --confirm, `beyond` is run again at half its load (below the knee).
     let (_, explained) = super::explain::run(&two, opts, cancel, args).await?;
     if let Some(p) = explained.phase("beyond") {
         let unit = spec.knob.unit();
@@ -190,8 +191,13 @@ async fn explain_knee(
             Load::Concurrency { .. } => format!("{max_pass:.0} {unit}"),
             _ => format!("{max_pass} {unit}"),
         };
+        let confirmed = p
+            .confirmation
+            .as_ref()
+            .map(|c| format!("; {}", c.line()))
+            .unwrap_or_default();
         println!(
-            "beyond {load} the bottleneck is {} (score {:.2}): {}",
+            "beyond {load} the bottleneck is {} (score {:.2}): {}{confirmed}",
             p.verdict_name(),
             p.confidence,
             p.hint
