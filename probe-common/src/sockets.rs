@@ -167,6 +167,11 @@ pub struct Exchange {
 }
 assert_size!(Exchange, 80);
 
+/// [`Conn::role`] of a connection this side connected (a client, or a server calling out).
+pub const ROLE_CLIENT: u32 = 1;
+/// [`Conn::role`] of a connection this side accepted (a server).
+pub const ROLE_SERVER: u32 = 2;
+
 /// A tracked TCP connection (value of [`MAP_CONNS`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -175,7 +180,7 @@ pub struct Conn {
     pub tuple: Tuple,
     /// Process that owns it, when seen in process context; 0 until then.
     pub tgid: u32,
-    /// 1 when this side connected (client), 2 when it accepted (server), 0 unknown.
+    /// [`ROLE_CLIENT`], [`ROLE_SERVER`], or 0 when first seen established (unknown).
     pub role: u32,
     /// `SYN_SENT` / `SYN_RECV` time, or when first seen (ktime ns).
     pub start_ns: u64,

@@ -25,7 +25,7 @@ use aya_ebpf::{
 use probe_common::sockets::{
     CONN_ENTRIES, Conn, DROP_CONNS_FULL, DROP_KINDS, DROP_RINGBUF, EV_ACCEPT, EV_CLOSE, EV_CONNECT,
     EV_REQUEST, EV_RETRANS, EVENTS_BYTES, Exchange, PHASE_IDLE, PHASE_RECEIVING, PHASE_RESPONDING,
-    SockEvent, Tuple,
+    ROLE_CLIENT, ROLE_SERVER, SockEvent, Tuple,
 };
 
 use crate::watch::{count_drop, current, global, list_on, submit_flags, watched, watched_fast};
@@ -71,8 +71,6 @@ static IPPROTO_TCP: u32 = 6;
 
 const AF_INET6: u16 = 10;
 const MSG_PEEK: i32 = 2;
-const ROLE_CLIENT: u32 = 1;
-const ROLE_SERVER: u32 = 2;
 
 #[map]
 static SOCK_CONNS: HashMap<u64, Conn> = HashMap::with_max_entries(CONN_ENTRIES, 0);

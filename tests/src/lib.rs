@@ -6,6 +6,7 @@ pub mod engine;
 pub mod explain;
 pub mod faults;
 pub mod llamacpp_cases;
+pub mod pipeline;
 pub mod scorecard;
 pub mod sweeps;
 

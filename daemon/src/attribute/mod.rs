@@ -23,6 +23,7 @@ pub mod causes;
 pub mod confirm;
 pub mod decompose;
 mod evaluate;
+pub mod hops;
 pub mod phase;
 mod rank;
 pub mod rolling;

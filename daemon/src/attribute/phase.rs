@@ -128,6 +128,9 @@ pub struct PhaseSummary {
     /// Evidence missing in this phase's windows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// Which hop of the pipeline behind the target holds the rise (`--service`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hops: Option<super::hops::Hops>,
 }
 
 impl PhaseSummary {
@@ -269,10 +272,10 @@ fn summarise_one(
         .filter(|v| v.verdict.cause == dominant)
         .collect();
     let confidence = mean_confidence(&of_dominant);
-    let representative = of_dominant
+    // The evidence of the most confident window.
+    let evidence = of_dominant
         .iter()
-        .max_by(|a, b| a.verdict.confidence.total_cmp(&b.verdict.confidence));
-    let evidence = representative
+        .max_by(|a, b| a.verdict.confidence.total_cmp(&b.verdict.confidence))
         .map(|v| v.verdict.evidence.clone())
         .unwrap_or_default();
     let runners_up = causes::runners_up(&of_dominant);
@@ -280,8 +283,8 @@ fn summarise_one(
         idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()),
         n,
     );
-    let untrustworthy = share_of(Cause::Loadgen) > 0.0;
     let (came_first, hint) = onset(dominant, idx, windows, verdicts);
+    let untrustworthy = share_of(Cause::Loadgen) > 0.0;
     let (decomposition, tail_decomposition) = base
         .filter(|_| !is_baseline)
         .map(|base| decompositions(idx, windows, base))
@@ -314,6 +317,7 @@ fn summarise_one(
         missing,
         marks: Vec::new(),
         confirmation: None,
+        hops: None,
         name,
     }
 }

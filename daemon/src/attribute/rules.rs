@@ -327,8 +327,9 @@ pub const RULES: &[Rule] = &[
         signature: "server tail",
         conditions: &[
             // What the node agent sees of a vector service without any client's records: most
-            // of its exchanges were searches (its own counter over the kernel's count) ...
-            need(S::VectorShare, AtLeast(0.8), 1.0),
+            // of its exchanges were searches (its own counter over the kernel's count; health
+            // checks and admin calls are the rest) ...
+            need(S::VectorShare, AtLeast(0.5), 1.0),
             // ... its slowest answers, as the kernel timed them on its sockets, ...
             trig(S::KernelExchangeP99Ms, Rises { ratio: 3.0, min_delta: 20.0 }, 3.0),
             // ... while it says its index was being rebuilt (where it exports that).

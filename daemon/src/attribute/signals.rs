@@ -529,7 +529,8 @@ fn vector_share(w: &Window) -> Option<f64> {
         return Some(f64::from(u8::from(l.endpoint? == Endpoint::VectorSearch)));
     }
     let searches = w.server.as_ref()?.vector_searches_per_s? * w.len_ms as f64 / 1000.0;
-    let exchanges = w.net.as_ref()?.exchanges as f64;
+    // One of the window's exchanges was the scrape that read the search counter.
+    let exchanges = w.net.as_ref()?.exchanges.saturating_sub(1) as f64;
     Some(if searches > 0.0 {
         (searches / exchanges.max(searches)).min(1.0)
     } else {

@@ -9,7 +9,7 @@ use inferscope::{
     collect::{discover, session::SessionOptions},
     export::report::Report,
     loadgen::{self, Options, Plan, Scenario},
-    node::{Node, NodeOptions},
+    node::{Node, NodeOptions, Service},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +47,32 @@ pub struct ExplainArgs {
     /// and the report says so).
     #[arg(long, requires = "explain")]
     confirm: bool,
+    /// With --explain: a hop of the pipeline behind the target (embeddings, vector DB,
+    /// re-ranker, LLM, ...), as `NAME=PORT`: whatever listens on PORT here gets its own time
+    /// line and verdict, and each phase says which hop holds the latency rise. Repeatable.
+    #[arg(long = "service", value_name = "NAME=PORT", requires = "explain", value_parser = parse_service)]
+    services: Vec<(String, u16)>,
+}
+
+/// `NAME=PORT` of `--service`.
+fn parse_service(s: &str) -> Result<(String, u16), String> {
+    let bad = || format!("{s:?}: give NAME=PORT, e.g. search=6333");
+    let (name, port) = s.split_once('=').ok_or_else(bad)?;
+    let name = name.trim();
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(bad());
+    }
+    let port = port
+        .trim()
+        .parse::<u16>()
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(bad)?;
+    Ok((name.to_owned(), port))
 }
 
 impl ExplainArgs {
@@ -86,6 +112,31 @@ impl ExplainArgs {
         pids.dedup();
         Ok(pids)
     }
+
+    /// The `--service` hops with the processes listening on their ports; a port nothing
+    /// listens on is refused.
+    fn services(&self) -> anyhow::Result<Vec<Service>> {
+        let mut names = std::collections::BTreeSet::new();
+        self.services
+            .iter()
+            .map(|(name, port)| {
+                anyhow::ensure!(
+                    names.insert(name),
+                    "--service {name}: the name is given twice; give each hop its own name"
+                );
+                let pids = discover::pids_listening_on(*port);
+                anyhow::ensure!(
+                    !pids.is_empty(),
+                    "--service {name}={port}: nothing listens on port {port} here; start the service first or fix the port"
+                );
+                Ok(Service {
+                    name: name.clone(),
+                    pids,
+                    metrics_url: Some(format!("http://127.0.0.1:{port}/metrics")),
+                })
+            })
+            .collect()
+    }
 }
 
 /// Runs `scenario` with the collectors on; returns the load generator's report and the
@@ -97,7 +148,16 @@ pub async fn run(
     args: &ExplainArgs,
 ) -> anyhow::Result<(loadgen::StressReport, Report)> {
     let scenario = plan.scenario();
-    let servers = args.servers(scenario)?;
+    let services = args.services()?;
+    let hop = |pid: &u32| services.iter().any(|s| s.pids.contains(pid));
+    let servers: Vec<u32> = args
+        .servers(scenario)?
+        .into_iter()
+        .filter(|p| !hop(p))
+        .collect();
+    for s in &services {
+        eprintln!("explain: service {} is pids {:?}", s.name, s.pids);
+    }
     // The follow-up steps of --confirm run with the same options, unobserved.
     let confirm_opts = Options {
         observer: None,
@@ -118,7 +178,11 @@ pub async fn run(
         eprintln!("explain: watching server pids {servers:?}, scraping {metrics_url}");
     }
     let mut node_opts = NodeOptions::new(SessionOptions {
-        servers,
+        servers: servers
+            .iter()
+            .chain(services.iter().flat_map(|s| &s.pids))
+            .copied()
+            .collect(),
         loadgen: Some(std::process::id()),
         cuda_targets: Vec::new(),
         kernel_without_servers: false,
@@ -130,6 +194,7 @@ pub async fn run(
     // The report covers the whole run, however long.
     node_opts.keep = usize::MAX;
     node_opts.max_windows = usize::MAX;
+    node_opts.services = services;
     let mut opts = opts;
     let firings = super::triggers::start_for_stress(
         scenario,

@@ -62,6 +62,12 @@ pub struct Args {
     /// Latency spike of vector queries during an index rebuild (ms).
     #[arg(long)]
     rebuild_spike_ms: Option<u64>,
+    /// Share (0..=1) of chat requests offering tools that are answered with a tool call.
+    #[arg(long)]
+    tool_call_rate: Option<f64>,
+    /// Re-rank requests computed at once; the others wait their turn.
+    #[arg(long)]
+    rerank_concurrency: Option<usize>,
     /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -98,6 +104,8 @@ fn config(a: &Args) -> anyhow::Result<SimConfig> {
     set(&mut c.faults.spike_delay_ms, a.spike_delay_ms);
     set(&mut c.vector.corpus_size, a.corpus_size);
     set(&mut c.vector.rebuild_spike_ms, a.rebuild_spike_ms);
+    set(&mut c.tools.call_rate, a.tool_call_rate);
+    set(&mut c.rerank.concurrency, a.rerank_concurrency);
     if let (Some(ttft_ms), Some(itl_ms)) = (a.ttft_ms, a.itl_ms) {
         c.fixed = Some(sim::config::FixedTiming { ttft_ms, itl_ms });
     }

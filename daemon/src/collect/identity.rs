@@ -17,6 +17,8 @@ use super::{
 pub enum ServerKey {
     /// Every watched process together: `stress --explain`'s one target.
     Target,
+    /// One hop of the pipeline behind the target (`stress --explain --service NAME=PORT`).
+    Service(String),
     /// A process outside containers that listens on no TCP port, by its host pid (tgid).
     Process(u32),
     /// The processes outside containers listening on a TCP port (the lowest they hold) in a
@@ -39,6 +41,7 @@ impl fmt::Display for ServerKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ServerKey::Target => f.write_str("target"),
+            ServerKey::Service(name) => write!(f, "service:{name}"),
             ServerKey::Process(pid) => write!(f, "pid:{pid}"),
             ServerKey::Listener { port, netns: None } => write!(f, "port:{port}"),
             ServerKey::Listener {
@@ -54,7 +57,7 @@ impl fmt::Display for ServerKey {
 /// A `server` that names none of the servers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "server {0:?}: give `port:PORT[@netns:INODE]`, `pid:PID`, `container:ID` (12 or 64 hex digits), `pod:UID` or `target`"
+    "server {0:?}: give `port:PORT[@netns:INODE]`, `pid:PID`, `container:ID` (12 or 64 hex digits), `pod:UID`, `service:NAME` or `target`"
 )]
 pub struct BadServerKey(pub String);
 
@@ -65,6 +68,7 @@ impl FromStr for ServerKey {
         let bad = || BadServerKey(s.to_owned());
         match s.split_once(':') {
             None if s == "target" => Ok(ServerKey::Target),
+            Some(("service", name)) if !name.is_empty() => Ok(ServerKey::Service(name.into())),
             Some(("pid", p)) => p.parse().map(ServerKey::Process).map_err(|_| bad()),
             Some(("port", rest)) => {
                 let (port, netns) = match rest.split_once("@netns:") {
@@ -324,6 +328,7 @@ mod tests {
     fn keys_print_and_parse() {
         for (key, text) in [
             (ServerKey::Target, "target"),
+            (ServerKey::Service("search".into()), "service:search"),
             (ServerKey::Process(42), "pid:42"),
             (
                 ServerKey::Listener {

@@ -10,7 +10,7 @@ use std::{
 
 use probe_common::{
     cuda::{AllocOutcome, CudaCall, CudaEvent},
-    sockets::{Conn, PHASE_RESPONDING, SockEvent, SockEventKind},
+    sockets::{Conn, PHASE_RESPONDING, ROLE_CLIENT, SockEvent, SockEventKind},
 };
 use serde::Serialize;
 use tokio::sync::mpsc::Receiver;
@@ -139,6 +139,8 @@ struct Pending {
     retrans_exchanges: u64,
     /// Lifetimes of the server's connections that closed, ms.
     lifetime_ms: Vec<f64>,
+    /// First tokens of the exchanges another watched server asked for, ms.
+    called_first_token_ms: Vec<f64>,
     gpu: GpuSignals,
 }
 
@@ -158,6 +160,7 @@ impl Pending {
         self.exchange_ms.extend(&o.exchange_ms);
         self.retrans_exchanges += o.retrans_exchanges;
         self.lifetime_ms.extend(&o.lifetime_ms);
+        self.called_first_token_ms.extend(&o.called_first_token_ms);
         let (g, h) = (&mut self.gpu, &o.gpu);
         g.allocs += h.allocs;
         g.oom += h.oom;
@@ -196,6 +199,10 @@ pub struct KernelCollector {
     accepts: Accepts,
     exchanges: Vec<Exchange>,
     retransmits: Vec<Retransmit>,
+    /// The local addresses of the watched servers' own calls out (a gateway's connections to
+    /// its services), with the caller: an exchange a server answers on one of them is a hop
+    /// of a chain. Rebuilt from the connection table every window, with the connects since.
+    callers: HashMap<std::net::SocketAddr, u32>,
 }
 
 /// Most exchanges (and retransmits) kept for joins; older ones are dropped first.
@@ -221,6 +228,7 @@ impl KernelCollector {
             last_runq: BTreeMap::new(),
             last_conn: HashMap::new(),
             closed: HashMap::new(),
+            callers: HashMap::new(),
             last_cpu: HashMap::new(),
             last_launches: HashMap::new(),
             account: GpuMemAccount::default(),
@@ -293,7 +301,11 @@ impl KernelCollector {
             all.extend(
                 conns
                     .iter()
-                    .filter(|(_, c)| c.exchange.phase == PHASE_RESPONDING && self.is_server(c.tgid))
+                    .filter(|(_, c)| {
+                        c.exchange.phase == PHASE_RESPONDING
+                            && self.is_server(c.tgid)
+                            && c.role != ROLE_CLIENT
+                    })
                     .map(|(_, c)| Exchange::of(c.tgid, c)),
             );
         }
@@ -377,6 +389,11 @@ impl KernelCollector {
             // connect() names its caller: a server's own outgoing connection, or the load
             // generator's (every part's when there is one).
             SockEventKind::Connect if ours => {
+                if self.is_server(ev.tgid)
+                    && let Some((local, _)) = endpoints(&ev.conn.tuple)
+                {
+                    self.callers.insert(local, ev.tgid);
+                }
                 let p = if self.is_server(ev.tgid) {
                     self.pending.entry(ev.tgid).or_default()
                 } else {
@@ -384,7 +401,8 @@ impl KernelCollector {
                 };
                 p.connected(ev.duration_ns as f64 / 1e6);
             }
-            SockEventKind::Request if self.is_server(ev.tgid) => {
+            // A server's own calls out (a gateway calling its services) are not its exchanges.
+            SockEventKind::Request if self.is_server(ev.tgid) && ev.conn.role != ROLE_CLIENT => {
                 let ex = ev.conn.exchange;
                 let exchange = Exchange::of(ev.tgid, &ev.conn);
                 let p = self.pending.entry(ev.tgid).or_default();
@@ -392,6 +410,10 @@ impl KernelCollector {
                 p.ttfb_ms
                     .push(ms(ex.first_out_ns.saturating_sub(ex.req_in_ns)));
                 p.first_token_ms.push(ms(exchange.first_token_ns()));
+                let caller = endpoints(&ev.conn.tuple).and_then(|(_, r)| self.callers.get(&r));
+                if caller.is_some_and(|&t| t != ev.tgid) {
+                    p.called_first_token_ms.push(ms(exchange.first_token_ns()));
+                }
                 p.exchange_ms
                     .push(ms(ex.last_out_ns.saturating_sub(ex.req_in_ns)));
                 p.retrans_exchanges += u64::from(exchange.retrans > 0);
@@ -610,9 +632,16 @@ impl KernelCollector {
         let mut loadgen = Path::default();
         let mut live = HashMap::new();
         let mut closed = std::mem::take(&mut self.closed);
+        self.callers.clear();
         for (sk, c) in self.probes.sock_conns()? {
             if !(self.is_server(c.tgid) || Some(c.tgid) == self.opts.loadgen) {
                 continue;
+            }
+            if c.role == ROLE_CLIENT
+                && self.is_server(c.tgid)
+                && let Some((local, _)) = endpoints(&c.tuple)
+            {
+                self.callers.insert(local, c.tgid);
             }
             let last = self.last_conn.get(&sk).copied().unwrap_or_default();
             closed.entry(c.tgid).or_default().add(&c, last);
@@ -704,12 +733,13 @@ fn fill_net(net: &mut NetSignals, p: Pending) {
         v.sort_by(f64::total_cmp);
         v
     };
-    let (connect, ttfb, first, whole, lifetime) = (
+    let (connect, ttfb, first, whole, lifetime, called) = (
         sorted(p.connect_ms),
         sorted(p.ttfb_ms),
         sorted(p.first_token_ms),
         sorted(p.exchange_ms),
         sorted(p.lifetime_ms),
+        sorted(p.called_first_token_ms),
     );
     net.connects = p.connects;
     net.connect_p99_ms = quantile(&connect, 0.99);
@@ -722,6 +752,8 @@ fn fill_net(net: &mut NetSignals, p: Pending) {
     net.server_first_token_p95_ms = quantile(&first, 0.95);
     net.exchange_p50_ms = quantile(&whole, 0.5);
     net.exchange_p99_ms = quantile(&whole, 0.99);
+    net.called_exchanges = called.len() as u64;
+    net.called_first_token_p50_ms = quantile(&called, 0.5);
 }
 
 fn drain_into<T>(rx: &mut Receiver<T>, out: &mut Vec<T>) {

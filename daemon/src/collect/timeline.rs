@@ -171,6 +171,13 @@ pub struct NetSignals {
     /// Whole exchange p99, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exchange_p99_ms: Option<f64>,
+    /// Exchanges another watched server asked for (a hop of a chain: a gateway's call).
+    #[serde(default)]
+    pub called_exchanges: u64,
+    /// Server-side first token p50 of those exchanges, ms: the hop's time as its caller
+    /// waits for it, apart from other clients (scrapes, health checks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub called_first_token_p50_ms: Option<f64>,
     /// Exchanges during which the server's connection retransmitted.
     #[serde(default)]
     pub retrans_exchanges: u64,

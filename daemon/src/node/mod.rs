@@ -130,6 +130,20 @@ pub struct NodeOptions {
     pub find_metrics: Option<FindMetrics>,
     /// Names pods' containers; without it they are named by their UIDs.
     pub name_pods: Option<NamePods>,
+    /// With [`Grouping::Target`]: the hops behind the target, each a server of its own
+    /// (`stress --explain --service`); their processes are not the target's.
+    pub services: Vec<Service>,
+}
+
+/// One hop of the pipeline behind the target: its name, processes and metrics endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    /// The name given (`--service NAME=PORT`).
+    pub name: String,
+    /// Its processes.
+    pub pids: Vec<u32>,
+    /// Where its metrics are scraped, when it has any.
+    pub metrics_url: Option<String>,
 }
 
 impl NodeOptions {
@@ -150,6 +164,7 @@ impl NodeOptions {
             observers: Vec::new(),
             find_metrics: None,
             name_pods: None,
+            services: Vec::new(),
         }
     }
 }
@@ -166,6 +181,8 @@ pub struct Finished {
     pub missing: Vec<String>,
     /// Servers that had a time line when it stopped.
     pub servers: usize,
+    /// The time line of each of [`NodeOptions::services`], by name.
+    pub services: Vec<(String, Timeline)>,
 }
 
 /// The collectors and the servers' time lines they fill; see the module docs.
@@ -255,16 +272,24 @@ impl Node {
         }
         let server_side = self.session.finish();
         let servers = self.lines.len();
-        let (timeline, verdicts) = self.lines.into_values().next().map_or_else(
-            || (Timeline::new(self.origin_unix_ms, 1), Vec::new()),
-            |l| (l.timeline, l.verdicts.into()),
-        );
+        let mut services = Vec::new();
+        let mut target = None;
+        for (key, l) in self.lines {
+            match key {
+                ServerKey::Service(name) => services.push((name, l.timeline)),
+                _ if target.is_none() => target = Some((l.timeline, l.verdicts.into())),
+                _ => {}
+            }
+        }
+        let (timeline, verdicts) =
+            target.unwrap_or_else(|| (Timeline::new(self.origin_unix_ms, 1), Vec::new()));
         Finished {
             timeline,
             verdicts,
             server_side,
             missing: self.session.missing,
             servers,
+            services,
         }
     }
 

@@ -19,16 +19,20 @@ impl Node {
     pub(super) fn regroup(&mut self, pids: &[u32]) {
         let found: Servers = match self.opts.grouping {
             Grouping::Target => {
-                let mut pids = pids.to_vec();
+                let services = &self.opts.services;
+                let hop = |pid: &u32| services.iter().any(|s| s.pids.contains(pid));
+                let mut pids: Vec<u32> = pids.iter().copied().filter(|p| !hop(p)).collect();
                 pids.sort_unstable();
                 pids.dedup();
-                BTreeMap::from([(
-                    ServerKey::Target,
-                    identity::Found {
-                        pids,
-                        container: None,
-                    },
-                )])
+                let found = |pids: Vec<u32>| identity::Found {
+                    pids,
+                    container: None,
+                };
+                let mut servers = BTreeMap::from([(ServerKey::Target, found(pids))]);
+                for s in services {
+                    servers.insert(ServerKey::Service(s.name.clone()), found(s.pids.clone()));
+                }
+                servers
             }
             Grouping::PerServer => identity::group_on_host(pids),
         };
@@ -143,6 +147,24 @@ impl Node {
             return;
         };
         if l.pids.is_empty() && l.key != ServerKey::Target {
+            return;
+        }
+        if let ServerKey::Service(name) = &l.key {
+            let url = self
+                .opts
+                .services
+                .iter()
+                .find(|s| &s.name == name)
+                .and_then(|s| s.metrics_url.clone());
+            if let Some(url) = url {
+                match self.session.scraper(&url) {
+                    Ok(s) => l.scraper = Some((url, s)),
+                    Err(e) => self
+                        .session
+                        .missing
+                        .push(format!("metrics of service {name} off: {e}")),
+                }
+            }
             return;
         }
         if let Some(url) = self.opts.session.metrics_url.clone()

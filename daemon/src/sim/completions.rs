@@ -21,6 +21,7 @@ use super::{
     state::{AppState, St},
     stream::{AbortGuard, Collected, Source, SseBody, collect},
     tokenizer::{self, fnv1a},
+    tools,
 };
 
 pub(crate) fn check_model(s: &AppState, model: &str) -> Result<(), ApiError> {
@@ -80,6 +81,12 @@ pub(crate) async fn chat(State(s): St, body: Bytes) -> Response {
             })
             .collect();
         let prompt = tokenizer::encode_chat(texts.iter().map(|(r, c)| (r.as_str(), c.as_str())));
+        let tool = tools::plan(
+            &s.cfg.tools,
+            r.tools.as_deref().unwrap_or_default(),
+            r.tool_choice.as_ref(),
+            &r.messages,
+        )?;
         Ok(Gen {
             fmt: Format {
                 kind: Kind::Chat,
@@ -91,6 +98,7 @@ pub(crate) async fn chat(State(s): St, body: Bytes) -> Response {
                     .unwrap_or(false)
                     .then(|| r.top_logprobs.unwrap_or(0)),
                 include_usage: r.stream_options.as_ref().is_some_and(|o| o.include_usage),
+                tool,
             },
             prompt,
             max_tokens: r.max_completion_tokens.or(r.max_tokens),
@@ -148,6 +156,7 @@ pub(crate) async fn completions(State(s): St, body: Bytes) -> Response {
                 model: r.model.clone(),
                 logprobs: r.logprobs,
                 include_usage: r.stream_options.as_ref().is_some_and(|o| o.include_usage),
+                tool: None,
             },
             prompt,
             max_tokens: r.max_tokens,
@@ -224,6 +233,11 @@ async fn generate(state: Arc<AppState>, mut gen_req: Gen) -> Response {
         Ok(l) => l,
         Err(e) => return e.into_response(),
     };
+    // A tool call is exactly its arguments' tokens (fewer when max_tokens cuts it).
+    let (max_tokens, stop_after) = match &gen_req.fmt.tool {
+        Some(call) => (max_tokens.min(call.tokens()), None),
+        None => (max_tokens, stop_after),
+    };
     let delay = state.faults.delay(std::time::Instant::now());
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
@@ -284,6 +298,10 @@ async fn generate(state: Arc<AppState>, mut gen_req: Gen) -> Response {
         "cmpl"
     };
     gen_req.fmt.id = format!("{prefix}-sim{id:016x}");
+    if let Some(call) = &mut gen_req.fmt.tool {
+        call.id = format!("call_sim{id:016x}");
+        state.counters.tool_calls.fetch_add(1, Ordering::Relaxed);
+    }
     let guard = AbortGuard::new(state.engine.clone(), id);
     if gen_req.stream {
         return Response::builder()

@@ -46,6 +46,10 @@ pub struct SimConfig {
     pub vector: VectorConfig,
     /// Fault injection.
     pub faults: FaultConfig,
+    /// `POST /v1/rerank`.
+    pub rerank: RerankConfig,
+    /// Tool calls in chat answers.
+    pub tools: ToolConfig,
     /// When set, the engine is bypassed and every request gets exactly this timing.
     pub fixed: Option<FixedTiming>,
 }
@@ -134,6 +138,27 @@ pub struct FaultConfig {
     pub spike_delay_ms: u64,
 }
 
+/// The re-ranker behind `POST /v1/rerank`: a request costs [`CostModel::step_time`] of its
+/// (query, document) pair tokens and documents, on a simulated device of its own that runs
+/// `concurrency` requests at a time (the others wait their turn, first come first served).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RerankConfig {
+    /// Re-rank requests computed at once.
+    pub concurrency: usize,
+}
+
+/// Tool calls: a chat request that offers `tools` (and whose last message is not a tool
+/// result) is answered with a call instead of text for a `call_rate` share of requests.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolConfig {
+    /// Share (0..=1) of eligible requests answered with a tool call.
+    pub call_rate: f64,
+    /// Seed of the per-request draw (a hash of the messages with this seed).
+    pub seed: u64,
+}
+
 /// Exact per-request timing of the `fixed` profile.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -153,6 +178,8 @@ impl Default for SimConfig {
             device: DeviceConfig::default(),
             vector: VectorConfig::default(),
             faults: FaultConfig::default(),
+            rerank: RerankConfig::default(),
+            tools: ToolConfig::default(),
             fixed: None,
         }
     }
@@ -242,6 +269,21 @@ impl Default for FaultConfig {
     }
 }
 
+impl Default for RerankConfig {
+    fn default() -> Self {
+        Self { concurrency: 1 }
+    }
+}
+
+impl Default for ToolConfig {
+    fn default() -> Self {
+        Self {
+            call_rate: 1.0,
+            seed: 11,
+        }
+    }
+}
+
 impl SimConfig {
     /// Reads a TOML file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
@@ -283,6 +325,12 @@ impl SimConfig {
         }
         if !(0.0..=1.0).contains(&self.faults.error_rate) {
             return bad("faults.error_rate must be within 0..=1");
+        }
+        if !(0.0..=1.0).contains(&self.tools.call_rate) {
+            return bad("tools.call_rate must be within 0..=1");
+        }
+        if self.rerank.concurrency == 0 {
+            return bad("rerank.concurrency must be > 0");
         }
         if self.vector.dim == 0 {
             return bad("vector.dim must be > 0");
@@ -353,6 +401,14 @@ mod tests {
         ));
         assert!(matches!(
             SimConfig::from_toml("[faults]\nerror_rate = 2.0"),
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(matches!(
+            SimConfig::from_toml("[tools]\ncall_rate = 1.5"),
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(matches!(
+            SimConfig::from_toml("[rerank]\nconcurrency = 0"),
             Err(ConfigError::Invalid(_))
         ));
         assert!(matches!(

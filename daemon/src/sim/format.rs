@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{openai::ApiError, sampler::Sampled};
+use super::{openai::ApiError, sampler::Sampled, tools::ToolCall};
 
 /// Which endpoint a response is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +29,8 @@ pub struct Format {
     pub logprobs: Option<u32>,
     /// Streaming: send a usage chunk at the end.
     pub include_usage: bool,
+    /// A chat answer that is this tool call rather than text (its tokens are the call's).
+    pub tool: Option<ToolCall>,
 }
 
 fn usage(prompt: usize, completion: usize) -> Value {
@@ -103,12 +105,16 @@ impl Format {
     #[must_use]
     pub fn full(&self, tokens: &[Sampled], finish: &str, prompt: usize) -> Value {
         let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
-        let choice = match self.kind {
-            Kind::Chat => json!({
+        let choice = match (self.kind, &self.tool) {
+            (Kind::Chat, Some(call)) => json!({
+                "index": 0, "message": call.message(tokens.len()),
+                "logprobs": null, "finish_reason": call.finish(tokens.len()),
+            }),
+            (Kind::Chat, None) => json!({
                 "index": 0, "message": {"role": "assistant", "content": text},
                 "logprobs": self.chat_logprobs(tokens), "finish_reason": finish,
             }),
-            Kind::Completion => json!({
+            (Kind::Completion, _) => json!({
                 "index": 0, "text": text, "logprobs": self.completion_logprobs(tokens, 0),
                 "finish_reason": finish,
             }),
@@ -126,8 +132,14 @@ impl Format {
         })
     }
 
-    /// Appends the SSE event of one token to `out`; `offset` is the text length sent so far.
-    pub fn sse_token(&self, out: &mut String, token: &Sampled, offset: usize) {
+    /// Appends the SSE event of one token to `out`; `offset` is the text length sent so far,
+    /// `index` the tokens sent so far (a tool call's deltas are by token).
+    pub fn sse_token(&self, out: &mut String, token: &Sampled, offset: usize, index: usize) {
+        if let Some(call) = &self.tool {
+            let choice = json!({"index": 0, "delta": call.delta(index), "logprobs": null, "finish_reason": null});
+            out.push_str(&sse(&self.envelope(true, json!([choice]))));
+            return;
+        }
         if self.logprobs.is_none() {
             self.sse_token_fast(out, token);
             return;
@@ -175,6 +187,7 @@ impl Format {
     /// The closing SSE events: finish reason, optional usage chunk, `[DONE]`.
     #[must_use]
     pub fn sse_end(&self, finish: &str, prompt: usize, completion: usize) -> String {
+        let finish = self.tool.as_ref().map_or(finish, |c| c.finish(completion));
         let choice = match self.kind {
             Kind::Chat => {
                 json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish})
@@ -281,6 +294,7 @@ mod tests {
                     model: "m\"1".to_owned(),
                     logprobs: None,
                     include_usage,
+                    tool: None,
                 };
                 let mut fast = String::new();
                 f.sse_token_fast(&mut fast, &tok);

@@ -1,4 +1,5 @@
-//! HTTP routes: the OpenAI-compatible API, `/health`, `/metrics` and the vector service.
+//! HTTP routes: the OpenAI-compatible API, re-ranking, `/health`, `/metrics` and the vector
+//! service.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use super::{
     completions::{self, check_model},
     format,
     openai::{self, ApiError, EmbeddingInput, EmbeddingRequest},
+    rerank,
     scheduler::Scheduler,
     state::{AppState, St},
     tokenizer, vector,
@@ -31,6 +33,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings))
+        .route("/v1/rerank", post(rerank::rerank))
         .route("/v1/vector/search", post(vector_search))
         .route("/v1/vector/exact", post(vector_exact))
         .route("/v1/vector/rebuild", post(vector_rebuild))
@@ -48,7 +51,7 @@ async fn models(State(s): St) -> Response {
 }
 
 async fn metrics(State(s): St) -> Response {
-    let text = s.shared.metrics().render() + &s.vector.metrics_text();
+    let text = s.metrics_text();
     (
         [(
             header::CONTENT_TYPE,

@@ -1,7 +1,10 @@
 //! `GET /metrics`: Prometheus text format with vLLM's metric names, types, buckets and the
 //! `model_name` label, so scrapers cannot tell the simulator from vLLM.
 
-use std::fmt::Write as _;
+use std::{
+    fmt::Write as _,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 /// vLLM's buckets for `time_to_first_token_seconds`.
 pub const TTFT_BUCKETS: &[f64] = &[
@@ -250,6 +253,52 @@ impl Metrics {
     }
 }
 
+/// Counters of the sim's endpoints that vLLM has no metric for: re-ranking and tool calls.
+#[derive(Debug, Default)]
+pub struct ApiCounters {
+    /// `POST /v1/rerank` requests answered.
+    pub rerank_requests: AtomicU64,
+    /// Documents those requests scored.
+    pub rerank_documents: AtomicU64,
+    /// Chat answers that were a tool call.
+    pub tool_calls: AtomicU64,
+}
+
+impl ApiCounters {
+    /// Counts one answered re-rank request of `documents` documents.
+    pub fn reranked(&self, documents: usize) {
+        self.rerank_requests.fetch_add(1, Ordering::Relaxed);
+        self.rerank_documents
+            .fetch_add(documents as u64, Ordering::Relaxed);
+    }
+
+    /// The exposition text of these counters.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        for (name, help, v) in [
+            (
+                "inferscope_sim_rerank_requests_total",
+                "Re-rank requests answered.",
+                &self.rerank_requests,
+            ),
+            (
+                "inferscope_sim_rerank_documents_total",
+                "Documents scored by re-rank requests.",
+                &self.rerank_documents,
+            ),
+            (
+                "inferscope_sim_tool_calls_total",
+                "Chat answers that were a tool call.",
+                &self.tool_calls,
+            ),
+        ] {
+            counter(&mut o, name, help, "", v.load(Ordering::Relaxed));
+        }
+        o
+    }
+}
+
 pub(crate) fn gauge(o: &mut String, name: &str, help: &str, labels: &str, v: f64) {
     let _ = writeln!(
         o,
@@ -307,5 +356,24 @@ mod tests {
         ));
         assert!(t.contains("le=\"+Inf\"} 3\n"));
         assert!(t.contains("num_gpu_blocks=\"64\""));
+    }
+
+    #[test]
+    fn api_counters_render_as_counters() {
+        let c = ApiCounters::default();
+        c.reranked(5);
+        c.reranked(2);
+        c.tool_calls.fetch_add(3, Ordering::Relaxed);
+        let t = c.render();
+        assert!(t.contains("# TYPE inferscope_sim_rerank_requests_total counter"));
+        assert_eq!(
+            sample(&t, "inferscope_sim_rerank_requests_total"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&t, "inferscope_sim_rerank_documents_total"),
+            Some(7.0)
+        );
+        assert_eq!(sample(&t, "inferscope_sim_tool_calls_total"), Some(3.0));
     }
 }

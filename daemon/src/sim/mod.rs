@@ -22,13 +22,17 @@ pub mod kv_cache;
 pub mod metrics;
 pub mod openai;
 pub mod profiles;
+pub mod rerank;
 pub mod sampler;
 pub mod scheduler;
 pub mod state;
 pub mod stream;
 pub mod tokenizer;
+pub mod tools;
 pub mod vector;
 
+#[cfg(test)]
+mod api_tests;
 #[cfg(test)]
 mod scheduler_tests;
 
@@ -97,7 +101,7 @@ impl SimServer {
     /// The `/metrics` text.
     #[must_use]
     pub fn metrics_text(&self) -> String {
-        self.state.shared.metrics().render() + &self.state.vector.metrics_text()
+        self.state.metrics_text()
     }
 
     /// Bytes allocated on the simulated device.

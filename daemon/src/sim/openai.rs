@@ -106,6 +106,23 @@ pub struct Message {
     pub content: Option<Content>,
 }
 
+/// One entry of a chat request's `tools`; only `function` tools can be called.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Tool {
+    /// `function` (others are ignored).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function of a `function` tool.
+    pub function: Option<FunctionDef>,
+}
+
+/// A callable function (its `description` and `parameters` are not read).
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionDef {
+    /// Its name.
+    pub name: String,
+}
+
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct StreamOptions {
@@ -140,6 +157,10 @@ pub struct ChatRequest {
     pub top_logprobs: Option<u32>,
     /// Choices; only 1 is supported.
     pub n: Option<u32>,
+    /// Functions the model may call (see `sim::tools`).
+    pub tools: Option<Vec<Tool>>,
+    /// `none`, `auto`, `required` or `{"type": "function", "function": {"name": ...}}`.
+    pub tool_choice: Option<Value>,
 }
 
 /// A completions prompt: text, a one-element batch, or token ids.

@@ -3,11 +3,13 @@
 use std::sync::{Arc, atomic::AtomicU64};
 
 use axum::extract::State;
+use tokio::sync::Semaphore;
 
 use super::{
     config::SimConfig,
     engine::{Engine, Shared},
     faults::Faults,
+    metrics::ApiCounters,
     vector::VectorService,
 };
 
@@ -24,6 +26,10 @@ pub struct AppState {
     pub vector: Arc<VectorService>,
     /// Fault injection.
     pub faults: Faults,
+    /// Counters of the re-rank endpoint and of tool calls.
+    pub counters: ApiCounters,
+    /// Turns on the re-ranker's device (`rerank.concurrency` permits, first come first served).
+    pub(crate) rerank_slots: Semaphore,
     pub(crate) next_id: AtomicU64,
 }
 
@@ -37,14 +43,23 @@ impl AppState {
         vector: Arc<VectorService>,
     ) -> Self {
         let faults = Faults::new(&cfg.faults, std::time::Instant::now());
+        let rerank_slots = Semaphore::new(cfg.rerank.concurrency);
         Self {
             cfg,
             engine,
             shared,
             vector,
             faults,
+            counters: ApiCounters::default(),
+            rerank_slots,
             next_id: AtomicU64::new(1),
         }
+    }
+
+    /// The whole `/metrics` text: vLLM's names, the vector service, re-ranking and tool calls.
+    #[must_use]
+    pub fn metrics_text(&self) -> String {
+        self.shared.metrics().render() + &self.vector.metrics_text() + &self.counters.render()
     }
 }
 

@@ -78,6 +78,7 @@ pub struct SseBody {
     fmt: Format,
     start: Option<String>,
     offset: usize,
+    sent: usize,
     done: bool,
     guard: AbortGuard,
 }
@@ -91,6 +92,7 @@ impl SseBody {
             src,
             fmt,
             offset: 0,
+            sent: 0,
             done: false,
             guard,
         }
@@ -114,8 +116,9 @@ impl Body for SseBody {
         while let Poll::Ready(ev) = this.src.poll_next(cx) {
             match ev {
                 Some(Event::Token(t)) => {
-                    this.fmt.sse_token(&mut out, &t, this.offset);
+                    this.fmt.sse_token(&mut out, &t, this.offset, this.sent);
                     this.offset += t.text.len();
+                    this.sent += 1;
                 }
                 Some(Event::Finished {
                     reason,

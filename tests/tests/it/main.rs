@@ -12,6 +12,7 @@ mod guardrail;
 mod kernel_first_e2e;
 mod knee_search;
 mod llamacpp_e2e;
+mod pipeline_e2e;
 mod ringbuf_flood;
 mod runqlat;
 mod sockets;

@@ -5,6 +5,10 @@
 //! `load_only.rs`) build their reports here.
 
 use super::{PhaseLatency, Report, RunMeta, waterfall};
+use crate::attribute::{
+    self, PhaseSummary,
+    hops::{self, HopLine},
+};
 use crate::collect::{
     load,
     session::ServerSide,
@@ -21,12 +25,43 @@ impl Report {
             mut timeline,
             server_side,
             missing,
+            services,
             ..
         } = finished;
         // The windows were closed in step with the load, which started a few ms after the
         // collectors: label them so, and the load's last requests fall in the last window.
         timeline.realign(start_ms(lg));
-        Self::of_load(lg, timeline, &server_side, missing)
+        let mut report = Self::of_load(lg, timeline, &server_side, missing);
+        report.add_hops(services, start_ms(lg));
+        report
+    }
+
+    /// Labels each service's time line (`--service`) with the target's phases, attributes it
+    /// against its own baseline, and gives each phase its hops.
+    fn add_hops(&mut self, services: Vec<(String, Timeline)>, start_ms: u64) {
+        if services.is_empty() {
+            return;
+        }
+        let lines: Vec<(String, Timeline, Vec<PhaseSummary>)> = services
+            .into_iter()
+            .map(|(name, mut t)| {
+                t.realign(start_ms);
+                hops::label_phases(&self.timeline, &mut t);
+                let phases = attribute::attribute(&t).phases;
+                (name, t, phases)
+            })
+            .collect();
+        let hop_lines: Vec<HopLine<'_>> = lines
+            .iter()
+            .map(|(name, timeline, phases)| HopLine {
+                name,
+                timeline,
+                phases,
+            })
+            .collect();
+        for p in &mut self.phases {
+            p.hops = hops::of_phase(&self.timeline, p, &hop_lines);
+        }
     }
 
     /// The report of `lg`'s records folded into `timeline`, joined with the kernel's view of

@@ -126,6 +126,10 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
     if let Some(c) = &p.confirmation {
         let _ = writeln!(out, "  confirm: {}", c.line());
     }
+    if let Some(h) = &p.hops {
+        let _ = writeln!(out, "  hops: {}", h.line());
+        let _ = writeln!(out, "        {}", h.list());
+    }
     for m in &p.marks {
         let _ = writeln!(out, "  event: {m}");
     }

@@ -1,0 +1,354 @@
+//! The hops of a pipeline behind the target (`stress --explain --service NAME=PORT`): which
+//! hop holds a phase's latency rise, and the cause inside it.
+//!
+//! Each hop's processes have their own time line, filled by the same collectors as the
+//! target's and attributed against their own baseline. A hop's part of the rise is the rise
+//! of its kernel-side first token on the exchanges another watched server asked for (what
+//! the target waits for when it calls the hop; scrapes and other clients left out), median
+//! over the phase's windows against the baseline phase's. The target's own part (`orchestration`) is the rise of the target's
+//! kernel-side first token less the hops'. The rise split is the target's decomposition
+//! (the client's latency); the parts are medians of other populations, so when they add up
+//! to more than the rise they are scaled down to it together, and what they do not cover is
+//! `rest` (the network and the client). A hop holds the rise when its part is at least
+//! [`HOLDS`] of it and the target's own verdict is not `none`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Cause, PhaseSummary, baseline::is_baseline_name, fmt_num};
+use crate::collect::timeline::{Timeline, Window};
+
+/// Share of the rise a hop must hold to be named.
+pub const HOLDS: f64 = 0.3;
+
+/// The name of the target's own part.
+pub const ORCHESTRATION: &str = "orchestration";
+
+/// One hop's part of a phase's rise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HopPart {
+    /// The hop (`--service NAME`), or `orchestration` for the target's own time.
+    pub hop: String,
+    /// Its kernel-side first token in the baseline phase, ms (median): of the calls made to
+    /// it for a hop, of the target's own answers for `orchestration`.
+    pub baseline_ms: Option<f64>,
+    /// The same in this phase, ms.
+    pub value_ms: Option<f64>,
+    /// Its part of the rise, ms (never negative).
+    pub part_ms: f64,
+    /// The hop's own verdict in this phase (`none` for orchestration: see the target's).
+    pub cause: Cause,
+    /// Its score.
+    pub confidence: f64,
+}
+
+/// Where a phase's latency rise went, hop by hop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Hops {
+    /// The target's rise over the baseline (its decomposition's), ms.
+    pub rise_ms: f64,
+    /// Each hop's part, then `orchestration`.
+    pub parts: Vec<HopPart>,
+    /// What no hop covers: the network and the client, ms.
+    pub rest_ms: f64,
+    /// The hop holding the rise, when one holds at least [`HOLDS`] of it.
+    pub holder: Option<String>,
+}
+
+impl Hops {
+    /// One line: `hop search holds +480 ms of the +510 ms rise (94%); inside it: vector_index
+    /// (0.82)`, or that no hop holds it.
+    #[must_use]
+    pub fn line(&self) -> String {
+        let Some(h) = self
+            .holder
+            .as_ref()
+            .and_then(|n| self.parts.iter().find(|p| &p.hop == n))
+        else {
+            return format!(
+                "no hop holds the +{} ms rise ({})",
+                fmt_num(self.rise_ms),
+                self.list()
+            );
+        };
+        let share = 100.0 * h.part_ms / self.rise_ms.max(f64::EPSILON);
+        let inside = if h.hop == ORCHESTRATION {
+            "the target's own time (inbound less its calls)".to_owned()
+        } else {
+            format!("inside it: {} ({:.2})", h.cause, h.confidence)
+        };
+        format!(
+            "hop {} holds +{} ms of the +{} ms rise ({share:.0}%); {inside}",
+            h.hop,
+            fmt_num(h.part_ms),
+            fmt_num(self.rise_ms)
+        )
+    }
+
+    /// `search +480 ms, chat +10 ms, orchestration +0 ms, rest +20 ms`.
+    #[must_use]
+    pub fn list(&self) -> String {
+        let mut parts: Vec<String> = self
+            .parts
+            .iter()
+            .map(|p| format!("{} +{} ms", p.hop, fmt_num(p.part_ms)))
+            .collect();
+        parts.push(format!("rest +{} ms", fmt_num(self.rest_ms)));
+        parts.join(", ")
+    }
+}
+
+/// A hop's time line with its phases attributed.
+pub struct HopLine<'a> {
+    /// The hop's name.
+    pub name: &'a str,
+    /// Its windows, labelled with the target's phases.
+    pub timeline: &'a Timeline,
+    /// Its phases, attributed against its own baseline.
+    pub phases: &'a [PhaseSummary],
+}
+
+/// The hops of phase `phase` of the target (its time line `target`), `None` for the baseline
+/// phase, a phase without a rise, or no hops.
+#[must_use]
+pub fn of_phase(target: &Timeline, phase: &PhaseSummary, hops: &[HopLine<'_>]) -> Option<Hops> {
+    let rise = phase.decomposition.as_ref()?.increase_ms;
+    let base = baseline_phase(target)?;
+    if hops.is_empty() || phase.name == base || rise <= 0.0 {
+        return None;
+    }
+    let mut parts: Vec<HopPart> = hops
+        .iter()
+        .map(|h| {
+            let (baseline_ms, value_ms) = (
+                first_answer_ms(h.timeline, &base, true),
+                first_answer_ms(h.timeline, &phase.name, true),
+            );
+            let own = h.phases.iter().find(|p| p.name == phase.name);
+            HopPart {
+                hop: h.name.to_owned(),
+                baseline_ms,
+                value_ms,
+                part_ms: rise_of(baseline_ms, value_ms),
+                cause: own.map_or(Cause::None, |p| p.dominant),
+                confidence: own.map_or(0.0, |p| p.confidence),
+            }
+        })
+        .collect();
+    let (target_base, target_value) = (
+        first_answer_ms(target, &base, false),
+        first_answer_ms(target, &phase.name, false),
+    );
+    let called: f64 = parts.iter().map(|p| p.part_ms).sum();
+    parts.push(HopPart {
+        hop: ORCHESTRATION.to_owned(),
+        baseline_ms: target_base,
+        value_ms: target_value,
+        part_ms: (rise_of(target_base, target_value) - called).max(0.0),
+        cause: Cause::None,
+        confidence: 0.0,
+    });
+    let sum: f64 = parts.iter().map(|p| p.part_ms).sum();
+    if sum > rise {
+        for p in &mut parts {
+            p.part_ms *= rise / sum;
+        }
+    }
+    let covered: f64 = parts.iter().map(|p| p.part_ms).sum();
+    let holder = (phase.dominant != Cause::None)
+        .then(|| {
+            parts
+                .iter()
+                .filter(|p| p.part_ms >= HOLDS * rise)
+                .max_by(|a, b| a.part_ms.total_cmp(&b.part_ms))
+                .map(|p| p.hop.clone())
+        })
+        .flatten();
+    Some(Hops {
+        rise_ms: rise,
+        parts,
+        rest_ms: (rise - covered).max(0.0),
+        holder,
+    })
+}
+
+/// Labels each window of `hop` with the phase of the target's window that starts with it.
+pub fn label_phases(target: &Timeline, hop: &mut Timeline) {
+    for w in &mut hop.windows {
+        w.phase = target
+            .windows
+            .iter()
+            .find(|t| t.start_unix_ms.abs_diff(w.start_unix_ms) < t.len_ms / 2)
+            .and_then(|t| t.phase.clone());
+    }
+}
+
+/// The baseline phase of `t`: one named `baseline`, else the first.
+fn baseline_phase(t: &Timeline) -> Option<String> {
+    let phases = || t.windows.iter().filter_map(|w| w.phase.as_deref());
+    phases()
+        .find(|p| is_baseline_name(p))
+        .or_else(|| phases().next())
+        .map(str::to_owned)
+}
+
+/// The median over `phase`'s windows of the kernel-side first token (the first write of a
+/// whole answer): of the calls another watched server made when `called` (a hop, as the
+/// target waits for it), else of every exchange (the target, answering the client).
+fn first_answer_ms(t: &Timeline, phase: &str, called: bool) -> Option<f64> {
+    let of = |w: &Window| {
+        let n = w.net.as_ref()?;
+        if called {
+            n.called_first_token_p50_ms
+        } else {
+            n.server_first_token_p50_ms
+        }
+    };
+    let mut v: Vec<f64> = t
+        .windows
+        .iter()
+        .filter(|w| w.phase.as_deref() == Some(phase))
+        .filter_map(of)
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+fn rise_of(base: Option<f64>, value: Option<f64>) -> f64 {
+    match (base, value) {
+        (Some(b), Some(v)) => (v - b).max(0.0),
+        _ => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{attribute::attribute, collect::timeline::NetSignals};
+
+    /// A time line of `phases` (name, windows, first answer ms) of 1 s windows.
+    fn line(phases: &[(&str, usize, f64)]) -> Timeline {
+        let mut t = Timeline::new(0, 1000);
+        let mut at = 500;
+        for &(name, n, ms) in phases {
+            for _ in 0..n {
+                let w = t.at(at);
+                w.phase = Some(name.into());
+                w.net = Some(NetSignals {
+                    exchanges: 10,
+                    server_first_token_p50_ms: Some(ms),
+                    called_exchanges: 10,
+                    called_first_token_p50_ms: Some(ms),
+                    ..NetSignals::default()
+                });
+                at += 1000;
+            }
+        }
+        t
+    }
+
+    fn peak(rise: f64, dominant: Cause) -> PhaseSummary {
+        let t = line(&[("baseline", 3, 10.0), ("peak", 3, 10.0 + rise)]);
+        let mut p = attribute(&t)
+            .phases
+            .into_iter()
+            .find(|p| p.name == "peak")
+            .unwrap();
+        p.dominant = dominant;
+        p.decomposition = Some(crate::attribute::Decomposition {
+            increase_ms: rise,
+            ..crate::attribute::Decomposition::default()
+        });
+        p
+    }
+
+    #[test]
+    fn the_hop_whose_time_rose_holds_the_rise_and_the_parts_add_up() {
+        let target = line(&[("baseline", 3, 40.0), ("peak", 3, 540.0)]);
+        let search = line(&[("baseline", 3, 5.0), ("peak", 3, 485.0)]);
+        let chat = line(&[("baseline", 3, 20.0), ("peak", 3, 25.0)]);
+        let none: Vec<PhaseSummary> = Vec::new();
+        let hops = [
+            HopLine {
+                name: "search",
+                timeline: &search,
+                phases: &none,
+            },
+            HopLine {
+                name: "chat",
+                timeline: &chat,
+                phases: &none,
+            },
+        ];
+        let h = of_phase(&target, &peak(510.0, Cause::Unexplained), &hops).unwrap();
+        assert_eq!(h.holder.as_deref(), Some("search"));
+        let part = |n: &str| h.parts.iter().find(|p| p.hop == n).unwrap().part_ms;
+        assert!((part("search") - 480.0).abs() < 1e-9);
+        assert!((part("chat") - 5.0).abs() < 1e-9);
+        // The target rose 500 ms, its calls 485: 15 ms of its own.
+        assert!((part(ORCHESTRATION) - 15.0).abs() < 1e-9);
+        assert!((h.rest_ms - 10.0).abs() < 1e-9);
+        let sum: f64 = h.parts.iter().map(|p| p.part_ms).sum::<f64>() + h.rest_ms;
+        assert!((sum - 510.0).abs() < 1e-9);
+        assert!(
+            h.line()
+                .starts_with("hop search holds +480 ms of the +510 ms rise (94%)")
+        );
+    }
+
+    #[test]
+    fn the_targets_own_time_is_orchestration_and_parts_never_exceed_the_rise() {
+        // The gateway's own time rose 300 ms, its calls did not; the client saw only 200.
+        let target = line(&[("baseline", 3, 40.0), ("peak", 3, 340.0)]);
+        let search = line(&[("baseline", 3, 5.0), ("peak", 3, 5.0)]);
+        let hops = [HopLine {
+            name: "search",
+            timeline: &search,
+            phases: &[],
+        }];
+        let h = of_phase(&target, &peak(200.0, Cause::Queue), &hops).unwrap();
+        assert_eq!(h.holder.as_deref(), Some(ORCHESTRATION));
+        let sum: f64 = h.parts.iter().map(|p| p.part_ms).sum();
+        assert!((sum - 200.0).abs() < 1e-9 && h.rest_ms == 0.0, "{h:?}");
+        assert!(h.parts.iter().all(|p| p.part_ms >= 0.0));
+    }
+
+    #[test]
+    fn a_healthy_phase_names_no_hop_and_the_baseline_has_no_hops() {
+        let target = line(&[("baseline", 3, 40.0), ("peak", 3, 140.0)]);
+        let search = line(&[("baseline", 3, 5.0), ("peak", 3, 105.0)]);
+        let hops = [HopLine {
+            name: "search",
+            timeline: &search,
+            phases: &[],
+        }];
+        let h = of_phase(&target, &peak(100.0, Cause::None), &hops).unwrap();
+        assert_eq!(h.holder, None);
+        assert!(h.line().starts_with("no hop holds"));
+        let mut base = peak(100.0, Cause::Queue);
+        base.name = "baseline".into();
+        assert!(of_phase(&target, &base, &hops).is_none());
+    }
+
+    #[test]
+    fn hop_windows_take_the_targets_phases() {
+        let target = line(&[("baseline", 2, 1.0), ("peak", 2, 1.0)]);
+        let mut hop = Timeline::new(0, 1000);
+        for at in [503, 1502, 2499, 3500] {
+            hop.at(at);
+        }
+        label_phases(&target, &mut hop);
+        let phases: Vec<_> = hop.windows.iter().map(|w| w.phase.as_deref()).collect();
+        assert_eq!(
+            phases,
+            [
+                Some("baseline"),
+                Some("baseline"),
+                Some("peak"),
+                Some("peak")
+            ]
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! A RAG pipeline of separate processes for the hop tests: the stdlib gateway
+//! (`tests/servers/rag_gateway.py`) in front of three sims, one per hop (`embed`, also the
+//! re-ranker; `search`, the vector index; `chat`, the LLM), explained with one `--service` per
+//! hop.
+
+use std::{net::SocketAddr, path::PathBuf, process::Child, time::Duration};
+
+use serde_json::Value;
+
+use crate::{
+    Sim,
+    explain::{FIRST, Load, PEAK, Stress, loopback, scenario},
+    http_get, http_post_json,
+};
+
+/// The gateway process, killed when dropped.
+pub struct RagGateway {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl RagGateway {
+    /// Starts the gateway on a free loopback port, calling `embed` (embeddings and rerank),
+    /// `search` and `chat`; waits until it answers.
+    #[must_use]
+    pub fn start(embed: &str, search: &str, chat: &str) -> Self {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("servers/rag_gateway.py");
+        let addr = loopback();
+        let child = std::process::Command::new("nice")
+            .args(["-n", &FIRST.to_string(), "python3"])
+            .arg(&script)
+            .args(["--port", &addr.port().to_string()])
+            .args(["--embed", embed, "--rerank", embed, "--search", search])
+            .args(["--chat", chat])
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", script.display()));
+        let me = Self { child, addr };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while http_get(addr, "/health").is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the gateway did not answer on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // One request through every hop (the vector index is built at the sim's start).
+        let warm = r#"{"model": "inferscope-sim", "max_tokens": 4, "stream": true,
+            "messages": [{"role": "user", "content": "warm up"}]}"#;
+        assert!(
+            http_post_json(addr, "/v1/chat/completions", warm).is_some(),
+            "no answer through the gateway on {addr}"
+        );
+        me
+    }
+
+    /// Base URL.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request from now on holds the gateway's global lock for `ms`.
+    pub fn lock(&self, ms: u32) {
+        let body = format!("{{\"ms\": {ms}}}");
+        assert!(
+            http_post_json(self.addr, "/admin/lock", &body).is_some(),
+            "the gateway did not take the lock"
+        );
+    }
+
+    /// `GET /stats`: its requests and the calls it made per upstream.
+    #[must_use]
+    pub fn stats(&self) -> Value {
+        http_get(self.addr, "/stats")
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for RagGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fault on one hop, started when the peak starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HopFault {
+    /// Nothing: a healthy pipeline.
+    None,
+    /// The vector index rebuilt over and over during the peak (`search`).
+    IndexRebuild,
+    /// The LLM's KV cache too small for the peak (`chat`).
+    KvPressure,
+    /// The gateway holds a global lock for this many ms per request during the peak (its own
+    /// time: `orchestration`).
+    GatewayLock(u32),
+}
+
+/// Runs the pipeline under `load` with `fault`; returns report.json and the gateway's stats.
+#[must_use]
+pub fn run(name: &str, fault: HopFault, load: &Load) -> (Value, Value) {
+    let nice = ["nice", "-n", &FIRST.to_string()];
+    let embed = Sim::start(&nice, "healthy", loopback(), &[]);
+    let search = Sim::start(&nice, "healthy", loopback(), &[]);
+    let chat = match fault {
+        HopFault::KvPressure => Sim::start(
+            &nice,
+            "kv-pressure",
+            loopback(),
+            &crate::cases::KV_PRESSURE_SIM,
+        ),
+        _ => Sim::start(&nice, "healthy", loopback(), &[]),
+    };
+    let gateway = RagGateway::start(&embed.url(), &search.url(), &chat.url());
+    let port = |s: &Sim| s.url().rsplit(':').next().unwrap().to_owned();
+    let flags: Vec<String> = [("embed", &embed), ("search", &search), ("chat", &chat)]
+        .iter()
+        .flat_map(|(n, s)| ["--service".to_owned(), format!("{n}={}", port(s))])
+        .collect();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    // The gateway has no /metrics: its verdict rests on the kernel and the client.
+    let mut extra = vec!["--metrics-url", "http://127.0.0.1:9/metrics"];
+    extra.extend(&flags);
+    let stress = Stress::start(
+        name,
+        &scenario(name, &gateway.url(), load),
+        None,
+        FIRST,
+        &extra,
+    );
+    // The load's first request is the gateway's second (the first was the warm-up).
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
+    while gateway.stats()["requests"].as_u64().unwrap_or(0) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no load reached the gateway"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(crate::explain::BASELINE);
+    if let HopFault::GatewayLock(ms) = fault {
+        gateway.lock(ms);
+        std::thread::sleep(PEAK);
+        gateway.lock(0);
+    }
+    if fault == HopFault::IndexRebuild {
+        let addr: SocketAddr = search.url().trim_start_matches("http://").parse().unwrap();
+        let until = std::time::Instant::now() + PEAK;
+        while std::time::Instant::now() < until {
+            // A rebuild takes at least 2 s; the next starts as it ends.
+            let _ = http_post_json(addr, "/v1/vector/rebuild", "{}");
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let report = stress.finish();
+    let stats = gateway.stats();
+    (report, stats)
+}
