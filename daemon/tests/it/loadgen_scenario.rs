@@ -358,3 +358,16 @@ fn error_rate_above_threshold_aborts_the_run() {
     );
     assert!(stdout.contains("connect"), "{stdout}");
 }
+
+#[test]
+fn rag_gateway_example_parses() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rag-gateway.yaml");
+    let plan = Plan::from_file(&path, &Overrides::default()).unwrap();
+    let names: Vec<&str> = plan
+        .scenario()
+        .phases
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(names, ["baseline", "peak", "cooldown"]);
+}

@@ -88,3 +88,35 @@ fn refused(cmd: &mut Command) -> (Option<i32>, String) {
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
 }
+
+/// `--service NAME=PORT`: a malformed value, a name given twice and a port nothing listens on
+/// are each refused in one line before the run.
+#[test]
+fn a_bad_service_is_refused_in_one_line() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let taken = format!("a={port}");
+    for (service, want) in [
+        (&["--service", "search"][..], "give NAME=PORT"),
+        (&["--service", "search=0"][..], "give NAME=PORT"),
+        (&["--service", "a b=80"][..], "give NAME=PORT"),
+        (&["--service", &taken, "--service", &taken][..], "given twice"),
+        (&["--service", "search=9"][..], "nothing listens on port 9"),
+    ] {
+        let (code, err) = refused(
+            crate::cli::inferscope()
+                .args(["stress", "--target", "http://127.0.0.1:9", "--rate", "1"])
+                .args(["--duration", "1s", "--explain", "--report-dir"])
+                .arg(std::env::temp_dir())
+                .args(service),
+        );
+        assert_ne!(code, Some(0), "{service:?}: {err}");
+        assert!(err.contains(want), "{service:?}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(
+            lines.len() <= 2 && lines[0].contains(want),
+            "{service:?}: {err}"
+        );
+    }
+    drop(listener);
+}
