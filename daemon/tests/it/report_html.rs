@@ -148,7 +148,30 @@ pub fn assert_no_errors(dom: &str, stderr: &str) {
 
 #[test]
 fn report_html_renders_every_chart_from_the_data() {
-    let r = report("kv_cache", true);
+    use inferscope::attribute::{
+        Cause,
+        hops::{HopPart, Hops},
+    };
+    let mut r = report("kv_cache", true);
+    // A pipeline's peak: the rise split by hop.
+    let part = |hop: &str, ms: f64, cause: Cause| HopPart {
+        hop: hop.into(),
+        baseline_ms: Some(2.0),
+        value_ms: Some(2.0 + ms),
+        part_ms: ms,
+        cause,
+        confidence: 0.9,
+    };
+    let peak = r.phases.iter_mut().find(|p| p.name == "peak").unwrap();
+    peak.hops = Some(Hops {
+        rise_ms: 500.0,
+        parts: vec![
+            part("chat", 470.0, Cause::KvCache),
+            part("orchestration", 20.0, Cause::None),
+        ],
+        rest_ms: 10.0,
+        holder: Some("chat".into()),
+    });
     let (dom, stderr) = dump_dom(&r.html().unwrap(), "full");
     assert_no_errors(&dom, &stderr);
     let windows = r.timeline.windows.len();
@@ -186,6 +209,12 @@ fn report_html_renders_every_chart_from_the_data() {
     // The slow tail is marked as such.
     assert_eq!(dom.matches("data-sample=\"slowest_e2e\"").count(), 1);
     assert!(dom.contains("slowest E2E"), "slow-tail label");
+    assert!(dom.contains("data-holder=\"chat\""), "hops bar");
+    assert!(
+        dom.contains("hops: +500 ms, hop chat holds it"),
+        "hops line"
+    );
+    assert!(dom.contains("chat (kv_cache) 470"), "hop with its cause");
     assert_eq!(dom.matches("class=\"window-row\"").count(), windows);
 }
 

@@ -100,7 +100,10 @@ fn a_bad_service_is_refused_in_one_line() {
         (&["--service", "search"][..], "give NAME=PORT"),
         (&["--service", "search=0"][..], "give NAME=PORT"),
         (&["--service", "a b=80"][..], "give NAME=PORT"),
-        (&["--service", &taken, "--service", &taken][..], "given twice"),
+        (
+            &["--service", &taken, "--service", &taken][..],
+            "given twice",
+        ),
         (&["--service", "search=9"][..], "nothing listens on port 9"),
     ] {
         let (code, err) = refused(

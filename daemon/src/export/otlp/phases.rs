@@ -1,7 +1,9 @@
 //! An explained phase as a trace: an `inferscope.phase` span over the phase carrying its
 //! verdict, and per decomposition of its latency rise an `inferscope.latency_rise` child as long
 //! as the rise, whose children are the parts laid end to end (`inferscope.rise.queue`, ...):
-//! the parts add up to the rise, so they tile it.
+//! the parts add up to the rise, so they tile it. A phase of a pipeline (`--service`) has an
+//! `inferscope.hops` child too, one child per hop (`inferscope.hop.search`, ...,
+//! `inferscope.hop.orchestration`, `inferscope.hop.rest`) laid end to end the same way.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -9,13 +11,16 @@ use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracer;
 
-use crate::attribute::{Decomposition, PhaseSummary};
+use crate::attribute::{Decomposition, PhaseSummary, hops::Hops};
 
 /// Name of the span of an explained phase.
 pub const PHASE_SPAN: &str = "inferscope.phase";
 
 /// Name of the span of one decomposition of a phase's latency rise.
 pub const RISE_SPAN: &str = "inferscope.latency_rise";
+
+/// Name of the span of a phase's rise split by hop.
+pub const HOPS_SPAN: &str = "inferscope.hops";
 
 /// One span to emit: its name, interval, attributes and children.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,12 +58,13 @@ pub fn plan(phase: &PhaseSummary) -> Planned {
             .collect();
         attributes.push(("inferscope.verdict.causes", named.join(" + ")));
     }
-    let children = [&phase.decomposition, &phase.tail_decomposition]
+    let mut children: Vec<Planned> = [&phase.decomposition, &phase.tail_decomposition]
         .into_iter()
         .flatten()
         .filter(|d| d.increase_ms > 0.0)
         .map(|d| rise(d, start))
         .collect();
+    children.extend(phase.hops.as_ref().map(|h| hops(h, start)));
     Planned {
         name: PHASE_SPAN.to_owned(),
         start,
@@ -68,18 +74,18 @@ pub fn plan(phase: &PhaseSummary) -> Planned {
     }
 }
 
-/// The span of decomposition `d` from `start`, its parts end to end.
-fn rise(d: &Decomposition, start: SystemTime) -> Planned {
-    let ms = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1000.0);
+/// Spans named `prefix` + each part's name, `ms` long each, end to end from `start`.
+fn tiles<'a>(
+    prefix: &str,
+    parts: impl IntoIterator<Item = (&'a str, f64)>,
+    start: SystemTime,
+) -> Vec<Planned> {
     let mut at = start;
     let mut children = Vec::new();
-    for (name, v) in d.parts() {
-        let end = at + ms(v);
+    for (name, v) in parts {
+        let end = at + span_ms(v);
         children.push(Planned {
-            name: format!(
-                "inferscope.rise.{}",
-                name.replace(" -> ", "_to_").replace(' ', "_")
-            ),
+            name: format!("{prefix}{}", name.replace(" -> ", "_to_").replace(' ', "_")),
             start: at,
             end,
             attributes: vec![("inferscope.rise.ms", format!("{v:.3}"))],
@@ -87,6 +93,35 @@ fn rise(d: &Decomposition, start: SystemTime) -> Planned {
         });
         at = end;
     }
+    children
+}
+
+fn span_ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v.max(0.0) / 1000.0)
+}
+
+/// The span of a phase's rise split by hop, from `start`: one child per hop, then the rest.
+fn hops(h: &Hops, start: SystemTime) -> Planned {
+    let parts = h
+        .parts
+        .iter()
+        .map(|p| (p.hop.as_str(), p.part_ms))
+        .chain([("rest", h.rest_ms)]);
+    let mut attributes = vec![("inferscope.rise.ms", format!("{:.3}", h.rise_ms))];
+    attributes.extend(h.holder.clone().map(|n| ("inferscope.hop.holder", n)));
+    Planned {
+        name: HOPS_SPAN.to_owned(),
+        start,
+        end: start + span_ms(h.rise_ms),
+        attributes,
+        children: tiles("inferscope.hop.", parts, start),
+    }
+}
+
+/// The span of decomposition `d` from `start`, its parts end to end.
+fn rise(d: &Decomposition, start: SystemTime) -> Planned {
+    let ms = span_ms;
+    let children = tiles("inferscope.rise.", d.parts(), start);
     let quantile = d.band.as_ref().map_or("p50", |b| b.quantile.as_str());
     Planned {
         name: RISE_SPAN.to_owned(),
@@ -130,6 +165,54 @@ mod tests {
     use super::*;
     use crate::attribute::{Cause, attribute};
     use crate::collect::timeline::Timeline;
+
+    #[test]
+    fn a_pipelines_phase_has_a_hops_span_whose_children_tile_the_rise() {
+        use crate::attribute::hops::{HopPart, Hops};
+        let part = |hop: &str, ms: f64| HopPart {
+            hop: hop.into(),
+            baseline_ms: Some(1.0),
+            value_ms: Some(1.0 + ms),
+            part_ms: ms,
+            cause: Cause::None,
+            confidence: 0.5,
+        };
+        let path = format!(
+            "{}/tests/fixtures/timelines/queue.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let t: Timeline = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut phase = attribute(&t).phase("peak").unwrap().clone();
+        phase.hops = Some(Hops {
+            rise_ms: 500.0,
+            parts: vec![part("search", 480.0), part("orchestration", 15.0)],
+            rest_ms: 5.0,
+            holder: Some("search".into()),
+        });
+        let p = plan(&phase);
+        let h = p.children.iter().find(|c| c.name == HOPS_SPAN).unwrap();
+        assert!(
+            h.attributes
+                .contains(&("inferscope.hop.holder", "search".to_owned()))
+        );
+        let names: Vec<&str> = h.children.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "inferscope.hop.search",
+                "inferscope.hop.orchestration",
+                "inferscope.hop.rest"
+            ]
+        );
+        for w in h.children.windows(2) {
+            assert_eq!(w[0].end, w[1].start);
+        }
+        assert_eq!(h.children.last().unwrap().end, h.end);
+        assert_eq!(
+            h.end.duration_since(h.start).unwrap(),
+            Duration::from_millis(500)
+        );
+    }
 
     #[test]
     fn a_phase_becomes_a_span_whose_rise_children_tile_the_rise() {

@@ -124,7 +124,33 @@
     var td = el('td');
     if (!p.decomposition) { td.textContent = 'baseline'; return td; }
     [p.decomposition, p.tail_decomposition].forEach(function (d) { if (d) { decompBar(td, d); } });
+    if (p.hops) { hopsBar(td, p.hops); }
     return td;
+  }
+
+  // The rise split by hop of the pipeline behind the target (--service): one segment per hop.
+  function hopsBar(td, h) {
+    var HOP_COLORS = ['#1f77b4', '#2ca02c', '#9467bd', '#8c564b', '#e377c2', '#bcbd22', '#17becf'];
+    var parts = h.parts.map(function (p, i) {
+      var colour = p.hop === 'orchestration' ? '#ff7f0e' : HOP_COLORS[i % HOP_COLORS.length];
+      var label = p.hop + (p.hop !== 'orchestration' && p.cause !== 'none' ? ' (' + p.cause + ')' : '');
+      return [label, p.part_ms, colour];
+    }).concat([['rest', h.rest_ms, '#d5d9e0']]);
+    var holder = h.holder ? 'hop ' + h.holder + ' holds it' : 'no hop holds it';
+    td.appendChild(el('div', {}, 'hops: +' + num(h.rise_ms) + ' ms, ' + holder));
+    var bar = el('div', { 'class': 'decomp hops', 'data-holder': h.holder || '' });
+    parts.forEach(function (p) {
+      if (p[1] > 0 && h.rise_ms > 0) {
+        var seg = el('div', { title: p[0] + ' ' + num(p[1]) + ' ms' });
+        seg.style.width = (100 * p[1] / h.rise_ms) + '%';
+        seg.style.background = p[2];
+        bar.appendChild(seg);
+      }
+    });
+    td.appendChild(bar);
+    td.appendChild(el('div', { 'class': 'evidence' }, parts.map(function (p) {
+      return p[0] + ' ' + num(p[1]);
+    }).join(', ')));
   }
 
   // One stacked bar per decomposition: the parts add up to the rise (netted, never negative).
