@@ -20,17 +20,17 @@ pub struct RagGateway {
 }
 
 impl RagGateway {
-    /// Starts the gateway on a free loopback port, calling `embed` (embeddings and rerank),
-    /// `search` and `chat`; waits until it answers.
+    /// Starts the gateway on a free loopback port, calling `embed`, `search`, `rerank` and
+    /// `chat`; waits until it answers.
     #[must_use]
-    pub fn start(embed: &str, search: &str, chat: &str) -> Self {
+    pub fn start(embed: &str, search: &str, rerank: &str, chat: &str) -> Self {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("servers/rag_gateway.py");
         let addr = loopback();
         let child = std::process::Command::new("nice")
             .args(["-n", &FIRST.to_string(), "python3"])
             .arg(&script)
             .args(["--port", &addr.port().to_string()])
-            .args(["--embed", embed, "--rerank", embed, "--search", search])
+            .args(["--embed", embed, "--rerank", rerank, "--search", search])
             .args(["--chat", chat])
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", script.display()));
@@ -96,6 +96,8 @@ pub enum HopFault {
     /// The gateway holds a global lock for this many ms per request during the peak (its own
     /// time: `orchestration`).
     GatewayLock(u32),
+    /// The re-ranker's cgroup gets this share of a CPU (%) during the peak (`rerank`).
+    RerankCpuQuota(u32),
 }
 
 /// Runs the pipeline under `load` with `fault`; returns report.json and the gateway's stats.
@@ -104,6 +106,8 @@ pub fn run(name: &str, fault: HopFault, load: &Load) -> (Value, Value) {
     let nice = ["nice", "-n", &FIRST.to_string()];
     let embed = Sim::start(&nice, "healthy", loopback(), &[]);
     let search = Sim::start(&nice, "healthy", loopback(), &[]);
+    // A process of its own, so that a fault on it is on this hop alone.
+    let rerank = Sim::start(&nice, "healthy", loopback(), &["--rerank-on-cpu"]);
     let chat = match fault {
         HopFault::KvPressure => Sim::start(
             &nice,
@@ -113,9 +117,15 @@ pub fn run(name: &str, fault: HopFault, load: &Load) -> (Value, Value) {
         ),
         _ => Sim::start(&nice, "healthy", loopback(), &[]),
     };
-    let gateway = RagGateway::start(&embed.url(), &search.url(), &chat.url());
+    let gateway = RagGateway::start(&embed.url(), &search.url(), &rerank.url(), &chat.url());
     let port = |s: &Sim| s.url().rsplit(':').next().unwrap().to_owned();
-    let flags: Vec<String> = [("embed", &embed), ("search", &search), ("chat", &chat)]
+    let hops = [
+        ("embed", &embed),
+        ("search", &search),
+        ("rerank", &rerank),
+        ("chat", &chat),
+    ];
+    let flags: Vec<String> = hops
         .iter()
         .flat_map(|(n, s)| ["--service".to_owned(), format!("{n}={}", port(s))])
         .collect();
@@ -140,6 +150,12 @@ pub fn run(name: &str, fault: HopFault, load: &Load) -> (Value, Value) {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(crate::explain::BASELINE);
+    if let HopFault::RerankCpuQuota(percent) = fault {
+        let group = crate::faults::CpuQuota::holding(rerank.pid());
+        group.limit(percent);
+        std::thread::sleep(PEAK);
+        drop(group);
+    }
     if let HopFault::GatewayLock(ms) = fault {
         gateway.lock(ms);
         std::thread::sleep(PEAK);

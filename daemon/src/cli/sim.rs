@@ -68,6 +68,10 @@ pub struct Args {
     /// Re-rank requests computed at once; the others wait their turn.
     #[arg(long)]
     rerank_concurrency: Option<usize>,
+    /// The re-ranker runs on CPUs: its compute time is CPU time in a thread of the sim (a CPU
+    /// quota stretches it), not a wait.
+    #[arg(long)]
+    rerank_on_cpu: bool,
     /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -106,6 +110,7 @@ fn config(a: &Args) -> anyhow::Result<SimConfig> {
     set(&mut c.vector.rebuild_spike_ms, a.rebuild_spike_ms);
     set(&mut c.tools.call_rate, a.tool_call_rate);
     set(&mut c.rerank.concurrency, a.rerank_concurrency);
+    c.rerank.on_cpu |= a.rerank_on_cpu;
     if let (Some(ttft_ms), Some(itl_ms)) = (a.ttft_ms, a.itl_ms) {
         c.fixed = Some(sim::config::FixedTiming { ttft_ms, itl_ms });
     }

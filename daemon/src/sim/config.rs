@@ -146,6 +146,10 @@ pub struct FaultConfig {
 pub struct RerankConfig {
     /// Re-rank requests computed at once.
     pub concurrency: usize,
+    /// A re-ranker on CPUs (TEI on a CPU node): its compute time is CPU time spent in a thread
+    /// of the sim, so a CPU quota or a noisy neighbour stretches it; otherwise it is waited for
+    /// (a device).
+    pub on_cpu: bool,
 }
 
 /// Tool calls: a chat request that offers `tools` (and whose last message is not a tool
@@ -271,7 +275,10 @@ impl Default for FaultConfig {
 
 impl Default for RerankConfig {
     fn default() -> Self {
-        Self { concurrency: 1 }
+        Self {
+            concurrency: 1,
+            on_cpu: false,
+        }
     }
 }
 

@@ -144,10 +144,37 @@ async fn compute(s: &AppState, tokens: usize, documents: usize) -> Result<(), Ap
         .await
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the re-ranker stopped"))?;
     let t = s.cfg.cost.step_time(tokens, documents);
-    if !t.is_zero() {
-        tokio::time::sleep(t).await;
+    if t.is_zero() {
+        return Ok(());
     }
-    Ok(())
+    if !s.cfg.rerank.on_cpu {
+        tokio::time::sleep(t).await;
+        return Ok(());
+    }
+    tokio::task::spawn_blocking(move || burn(t))
+        .await
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the re-ranker failed"))
+}
+
+/// Keeps this thread on a CPU until it has used `t` of CPU time: under a CPU quota or beside
+/// other work that takes longer than `t`.
+fn burn(t: std::time::Duration) {
+    let cpu = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid pointer to a timespec; the clock exists on every Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+        std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    };
+    let until = cpu() + t;
+    let mut x = 0u64;
+    while cpu() < until {
+        for i in 0..1000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+    }
 }
 
 /// The `POST /v1/rerank` handler.

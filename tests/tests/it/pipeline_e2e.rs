@@ -107,6 +107,23 @@ fn a_lock_in_the_gateway_is_orchestration() {
 }
 
 #[test]
+fn a_cpu_quota_on_the_reranker_is_its_cpu_runqueue() {
+    let Some(_machine) = root_or_skip("a_cpu_quota_on_the_reranker_is_its_cpu_runqueue") else {
+        return;
+    };
+    let (report, stats) =
+        pipeline::run("hopquota", HopFault::RerankCpuQuota(3), &llm(4.0, 4.0, 32));
+    let (hop, cause) = holder(&report);
+    assert_eq!(
+        hop.as_deref(),
+        Some("rerank"),
+        "{}\n{stats}",
+        describe(peak(&report))
+    );
+    assert_eq!(cause, "cpu_runqueue", "{}", peak(&report)["hops"]);
+}
+
+#[test]
 fn a_healthy_pipeline_names_no_hop() {
     let Some(_machine) = root_or_skip("a_healthy_pipeline_names_no_hop") else {
         return;
