@@ -31,6 +31,7 @@ pub struct Case {
 #[must_use]
 pub fn all() -> Vec<Case> {
     let mut all = sim_and_python();
+    all.extend(crate::pipeline::cases());
     if crate::engine::built_or_skip("the llama.cpp cases") {
         all.extend(crate::llamacpp_cases::all());
     }

@@ -48,7 +48,22 @@ pub fn row(case: &Case, report: &Value) -> Row {
         .map(|c| c.iter().filter_map(|c| c["cause"].as_str()).collect())
         .unwrap_or_default();
     named.sort_unstable();
-    let got = if named.len() > 1 {
+    // A pipeline's peak names the hop holding the rise and the cause inside it.
+    let hop = peak.and_then(|p| {
+        let hops = &p["hops"];
+        let holder = hops["holder"].as_str()?;
+        let part = hops["parts"]
+            .as_array()?
+            .iter()
+            .find(|h| h["hop"] == holder)?;
+        Some(match part["cause"].as_str() {
+            Some(inside) if holder != "orchestration" => format!("{holder}:{inside}"),
+            _ => holder.to_owned(),
+        })
+    });
+    let got = if let Some(hop) = hop {
+        hop
+    } else if named.len() > 1 {
         named.join("+")
     } else {
         dominant.clone()
