@@ -138,9 +138,10 @@ impl Node {
         }
     }
 
-    /// Sets where server `key` exports its metrics: the given URL when it is this server's
-    /// (the only server, or the one listening on its port), else asks
-    /// [`NodeOptions::find_metrics`]; the answer is taken at a later tick.
+    /// Sets where server `key` exports its metrics: a service's own endpoint
+    /// ([`NodeOptions::services`]), the given URL when it is this server's (the only server, or
+    /// the one listening on its port), else asks [`NodeOptions::find_metrics`]; the answer is
+    /// taken at a later tick.
     fn find_metrics(&mut self, key: &ServerKey) {
         let single = self.lines.len() == 1;
         let Some(l) = self.lines.get_mut(key) else {
@@ -149,34 +150,25 @@ impl Node {
         if l.pids.is_empty() && l.key != ServerKey::Target {
             return;
         }
-        if let ServerKey::Service(name) = &l.key {
-            let url = self
-                .opts
-                .services
-                .iter()
-                .find(|s| &s.name == name)
-                .and_then(|s| s.metrics_url.clone());
-            if let Some(url) = url {
-                match self.session.scraper(&url) {
-                    Ok(s) => l.scraper = Some((url, s)),
-                    Err(e) => self
-                        .session
-                        .missing
-                        .push(format!("metrics of service {name} off: {e}")),
-                }
-            }
-            return;
-        }
-        if let Some(url) = self.opts.session.metrics_url.clone()
-            && (single || listens_on_port_of(&l.pids, &url))
-        {
+        // A service's own endpoint, or the given one when it is this server's.
+        let given = if let ServerKey::Service(name) = &l.key {
+            let own = self.opts.services.iter().find(|s| &s.name == name);
+            let Some(url) = own.and_then(|s| s.metrics_url.clone()) else {
+                return;
+            };
+            Some(url)
+        } else {
+            (self.opts.session.metrics_url.clone())
+                .filter(|url| single || listens_on_port_of(&l.pids, url))
+        };
+        if let Some(url) = given {
             if l.scraper.as_ref().map(|(u, _)| u) != Some(&url) {
                 match self.session.scraper(&url) {
                     Ok(s) => l.scraper = Some((url, s)),
-                    Err(e) => self
-                        .session
-                        .missing
-                        .push(format!("server metrics off: {e}")),
+                    Err(e) => self.session.missing.push(match &l.key {
+                        ServerKey::Target => format!("server metrics off: {e}"),
+                        k => format!("metrics of {k} off: {e}"),
+                    }),
                 }
             }
             return;
