@@ -44,13 +44,20 @@ impl RagGateway {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        // One request through every hop (the vector index is built at the sim's start).
+        // One request through every hop: the sims build their vector indexes at start, which
+        // takes a debug build a while on a busy machine.
         let warm = r#"{"model": "inferscope-sim", "max_tokens": 4, "stream": true,
             "messages": [{"role": "user", "content": "warm up"}]}"#;
-        assert!(
-            http_post_json(addr, "/v1/chat/completions", warm).is_some(),
-            "no answer through the gateway on {addr}"
-        );
+        let deadline = std::time::Instant::now() + Duration::from_mins(2);
+        while !http_post_json(addr, "/v1/chat/completions", warm)
+            .is_some_and(|body| body.contains("[DONE]"))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no answer through the gateway on {addr} within 120 s"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
         me
     }
 
@@ -134,6 +141,7 @@ pub fn run(name: &str, fault: HopFault, load: &Load) -> Value {
     // The gateway has no /metrics: its verdict rests on the kernel and the client.
     let mut extra = vec!["--metrics-url", "http://127.0.0.1:9/metrics"];
     extra.extend(&flags);
+    let warmed = gateway.stats()["requests"].as_u64().unwrap_or(0);
     let stress = Stress::start(
         name,
         &scenario(name, &gateway.url(), load),
@@ -141,9 +149,9 @@ pub fn run(name: &str, fault: HopFault, load: &Load) -> Value {
         FIRST,
         &extra,
     );
-    // The load's first request is the gateway's second (the first was the warm-up).
+    // The load starts with the first request after the warm-up.
     let deadline = std::time::Instant::now() + Duration::from_mins(1);
-    while gateway.stats()["requests"].as_u64().unwrap_or(0) < 2 {
+    while gateway.stats()["requests"].as_u64().unwrap_or(0) <= warmed {
         assert!(
             std::time::Instant::now() < deadline,
             "no load reached the gateway"
