@@ -8,8 +8,28 @@ pub const MAP_EVENTS: &str = "CUDA_EVENTS";
 pub const MAP_PENDING: &str = "CUDA_PENDING";
 /// `tgid -> Launches`: launch counts, on entry only (the hot path).
 pub const MAP_LAUNCHES: &str = "CUDA_LAUNCHES";
-/// Per-CPU `u64` counters of what could not be recorded, indexed by `DROP_*`.
+/// Per-CPU `u64` counters of what could not be recorded, per hook: slot
+/// [`crate::drop_slot`]`(api, DROP_*, DROP_KINDS)`, the hook being the API id ([`api`]) its
+/// attachment carries as cookie.
 pub const MAP_DROPS: &str = "CUDA_DROPS";
+
+/// Number of hooks: API ids run 1..=[`api::XID`] (0 is unused).
+pub const HOOKS: u32 = api::XID + 1;
+/// Each hook's name, by API id.
+pub const HOOK_NAMES: [&str; HOOKS as usize] = [
+    "unknown",
+    "cuMemAlloc_v2",
+    "cuMemAllocAsync",
+    "cuMemCreate",
+    "cuMemFree_v2",
+    "cuMemFreeAsync",
+    "cuMemRelease",
+    "cuLaunchKernel",
+    "cuGraphLaunch",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "nvidia:nvidia_dev_xid",
+];
 
 /// The ring buffer was full.
 pub const DROP_RINGBUF: u32 = 0;
@@ -17,8 +37,32 @@ pub const DROP_RINGBUF: u32 = 0;
 pub const DROP_PENDING_FULL: u32 = 1;
 /// [`MAP_LAUNCHES`] was full.
 pub const DROP_LAUNCHES_FULL: u32 = 2;
-/// Number of drop counters.
+/// Number of drop counters per hook.
 pub const DROP_KINDS: u32 = 3;
+/// Each drop counter's name, by `DROP_*`.
+pub const DROP_NAMES: [&str; DROP_KINDS as usize] =
+    ["ringbuf_full", "pending_full", "launches_full"];
+/// Every `(api, DROP_*)` pair a program can count: what userspace exports. Allocations and
+/// synchronisations park their call (pending) and emit on return; frees and XIDs only emit;
+/// launches only count.
+pub const LOSSES: [(u32, u32); 16] = [
+    (api::MEM_ALLOC, DROP_PENDING_FULL),
+    (api::MEM_ALLOC, DROP_RINGBUF),
+    (api::MEM_ALLOC_ASYNC, DROP_PENDING_FULL),
+    (api::MEM_ALLOC_ASYNC, DROP_RINGBUF),
+    (api::MEM_CREATE, DROP_PENDING_FULL),
+    (api::MEM_CREATE, DROP_RINGBUF),
+    (api::MEM_FREE, DROP_RINGBUF),
+    (api::MEM_FREE_ASYNC, DROP_RINGBUF),
+    (api::MEM_RELEASE, DROP_RINGBUF),
+    (api::LAUNCH_KERNEL, DROP_LAUNCHES_FULL),
+    (api::GRAPH_LAUNCH, DROP_LAUNCHES_FULL),
+    (api::STREAM_SYNC, DROP_PENDING_FULL),
+    (api::STREAM_SYNC, DROP_RINGBUF),
+    (api::CTX_SYNC, DROP_PENDING_FULL),
+    (api::CTX_SYNC, DROP_RINGBUF),
+    (api::XID, DROP_RINGBUF),
+];
 
 /// Size of [`MAP_EVENTS`] in bytes.
 pub const EVENTS_BYTES: u32 = 1 << 20;

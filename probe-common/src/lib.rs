@@ -5,6 +5,14 @@
 #![no_std]
 
 pub mod cuda;
+
+/// Slot of drop counter `kind` of hook `hook` in a family's per-CPU drops map, which holds
+/// `hooks * kinds` counters: losses are counted per hook (the program that lost the item), not
+/// per family.
+#[must_use]
+pub const fn drop_slot(hook: u32, kind: u32, kinds: u32) -> u32 {
+    hook * kinds + kind
+}
 pub mod runqlat;
 pub mod sockets;
 

@@ -15,15 +15,44 @@ pub const MAP_HISTS: &str = "RUNQ_HISTS";
 pub const MAP_START: &str = "RUNQ_START";
 /// `tid -> SchedInfo` as last seen at the task's switch-out (raw variant; an LRU map).
 pub const MAP_LAST: &str = "RUNQ_LAST";
-/// Per-CPU `u64` counters of what could not be recorded, indexed by `DROP_*`.
+/// Per-CPU `u64` counters of what could not be recorded, per hook: slot
+/// [`crate::drop_slot`]`(HOOK_*, DROP_*, DROP_KINDS)`.
 pub const MAP_DROPS: &str = "RUNQ_DROPS";
+
+/// `sched:sched_wakeup`.
+pub const HOOK_WAKEUP: u32 = 0;
+/// `sched:sched_wakeup_new`.
+pub const HOOK_WAKEUP_NEW: u32 = 1;
+/// `sched:sched_switch` (classic tracepoint).
+pub const HOOK_SWITCH: u32 = 2;
+/// `sched_switch` raw tracepoint.
+pub const HOOK_RAW_SWITCH: u32 = 3;
+/// Number of hooks; [`HOOK_NAMES`] names each.
+pub const HOOKS: u32 = 4;
+/// Each hook's name, by `HOOK_*`.
+pub const HOOK_NAMES: [&str; HOOKS as usize] = [
+    "sched:sched_wakeup",
+    "sched:sched_wakeup_new",
+    "sched:sched_switch",
+    "raw_tp:sched_switch",
+];
 
 /// [`MAP_START`] was full: a wakeup could not be stamped.
 pub const DROP_START_FULL: u32 = 0;
 /// [`MAP_HISTS`] was full: a process's histogram could not be created.
 pub const DROP_HIST_FULL: u32 = 1;
-/// Number of drop counters.
+/// Number of drop counters per hook.
 pub const DROP_KINDS: u32 = 2;
+/// Each drop counter's name, by `DROP_*`.
+pub const DROP_NAMES: [&str; DROP_KINDS as usize] = ["start_full", "hist_full"];
+/// Every `(HOOK_*, DROP_*)` pair a program can count: what userspace exports.
+pub const LOSSES: [(u32, u32); 5] = [
+    (HOOK_WAKEUP, DROP_START_FULL),
+    (HOOK_WAKEUP_NEW, DROP_START_FULL),
+    (HOOK_SWITCH, DROP_START_FULL),
+    (HOOK_SWITCH, DROP_HIST_FULL),
+    (HOOK_RAW_SWITCH, DROP_HIST_FULL),
+];
 
 /// Capacity of [`MAP_START`]: runnable-but-waiting tasks at any instant.
 pub const START_ENTRIES: u32 = 65_536;

@@ -8,15 +8,44 @@ use crate::assert_size;
 pub const MAP_EVENTS: &str = "SOCK_EVENTS";
 /// `skaddr -> Conn`: live TCP connections.
 pub const MAP_CONNS: &str = "SOCK_CONNS";
-/// Per-CPU `u64` counters of what could not be recorded, indexed by `DROP_*`.
+/// Per-CPU `u64` counters of what could not be recorded, per hook: slot
+/// [`crate::drop_slot`]`(HOOK_*, DROP_*, DROP_KINDS)`.
 pub const MAP_DROPS: &str = "SOCK_DROPS";
+
+/// `sock:inet_sock_set_state`.
+pub const HOOK_STATE: u32 = 0;
+/// `tcp:tcp_retransmit_skb`.
+pub const HOOK_RETRANSMIT: u32 = 1;
+/// `sock:sock_recv_length` (classic or raw tracepoint).
+pub const HOOK_RECV: u32 = 2;
+/// `sock:sock_send_length` (classic or raw tracepoint).
+pub const HOOK_SEND: u32 = 3;
+/// Number of hooks; [`HOOK_NAMES`] names each.
+pub const HOOKS: u32 = 4;
+/// Each hook's name, by `HOOK_*`.
+pub const HOOK_NAMES: [&str; HOOKS as usize] = [
+    "sock:inet_sock_set_state",
+    "tcp:tcp_retransmit_skb",
+    "sock:sock_recv_length",
+    "sock:sock_send_length",
+];
 
 /// The ring buffer was full: an event was lost.
 pub const DROP_RINGBUF: u32 = 0;
 /// [`MAP_CONNS`] was full: a connection is not tracked.
 pub const DROP_CONNS_FULL: u32 = 1;
-/// Number of drop counters.
+/// Number of drop counters per hook.
 pub const DROP_KINDS: u32 = 2;
+/// Each drop counter's name, by `DROP_*`.
+pub const DROP_NAMES: [&str; DROP_KINDS as usize] = ["ringbuf_full", "conns_full"];
+/// Every `(HOOK_*, DROP_*)` pair a program can count: what userspace exports (the send hook
+/// neither emits nor inserts, so it loses nothing).
+pub const LOSSES: [(u32, u32); 4] = [
+    (HOOK_STATE, DROP_RINGBUF),
+    (HOOK_STATE, DROP_CONNS_FULL),
+    (HOOK_RETRANSMIT, DROP_RINGBUF),
+    (HOOK_RECV, DROP_RINGBUF),
+];
 
 /// Capacity of [`MAP_CONNS`].
 pub const CONN_ENTRIES: u32 = 32_768;

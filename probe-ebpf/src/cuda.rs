@@ -13,8 +13,9 @@ use aya_ebpf::{
 };
 use probe_common::cuda::{
     CudaEvent, DROP_KINDS, DROP_LAUNCHES_FULL, DROP_PENDING_FULL, DROP_RINGBUF, EVENTS_BYTES,
-    Launches, Pending, api,
+    HOOKS, Launches, Pending, api,
 };
+use probe_common::drop_slot;
 
 use crate::{
     atomic_add,
@@ -31,10 +32,11 @@ static CUDA_LAUNCHES: HashMap<u32, Launches> = HashMap::with_max_entries(4096, 0
 #[map]
 static CUDA_EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
 #[map]
-static CUDA_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_KINDS, 0);
+static CUDA_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(HOOKS * DROP_KINDS, 0);
 
 const BPF_NOEXIST: u64 = 1;
 
+/// Writes `ev` to the ring; a full ring is counted against its API's hook.
 #[inline(always)]
 fn emit(ev: CudaEvent) {
     match CUDA_EVENTS.reserve::<CudaEvent>(0) {
@@ -42,7 +44,7 @@ fn emit(ev: CudaEvent) {
             slot.write(ev);
             slot.submit(submit_flags(&CUDA_EVENTS, EVENTS_BYTES));
         }
-        None => count_drop(&CUDA_DROPS, DROP_RINGBUF),
+        None => count_drop(&CUDA_DROPS, drop_slot(ev.api, DROP_RINGBUF, DROP_KINDS)),
     }
 }
 
@@ -83,7 +85,7 @@ fn park(api: u32, out_ptr: u64, size: u64) {
         pad: 0,
     };
     if CUDA_PENDING.insert(&pid_tgid(), &pending, 0).is_err() {
-        count_drop(&CUDA_DROPS, DROP_PENDING_FULL);
+        count_drop(&CUDA_DROPS, drop_slot(api, DROP_PENDING_FULL, DROP_KINDS));
     }
 }
 
@@ -153,7 +155,10 @@ pub fn cuda_launch(ctx: ProbeContext) -> u32 {
             match CUDA_LAUNCHES.get_ptr_mut(&tgid) {
                 Some(c) => c,
                 None => {
-                    count_drop(&CUDA_DROPS, DROP_LAUNCHES_FULL);
+                    count_drop(
+                        &CUDA_DROPS,
+                        drop_slot(cookie(&ctx), DROP_LAUNCHES_FULL, DROP_KINDS),
+                    );
                     return 0;
                 }
             }

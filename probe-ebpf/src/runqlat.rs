@@ -17,9 +17,10 @@ use crate::{
     atomic_add,
     watch::{count_drop, current, global, watched_fast},
 };
+use probe_common::drop_slot;
 use probe_common::runqlat::{
-    DROP_HIST_FULL, DROP_KINDS, DROP_START_FULL, HIST_ENTRIES, Hist, Pending, START_ENTRIES,
-    log2_slot,
+    DROP_HIST_FULL, DROP_KINDS, DROP_START_FULL, HIST_ENTRIES, HOOK_SWITCH, HOOK_WAKEUP,
+    HOOK_WAKEUP_NEW, HOOKS, Hist, Pending, START_ENTRIES, log2_slot,
 };
 
 #[unsafe(no_mangle)]
@@ -40,39 +41,39 @@ static RUNQ_HISTS: HashMap<u32, Hist> = HashMap::with_max_entries(HIST_ENTRIES, 
 #[map]
 static RUNQ_PENDING: PerCpuArray<Pending> = PerCpuArray::with_max_entries(1, 0);
 #[map]
-static RUNQ_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_KINDS, 0);
+static RUNQ_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(HOOKS * DROP_KINDS, 0);
 
 const BPF_NOEXIST: u64 = 1;
 
-/// Stamps `tid` as runnable now.
+/// Stamps `tid` as runnable now (for hook `hook`'s loss count).
 #[inline(always)]
-fn stamp(tid: u32) {
+fn stamp(tid: u32, hook: u32) {
     if tid == 0 {
         return;
     }
     let now = unsafe { bpf_ktime_get_ns() };
     if RUNQ_START.insert(tid, now, 0).is_err() {
-        count_drop(&RUNQ_DROPS, DROP_START_FULL);
+        count_drop(&RUNQ_DROPS, drop_slot(hook, DROP_START_FULL, DROP_KINDS));
     }
 }
 
 #[tracepoint]
 pub fn runq_wakeup(ctx: TracePointContext) -> u32 {
-    match try_wakeup(&ctx) {
+    match try_wakeup(&ctx, HOOK_WAKEUP) {
         Ok(()) | Err(_) => 0,
     }
 }
 
 #[tracepoint]
 pub fn runq_wakeup_new(ctx: TracePointContext) -> u32 {
-    match try_wakeup(&ctx) {
+    match try_wakeup(&ctx, HOOK_WAKEUP_NEW) {
         Ok(()) | Err(_) => 0,
     }
 }
 
-fn try_wakeup(ctx: &TracePointContext) -> Result<(), i32> {
+fn try_wakeup(ctx: &TracePointContext, hook: u32) -> Result<(), i32> {
     let tid: i32 = unsafe { ctx.read_at(global(&WAKEUP_PID_OFF) as usize)? };
-    stamp(tid as u32);
+    stamp(tid as u32, hook);
     Ok(())
 }
 
@@ -94,12 +95,12 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     let parked = unsafe { *pending };
     let tgid = current().0;
     if parked.tid != 0 && parked.tid == prev as u32 && watched_fast(tgid) {
-        record(tgid, parked.delay_us);
+        record(tgid, parked.delay_us, HOOK_SWITCH);
     }
 
     // Preempted while runnable: it goes back on the run queue now.
     if (prev_state as u64) & global(&SWITCH_STATE_MASK) == 0 {
-        stamp(prev as u32);
+        stamp(prev as u32, HOOK_SWITCH);
     }
 
     let mut park = Pending {
@@ -125,9 +126,10 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
-/// Adds one sample to `tgid`'s histogram; callers have checked that it is watched.
+/// Adds one sample to `tgid`'s histogram (for hook `hook`'s loss count); callers have checked
+/// that it is watched.
 #[inline(always)]
-pub(crate) fn record(tgid: u32, delay_us: u64) {
+pub(crate) fn record(tgid: u32, delay_us: u64, hook: u32) {
     if tgid == 0 {
         return;
     }
@@ -137,7 +139,7 @@ pub(crate) fn record(tgid: u32, delay_us: u64) {
             if RUNQ_HISTS.insert(&tgid, &Hist::ZERO, BPF_NOEXIST).is_err() {
                 // Either another CPU created it first (fine) or the map is full.
                 if RUNQ_HISTS.get_ptr_mut(&tgid).is_none() {
-                    count_drop(&RUNQ_DROPS, DROP_HIST_FULL);
+                    count_drop(&RUNQ_DROPS, drop_slot(hook, DROP_HIST_FULL, DROP_KINDS));
                     return;
                 }
             }

@@ -20,7 +20,7 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::RawTracePointContext,
 };
-use probe_common::runqlat::{LAST_ENTRIES, SchedInfo};
+use probe_common::runqlat::{HOOK_RAW_SWITCH, LAST_ENTRIES, SchedInfo};
 
 use crate::{
     runqlat::record,
@@ -67,6 +67,7 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i32> {
         record(
             tgid,
             now.run_delay_ns.saturating_sub(last.run_delay_ns) / 1000,
+            HOOK_RAW_SWITCH,
         );
     }
     Ok(())

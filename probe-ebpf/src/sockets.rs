@@ -22,10 +22,11 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, RingBuf},
     programs::{RawTracePointContext, TracePointContext},
 };
+use probe_common::drop_slot;
 use probe_common::sockets::{
     CONN_ENTRIES, Conn, DROP_CONNS_FULL, DROP_KINDS, DROP_RINGBUF, EV_ACCEPT, EV_CLOSE, EV_CONNECT,
-    EV_REQUEST, EV_RETRANS, EVENTS_BYTES, Exchange, PHASE_IDLE, PHASE_RECEIVING, PHASE_RESPONDING,
-    ROLE_CLIENT, ROLE_SERVER, SockEvent, Tuple,
+    EV_REQUEST, EV_RETRANS, EVENTS_BYTES, Exchange, HOOK_RECV, HOOK_RETRANSMIT, HOOK_STATE, HOOKS,
+    PHASE_IDLE, PHASE_RECEIVING, PHASE_RESPONDING, ROLE_CLIENT, ROLE_SERVER, SockEvent, Tuple,
 };
 
 use crate::watch::{count_drop, current, global, list_on, submit_flags, watched, watched_fast};
@@ -77,7 +78,7 @@ static SOCK_CONNS: HashMap<u64, Conn> = HashMap::with_max_entries(CONN_ENTRIES, 
 #[map]
 static SOCK_EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
 #[map]
-static SOCK_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_KINDS, 0);
+static SOCK_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(HOOKS * DROP_KINDS, 0);
 /// Per-CPU scratch space for building a `Conn`: it is too large for the 512-byte BPF stack
 /// next to everything else.
 #[map]
@@ -89,9 +90,10 @@ fn at<T>(ctx: &TracePointContext, off: &'static u32) -> Result<T, i32> {
     unsafe { ctx.read_at::<T>(global(off) as usize) }
 }
 
-/// Copies `conn` (a map value) straight into a ring-buffer record: no stack copy.
+/// Copies `conn` (a map value) straight into a ring-buffer record: no stack copy. A full ring
+/// is counted against `hook`, the program that lost the record.
 #[inline(always)]
-fn emit(kind: u32, ts_ns: u64, skaddr: u64, duration_ns: u64, conn: *const Conn) {
+fn emit(hook: u32, kind: u32, ts_ns: u64, skaddr: u64, duration_ns: u64, conn: *const Conn) {
     match SOCK_EVENTS.reserve::<SockEvent>(0) {
         Some(mut slot) => {
             let ev = slot.as_mut_ptr();
@@ -106,7 +108,7 @@ fn emit(kind: u32, ts_ns: u64, skaddr: u64, duration_ns: u64, conn: *const Conn)
             }
             slot.submit(submit_flags(&SOCK_EVENTS, EVENTS_BYTES));
         }
-        None => count_drop(&SOCK_DROPS, DROP_RINGBUF),
+        None => count_drop(&SOCK_DROPS, drop_slot(hook, DROP_RINGBUF, DROP_KINDS)),
     }
 }
 
@@ -132,7 +134,10 @@ fn track(
             (*conn).established_ns = now;
         }
         if SOCK_CONNS.insert(&sk, &*conn, 0).is_err() {
-            count_drop(&SOCK_DROPS, DROP_CONNS_FULL);
+            count_drop(
+                &SOCK_DROPS,
+                drop_slot(HOOK_STATE, DROP_CONNS_FULL, DROP_KINDS),
+            );
         }
     }
     Ok(())
@@ -220,9 +225,9 @@ fn try_state(ctx: &TracePointContext) -> Result<(), i32> {
             (*conn).established_ns = now;
             let took = now - (*conn).start_ns;
             if old == global(&TCP_SYN_SENT) {
-                emit(EV_CONNECT, now, sk, took, conn);
+                emit(HOOK_STATE, EV_CONNECT, now, sk, took, conn);
             } else if old == global(&TCP_SYN_RECV) {
-                emit(EV_ACCEPT, now, sk, took, conn);
+                emit(HOOK_STATE, EV_ACCEPT, now, sk, took, conn);
             }
         }
     } else if new == global(&TCP_CLOSE) {
@@ -231,9 +236,9 @@ fn try_state(ctx: &TracePointContext) -> Result<(), i32> {
             // SAFETY: a live map value, removed only after both emits.
             unsafe {
                 if (*conn).exchange.phase == PHASE_RESPONDING {
-                    emit(EV_REQUEST, now, sk, 0, conn);
+                    emit(HOOK_STATE, EV_REQUEST, now, sk, 0, conn);
                 }
-                emit(EV_CLOSE, now, sk, now - (*conn).start_ns, conn);
+                emit(HOOK_STATE, EV_CLOSE, now, sk, now - (*conn).start_ns, conn);
             }
             let _ = SOCK_CONNS.remove(&sk);
         }
@@ -293,7 +298,14 @@ fn try_retransmit(ctx: &TracePointContext) -> Result<(), i32> {
         // Retransmits are rare: each one of a watched process is an event, so userspace can
         // join it with the request it delayed (by the connection and the time).
         if tgid != 0 && watched(tgid) {
-            emit(EV_RETRANS, unsafe { bpf_ktime_get_ns() }, sk, 0, conn);
+            emit(
+                HOOK_RETRANSMIT,
+                EV_RETRANS,
+                unsafe { bpf_ktime_get_ns() },
+                sk,
+                0,
+                conn,
+            );
         }
     }
     Ok(())
@@ -365,7 +377,7 @@ fn on_recv(sk: u64, ret: i32, flags: i32) -> u32 {
     let ex = &mut conn.exchange;
     if ex.phase == PHASE_RESPONDING {
         // A new request on a kept-alive connection: the previous exchange is complete.
-        emit(EV_REQUEST, now, sk, 0, conn);
+        emit(HOOK_RECV, EV_REQUEST, now, sk, 0, conn);
         conn.exchange = Exchange::default();
     }
     let ex = &mut conn.exchange;

@@ -32,6 +32,7 @@ pub struct Case {
 pub fn all() -> Vec<Case> {
     let mut all = sim_and_python();
     all.extend(crate::pipeline::cases());
+    all.extend(crate::stampede::cases());
     if crate::engine::built_or_skip("the llama.cpp cases") {
         all.extend(crate::llamacpp_cases::all());
     }

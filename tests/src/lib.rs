@@ -8,6 +8,7 @@ pub mod faults;
 pub mod llamacpp_cases;
 pub mod pipeline;
 pub mod scorecard;
+pub mod stampede;
 pub mod sweeps;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

@@ -12,7 +12,7 @@ use crate::{
     cases::{Case, llm},
     engine::{Config, LlamaServer, MODEL},
     explain::{
-        BASELINE, FIRST, Load, NO_SERVER_METRICS, PEAK, Stress, loopback, scenario,
+        BASELINE, COOLDOWN, FIRST, Load, NO_SERVER_METRICS, PEAK, Stress, loopback, scenario,
         streams_scenario,
     },
     faults::{CpuQuota, RandomLoss},
@@ -69,6 +69,12 @@ pub fn all() -> Vec<Case> {
             mechanism: "as llamacpp-compute-4 with its /metrics left unread: the client's ITL and concurrency, the kernel's view of its process",
             expected: "compute",
             run: || compute(4, false),
+        },
+        Case {
+            name: "llamacpp-stampede",
+            mechanism: "llama-server, 4 slots, 1 req/s of fresh prompts; peak: each second 3 copies of one fresh prompt at once (sized to about 50 ms of prefill each alone): every copy takes a free slot and prefills the same prompt, which no slot holds yet",
+            expected: "duplicate_prefill",
+            run: stampede,
         },
         Case {
             name: "llamacpp-healthy-low",
@@ -153,6 +159,41 @@ fn healthy(rps: f64) -> Value {
     run("llama-healthy", &Config::slots(8), &llm(rps, rps, 32))
 }
 
+/// Bursts of 3 copies of one prompt on 4 slots. llama.cpp keeps each slot's last prompt and
+/// gives a request the free slot whose cache is most like it; copies that arrive together find
+/// no slot holding their prompt (a fresh one per burst: `${random_int}` first, rendered once
+/// per burst) and each prefills it. The prompt's size follows the engine's speed, so one
+/// prefill takes about 50 ms alone on any machine (the copies share the engine's one compute
+/// thread: a burst costs three).
+fn stampede() -> Value {
+    let server = start(&Config::slots(4));
+    let per_token = server.speed().prompt.as_secs_f64() / 128.0;
+    let words = ((0.05 / per_token) as usize).clamp(32, 512);
+    let request = format!(
+        "{{endpoint: chat, model: {MODEL}, prompt: \"${{random_int(1,1000000000)}} {}\", max_tokens: 8, stream: true, ignore_eos: true}}",
+        "why did the latency rise ".repeat(words / 5)
+    );
+    let phase = |name: &str, secs: u64, chaos: &str| {
+        format!(
+            "  - name: {name}\n    duration: {secs}s\n    load: {{shape: constant, rate: 1}}\n    request: {request}\n{chaos}"
+        )
+    };
+    let yaml = format!(
+        "name: e2e-llama-stampede\ntarget: {}\ntimeout: 30s\ngrace: 2s\nseed: 7\nphases:\n{}{}{}",
+        server.url(),
+        phase("baseline", BASELINE.as_secs(), ""),
+        phase(
+            "peak",
+            PEAK.as_secs(),
+            "    chaos: {stampede: {size: 3, every: 1s}}\n"
+        ),
+        phase("cooldown", COOLDOWN.as_secs(), ""),
+    );
+    let r = Stress::start("llama-stampede", &yaml, None, FIRST, &[]).finish_with_report();
+    drop(server);
+    r
+}
+
 /// One KV pool of 512 cells for 4 slots: a baseline request (128 + 32 tokens) fits twice over,
 /// a peak request (128 + 256) once. llama.cpp (tools/server/server-context.cpp, the decode
 /// loop) first evicts idle slots' cached prompts and halves the batch; when a batch of one
@@ -187,20 +228,27 @@ fn past_baseline(name: &str, rps: f64) -> (LlamaServer, Stress) {
         FIRST,
         &[],
     );
-    wait_for_tokens(&server);
+    wait_for_first_request(&server);
     std::thread::sleep(BASELINE);
     (server, stress)
 }
 
-/// Waits until the server generated its first tokens (the load reached it).
-fn wait_for_tokens(server: &LlamaServer) {
+/// Waits until the load's first request reached the server.
+fn wait_for_first_request(server: &LlamaServer) {
     let deadline = std::time::Instant::now() + Duration::from_mins(1);
-    while server.metric("tokens_predicted_total").unwrap_or(0.0) <= 0.0 {
+    // The first request in flight (or one already done, between two reads): the load's start
+    // within a poll, not the first answer's end (which on a slow machine is seconds later and
+    // would shift a fault timed from here out of its phase).
+    let started = || {
+        server.metric("requests_processing").unwrap_or(0.0) > 0.0
+            || server.metric("tokens_predicted_total").unwrap_or(0.0) > 0.0
+    };
+    while !started() {
         assert!(
             std::time::Instant::now() < deadline,
             "no request reached llama-server"
         );
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -220,7 +268,7 @@ fn noisy_neighbour() -> Value {
         FIRST,
         &[],
     );
-    wait_for_tokens(&server);
+    wait_for_first_request(&server);
     std::thread::sleep(BASELINE);
     let hogs = Hogs::start_on(2, FIRST, 1);
     std::thread::sleep(PEAK);
@@ -274,7 +322,7 @@ fn loss_netns() -> Value {
         FIRST,
         &["--allow-remote", "--pid", &pid],
     );
-    wait_for_tokens(&server);
+    wait_for_first_request(&server);
     std::thread::sleep(BASELINE);
     let r = {
         let loss = RandomLoss::on_device(&ns.name, &ns.ns_dev, LOSS_PERCENT);

@@ -31,6 +31,75 @@ pub struct Row {
     pub others: String,
     /// Whether the verdict is right (a healthy case: every phase `none`).
     pub ok: bool,
+    /// A sweep's step too weak to raise the client's latency: expected `none`.
+    pub no_rise: bool,
+}
+
+/// The outcome of a sweep's step: a strength that named nothing and raised none of the
+/// client's latencies (see [`latency_rose`]) made no bottleneck, and its right verdict is
+/// `none`.
+#[must_use]
+pub fn step_row(case: &Case, report: &Value) -> Row {
+    let r = row(case, report);
+    if r.ok || latency_rose(report) {
+        return r;
+    }
+    let mut r = row(
+        &Case {
+            expected: "none",
+            ..*case
+        },
+        report,
+    );
+    r.no_rise = true;
+    r
+}
+
+/// Whether the peak's latency rose over the baseline's by the product's own measure of a rise
+/// (`attribute::evaluate`'s, for a window): a TTFT or E2E p50 x1.5 and +20 ms, or a TTFT, ITL
+/// or E2E p99 x2 and +50 ms over the baseline windows' median, in at least two of the peak's
+/// windows (one window is an anecdote, as a phase's verdict holds too).
+#[must_use]
+pub fn latency_rose(report: &Value) -> bool {
+    const TESTS: [(&str, &str, f64, f64); 5] = [
+        ("ttft_ms", "p50", 1.5, 20.0),
+        ("e2e_ms", "p50", 1.5, 20.0),
+        ("ttft_ms", "p99", 2.0, 50.0),
+        ("itl_ms", "p99", 2.0, 50.0),
+        ("e2e_ms", "p99", 2.0, 50.0),
+    ];
+    let windows = report["timeline"]["windows"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let of = |phase: &str| -> Vec<&Value> {
+        windows
+            .iter()
+            .filter(|w| w["phase"] == phase && w["load"].is_object())
+            .collect()
+    };
+    let (base, peak) = (of("baseline"), of("peak"));
+    let median = |m: &str, q: &str| {
+        let mut v: Vec<f64> = base
+            .iter()
+            .filter_map(|w| w["load"][m][q].as_f64())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let levels: Vec<Option<f64>> = TESTS.iter().map(|t| median(t.0, t.1)).collect();
+    let rose = peak
+        .iter()
+        .filter(|w| {
+            TESTS.iter().zip(&levels).any(|(&(m, q, ratio, delta), b)| {
+                match (*b, w["load"][m][q].as_f64()) {
+                    (Some(b), Some(v)) => v >= ratio * b && v - b >= delta,
+                    _ => false,
+                }
+            })
+        })
+        .count();
+    rose >= 2
 }
 
 /// The outcome of `case` from its report.json.
@@ -104,6 +173,7 @@ pub fn row(case: &Case, report: &Value) -> Row {
         share,
         others: others.join(", "),
         ok,
+        no_rise: false,
     }
 }
 
@@ -164,14 +234,17 @@ pub fn sensitivity(sweeps: &[Sweep], rows: &[Row]) -> String {
         let cells: Vec<String> = of
             .iter()
             .map(|r| {
+                if r.no_rise {
+                    return format!("{}: {} (no rise)", r.mechanism, r.got);
+                }
                 let windows = r.first_right.map_or("never".to_owned(), |w| w.to_string());
                 format!("{}: {} ({windows})", r.mechanism, r.got)
             })
             .collect();
-        // Strongest first: the weakest found is the last right one.
+        // Strongest first: the weakest found is the last right one that raised latency.
         let weakest = of
             .iter()
-            .rfind(|r| r.ok)
+            .rfind(|r| r.ok && !r.no_rise)
             .map_or("none found", |r| r.mechanism);
         let _ = writeln!(
             out,
@@ -280,6 +353,7 @@ mod tests {
             first_right: Some(0),
             others: String::new(),
             ok: expected == got,
+            no_rise: false,
         }
     }
 
@@ -315,5 +389,61 @@ mod tests {
             "a\n<!-- bench attribution: begin -->\nnew\n<!-- bench attribution: end -->\nb\n"
         );
         assert!(publish("no markers", "x").is_none());
+    }
+
+    /// A report with 4 baseline windows of E2E p99 180 ms and peak windows of these E2E p99s
+    /// (TTFT and ITL flat), whose peak reads `got`.
+    fn report(peak_e2e_p99: &[f64], got: &str) -> Value {
+        let window = |phase: &str, e2e: f64| {
+            serde_json::json!({"phase": phase, "load": {
+                "ttft_ms": {"p50": 5.0, "p99": 9.0}, "itl_ms": {"p50": 2.0, "p99": 4.0},
+                "e2e_ms": {"p50": 150.0, "p99": e2e}}})
+        };
+        let windows: Vec<Value> = [180.0; 4]
+            .iter()
+            .map(|&e| window("baseline", e))
+            .chain(peak_e2e_p99.iter().map(|&e| window("peak", e)))
+            .collect();
+        serde_json::json!({
+            "timeline": {"windows": windows},
+            "phases": [{"name": "baseline", "dominant": "none"}, {"name": "peak", "dominant": got}],
+        })
+    }
+
+    #[test]
+    fn a_step_too_weak_to_raise_latency_is_right_as_none_and_not_found() {
+        let case = |name| Case {
+            name,
+            mechanism: name,
+            expected: "network",
+            run: || Value::Null,
+        };
+        // 10%: named. 3%: one window's tail x4 (an anecdote) and 1%: nothing, both read none.
+        // 0.5%: two windows' tails x2 and +180 ms, and nothing named: a miss.
+        let rows = [
+            step_row(&case("10%"), &report(&[400.0, 500.0, 170.0], "network")),
+            step_row(&case("3%"), &report(&[720.0, 170.0, 190.0], "none")),
+            step_row(&case("1%"), &report(&[170.0, 190.0, 185.0], "none")),
+            step_row(&case("0.5%"), &report(&[360.0, 170.0, 400.0], "none")),
+        ];
+        let ok: Vec<(bool, bool)> = rows.iter().map(|r| (r.ok, r.no_rise)).collect();
+        assert_eq!(
+            ok,
+            [(true, false), (true, true), (true, true), (false, false)]
+        );
+        assert_eq!(rows[1].expected, "none");
+        assert_eq!(rows[3].expected, "network");
+        let sweep = Sweep {
+            expected: "network",
+            knob: "loss",
+            steps: ["10%", "3%", "1%", "0.5%"].map(case).into(),
+        };
+        let t = sensitivity(&[sweep], &rows);
+        assert!(
+            t.contains(
+                "| 10%: network (never); 3%: none (no rise); 1%: none (no rise); 0.5%: none (never) | 10% |"
+            ),
+            "{t}"
+        );
     }
 }

@@ -106,11 +106,7 @@ async fn metrics(
         .losses
         .labelled()
         .into_iter()
-        .map(|(stage, what, count)| DropCounter {
-            stage: stage.into(),
-            what: what.into(),
-            count,
-        })
+        .map(DropCounter::from)
         .collect();
     // A step of the window loop that failed (and was survived) left that part of a window out.
     drops.extend(
@@ -118,11 +114,7 @@ async fn metrics(
             .status
             .step_errors
             .iter()
-            .map(|(step, n)| DropCounter {
-                stage: "window_step".into(),
-                what: (*step).into(),
-                count: *n,
-            }),
+            .map(|(step, n)| DropCounter::new("window_step", *step, *n)),
     );
     if let Some(f) = &extra_drops {
         drops.extend(f());

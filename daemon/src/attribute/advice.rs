@@ -12,8 +12,19 @@ pub fn hint(cause: Cause, engine: ServerKind) -> &'static str {
     match cause {
         Cause::KvCache => kv_cache(engine),
         Cause::GpuMemory => gpu_memory(engine),
+        Cause::DuplicatePrefill => {
+            "identical requests arrive together and each prefills the same prompt: coalesce \
+             them in front of the server (answer one, fan the answer out), keep the hot \
+             prefix warm (send it once before its traffic, or pin it), stagger retries and \
+             scheduled jobs that fire together"
+        }
         Cause::Queue => queue(engine),
         Cause::Compute => compute(engine),
+        Cause::GpuThrottle => {
+            "the GPU runs below its clocks (power cap or thermal limit): check its cooling and \
+             power delivery, raise the power limit where policy allows (nvidia-smi -pl), or \
+             spread the load over more GPUs; the clock event reasons name which limit"
+        }
         Cause::CpuRunqueue => cpu_runqueue(engine),
         Cause::Network => {
             "the network path adds latency: check the path, MTU, congestion and \

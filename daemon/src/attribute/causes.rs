@@ -72,9 +72,13 @@ pub fn runners_up(won: &[&WindowVerdict]) -> Vec<CauseScore> {
 /// `loadgen`; `None` for causes no part measures.
 fn part(cause: Cause, d: &Decomposition) -> Option<f64> {
     let ms = match cause {
-        Cause::KvCache | Cause::GpuMemory | Cause::Queue | Cause::Compute | Cause::VectorIndex => {
-            d.queue_ms.unwrap_or(0.0) + d.server_compute_ms.unwrap_or(0.0)
-        }
+        Cause::KvCache
+        | Cause::DuplicatePrefill
+        | Cause::GpuMemory
+        | Cause::GpuThrottle
+        | Cause::Queue
+        | Cause::Compute
+        | Cause::VectorIndex => d.queue_ms.unwrap_or(0.0) + d.server_compute_ms.unwrap_or(0.0),
         Cause::Network => d.network_ms?,
         Cause::CpuRunqueue => d.cpu_scheduling_ms?,
         Cause::Loadgen => d.loadgen_lag_ms?,
@@ -89,7 +93,13 @@ fn same_part(a: Cause, b: Cause) -> bool {
     let server = |c: Cause| {
         matches!(
             c,
-            Cause::KvCache | Cause::GpuMemory | Cause::Queue | Cause::Compute | Cause::VectorIndex
+            Cause::KvCache
+                | Cause::DuplicatePrefill
+                | Cause::GpuMemory
+                | Cause::GpuThrottle
+                | Cause::Queue
+                | Cause::Compute
+                | Cause::VectorIndex
         )
     };
     a == b || (server(a) && server(b))
@@ -97,9 +107,10 @@ fn same_part(a: Cause, b: Cause) -> bool {
 
 /// The causes a phase names with their parts of the rise: the dominant one, and a second one
 /// (a convincing runner-up not explained by the dominant, or another cause that won windows)
-/// when each explains at least [`SECOND_CAUSE_MIN_PART`] of the rise in the same
-/// decomposition (the median's first, then the tail's). Empty without a decomposition or
-/// when the dominant cause is no part of it.
+/// when it explains at least [`SECOND_CAUSE_MIN_PART`] of the rise in the same decomposition
+/// (the median's first, then the tail's), whatever the dominant's own part: the dominant won
+/// the windows, the second holds the rise. Empty without a decomposition or when the dominant
+/// cause is no part of it.
 #[must_use]
 pub fn named(
     dominant: Cause,
@@ -124,7 +135,7 @@ pub fn named(
             .filter(|&(_, p)| p >= SECOND_CAUSE_MIN_PART)
             .max_by(|a, b| a.1.total_cmp(&b.1));
         match second {
-            Some((cause, p2)) if p >= SECOND_CAUSE_MIN_PART => {
+            Some((cause, p2)) => {
                 return vec![
                     lead,
                     CausePart {
@@ -158,4 +169,43 @@ pub fn candidates(dominant: Cause, runners_up: &[CauseScore], won: &[Cause]) -> 
     }
     out.retain(|&c| c != dominant && !matches!(c, Cause::None | Cause::Unexplained));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rise of 1,000 ms: `network_ms` in transit, the rest in the server.
+    fn rise(network_ms: f64) -> Decomposition {
+        Decomposition {
+            increase_ms: 1000.0,
+            network_ms: Some(network_ms),
+            queue_ms: Some(300.0),
+            server_compute_ms: Some(700.0 - network_ms),
+            ..Decomposition::default()
+        }
+    }
+
+    fn names(dominant: Cause, d: &Decomposition) -> Vec<(Cause, u32)> {
+        named(dominant, &[Cause::KvCache], &[Some(d)])
+            .iter()
+            .map(|c| (c.cause, (c.part * 100.0).round() as u32))
+            .collect()
+    }
+
+    #[test]
+    fn a_second_cause_holding_the_rise_is_named_even_beside_a_small_dominant() {
+        // Both hold a large part.
+        assert_eq!(
+            names(Cause::Network, &rise(350.0)),
+            [(Cause::Network, 35), (Cause::KvCache, 65)]
+        );
+        // The dominant won the windows, the runner-up holds the rise: both, the dominant first.
+        assert_eq!(
+            names(Cause::Network, &rise(130.0)),
+            [(Cause::Network, 13), (Cause::KvCache, 87)]
+        );
+        // A second cause acting through the same part as the dominant is not named.
+        assert_eq!(names(Cause::Queue, &rise(130.0)), [(Cause::Queue, 87)]);
+    }
 }

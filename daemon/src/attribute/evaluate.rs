@@ -5,6 +5,7 @@ use super::rank::{MIN_CONFIDENCE, outranks};
 use super::rules::{Condition, Outcome, Role, Rule, Test};
 use super::signals::Signal;
 use super::verdict::{Cause, CauseScore, Evidence, Missing, Verdict};
+use crate::collect::timeline::XidSource;
 
 /// How one rule fared on one window.
 #[derive(Debug, Clone, PartialEq)]
@@ -198,11 +199,15 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
         .iter()
         .map(RuleResult::confidence)
         .fold(0.0, f64::max);
+    // An XID during the rise is named, whatever the verdict: a GPU fault explains much.
+    let rose = risen.as_ref().is_some_and(|r| !r.is_empty());
+    let xids = if rose { xid_evidence(ctx) } else { Vec::new() };
     let Some(i) = winner else {
-        let risen = risen.unwrap_or_default();
+        let mut risen = risen.unwrap_or_default();
         return if risen.is_empty() {
             none_verdict(&results, best, runners_up(None))
         } else {
+            risen.extend(xids);
             unexplained_verdict(&results, best, risen, runners_up(None))
         };
     };
@@ -212,6 +217,7 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
     if w.cause == Cause::Errors {
         evidence.extend(error_classes(ctx));
     }
+    evidence.extend(xids);
     Verdict {
         cause: w.cause,
         signature: Some(w.signature.to_owned()),
@@ -222,6 +228,47 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
         runners_up: runners_up(Some(i)),
         missing: w.missing.clone(),
     }
+}
+
+/// The window's XID errors, one evidence each: `gpu_xid=79 (XID 79 on GPU 0, nvml)`; the
+/// kernel's count alone (no event kept) as one `gpu_xids` line.
+fn xid_evidence(ctx: &Ctx<'_>) -> Vec<Evidence> {
+    let Some(gpu) = ctx.window.gpu.as_ref() else {
+        return Vec::new();
+    };
+    let mut out: Vec<Evidence> = gpu
+        .xid_events
+        .iter()
+        .map(|x| {
+            let code = x
+                .code
+                .map_or_else(|| "unknown".to_owned(), |c| c.to_string());
+            let on = x.gpu.map_or_else(String::new, |g| format!(" on GPU {g}"));
+            let source = match x.source {
+                XidSource::Kernel => "kernel tracepoint",
+                XidSource::Nvml => "NVML event",
+            };
+            Evidence {
+                signal: "gpu_xid".to_owned(),
+                value: x.code.map_or(0.0, |c| c as f64),
+                threshold: 0.0,
+                baseline: None,
+                met: true,
+                note: format!("XID {code}{on} during the rise, {source}"),
+            }
+        })
+        .collect();
+    if out.is_empty() && gpu.xids > 0 {
+        out.push(Evidence {
+            signal: "gpu_xids".to_owned(),
+            value: gpu.xids as f64,
+            threshold: 0.0,
+            baseline: None,
+            met: true,
+            note: "XID errors during the rise".to_owned(),
+        });
+    }
+    out
 }
 
 /// The window's failures by class, largest share first: `error_class_timeout=0.9`.

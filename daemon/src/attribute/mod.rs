@@ -40,6 +40,9 @@ mod compute_tests;
 #[cfg(test)]
 mod decompose_tests;
 
+#[cfg(test)]
+mod gpu_tests;
+
 use serde::{Deserialize, Serialize};
 
 use crate::collect::timeline::Timeline;

@@ -10,7 +10,7 @@ pub const MIN_CONFIDENCE: f64 = 0.5;
 
 /// Whether cause `a` explains `b`'s symptoms: a convincing `a` carries a convincing `b`'s rank
 /// and wins a tie with it (`super::rank`). When the generator lags, every other latency is
-/// measured wrong; a full KV cache, a GPU out of memory, a server starved of CPU or an index
+/// measured wrong; a full KV cache, a GPU out of memory or throttled, a server starved of CPU or an index
 /// rebuilding is why requests wait inside the server (a rebuild also why its threads wait for
 /// a CPU); and any named bottleneck explains the errors it causes.
 #[must_use]
@@ -25,7 +25,13 @@ pub fn outranks(a: Cause, b: Cause) -> bool {
         Cause::KvCache | Cause::GpuMemory => {
             matches!(b, Cause::Queue | Cause::Errors | Cause::Compute)
         }
+        // A throttled GPU makes every step slower: it explains a saturated-looking engine and
+        // the requests that queue behind it.
+        Cause::GpuThrottle => matches!(b, Cause::Queue | Cause::Errors | Cause::Compute),
         Cause::CpuRunqueue => matches!(b, Cause::Queue | Cause::Errors),
+        // The same prefill computed many times over is why requests wait for their first
+        // token and why each step carries more prompt tokens.
+        Cause::DuplicatePrefill => matches!(b, Cause::Queue | Cause::Errors | Cause::Compute),
         // Its rule needs free slots and a first token as many steps away as before: a kernel
         // view of requests waiting longer for their first token is then waiting for the longer
         // steps, not for admission.

@@ -142,6 +142,25 @@ pub const RULES: &[Rule] = &[
         ],
     },
     Rule {
+        cause: Cause::DuplicatePrefill,
+        signature: "stampede",
+        conditions: &[
+            // A good part of the window's requests were sent while an identical one still
+            // waited for its first token: its prefix was not in the cache yet, so each of them
+            // computed it again ...
+            trig(S::DuplicatePrefillShare, AtLeast(0.3), 2.0),
+            // ... and the first token came late.
+            need(S::TtftP99Ms, Rises { ratio: 1.5, min_delta: 20.0 }, 3.0),
+            supp(S::TtftP50Ms, LATENCY_UP, 2.0),
+            // The server's prefix cache hit less than at the baseline (where it says).
+            supp(S::PrefixHitRate, Falls { ratio: 0.8, min_delta: 0.05 }, 3.0),
+            // Not a full cache, not a starved CPU, not the network.
+            supp(S::PreemptionsPerS, Below(0.01), 1.0),
+            supp(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
+            supp(S::SrttMeanUs, Flat { ratio: 2.0, slack: 1000.0 }, 1.0),
+        ],
+    },
+    Rule {
         cause: Cause::Queue,
         signature: "server metrics",
         conditions: &[
@@ -236,6 +255,22 @@ pub const RULES: &[Rule] = &[
             supp(S::GpuAllocChurn, Above(0.0), 1.0),
             supp(S::ErrorRate, Above(0.01), 1.0),
             supp(S::TtftP99Ms, Rises { ratio: 1.5, min_delta: 20.0 }, 1.0),
+        ],
+    },
+    Rule {
+        cause: Cause::GpuThrottle,
+        signature: "clocks",
+        conditions: &[
+            // NVML's clock event reasons: a power cap or a thermal limit holds the clocks down
+            // in this window and did not in the baseline, so it coincides with the rise.
+            trig(S::GpuThrottleShare, Rises { ratio: 2.0, min_delta: 0.25 }, 4.0),
+            // ... the clocks are lower for it, at the cap when it is the power's.
+            supp(S::GpuSmClockMhz, Falls { ratio: 0.95, min_delta: 50.0 }, 2.0),
+            supp(S::GpuPowerShareOfCap, AtLeast(0.95), 1.0),
+            // Each step takes longer: the token gap and the server's own time per token.
+            supp(S::ItlP50Ms, Rises { ratio: 1.3, min_delta: 1.0 }, 2.0),
+            supp(S::ServerTpotMs, Rises { ratio: 1.3, min_delta: 1.0 }, 1.0),
+            supp(S::E2eP50Ms, LATENCY_UP, 1.0),
         ],
     },
     Rule {

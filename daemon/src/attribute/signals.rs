@@ -134,6 +134,9 @@ pub enum Signal {
     /// Client TTFT p50 / ITL p50: the first token in engine steps. An engine that is only
     /// slower keeps it; requests that wait for admission raise it.
     TtftPerItl,
+    /// Of the window's LLM requests, the share sent while an identical one still waited for
+    /// its first token (`LoadSignals::duplicate_prefill_share`).
+    DuplicatePrefillShare,
     /// Mean sequences per engine step (the batch), from the server's metrics.
     BatchMean,
     /// The server's own mean time per output token of one sequence, ms.
@@ -144,6 +147,15 @@ pub enum Signal {
     /// Host time blocked in GPU synchronisation per kernel or graph launch, ms: the device
     /// time of one step when the engine launches and waits once per step.
     GpuSyncPerLaunchMs,
+    /// Share of the window's NVML samples with a power or thermal slowdown (clock event
+    /// reasons) on the server's GPUs, the most throttled GPU's, 0..1.
+    GpuThrottleShare,
+    /// The SM clock of the server's slowest GPU, MHz (window mean).
+    GpuSmClockMhz,
+    /// Power draw over the enforced power limit of the server's GPU nearest its cap, 0..1.
+    GpuPowerShareOfCap,
+    /// XID errors on the server's GPUs in the window (kernel tracepoint or NVML events).
+    GpuXids,
 }
 
 /// Where a window's signal comes from, for naming what is missing.
@@ -216,10 +228,15 @@ impl Signal {
         Signal::ItlP50Ms,
         Signal::InFlightMax,
         Signal::TtftPerItl,
+        Signal::DuplicatePrefillShare,
         Signal::BatchMean,
         Signal::ServerTpotMs,
         Signal::EngineBusyShare,
         Signal::GpuSyncPerLaunchMs,
+        Signal::GpuThrottleShare,
+        Signal::GpuSmClockMhz,
+        Signal::GpuPowerShareOfCap,
+        Signal::GpuXids,
     ];
 }
 
@@ -268,7 +285,8 @@ impl Signal {
             | S::SendLagP95Ms
             | S::ItlP50Ms
             | S::InFlightMax
-            | S::TtftPerItl => Source::Load,
+            | S::TtftPerItl
+            | S::DuplicatePrefillShare => Source::Load,
             S::Waiting
             | S::RunningShareOfCap
             | S::KvUsage
@@ -305,7 +323,11 @@ impl Signal {
             | S::GpuAllocsAfterWarmup
             | S::GpuAllocChurn
             | S::GpuMemUsedFrac
-            | S::GpuSyncPerLaunchMs => Source::Gpu,
+            | S::GpuSyncPerLaunchMs
+            | S::GpuThrottleShare
+            | S::GpuSmClockMhz
+            | S::GpuPowerShareOfCap
+            | S::GpuXids => Source::Gpu,
         }
     }
 
@@ -325,6 +347,7 @@ impl Signal {
                 | S::ItlP50Ms
                 | S::ItlP99Ms
                 | S::TtftPerItl
+                | S::DuplicatePrefillShare
                 | S::ClientServerGapMs
                 | S::ServerTtftP50Ms
                 | S::ServerTtftMeanMs
@@ -343,9 +366,16 @@ impl Signal {
     /// Whether the signal can exist in this window: see [`Self::applies_to`], for the kind of
     /// most of the window's requests (every signal applies when the window has none). A
     /// vector index's rebuild, and the kernel's exchange tail that judges it, belong to a
-    /// vector service only: no engine's window lists them missing.
+    /// vector service only: no engine's window lists them missing. The generator's run-queue
+    /// belongs to windows with its requests. NVML's clocks and power belong to windows with a
+    /// GPU NVML sampled.
     #[must_use]
     pub fn applies_in(self, w: &Window) -> bool {
+        // The generator's own run-queue judges the windows of the requests it sent: a service
+        // behind the target (`--service`) never heard from it.
+        if self == Signal::LoadgenRunqP99Us {
+            return w.load.is_some();
+        }
         let endpoint = w.load.as_ref().and_then(|l| l.endpoint);
         if matches!(self, Signal::IndexRebuild | Signal::KernelExchangeP99Ms) {
             return match endpoint {
@@ -356,6 +386,15 @@ impl Signal {
                     .and_then(|s| s.vector_searches_per_s)
                     .is_some_and(|r| r > 0.0),
             };
+        }
+        // NVML's view of the GPUs exists only where the server runs on one NVML sees: a server
+        // on no GPU (or a node without the driver) has no clocks to be throttled.
+        if matches!(
+            self,
+            Signal::GpuThrottleShare | Signal::GpuSmClockMhz | Signal::GpuPowerShareOfCap
+        ) && w.gpu.as_ref().is_none_or(|g| g.devices.is_empty())
+        {
+            return false;
         }
         endpoint.is_none_or(|e| self.applies_to(e))
     }
@@ -377,6 +416,7 @@ impl Signal {
             S::E2eP50Ms => load?.e2e_ms.map(|q| q.p50),
             S::E2eP99Ms => load?.e2e_ms.map(|q| q.p99),
             S::RecallMean => load?.recall_mean,
+            S::DuplicatePrefillShare => load?.duplicate_prefill_share,
             S::VectorShare => vector_share(w),
             S::PhaseEvents => Some(load?.phase_events_before as f64),
             S::ErrorRate => load
@@ -457,6 +497,9 @@ impl Signal {
             }),
             S::GpuAllocChurn => gpu.map(|g| g.allocs.min(g.frees) as f64),
             S::GpuMemUsedFrac => gpu?.mem_used_frac,
+            S::GpuThrottleShare | S::GpuSmClockMhz | S::GpuPowerShareOfCap | S::GpuXids => {
+                self.raw_nvml(w)
+            }
             // ItlP50Ms, InFlightMax, TtftPerItl, BatchMean, ServerTpotMs, EngineBusyShare,
             // GpuSyncPerLaunchMs.
             _ => self.raw_engine(w),
@@ -488,6 +531,30 @@ impl Signal {
                 let g = gpu?;
                 (g.launches > 0).then(|| g.sync_ms / g.launches as f64)
             }
+            _ => None,
+        }
+    }
+
+    /// The signals of the server's GPUs as NVML sampled them, in one window: over its GPUs,
+    /// the worst one's (most throttled, slowest clock, nearest its power cap).
+    fn raw_nvml(self, w: &Window) -> Option<f64> {
+        use Signal as S;
+        let g = w.gpu.as_ref()?;
+        let worst = |f: fn(&crate::collect::timeline::GpuDevice) -> Option<f64>, max: bool| {
+            g.devices
+                .iter()
+                .filter_map(f)
+                .reduce(|a, b| if max == (b > a) { b } else { a })
+        };
+        match self {
+            S::GpuThrottleShare => worst(|d| d.throttle_share, true),
+            S::GpuSmClockMhz => worst(|d| d.sm_clock_mhz, false),
+            S::GpuPowerShareOfCap => worst(
+                |d| Some(d.power_w? / d.power_limit_w.filter(|l| *l > 0.0)?),
+                true,
+            ),
+            // The kernel's count, or NVML's events when the tracepoint is absent.
+            S::GpuXids => Some(g.xids.max(g.xid_events.len() as u64) as f64),
             _ => None,
         }
     }
@@ -562,7 +629,14 @@ mod tests {
         }
         assert!(Signal::RecallMean.applies_to(Endpoint::VectorSearch));
         assert!(!Signal::RecallMean.applies_to(Endpoint::Chat));
-        // A window without load records applies every signal.
+        // A window without load records applies every signal but the generator's run-queue:
+        // a service behind the target never heard from the generator.
         assert!(Signal::TtftP50Ms.applies_in(&Window::default()));
+        assert!(!Signal::LoadgenRunqP99Us.applies_in(&Window::default()));
+        let with_load = Window {
+            load: Some(crate::collect::timeline::LoadSignals::default()),
+            ..Window::default()
+        };
+        assert!(Signal::LoadgenRunqP99Us.applies_in(&with_load));
     }
 }

@@ -20,8 +20,15 @@ use serde::{Deserialize, Serialize};
 pub enum Cause {
     /// KV-cache pressure: the cache is full, requests are preempted and recomputed.
     KvCache,
+    /// The same prompt prefilled several times at once: identical requests arrived together
+    /// (a stampede on a hot prompt whose cached prefix expired) before the first one's prefill
+    /// was done, so the prefix cache could serve none of them.
+    DuplicatePrefill,
     /// GPU memory outside the KV cache: allocations fail or the device is full.
     GpuMemory,
+    /// The GPU runs below its clocks: a power cap or a thermal limit slows it (NVML's clock
+    /// event reasons) while latency rises.
+    GpuThrottle,
     /// Queueing/admission: requests wait for a batch slot while the GPU keeps up per token.
     Queue,
     /// The engine's compute is saturated: each step takes longer as the batch grows, with free
@@ -46,9 +53,11 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in the order reports list them.
-    pub const ALL: [Cause; 11] = [
+    pub const ALL: [Cause; 13] = [
         Cause::KvCache,
+        Cause::DuplicatePrefill,
         Cause::GpuMemory,
+        Cause::GpuThrottle,
         Cause::Queue,
         Cause::Compute,
         Cause::CpuRunqueue,
@@ -65,7 +74,9 @@ impl Cause {
     pub fn name(self) -> &'static str {
         match self {
             Cause::KvCache => "kv_cache",
+            Cause::DuplicatePrefill => "duplicate_prefill",
             Cause::GpuMemory => "gpu_memory",
+            Cause::GpuThrottle => "gpu_throttle",
             Cause::Queue => "queue",
             Cause::Compute => "compute",
             Cause::CpuRunqueue => "cpu_runqueue",
@@ -247,7 +258,9 @@ mod tests {
             names,
             [
                 "\"kv_cache\"",
+                "\"duplicate_prefill\"",
                 "\"gpu_memory\"",
+                "\"gpu_throttle\"",
                 "\"queue\"",
                 "\"compute\"",
                 "\"cpu_runqueue\"",

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::collect::{
     identity::ServerIdentity,
-    timeline::{Quantiles, Window},
+    timeline::{GpuDevice, Quantiles, Window},
 };
 
 /// How a signal accumulates.
@@ -30,6 +30,8 @@ pub enum Kind {
 pub struct Point {
     /// The `stat` label (`p50`, `p95`, `p99`, `max`), if the signal is a distribution.
     pub stat: Option<&'static str>,
+    /// The `gpu` label (NVML device index), if the signal is one GPU's.
+    pub gpu: Option<u32>,
     /// Value in the signal's unit.
     pub value: f64,
 }
@@ -66,7 +68,11 @@ const US: f64 = 1e-6;
 /// Pushes a plain value, if the source had evidence.
 fn one(out: &mut Vec<Point>, value: Option<f64>) {
     if let Some(value) = value {
-        out.push(Point { stat: None, value });
+        out.push(Point {
+            stat: None,
+            gpu: None,
+            value,
+        });
     }
 }
 
@@ -75,6 +81,7 @@ fn stat(out: &mut Vec<Point>, stat: &'static str, value: Option<f64>, scale: f64
     if let Some(v) = value {
         out.push(Point {
             stat: Some(stat),
+            gpu: None,
             value: v * scale,
         });
     }
@@ -90,6 +97,19 @@ fn quantiles(out: &mut Vec<Point>, q: Option<&Quantiles>, scale: f64) {
             ("max", q.max),
         ] {
             stat(out, name, Some(v), scale);
+        }
+    }
+}
+
+/// Pushes one value per GPU of the window (`gpu` label), converted by `scale`.
+fn per_gpu(out: &mut Vec<Point>, w: &Window, read: fn(&GpuDevice) -> Option<f64>, scale: f64) {
+    for d in w.gpu.iter().flat_map(|g| &g.devices) {
+        if let Some(v) = read(d) {
+            out.push(Point {
+                stat: None,
+                gpu: Some(d.index),
+                value: v * scale,
+            });
         }
     }
 }
@@ -217,6 +237,13 @@ pub static SIGNALS: &[Signal] = &[
     signal!("inferscope.net.server.first_token", "inferscope_net_server_first_token_seconds", "s", Gauge,
         "Server-side time from request in to first token out (second write).",
         |w, o| stat(o, "p50", w.net.as_ref().and_then(|n| n.server_first_token_p50_ms), MS)),
+    // A hop of a chain: the exchanges another watched server (a gateway) asked this one for.
+    signal!("inferscope.hop.calls", "inferscope_hop_calls", "{exchange}", Counter,
+        "Exchanges the server answered on connections another watched server opened (a hop of a chain).",
+        |w, o| one(o, w.net.as_ref().map(|n| n.called_exchanges as f64))),
+    signal!("inferscope.hop.first_token", "inferscope_hop_first_token_seconds", "s", Gauge,
+        "Server-side time from request in to first token out of the hop's calls: the time its callers wait for it.",
+        |w, o| stat(o, "p50", w.net.as_ref().and_then(|n| n.called_first_token_p50_ms), MS)),
     // GPU.
     signal!("inferscope.gpu.allocations", "inferscope_gpu_allocations", "{call}", Counter,
         "Successful CUDA device-memory allocation calls.",
@@ -240,8 +267,45 @@ pub static SIGNALS: &[Signal] = &[
         "Device memory used over total (NVML), 0 to 1.",
         |w, o| one(o, w.gpu.as_ref().and_then(|g| g.mem_used_frac))),
     signal!("inferscope.gpu.xid_errors", "inferscope_gpu_xid_errors", "{error}", Counter,
-        "NVIDIA XID errors.",
-        |w, o| one(o, w.gpu.as_ref().map(|g| g.xids as f64))),
+        "NVIDIA XID errors (kernel tracepoint and NVML events).",
+        |w, o| one(o, w.gpu.as_ref().map(|g| g.xids.max(g.xid_events.len() as u64) as f64))),
+    // Each GPU a server uses (NVML), labelled `gpu`.
+    signal!("inferscope.gpu.device.memory.used", "inferscope_gpu_device_memory_used_bytes", "By", Gauge,
+        "Framebuffer memory in use on the GPU (NVML).",
+        |w, o| per_gpu(o, w, |d| d.memory_used_bytes.map(|b| b as f64), 1.0)),
+    signal!("inferscope.gpu.device.memory.reserved", "inferscope_gpu_device_memory_reserved_bytes", "By", Gauge,
+        "Framebuffer memory the driver reserves on the GPU (NVML).",
+        |w, o| per_gpu(o, w, |d| d.memory_reserved_bytes.map(|b| b as f64), 1.0)),
+    signal!("inferscope.gpu.device.memory.total", "inferscope_gpu_device_memory_total_bytes", "By", Gauge,
+        "Framebuffer memory installed on the GPU (NVML).",
+        |w, o| per_gpu(o, w, |d| d.memory_total_bytes.map(|b| b as f64), 1.0)),
+    signal!("inferscope.gpu.device.sm.utilization", "inferscope_gpu_device_sm_utilization_ratio", "1", Gauge,
+        "Share of time a kernel ran on the GPU, 0 to 1 (NVML GPU utilisation, window mean).",
+        |w, o| per_gpu(o, w, |d| d.sm_util_percent.map(|p| p / 100.0), 1.0)),
+    signal!("inferscope.gpu.device.memory_bandwidth.utilization", "inferscope_gpu_device_memory_bandwidth_utilization_ratio", "1", Gauge,
+        "Share of time device memory was read or written, 0 to 1 (NVML, window mean).",
+        |w, o| per_gpu(o, w, |d| d.mem_bw_util_percent.map(|p| p / 100.0), 1.0)),
+    signal!("inferscope.gpu.device.power", "inferscope_gpu_device_power_watts", "W", Gauge,
+        "GPU power draw (NVML, window mean).",
+        |w, o| per_gpu(o, w, |d| d.power_w, 1.0)),
+    signal!("inferscope.gpu.device.power.limit", "inferscope_gpu_device_power_limit_watts", "W", Gauge,
+        "GPU power limit the driver enforces (NVML).",
+        |w, o| per_gpu(o, w, |d| d.power_limit_w, 1.0)),
+    signal!("inferscope.gpu.device.sm.clock", "inferscope_gpu_device_sm_clock_hertz", "Hz", Gauge,
+        "GPU SM clock (NVML, window mean).",
+        |w, o| per_gpu(o, w, |d| d.sm_clock_mhz, 1e6)),
+    signal!("inferscope.gpu.device.throttled", "inferscope_gpu_device_throttled_ratio", "1", Gauge,
+        "Share of the window's NVML samples with a power or thermal slowdown active, 0 to 1.",
+        |w, o| per_gpu(o, w, |d| d.throttle_share, 1.0)),
+    signal!("inferscope.gpu.device.pcie.transmit", "inferscope_gpu_device_pcie_transmit_bytes_per_second", "By/s", Gauge,
+        "PCIe throughput from the GPU to the host (NVML, window mean).",
+        |w, o| per_gpu(o, w, |d| d.pcie_tx_bytes_per_s, 1.0)),
+    signal!("inferscope.gpu.device.pcie.receive", "inferscope_gpu_device_pcie_receive_bytes_per_second", "By/s", Gauge,
+        "PCIe throughput from the host to the GPU (NVML, window mean).",
+        |w, o| per_gpu(o, w, |d| d.pcie_rx_bytes_per_s, 1.0)),
+    signal!("inferscope.gpu.device.processes", "inferscope_gpu_device_processes", "{process}", Gauge,
+        "Processes on the GPU (NVML).",
+        |w, o| per_gpu(o, w, |d| Some(d.processes.len() as f64), 1.0)),
 ];
 
 /// The bounded label set of time-line metrics (never per request).
@@ -372,6 +436,7 @@ mod tests {
             points[1],
             Point {
                 stat: Some("p95"),
+                gpu: None,
                 value: 0.2
             }
         );
@@ -393,6 +458,100 @@ mod tests {
         assert_eq!(t.get("inferscope.load.requests"), Some(20.0));
         assert_eq!(t.get("inferscope.runq.wait_time"), Some(3.0));
         assert_eq!(t.get("inferscope.gpu.launches"), None);
+    }
+
+    /// A hop's calls and the time its callers wait reach Prometheus and OTLP.
+    #[test]
+    fn a_hops_calls_and_wait_are_published() {
+        let w = Window {
+            net: Some(crate::collect::timeline::NetSignals {
+                called_exchanges: 5,
+                called_first_token_p50_ms: Some(120.0),
+                ..Default::default()
+            }),
+            ..Window::default()
+        };
+        let of = |name: &str| SIGNALS.iter().find(|s| s.name == name).unwrap().points(&w);
+        assert!((of("inferscope.hop.calls")[0].value - 5.0).abs() < 1e-12);
+        let wait = of("inferscope.hop.first_token");
+        assert_eq!(wait[0].stat, Some("p50"));
+        assert!((wait[0].value - 0.12).abs() < 1e-12);
+    }
+
+    /// Each GPU's NVML fields reach the catalogue (and so Prometheus and OTLP) with its `gpu`
+    /// label, in the catalogue's units.
+    #[test]
+    fn each_gpu_is_published_with_its_label() {
+        use crate::collect::timeline::{GpuProcessUse, GpuSignals};
+        use crate::gpu::nvml::ClockEventReason;
+        let gpu = |index, power_w, throttle_share| GpuDevice {
+            index,
+            samples: 2,
+            memory_used_bytes: Some(40 << 30),
+            memory_reserved_bytes: Some(1 << 29),
+            memory_total_bytes: Some(80 << 30),
+            sm_util_percent: Some(95.0),
+            mem_bw_util_percent: Some(40.0),
+            power_w: Some(power_w),
+            power_limit_w: Some(700.0),
+            sm_clock_mhz: Some(1410.0),
+            throttle_reasons: vec![ClockEventReason::SwPowerCap],
+            throttle_share: Some(throttle_share),
+            pcie_tx_bytes_per_s: Some(2e6),
+            pcie_rx_bytes_per_s: Some(8e6),
+            processes: vec![GpuProcessUse {
+                pid: 7,
+                used_bytes: None,
+            }],
+            ..GpuDevice::default()
+        };
+        let w = Window {
+            gpu: Some(GpuSignals {
+                devices: vec![gpu(0, 699.0, 1.0), gpu(3, 300.0, 0.0)],
+                ..GpuSignals::default()
+            }),
+            ..Window::default()
+        };
+        let read = |name: &str| -> Vec<(Option<u32>, f64)> {
+            SIGNALS
+                .iter()
+                .find(|s| s.name == name)
+                .unwrap_or_else(|| panic!("{name} not in the catalogue"))
+                .points(&w)
+                .into_iter()
+                .map(|p| (p.gpu, p.value))
+                .collect()
+        };
+        assert_eq!(
+            read("inferscope.gpu.device.power"),
+            [(Some(0), 699.0), (Some(3), 300.0)]
+        );
+        assert_eq!(
+            read("inferscope.gpu.device.power.limit")[0],
+            (Some(0), 700.0)
+        );
+        assert_eq!(read("inferscope.gpu.device.sm.clock")[1], (Some(3), 1.41e9));
+        assert_eq!(
+            read("inferscope.gpu.device.sm.utilization")[0],
+            (Some(0), 0.95)
+        );
+        assert_eq!(
+            read("inferscope.gpu.device.memory_bandwidth.utilization")[0],
+            (Some(0), 0.4)
+        );
+        assert_eq!(
+            read("inferscope.gpu.device.throttled"),
+            [(Some(0), 1.0), (Some(3), 0.0)]
+        );
+        assert_eq!(
+            read("inferscope.gpu.device.memory.reserved")[0],
+            (Some(0), f64::from(1u32 << 29))
+        );
+        assert_eq!(
+            read("inferscope.gpu.device.pcie.receive")[0],
+            (Some(0), 8e6)
+        );
+        assert_eq!(read("inferscope.gpu.device.processes")[0], (Some(0), 1.0));
     }
 
     #[test]

@@ -20,10 +20,10 @@ use super::{
     cuda::GpuMemAccount,
     runq::RunqHist,
     stats::quantile,
-    timeline::{GpuSignals, NetSignals, Part, RunqSignals},
+    timeline::{GpuSignals, NetSignals, Part, RunqSignals, XidEvent, XidSource},
 };
 use crate::probes::{
-    Family, HookStatus, ProbeError, Probes,
+    Family, HookLoss, HookStatus, ProbeError, Probes,
     cuda::discover_libcuda,
     reader::{ChannelDrops, Reader},
     sockets::endpoints,
@@ -101,29 +101,70 @@ pub struct Retransmit {
     pub client: std::net::SocketAddr,
 }
 
-/// Userspace loss counters, exported next to the kernel's.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+/// What could not be recorded, kernel and userspace, exported as `inferscope_dropped_total`.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Losses {
-    /// Kernel: run-queue samples not recorded.
+    /// Kernel: run-queue samples not recorded (all its hooks).
     pub runq: u64,
-    /// Kernel: socket events or connections not recorded.
+    /// Kernel: socket events or connections not recorded (all its hooks).
     pub sockets: u64,
-    /// Kernel: CUDA events or calls not recorded.
+    /// Kernel: CUDA events or calls not recorded (all its hooks).
     pub cuda: u64,
+    /// Kernel: the same losses per hook and kind, as exported.
+    pub hooks: Vec<HookLoss>,
     /// Userspace: events dropped because a channel was full.
     pub channels: u64,
+    /// NVML samples dropped because the sampler's channel was full.
+    pub nvml: u64,
+    /// Scrapes of the servers' `/metrics` dropped because the scraper's channel was full.
+    pub scrape: u64,
+}
+
+/// One drop counter as exported: where it arose (`stage`, `what`) and, for the kernel's,
+/// which hook lost what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LossCount {
+    /// `kernel`, `channel`, `nvml` or `scrape`.
+    pub stage: &'static str,
+    /// The family (`runqlat`, `sockets`, `cuda`) or what was dropped (`events`, `samples`,
+    /// `scrapes`).
+    pub what: &'static str,
+    /// The kernel hook that lost it.
+    pub hook: Option<&'static str>,
+    /// Why the kernel lost it (`ringbuf_full`, `conns_full`, ...).
+    pub reason: Option<&'static str>,
+    /// How many, since start.
+    pub count: u64,
 }
 
 impl Losses {
-    /// Each count with where it arose: `(stage, what, count)`, as the drop counters name them.
+    /// Each count with where it arose, the kernel's per hook, as the drop counters name them.
     #[must_use]
-    pub fn labelled(&self) -> [(&'static str, &'static str, u64); 4] {
-        [
-            ("kernel", "runqlat", self.runq),
-            ("kernel", "sockets", self.sockets),
-            ("kernel", "cuda", self.cuda),
-            ("channel", "events", self.channels),
-        ]
+    pub fn labelled(&self) -> Vec<LossCount> {
+        let plain = |stage, what, count| LossCount {
+            stage,
+            what,
+            hook: None,
+            reason: None,
+            count,
+        };
+        let mut out: Vec<LossCount> = self
+            .hooks
+            .iter()
+            .map(|h| LossCount {
+                stage: "kernel",
+                what: h.family,
+                hook: Some(h.hook),
+                reason: Some(h.reason),
+                count: h.count,
+            })
+            .collect();
+        out.extend([
+            plain("channel", "events", self.channels),
+            plain("nvml", "samples", self.nvml),
+            plain("scrape", "scrapes", self.scrape),
+        ]);
+        out
     }
 }
 
@@ -167,6 +208,7 @@ impl Pending {
         g.frees += h.frees;
         g.sync_ms += h.sync_ms;
         g.xids += h.xids;
+        g.xid_events.extend(&h.xid_events);
     }
 }
 
@@ -342,8 +384,10 @@ impl KernelCollector {
             runq: r.start_full + r.hist_full,
             sockets: s.ringbuf_full + s.conns_full + self.accepts.dropped,
             cuda: c.ringbuf_full + c.pending_full + c.launches_full,
+            hooks: self.probes.hook_losses()?,
             channels: ch(self.sock.as_ref().map(|r| &r.drops))
                 + ch(self.cuda.as_ref().map(|r| &r.drops)),
+            ..Losses::default()
         })
     }
 
@@ -491,7 +535,17 @@ impl KernelCollector {
             Some(CudaCall::Alloc(AllocOutcome::OutOfMemory)) => g.oom += 1,
             Some(CudaCall::Free) => g.frees += 1,
             Some(CudaCall::Sync) => g.sync_ms += ev.duration_ns as f64 / 1e6,
-            Some(CudaCall::Xid) => g.xids += 1,
+            Some(CudaCall::Xid) => {
+                g.xids += 1;
+                // The event's kernel time on the wall clock: now less its age.
+                let age_ms = crate::clock::monotonic_ns().saturating_sub(ev.ts_ns) / 1_000_000;
+                g.xid_events.push(XidEvent {
+                    unix_ms: crate::clock::unix_ms().saturating_sub(age_ms),
+                    code: Some(ev.size),
+                    gpu: None,
+                    source: XidSource::Kernel,
+                });
+            }
             Some(CudaCall::Alloc(AllocOutcome::Failed) | CudaCall::Launch) | None => {}
         }
     }
@@ -521,6 +575,7 @@ impl KernelCollector {
                 p.merge(&shared);
             } else {
                 p.gpu.xids += shared.gpu.xids;
+                p.gpu.xid_events.extend(&shared.gpu.xid_events);
             }
             let mut gpu = std::mem::take(&mut p.gpu);
             fill_net(&mut net, p);

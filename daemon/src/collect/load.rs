@@ -1,7 +1,7 @@
 //! The load generator's per-request records folded into time-line windows (by intended start),
 //! and each window's phase.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{
     join::{Exchanges, Joined, Retransmits},
@@ -37,6 +37,16 @@ struct Acc {
     clean_e2e: Vec<f64>,
     /// The window's successful requests cut into parts.
     parts: Vec<RequestParts>,
+    /// LLM requests with a prompt key, and those of them that duplicated a prefill.
+    keyed: u64,
+    duplicates: u64,
+}
+
+impl Acc {
+    /// The share of the window's keyed (LLM) requests that duplicated a prefill.
+    fn duplicate_share(&self) -> Option<f64> {
+        (self.keyed > 0).then(|| self.duplicates as f64 / self.keyed as f64)
+    }
 }
 
 /// Fills `load` of the windows the run's requests started in, and every window's `phase`;
@@ -65,6 +75,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
         timeline.retain_last(keep);
     }
     let mut accs: BTreeMap<usize, Acc> = BTreeMap::new();
+    let duplicates = duplicate_prefills(&report.records);
     for r in &report.records {
         let mut at = unix_ms(report, r.intended_us);
         if let Some(l) = last {
@@ -73,7 +84,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
         let i = timeline.index(at);
         timeline.at(at);
         let a = accs.entry(i).or_default();
-        add(a, r);
+        add(a, r, duplicates.contains(&r.id));
         let joined = joins.find(r);
         let cut = parts(r, joined.as_ref(), &joins);
         if let Some(j) = joined {
@@ -128,6 +139,7 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
             error_classes: std::mem::take(&mut a.error_classes),
             recall_mean,
             phase_events_before,
+            duplicate_prefill_share: a.duplicate_share(),
         });
         w.requests = std::mem::take(&mut a.parts);
         if let Some(net) = w.net.as_mut() {
@@ -143,6 +155,36 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
             net.loss_clean_e2e_p50_ms = median(&mut a.clean_e2e);
         }
     }
+}
+
+/// The ids of the requests sent while an identical one (same `prompt_key`) was still waiting
+/// for its first token (its end, when it has none): a prefix cache holds a prompt's blocks
+/// only once its prefill is done, so each of these computed the same prefill again.
+#[must_use]
+pub fn duplicate_prefills(records: &[RequestRecord]) -> HashSet<u64> {
+    let mut by_key: HashMap<u64, Vec<(u64, u64, u64)>> = HashMap::new();
+    for r in records {
+        if let Some(k) = r.prompt_key {
+            let prefilled = r.token_us.first().copied().unwrap_or(r.end_us);
+            by_key
+                .entry(k)
+                .or_default()
+                .push((r.actual_us, prefilled, r.id));
+        }
+    }
+    let mut out = HashSet::new();
+    for mut sent in by_key.into_values().filter(|v| v.len() > 1) {
+        sent.sort_unstable();
+        // The latest prefill end of the requests sent so far.
+        let mut busy_until = 0;
+        for (at, prefilled, id) in sent {
+            if at < busy_until {
+                out.insert(id);
+            }
+            busy_until = busy_until.max(prefilled);
+        }
+    }
+    out
 }
 
 /// Most requests in flight in each window: +1 at the actual start, -1 at the end, swept in
@@ -246,8 +288,13 @@ fn parts(r: &RequestRecord, joined: Option<&Joined<'_>>, joins: &Exchanges<'_>) 
     }
 }
 
-fn add(a: &mut Acc, r: &RequestRecord) {
+/// Adds `r` to its window; `duplicate`: it was sent during an identical request's prefill.
+fn add(a: &mut Acc, r: &RequestRecord, duplicate: bool) {
     a.requests += 1;
+    if r.prompt_key.is_some() {
+        a.keyed += 1;
+        a.duplicates += u64::from(duplicate);
+    }
     if let Some(class) = r.error.filter(|_| r.counts_as_error()) {
         a.errors += 1;
         *a.error_classes.entry(class).or_default() += 1;
@@ -261,7 +308,7 @@ fn add(a: &mut Acc, r: &RequestRecord) {
     }
     a.itl.extend(r.itl_us().map(ms));
     a.e2e.push(ms(r.e2e_us()));
-    a.lag.push(ms(r.send_lag_us()));
+    a.lag.extend(r.schedule_lag_us().map(ms));
     a.tokens += u64::from(r.output_tokens.unwrap_or(0));
 }
 
@@ -301,6 +348,30 @@ mod tests {
         r.end_us = *r.token_us.last().unwrap();
         r.output_tokens = Some(tokens);
         r
+    }
+
+    #[test]
+    fn a_copy_sent_before_the_first_token_of_its_twin_duplicates_its_prefill() {
+        let keyed = |id, at_ms, ttft_ms, key| {
+            let mut r = record(id, 0, at_ms, ttft_ms, 3);
+            r.prompt_key = Some(key);
+            r
+        };
+        let records = [
+            // A burst of three at 0 ms whose first token comes at 100 ms: two duplicates.
+            keyed(1, 0, 100, 7),
+            keyed(2, 0, 100, 7),
+            keyed(3, 0, 100, 7),
+            // Sent after the first prefill ended (the cache can serve it): not one.
+            keyed(4, 150, 5, 7),
+            // Another prompt, at the same time: not one.
+            keyed(5, 0, 100, 8),
+            // No key (not an LLM request): never one.
+            record(6, 0, 0, 100, 3),
+        ];
+        let dup = duplicate_prefills(&records);
+        assert_eq!(dup.len(), 2, "{dup:?}");
+        assert!(!dup.contains(&4) && !dup.contains(&5) && !dup.contains(&6));
     }
 
     #[test]

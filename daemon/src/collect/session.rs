@@ -3,7 +3,14 @@
 //! server's `/metrics` they start. Whatever cannot start is recorded as missing evidence and
 //! collection goes on; [`crate::node::Node`] drives them, one time line per server.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use super::{
     kernel::{Exchange, KernelCollector, KernelOptions, Losses, Retransmit},
@@ -66,6 +73,8 @@ pub struct Session {
     scrape_every: Duration,
     tls: crate::tls::TlsOptions,
     nvml: NvmlCollector,
+    /// Scrapes the scrapers this session started dropped, all of them, gone ones too.
+    scrape_drops: Arc<AtomicU64>,
     /// Evidence that is missing and why, for the report.
     pub missing: Vec<String>,
 }
@@ -112,6 +121,7 @@ impl Session {
             scrape_every,
             tls: opts.tls.clone(),
             nvml,
+            scrape_drops: Arc::new(AtomicU64::new(0)),
             missing,
         }
     }
@@ -119,6 +129,7 @@ impl Session {
     /// A scraper of `url` (a server's metrics endpoint), every half window (at most 500 ms).
     pub fn scraper(&self, url: &str) -> Result<ServerCollector, StepError> {
         ServerCollector::start(url, self.scrape_every, &self.tls)
+            .map(|c| c.counting_drops_into(Arc::clone(&self.scrape_drops)))
             .map_err(|e| StepError::Scrape(format!("{url}: {e}")))
     }
 
@@ -176,13 +187,19 @@ impl Session {
             .unwrap_or_default()
     }
 
-    /// What the kernel and the readers lost so far (zero without probes).
+    /// What the kernel, the readers, NVML's sampler and the scrapers lost so far (the
+    /// kernel's zero without probes).
     #[must_use]
     pub fn losses(&self) -> Losses {
-        self.kernel
-            .as_ref()
-            .and_then(|k| k.losses().ok())
-            .unwrap_or_default()
+        Losses {
+            nvml: self.nvml.dropped(),
+            scrape: self.scrape_drops.load(Ordering::Relaxed),
+            ..self
+                .kernel
+                .as_ref()
+                .and_then(|k| k.losses().ok())
+                .unwrap_or_default()
+        }
     }
 
     /// Stops collecting; returns what the kernel saw on the server's connections, to join with
@@ -196,6 +213,13 @@ impl Session {
             self.missing.push(format!(
                 "kernel events lost: run queue {}, sockets {}, CUDA {}, channels {}",
                 l.runq, l.sockets, l.cuda, l.channels
+            ));
+        }
+        let l = self.losses();
+        if l.nvml + l.scrape > 0 {
+            self.missing.push(format!(
+                "samples lost: NVML {}, metrics scrapes {}",
+                l.nvml, l.scrape
             ));
         }
         self.kernel

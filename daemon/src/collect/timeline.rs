@@ -58,6 +58,11 @@ pub struct LoadSignals {
     /// before the window ended.
     #[serde(default)]
     pub phase_events_before: u64,
+    /// Of the window's LLM requests, the share sent while an identical request (same body)
+    /// still waited for its first token: prefills computed twice, which no prefix cache can
+    /// share (see `load::duplicate_prefills`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_prefill_share: Option<f64>,
 }
 
 /// The inference server's own metrics, mapped from vLLM / `SGLang` / TGI / llama.cpp names.
@@ -222,8 +227,91 @@ pub struct GpuSignals {
     pub launches: u64,
     /// NVML memory used / total, when a driver is present.
     pub mem_used_frac: Option<f64>,
-    /// XID errors.
+    /// XID errors the kernel's `nvidia:nvidia_dev_xid` tracepoint counted.
     pub xids: u64,
+    /// Each GPU the server uses, as NVML sampled it over the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<GpuDevice>,
+    /// XID errors in the window, one event each, from the kernel's tracepoint or NVML's
+    /// critical-XID events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xid_events: Vec<XidEvent>,
+}
+
+/// One GPU over one window, from NVML's samples in it: gauges as their last value, rates and
+/// utilisations as their mean over the samples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GpuDevice {
+    /// NVML device index.
+    pub index: u32,
+    /// `GPU-...` UUID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// NVML samples of the device in the window.
+    pub samples: u32,
+    /// Framebuffer memory in use, bytes (last sample).
+    pub memory_used_bytes: Option<u64>,
+    /// Framebuffer memory the driver reserves, bytes (last sample).
+    pub memory_reserved_bytes: Option<u64>,
+    /// Framebuffer memory installed, bytes.
+    pub memory_total_bytes: Option<u64>,
+    /// Share of time a kernel ran on the SMs, percent (NVML's GPU utilisation), mean.
+    pub sm_util_percent: Option<f64>,
+    /// Share of time device memory was read or written, percent, mean.
+    pub mem_bw_util_percent: Option<f64>,
+    /// Power draw, W, mean.
+    pub power_w: Option<f64>,
+    /// Power limit the driver enforces, W (last sample).
+    pub power_limit_w: Option<f64>,
+    /// SM clock, MHz, mean.
+    pub sm_clock_mhz: Option<f64>,
+    /// Every clock event (throttle) reason seen in the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throttle_reasons: Vec<crate::gpu::nvml::ClockEventReason>,
+    /// Share of the samples with a power or thermal slowdown active, 0..1.
+    pub throttle_share: Option<f64>,
+    /// `PCIe` transmit (device to host), bytes/s, mean.
+    pub pcie_tx_bytes_per_s: Option<f64>,
+    /// `PCIe` receive (host to device), bytes/s, mean.
+    pub pcie_rx_bytes_per_s: Option<f64>,
+    /// The processes on the GPU (last sample).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<GpuProcessUse>,
+}
+
+/// A process on a GPU and the memory it holds.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct GpuProcessUse {
+    /// Host PID.
+    pub pid: u32,
+    /// Bytes used, when NVML can tell.
+    pub used_bytes: Option<u64>,
+}
+
+/// Who reported an XID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum XidSource {
+    /// The kernel's `nvidia:nvidia_dev_xid` tracepoint.
+    Kernel,
+    /// NVML's critical-XID event.
+    Nvml,
+}
+
+/// One XID error on the time line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct XidEvent {
+    /// When it was seen, Unix ms.
+    pub unix_ms: u64,
+    /// The XID (e.g. 79: the GPU fell off the bus, 48: a double-bit ECC error), when known.
+    pub code: Option<u64>,
+    /// The GPU's NVML index, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+    /// Who reported it.
+    pub source: XidSource,
 }
 
 /// One server's share of a closing window: its processes and the window to fill.

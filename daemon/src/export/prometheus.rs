@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 
 use crate::attribute::{Cause, Verdict};
 use crate::collect::catalog::{Kind, Labels, SIGNALS, Totals};
+use crate::collect::kernel::LossCount;
 use crate::collect::timeline::Window;
 use crate::probes::HookStatus;
 
@@ -25,8 +26,35 @@ pub struct DropCounter {
     pub stage: String,
     /// What was dropped there, e.g. a map name (`RUNQ_EVENTS`) or `spans`.
     pub what: String,
+    /// The kernel hook that dropped them (`hook` label), for the kernel's counters.
+    pub hook: Option<String>,
+    /// Why it dropped them (`reason` label), for the kernel's counters.
+    pub reason: Option<String>,
     /// How many, since start.
     pub count: u64,
+}
+
+impl DropCounter {
+    /// `count` items `stage` dropped of `what`, without a hook.
+    pub fn new(stage: impl Into<String>, what: impl Into<String>, count: u64) -> Self {
+        Self {
+            stage: stage.into(),
+            what: what.into(),
+            hook: None,
+            reason: None,
+            count,
+        }
+    }
+}
+
+impl From<LossCount> for DropCounter {
+    fn from(l: LossCount) -> Self {
+        Self {
+            hook: l.hook.map(str::to_owned),
+            reason: l.reason.map(str::to_owned),
+            ..Self::new(l.stage, l.what, l.count)
+        }
+    }
 }
 
 /// One server's (or one run's) time line in a scrape.
@@ -117,8 +145,12 @@ pub fn render(snap: &Snapshot<'_>) -> String {
                 for (s, base) in snap.series.iter().zip(&bases) {
                     let Some(window) = s.latest else { continue };
                     for p in signal.points(window) {
-                        let extra: Vec<(&str, String)> =
-                            p.stat.map(|q| ("stat", q.to_owned())).into_iter().collect();
+                        let extra: Vec<(&str, String)> = p
+                            .stat
+                            .map(|q| ("stat", q.to_owned()))
+                            .into_iter()
+                            .chain(p.gpu.map(|g| ("gpu", g.to_string())))
+                            .collect();
                         f.sample(base, &extra, p.value);
                     }
                 }
@@ -171,7 +203,11 @@ pub fn render(snap: &Snapshot<'_>) -> String {
     }
     for d in snap.drops {
         let labels = [("stage", d.stage.clone()), ("what", d.what.clone())];
-        sample(&mut out, name, &labels, &[], d.count as f64);
+        let extra: Vec<(&str, String)> = [("hook", &d.hook), ("reason", &d.reason)]
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.clone()?)))
+            .collect();
+        sample(&mut out, name, &labels, &extra, d.count as f64);
     }
     out
 }
@@ -323,11 +359,7 @@ mod tests {
             ..Labels::default()
         };
         let probes = [HookStatus::attached("sched:sched_switch")];
-        let drops = [DropCounter {
-            stage: "kernel_ringbuf".into(),
-            what: "RUNQ".into(),
-            count: 3,
-        }];
+        let drops = [DropCounter::new("kernel_ringbuf", "RUNQ", 3)];
         let verdict = Verdict {
             cause: Cause::KvCache,
             signature: None,

@@ -8,3 +8,5 @@
 #![warn(missing_docs)]
 
 pub mod nvml;
+#[cfg(test)]
+pub mod nvml_double;

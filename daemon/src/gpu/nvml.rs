@@ -14,10 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use nvml_wrapper::enum_wrappers::device::Clock;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter};
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::{Device, EventSet, Nvml};
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 /// Whether GPU sampling is possible on this machine.
@@ -60,43 +63,119 @@ impl fmt::Display for GpuStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ClockEventReasons(pub u64);
 
-/// Bit -> name, from `nvmlClocksEventReason*` in nvml.h.
-const REASONS: [(u64, &str); 9] = [
-    (0x1, "idle"),
-    (0x2, "app_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal"),
-    (0x40, "hw_thermal"),
-    (0x80, "hw_power_brake"),
-    (0x100, "display_clocks"),
-];
+/// One of NVML's clock event reasons (`nvmlClocksEventReason*` in nvml.h): why the SM clock
+/// is below its maximum.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockEventReason {
+    /// Nothing runs on the GPU.
+    Idle,
+    /// Application clocks are set below the maximum.
+    AppClocksSetting,
+    /// The software power cap (the power limit) holds the clocks down.
+    SwPowerCap,
+    /// Hardware slowdown (temperature or an external power brake signal).
+    HwSlowdown,
+    /// Clocks follow another GPU of a sync-boost group.
+    SyncBoost,
+    /// Software thermal slowdown: a temperature limit.
+    SwThermal,
+    /// Hardware thermal slowdown.
+    HwThermal,
+    /// Hardware power brake (an external power supply signal).
+    HwPowerBrake,
+    /// Display clock settings.
+    DisplayClocks,
+}
 
-/// Reasons that mean the GPU runs slower than it could under load.
-const SLOWDOWN_MASK: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+impl ClockEventReason {
+    /// Every reason with its bit, in bit order.
+    pub const ALL: [(u64, ClockEventReason); 9] = [
+        (0x1, Self::Idle),
+        (0x2, Self::AppClocksSetting),
+        (0x4, Self::SwPowerCap),
+        (0x8, Self::HwSlowdown),
+        (0x10, Self::SyncBoost),
+        (0x20, Self::SwThermal),
+        (0x40, Self::HwThermal),
+        (0x80, Self::HwPowerBrake),
+        (0x100, Self::DisplayClocks),
+    ];
+
+    /// The `snake_case` name used in JSON and evidence.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::AppClocksSetting => "app_clocks_setting",
+            Self::SwPowerCap => "sw_power_cap",
+            Self::HwSlowdown => "hw_slowdown",
+            Self::SyncBoost => "sync_boost",
+            Self::SwThermal => "sw_thermal",
+            Self::HwThermal => "hw_thermal",
+            Self::HwPowerBrake => "hw_power_brake",
+            Self::DisplayClocks => "display_clocks",
+        }
+    }
+
+    /// True for a power or thermal slowdown: the GPU runs slower than it could under load.
+    #[must_use]
+    pub fn is_slowdown(self) -> bool {
+        matches!(
+            self,
+            Self::SwPowerCap
+                | Self::HwSlowdown
+                | Self::SwThermal
+                | Self::HwThermal
+                | Self::HwPowerBrake
+        )
+    }
+}
 
 impl ClockEventReasons {
+    /// The known reasons that are set, in bit order.
+    #[must_use]
+    pub fn reasons(self) -> Vec<ClockEventReason> {
+        ClockEventReason::ALL
+            .iter()
+            .filter(|(bit, _)| self.0 & bit != 0)
+            .map(|&(_, r)| r)
+            .collect()
+    }
+
     /// Names of the known bits that are set, in bit order.
     #[must_use]
     pub fn names(self) -> Vec<&'static str> {
-        REASONS
-            .iter()
-            .filter(|(bit, _)| self.0 & bit != 0)
-            .map(|&(_, name)| name)
+        self.reasons()
+            .into_iter()
+            .map(ClockEventReason::name)
             .collect()
     }
 
     /// Set bits this version does not know.
     #[must_use]
     pub fn unknown_bits(self) -> u64 {
-        self.0 & !REASONS.iter().fold(0, |m, (bit, _)| m | bit)
+        self.0 & !ClockEventReason::ALL.iter().fold(0, |m, (bit, _)| m | bit)
     }
 
     /// True when a power, thermal or hardware slowdown is active.
     #[must_use]
     pub fn is_slowed_down(self) -> bool {
-        self.0 & SLOWDOWN_MASK != 0
+        self.reasons()
+            .into_iter()
+            .any(ClockEventReason::is_slowdown)
     }
 }
 
@@ -134,6 +213,8 @@ pub struct DeviceSample {
     pub uuid: Option<String>,
     /// Framebuffer memory in use, bytes.
     pub memory_used_bytes: Option<u64>,
+    /// Framebuffer memory the driver reserves (not usable by processes), bytes.
+    pub memory_reserved_bytes: Option<u64>,
     /// Framebuffer memory installed, bytes.
     pub memory_total_bytes: Option<u64>,
     /// Percent of the sample period with a kernel running (not SM occupancy).
@@ -144,6 +225,12 @@ pub struct DeviceSample {
     pub sm_clock_mhz: Option<u32>,
     /// Power draw, milliwatts.
     pub power_mw: Option<u32>,
+    /// The power limit the driver enforces (the cap), milliwatts.
+    pub power_limit_mw: Option<u32>,
+    /// `PCIe` transmit throughput (device to host), KB/s over NVML's 20 ms window.
+    pub pcie_tx_kbps: Option<u32>,
+    /// `PCIe` receive throughput (host to device), KB/s.
+    pub pcie_rx_kbps: Option<u32>,
     /// Why clocks are below maximum.
     pub clock_event_reasons: Option<ClockEventReasons>,
     /// Compute and graphics processes with their memory, by PID.
@@ -159,6 +246,24 @@ pub struct GpuSample {
     pub instant: Instant,
     /// One entry per device that could be opened.
     pub devices: Vec<DeviceSample>,
+    /// XID errors NVML reported since the previous sample.
+    pub xids: Vec<XidReport>,
+}
+
+/// An XID error as NVML's critical-XID event reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XidReport {
+    /// NVML index of the device it occurred on, when NVML could tell.
+    pub device: Option<u32>,
+    /// The XID (e.g. 79: the GPU fell off the bus); `None` when NVML did not say.
+    pub code: Option<u64>,
+}
+
+/// Where the sampler thread reads the GPUs from: NVML itself ([`NvmlReader`]), or a scripted
+/// test double in tests (`gpu::nvml_double::NvmlTestDouble`).
+pub trait GpuSource {
+    /// Reads every device once, with the XIDs reported since the previous call.
+    fn sample(&mut self) -> GpuSample;
 }
 
 /// Sampler settings.
@@ -195,6 +300,17 @@ pub struct NvmlTask {
 }
 
 impl NvmlTask {
+    /// A task that samples nothing, for `status`.
+    fn idle(status: GpuStatus) -> Self {
+        Self {
+            status,
+            rx: None,
+            dropped: Arc::new(AtomicU64::new(0)),
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: None,
+        }
+    }
+
     /// Samples not delivered because the channel was full.
     #[must_use]
     pub fn dropped(&self) -> u64 {
@@ -232,15 +348,6 @@ pub fn status_from_init_error(e: &NvmlError) -> GpuStatus {
 /// Never fails: without a driver the task holds [`GpuStatus::NoDriver`] and no receiver.
 #[must_use]
 pub fn spawn(config: &NvmlConfig) -> NvmlTask {
-    let dropped = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let idle = |status: GpuStatus| NvmlTask {
-        status,
-        rx: None,
-        dropped: Arc::clone(&dropped),
-        stop: Arc::clone(&stop),
-        thread: None,
-    };
     let init = match &config.lib_path {
         Some(path) => Nvml::builder().lib_path(path.as_os_str()).init(),
         None => Nvml::init(),
@@ -254,13 +361,13 @@ pub fn spawn(config: &NvmlConfig) -> NvmlTask {
             } else {
                 tracing::warn!("GPU: {status}");
             }
-            return idle(status);
+            return NvmlTask::idle(status);
         }
     };
     let devices = match nvml.device_count() {
         Ok(n) => n,
         Err(e) => {
-            return idle(GpuStatus::Unavailable {
+            return NvmlTask::idle(GpuStatus::Unavailable {
                 reason: format!("device count: {e}"),
             });
         }
@@ -273,15 +380,70 @@ pub fn spawn(config: &NvmlConfig) -> NvmlTask {
         devices,
     };
     tracing::info!("GPU: {status}");
+    start(status, config, move |sampler| {
+        let mut reader = NvmlReader::new(&nvml, devices);
+        sampler.run(&mut reader);
+    })
+}
+
+/// Starts sampling `source` on a thread, as [`spawn`] samples NVML: tests drive the sampler,
+/// its channel and its drop count through a scripted source this way.
+#[must_use]
+pub fn spawn_source<S: GpuSource + Send + 'static>(
+    mut source: S,
+    status: GpuStatus,
+    config: &NvmlConfig,
+) -> NvmlTask {
+    start(status, config, move |sampler| sampler.run(&mut source))
+}
+
+/// The sampler thread's end of the channel: where samples go, what was dropped, when to stop.
+struct Sampler {
+    interval: Duration,
+    tx: mpsc::Sender<GpuSample>,
+    dropped: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Sampler {
+    /// Samples `source` every interval until stopped or the receiver is gone; a sample the
+    /// full channel cannot take is dropped and counted.
+    fn run(&self, source: &mut dyn GpuSource) {
+        while !self.stop.load(Ordering::Relaxed) {
+            let started = Instant::now();
+            let sample = source.sample();
+            match self.tx.try_send(sample) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+            std::thread::sleep(self.interval.saturating_sub(started.elapsed()));
+        }
+    }
+}
+
+/// Runs `body` on the sampler thread with the sending end of a new channel.
+fn start(
+    status: GpuStatus,
+    config: &NvmlConfig,
+    body: impl FnOnce(Sampler) + Send + 'static,
+) -> NvmlTask {
     let (tx, rx) = mpsc::channel(config.capacity.max(1));
-    let interval = config.interval;
-    let (thread_dropped, thread_stop) = (Arc::clone(&dropped), Arc::clone(&stop));
+    let sampler = Sampler {
+        interval: config.interval,
+        tx,
+        dropped: Arc::new(AtomicU64::new(0)),
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let (dropped, stop) = (Arc::clone(&sampler.dropped), Arc::clone(&sampler.stop));
     let thread = std::thread::Builder::new()
         .name("nvml-sampler".to_owned())
-        .spawn(move || sample_loop(&nvml, devices, interval, &tx, &thread_dropped, &thread_stop))
+        .spawn(move || body(sampler))
         .ok();
     if thread.is_none() {
-        return idle(GpuStatus::Unavailable {
+        return NvmlTask::idle(GpuStatus::Unavailable {
             reason: "cannot start the sampler thread".to_owned(),
         });
     }
@@ -294,29 +456,71 @@ pub fn spawn(config: &NvmlConfig) -> NvmlTask {
     }
 }
 
-fn sample_loop(
-    nvml: &Nvml,
+/// NVML as a [`GpuSource`]: every device's fields, and the XIDs NVML's critical-XID events
+/// reported since the previous sample (where the driver supports events; only a real GPU
+/// exercises this path).
+pub struct NvmlReader<'n> {
+    nvml: &'n Nvml,
     count: u32,
-    interval: Duration,
-    tx: &mpsc::Sender<GpuSample>,
-    dropped: &AtomicU64,
-    stop: &AtomicBool,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        let started = Instant::now();
-        let sample = sample_all(nvml, count);
-        match tx.try_send(sample) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => return,
+    events: Option<EventSet<'n>>,
+}
+
+impl<'n> NvmlReader<'n> {
+    /// Opens `count` devices' critical-XID events on one event set (devices that refuse are
+    /// sampled without them).
+    #[must_use]
+    pub fn new(nvml: &'n Nvml, count: u32) -> Self {
+        let mut events = nvml.create_event_set().ok();
+        for i in 0..count {
+            let (Some(set), Ok(d)) = (events.take(), nvml.device_by_index(i)) else {
+                continue;
+            };
+            // A refusal releases the set: start a new one for the other devices.
+            events = match d.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                Ok(set) => Some(set),
+                Err(e) => {
+                    tracing::info!("GPU {i}: no XID events from NVML ({e})");
+                    nvml.create_event_set().ok()
+                }
+            };
         }
-        std::thread::sleep(interval.saturating_sub(started.elapsed()));
+        Self {
+            nvml,
+            count,
+            events,
+        }
+    }
+
+    /// The XIDs waiting in the event set (non-blocking).
+    fn xids(&self) -> Vec<XidReport> {
+        let mut out = Vec::new();
+        let Some(set) = self.events.as_ref() else {
+            return out;
+        };
+        // Bounded: a storm of events is read over several samples.
+        while out.len() < 64 {
+            let Ok(ev) = set.wait(0) else { break };
+            out.push(XidReport {
+                device: ev.device.index().ok(),
+                code: match ev.event_data {
+                    Some(XidError::Value(v)) => Some(v),
+                    Some(XidError::Unknown) | None => None,
+                },
+            });
+        }
+        out
     }
 }
 
-/// Reads every device once.
+impl GpuSource for NvmlReader<'_> {
+    fn sample(&mut self) -> GpuSample {
+        let mut s = sample_all(self.nvml, self.count);
+        s.xids = self.xids();
+        s
+    }
+}
+
+/// Reads every device once (without XIDs: [`NvmlReader`] adds those).
 #[must_use]
 pub fn sample_all(nvml: &Nvml, count: u32) -> GpuSample {
     let at = SystemTime::now();
@@ -328,6 +532,7 @@ pub fn sample_all(nvml: &Nvml, count: u32) -> GpuSample {
         at,
         instant,
         devices,
+        xids: Vec::new(),
     }
 }
 
@@ -349,11 +554,15 @@ fn sample_device(index: u32, d: &Device<'_>) -> DeviceSample {
         name: d.name().ok(),
         uuid: d.uuid().ok(),
         memory_used_bytes: memory.as_ref().map(|m| m.used),
+        memory_reserved_bytes: memory.as_ref().map(|m| m.reserved),
         memory_total_bytes: memory.as_ref().map(|m| m.total),
         gpu_util_percent: util.as_ref().map(|u| u.gpu),
         memory_util_percent: util.as_ref().map(|u| u.memory),
         sm_clock_mhz: d.clock_info(Clock::SM).ok(),
         power_mw: d.power_usage().ok(),
+        power_limit_mw: d.enforced_power_limit().ok(),
+        pcie_tx_kbps: d.pcie_throughput(PcieUtilCounter::Send).ok(),
+        pcie_rx_kbps: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
         clock_event_reasons: d
             .current_throttle_reasons()
             .ok()

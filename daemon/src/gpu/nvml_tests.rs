@@ -123,3 +123,65 @@ fn default_library_reports_driver_state() {
         GpuStatus::Unavailable { reason } => panic!("NVML unavailable: {reason}"),
     }
 }
+
+/// The sampler thread runs any [`GpuSource`]: the NVML test double's trace arrives in order,
+/// one sample per tick, every field as scripted.
+#[test]
+fn sampler_delivers_the_test_doubles_trace_in_order() {
+    use crate::gpu::nvml_double::{
+        NvmlTestDouble, healthy, memory_full, power_capped, thermal, tick,
+    };
+    let trace = vec![
+        tick(vec![healthy(0, &[7])]),
+        tick(vec![power_capped(0, &[7])]),
+        tick(vec![thermal(0, &[7])]),
+        tick(vec![memory_full(0, &[7])]),
+    ];
+    let double = NvmlTestDouble::new(trace.clone());
+    let status = double.status();
+    let config = NvmlConfig {
+        interval: Duration::from_millis(1),
+        capacity: 64,
+        lib_path: None,
+    };
+    let mut task = spawn_source(double, status.clone(), &config);
+    assert_eq!(task.status, status);
+    let rx = task.rx.as_mut().unwrap();
+    for t in &trace {
+        let s = rx.blocking_recv().unwrap();
+        assert_eq!(s.devices, t.devices);
+    }
+    let reasons: Vec<Vec<&str>> = trace
+        .iter()
+        .map(|t| t.devices[0].clock_event_reasons.unwrap().names())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            vec![],
+            vec!["sw_power_cap"],
+            vec!["sw_thermal", "hw_thermal"],
+            vec![]
+        ]
+    );
+}
+
+/// A consumer that stops reading makes the sampler drop samples, and it counts each one
+/// (`inferscope_dropped_total{stage="nvml",what="samples"}`).
+#[test]
+fn a_full_channel_drops_nvml_samples_and_counts_them() {
+    use crate::gpu::nvml_double::{NvmlTestDouble, healthy, tick};
+    let double = NvmlTestDouble::new(vec![tick(vec![healthy(0, &[7])])]);
+    let status = double.status();
+    let config = NvmlConfig {
+        interval: Duration::from_millis(1),
+        capacity: 2,
+        lib_path: None,
+    };
+    let task = spawn_source(double, status, &config);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while task.dropped() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(task.dropped() >= 3, "dropped {}", task.dropped());
+}

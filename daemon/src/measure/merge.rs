@@ -189,6 +189,9 @@ pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
     m.input_tokens += p.input_tokens;
     m.tasks += p.tasks;
     m.tasks_ok += p.tasks_succeeded;
+    if let Some(v) = &p.pipeline {
+        m.pipeline.add_view(v)?;
+    }
     Ok(())
 }
 

@@ -123,6 +123,8 @@ pub struct PhaseMetrics {
     pub start_us: u64,
     /// Sampled vector queries: latency and recall together (`vector/health.rs`).
     pub vector: super::vector_health::Samples,
+    /// Pipeline tasks: their steps, final chat TTFT and tool depth (`pipeline.rs`).
+    pub pipeline: super::pipeline::Samples,
 }
 
 /// The per-phase histograms, in report order.
@@ -241,6 +243,7 @@ impl Default for PhaseMetrics {
             resilience: super::resilience::Tracker::default(),
             start_us: 0,
             vector: super::vector_health::Samples::default(),
+            pipeline: super::pipeline::Samples::default(),
         }
     }
 }
@@ -269,6 +272,7 @@ impl PhaseMetrics {
             return;
         }
         self.finished += 1;
+        self.pipeline.observe(r);
         if let Some(c) = r.chaos {
             *self.chaos.entry(c).or_default() += 1;
         }
@@ -277,7 +281,9 @@ impl PhaseMetrics {
         if r.turn.is_none() && r.attempt.is_none() {
             self.task(r.error.is_none() && r.check != Some(false), None);
         }
-        self.add(Hist::SendLag, r.send_lag_us());
+        if let Some(lag) = r.schedule_lag_us() {
+            self.add(Hist::SendLag, lag);
+        }
         if r.reconnected {
             self.reconnected += 1;
         }

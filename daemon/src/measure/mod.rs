@@ -8,6 +8,7 @@
 pub mod failures;
 pub mod merge;
 pub mod metrics;
+pub mod pipeline;
 pub mod record;
 pub mod report;
 pub mod resilience;

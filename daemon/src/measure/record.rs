@@ -110,6 +110,12 @@ impl RequestRecord {
             + self.token_us.capacity() * std::mem::size_of::<u64>()
             + self.error_message.as_ref().map_or(0, String::capacity)
             + self.finish_reason.as_ref().map_or(0, String::capacity)
+            + self.steps.capacity() * std::mem::size_of::<super::pipeline::StepRecord>()
+            + self
+                .steps
+                .iter()
+                .map(|st| st.error_message.as_ref().map_or(0, String::capacity))
+                .sum::<usize>()
     }
 }
 
@@ -167,14 +173,17 @@ pub enum Chaos {
     AbortMidStream,
     /// The prompt was inflated beyond any context window.
     OversizePrompt,
+    /// One of a burst of identical requests released together (`chaos.stampede`).
+    Stampede,
 }
 
 impl Chaos {
     /// Every knob.
-    pub const ALL: [Chaos; 3] = [
+    pub const ALL: [Chaos; 4] = [
         Chaos::MaxTokensOne,
         Chaos::AbortMidStream,
         Chaos::OversizePrompt,
+        Chaos::Stampede,
     ];
 
     /// The knob's name in the scenario's `chaos:` and the report's `counts.chaos`.
@@ -184,6 +193,7 @@ impl Chaos {
             Chaos::MaxTokensOne => "max_tokens_one",
             Chaos::AbortMidStream => "abort_mid_stream",
             Chaos::OversizePrompt => "oversize_prompt",
+            Chaos::Stampede => "stampede",
         }
     }
 }
@@ -248,6 +258,18 @@ pub struct RequestRecord {
     /// one before answering (not the server's error; counted apart).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reconnected: bool,
+    /// A pipeline task's steps, in order (`request.pipeline`; absent for other requests). The
+    /// record itself is the task: from its intended start to its last step's end, with the
+    /// final chat's tokens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<super::pipeline::StepRecord>,
+    /// A pipeline task with a `tools` step: the tool-call rounds its chat went through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_depth: Option<u32>,
+    /// An LLM request's body, hashed: requests with the same key ask the same prompt the same
+    /// way (a prefix cache serves the later ones, unless they overlap the first one's prefill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_key: Option<u64>,
 }
 
 impl RequestRecord {
@@ -280,6 +302,9 @@ impl RequestRecord {
             entropy: None,
             attempt: None,
             reconnected: false,
+            steps: Vec::new(),
+            tool_depth: None,
+            prompt_key: None,
         }
     }
 
@@ -303,6 +328,14 @@ impl RequestRecord {
     #[must_use]
     pub fn send_lag_us(&self) -> u64 {
         self.actual_us.saturating_sub(self.intended_us)
+    }
+
+    /// Send lag as a measure of the generator keeping its schedule; `None` for a stampede's
+    /// copy: a burst released at one instant is sent one request after another by any
+    /// client, and that spread is the burst's, not a generator falling behind.
+    #[must_use]
+    pub fn schedule_lag_us(&self) -> Option<u64> {
+        (self.chaos != Some(Chaos::Stampede)).then(|| self.send_lag_us())
     }
 
     /// End-to-end latency from the intended start (coordinated-omission corrected).

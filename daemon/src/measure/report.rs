@@ -109,6 +109,10 @@ pub struct PhaseReport {
     /// Vector search: recall and latency together, and index health (`vector/health.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vector: Option<VectorView>,
+    /// Client-orchestrated pipeline tasks (`request.pipeline`): each step's latency, share of
+    /// E2E and fallbacks, the final chat's TTFT and the tool-call depth (`pipeline.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<super::pipeline::PipelineView>,
 }
 
 /// A one-off request made by a phase's `events:`.
@@ -283,6 +287,7 @@ impl PhaseReport {
                 .vector
                 .as_ref()
                 .map(|v| vector_view(v, m, info.duration_s)),
+            pipeline: m.pipeline.view(),
             histograms: Hist::ALL
                 .into_iter()
                 .map(|h| (h.name().to_string(), encode_hist(&m[h])))

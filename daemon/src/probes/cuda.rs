@@ -194,9 +194,24 @@ impl Probes {
     /// What the CUDA programs could not record, summed over CPUs.
     pub fn cuda_drops(&self) -> Result<Drops, ProbeError> {
         Ok(Drops {
-            ringbuf_full: self.per_cpu_sum(cu::MAP_DROPS, cu::DROP_RINGBUF)?,
-            pending_full: self.per_cpu_sum(cu::MAP_DROPS, cu::DROP_PENDING_FULL)?,
-            launches_full: self.per_cpu_sum(cu::MAP_DROPS, cu::DROP_LAUNCHES_FULL)?,
+            ringbuf_full: self.drop_kind_sum(
+                cu::MAP_DROPS,
+                cu::DROP_RINGBUF,
+                cu::DROP_KINDS,
+                cu::HOOKS,
+            )?,
+            pending_full: self.drop_kind_sum(
+                cu::MAP_DROPS,
+                cu::DROP_PENDING_FULL,
+                cu::DROP_KINDS,
+                cu::HOOKS,
+            )?,
+            launches_full: self.drop_kind_sum(
+                cu::MAP_DROPS,
+                cu::DROP_LAUNCHES_FULL,
+                cu::DROP_KINDS,
+                cu::HOOKS,
+            )?,
         })
     }
 }

@@ -38,6 +38,94 @@ pub enum Family {
     Cuda,
 }
 
+/// What one hook (a tracepoint or a CUDA driver function) could not record, of one kind; only
+/// grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct HookLoss {
+    /// The hook family: `runqlat`, `sockets` or `cuda`.
+    pub family: &'static str,
+    /// The hook, e.g. `sock:inet_sock_set_state` or `cuMemAlloc_v2`.
+    pub hook: &'static str,
+    /// What was lost, e.g. `ringbuf_full` (the ring buffer was full) or `conns_full`.
+    pub reason: &'static str,
+    /// How many, since the programs were loaded.
+    pub count: u64,
+}
+
+/// A family's drops map and the `(hook, kind)` pairs its programs count (`LOSSES` in
+/// `probe_common`), with their names.
+pub struct LossTable {
+    /// The family, as [`HookLoss::family`].
+    pub family: &'static str,
+    /// The per-CPU drops map.
+    pub map: &'static str,
+    /// Drop kinds per hook (the map's stride).
+    pub kinds: u32,
+    /// Every `(hook, kind)` its programs can count.
+    pub losses: &'static [(u32, u32)],
+    /// Hook names, by hook.
+    pub hooks: &'static [&'static str],
+    /// Kind names, by kind.
+    pub reasons: &'static [&'static str],
+}
+
+impl LossTable {
+    /// The run-queue programs.
+    pub const RUNQLAT: LossTable = {
+        use probe_common::runqlat as rq;
+        LossTable {
+            family: "runqlat",
+            map: rq::MAP_DROPS,
+            kinds: rq::DROP_KINDS,
+            losses: &rq::LOSSES,
+            hooks: &rq::HOOK_NAMES,
+            reasons: &rq::DROP_NAMES,
+        }
+    };
+    /// The socket programs.
+    pub const SOCKETS: LossTable = {
+        use probe_common::sockets as so;
+        LossTable {
+            family: "sockets",
+            map: so::MAP_DROPS,
+            kinds: so::DROP_KINDS,
+            losses: &so::LOSSES,
+            hooks: &so::HOOK_NAMES,
+            reasons: &so::DROP_NAMES,
+        }
+    };
+    /// The CUDA uprobes and the XID tracepoint.
+    pub const CUDA: LossTable = {
+        use probe_common::cuda as cu;
+        LossTable {
+            family: "cuda",
+            map: cu::MAP_DROPS,
+            kinds: cu::DROP_KINDS,
+            losses: &cu::LOSSES,
+            hooks: &cu::HOOK_NAMES,
+            reasons: &cu::DROP_NAMES,
+        }
+    };
+
+    /// Each `(hook, kind)` pair with its count, `count(slot)` reading the map's slot.
+    pub fn read<E>(
+        &self,
+        mut count: impl FnMut(u32) -> Result<u64, E>,
+    ) -> Result<Vec<HookLoss>, E> {
+        self.losses
+            .iter()
+            .map(|&(hook, kind)| {
+                Ok(HookLoss {
+                    family: self.family,
+                    hook: self.hooks[hook as usize],
+                    reason: self.reasons[kind as usize],
+                    count: count(probe_common::drop_slot(hook, kind, self.kinds))?,
+                })
+            })
+            .collect()
+    }
+}
+
 /// The loaded kernel object: maps exist, programs enter the kernel as families are attached.
 pub struct Probes {
     ebpf: Ebpf,
@@ -182,6 +270,29 @@ impl Probes {
         Ok(Some(reader))
     }
 
+    /// Sums drop counter `kind` of map `name` over its `hooks` hooks and every CPU (a family's
+    /// total of one kind: the map holds one counter per hook and kind, `drop_slot`).
+    pub(crate) fn drop_kind_sum(
+        &self,
+        name: &str,
+        kind: u32,
+        kinds: u32,
+        hooks: u32,
+    ) -> Result<u64, ProbeError> {
+        (0..hooks).try_fold(0, |sum, h| {
+            Ok(sum + self.per_cpu_sum(name, probe_common::drop_slot(h, kind, kinds))?)
+        })
+    }
+
+    /// What every hook could not record, by hook and kind, summed over CPUs.
+    pub fn hook_losses(&self) -> Result<Vec<HookLoss>, ProbeError> {
+        let mut out = Vec::new();
+        for table in [&LossTable::RUNQLAT, &LossTable::SOCKETS, &LossTable::CUDA] {
+            out.extend(table.read(|slot| self.per_cpu_sum(table.map, slot))?);
+        }
+        Ok(out)
+    }
+
     /// Sums per-CPU counter `index` of map `name`.
     pub(crate) fn per_cpu_sum(&self, name: &str, index: u32) -> Result<u64, ProbeError> {
         let err = |e| ProbeError::ebpf(format!("reading {name}"), e);
@@ -310,4 +421,102 @@ fn raise_memlock_limit() {
     };
     // SAFETY: plain syscall with a valid pointer; failure is harmless on current kernels.
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const lim) };
+}
+
+#[cfg(test)]
+mod loss_tests {
+    use super::*;
+
+    /// Each `(hook, kind)` a program counts has its own slot inside its map, and is exported
+    /// under its hook's and kind's names: losses are per hook, not per family.
+    #[test]
+    fn every_hook_loss_has_its_own_slot_and_name() {
+        use probe_common::{cuda as cu, runqlat as rq, sockets as so};
+        for (table, slots) in [
+            (&LossTable::RUNQLAT, rq::HOOKS * rq::DROP_KINDS),
+            (&LossTable::SOCKETS, so::HOOKS * so::DROP_KINDS),
+            (&LossTable::CUDA, cu::HOOKS * cu::DROP_KINDS),
+        ] {
+            let mut seen = Vec::new();
+            let losses = table
+                .read(|slot| {
+                    assert!(
+                        slot < slots,
+                        "{}: slot {slot} outside the map",
+                        table.family
+                    );
+                    assert!(!seen.contains(&slot), "{}: slot {slot} twice", table.family);
+                    seen.push(slot);
+                    Ok::<u64, ()>(u64::from(slot))
+                })
+                .unwrap();
+            assert_eq!(losses.len(), table.losses.len());
+            assert!(losses.iter().all(|l| l.family == table.family));
+        }
+        let sock = LossTable::SOCKETS
+            .read(|s| Ok::<u64, ()>(u64::from(s)))
+            .unwrap();
+        let hooks: Vec<(&str, &str, u64)> =
+            sock.iter().map(|l| (l.hook, l.reason, l.count)).collect();
+        assert_eq!(
+            hooks,
+            [
+                ("sock:inet_sock_set_state", "ringbuf_full", 0),
+                ("sock:inet_sock_set_state", "conns_full", 1),
+                ("tcp:tcp_retransmit_skb", "ringbuf_full", 2),
+                ("sock:sock_recv_length", "ringbuf_full", 4),
+            ]
+        );
+        let cuda = LossTable::CUDA
+            .read(|s| Ok::<u64, ()>(u64::from(s)))
+            .unwrap();
+        assert!(cuda.contains(&HookLoss {
+            family: "cuda",
+            hook: "cuLaunchKernel",
+            reason: "launches_full",
+            count: u64::from(probe_common::drop_slot(
+                cu::api::LAUNCH_KERNEL,
+                cu::DROP_LAUNCHES_FULL,
+                cu::DROP_KINDS
+            )),
+        }));
+        assert!(cuda.iter().all(|l| l.hook != "unknown"));
+    }
+
+    /// The per-hook counts reach `/metrics` as one series per hook and reason of the one drop
+    /// family, next to NVML's and the scrapers'.
+    #[test]
+    fn hook_losses_are_exported_per_hook() {
+        use crate::collect::kernel::Losses;
+        use crate::export::prometheus::{DropCounter, Snapshot, render};
+        let hooks = LossTable::RUNQLAT
+            .read(|s| Ok::<u64, ()>(if s == 0 { 5 } else { 0 }))
+            .unwrap();
+        let losses = Losses {
+            hooks,
+            ..Losses::default()
+        };
+        let drops: Vec<DropCounter> = losses
+            .labelled()
+            .into_iter()
+            .map(DropCounter::from)
+            .collect();
+        let text = render(&Snapshot {
+            series: &[],
+            probes: &[],
+            drops: &drops,
+        });
+        assert!(
+            text.contains(
+                "inferscope_dropped_total{stage=\"kernel\",what=\"runqlat\",\
+                 hook=\"sched:sched_wakeup\",reason=\"start_full\"} 5\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "inferscope_dropped_total{stage=\"kernel\",what=\"runqlat\",\
+             hook=\"raw_tp:sched_switch\",reason=\"hist_full\"} 0\n"
+        ));
+        assert_eq!(text.matches("# TYPE inferscope_dropped_total").count(), 1);
+    }
 }

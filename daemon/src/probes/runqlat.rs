@@ -213,8 +213,18 @@ impl Probes {
     /// What the run-queue programs could not record, summed over CPUs.
     pub fn runq_drops(&self) -> Result<Drops, ProbeError> {
         Ok(Drops {
-            start_full: self.per_cpu_sum(rq::MAP_DROPS, rq::DROP_START_FULL)?,
-            hist_full: self.per_cpu_sum(rq::MAP_DROPS, rq::DROP_HIST_FULL)?,
+            start_full: self.drop_kind_sum(
+                rq::MAP_DROPS,
+                rq::DROP_START_FULL,
+                rq::DROP_KINDS,
+                rq::HOOKS,
+            )?,
+            hist_full: self.drop_kind_sum(
+                rq::MAP_DROPS,
+                rq::DROP_HIST_FULL,
+                rq::DROP_KINDS,
+                rq::HOOKS,
+            )?,
         })
     }
 }

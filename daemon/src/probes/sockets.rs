@@ -154,8 +154,18 @@ impl Probes {
     /// What the socket programs could not record, summed over CPUs.
     pub fn sock_drops(&self) -> Result<Drops, ProbeError> {
         Ok(Drops {
-            ringbuf_full: self.per_cpu_sum(so::MAP_DROPS, so::DROP_RINGBUF)?,
-            conns_full: self.per_cpu_sum(so::MAP_DROPS, so::DROP_CONNS_FULL)?,
+            ringbuf_full: self.drop_kind_sum(
+                so::MAP_DROPS,
+                so::DROP_RINGBUF,
+                so::DROP_KINDS,
+                so::HOOKS,
+            )?,
+            conns_full: self.drop_kind_sum(
+                so::MAP_DROPS,
+                so::DROP_CONNS_FULL,
+                so::DROP_KINDS,
+                so::HOOKS,
+            )?,
         })
     }
 }

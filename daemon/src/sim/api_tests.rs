@@ -393,3 +393,39 @@ async fn tool_calls_follow_the_predicted_draw() {
     }
     assert!(kinds[0] > 0 && kinds[1] > 0, "{kinds:?}");
 }
+
+#[tokio::test]
+async fn reset_prefix_cache_makes_the_same_prompt_miss_again() {
+    let (app, state) = app(config());
+    let prompt = "the same long prompt word ".repeat(40);
+    let body = json!({"model": M, "prompt": prompt, "max_tokens": 2});
+    let hits = || counter(&state, "vllm:prefix_cache_hits_total").unwrap_or(0.0);
+    for _ in 0..2 {
+        assert_eq!(
+            post_json(&app, "/v1/completions", &body).await.0,
+            StatusCode::OK
+        );
+    }
+    let warm = hits();
+    assert!(
+        warm >= 160.0,
+        "the second request reused the first's blocks: {warm}"
+    );
+    assert_eq!(
+        post(&app, "/reset_prefix_cache", "").await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        post_json(&app, "/v1/completions", &body).await.0,
+        StatusCode::OK
+    );
+    assert!(
+        (hits() - warm).abs() < f64::EPSILON,
+        "a miss after the reset"
+    );
+    assert_eq!(
+        post_json(&app, "/v1/completions", &body).await.0,
+        StatusCode::OK
+    );
+    assert!(hits() >= warm + 160.0, "cached again");
+}

@@ -60,6 +60,7 @@ pub enum EngineError {
 enum Command {
     Add(NewSeq, UnboundedSender<Event>),
     Abort(SeqId),
+    ResetPrefixCache,
 }
 
 /// State shared between the engine thread and the HTTP side.
@@ -172,6 +173,13 @@ impl Engine {
         }
     }
 
+    /// Forgets the prefix cache before the next step.
+    pub fn reset_prefix_cache(&self) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Command::ResetPrefixCache);
+        }
+    }
+
     /// Aborts a request (client gone).
     pub fn abort(&self, id: SeqId) {
         if let Some(tx) = &self.tx {
@@ -221,6 +229,7 @@ fn run(cfg: &SimConfig, rx: &mpsc::Receiver<Command>, sh: &Shared) {
                 sh.queued.fetch_sub(1, Ordering::SeqCst);
             }
         }
+        Command::ResetPrefixCache => sched.reset_prefix_cache(),
     };
     loop {
         if sched.is_idle() {

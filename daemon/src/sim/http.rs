@@ -34,6 +34,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/rerank", post(rerank::rerank))
+        .route("/v1/tools/{name}", post(super::tools::answer))
+        .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/v1/vector/search", post(vector_search))
         .route("/v1/vector/exact", post(vector_exact))
         .route("/v1/vector/rebuild", post(vector_rebuild))
@@ -60,6 +62,22 @@ async fn metrics(State(s): St) -> Response {
         text,
     )
         .into_response()
+}
+
+/// vLLM's `POST /reset_prefix_cache` (its dev-mode endpoint): the next requests find no cached
+/// prefix.
+async fn reset_prefix_cache(State(s): St) -> Response {
+    match &s.engine {
+        Some(engine) => {
+            engine.reset_prefix_cache();
+            StatusCode::OK.into_response()
+        }
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "the fixed profile has no prefix cache",
+        )
+        .into_response(),
+    }
 }
 
 async fn embeddings(State(s): St, body: Bytes) -> Response {
@@ -103,6 +121,9 @@ async fn embeddings(State(s): St, body: Bytes) -> Response {
             json!({"object": "embedding", "index": i, "embedding": emb})
         })
         .collect();
+    s.counters
+        .embedding_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Json(json!({"object": "list", "data": data, "model": r.model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
     .into_response()

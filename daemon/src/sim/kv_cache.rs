@@ -159,6 +159,15 @@ impl BlockManager {
         }
     }
 
+    /// Forgets every cached prefix (vLLM's `/reset_prefix_cache`, an entry expired): blocks in
+    /// use keep their content for the sequences holding them, but no new sequence finds it.
+    pub fn reset_prefix_cache(&mut self) {
+        self.cached.clear();
+        for blk in &mut self.blocks {
+            blk.key = None;
+        }
+    }
+
     fn incref(&mut self, b: BlockId) {
         let blk = &mut self.blocks[b as usize];
         if blk.refs == 0 {
@@ -210,6 +219,28 @@ mod tests {
             m.allocate().unwrap();
         }
         assert_eq!(m.cached_prefix(&keys), 0);
+    }
+
+    #[test]
+    fn a_reset_forgets_cached_prefixes_but_not_blocks_in_use() {
+        let mut m = BlockManager::new(8);
+        let keys = chain_keys(&(0..40).collect::<Vec<u32>>());
+        let a: Vec<_> = keys.iter().map(|_| m.allocate().unwrap()).collect();
+        for (b, k) in a.iter().zip(&keys) {
+            m.seal(*b, *k);
+        }
+        m.free(&a[1..]);
+        m.reset_prefix_cache();
+        assert_eq!(m.cached_prefix(&keys), 0);
+        assert_eq!(m.num_used(), 1);
+        m.free(&a[..1]);
+        assert_eq!(m.num_used(), 0);
+        // The same content computed again is cached again.
+        let b: Vec<_> = keys.iter().map(|_| m.allocate().unwrap()).collect();
+        for (b, k) in b.iter().zip(&keys) {
+            m.seal(*b, *k);
+        }
+        assert_eq!(m.cached_prefix(&keys), 2);
     }
 
     #[test]

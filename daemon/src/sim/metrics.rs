@@ -253,15 +253,20 @@ impl Metrics {
     }
 }
 
-/// Counters of the sim's endpoints that vLLM has no metric for: re-ranking and tool calls.
+/// Counters of the sim's endpoints that vLLM has no metric for: embeddings, re-ranking and
+/// tool calls (vector searches are the vector service's own).
 #[derive(Debug, Default)]
 pub struct ApiCounters {
+    /// `POST /v1/embeddings` requests answered.
+    pub embedding_requests: AtomicU64,
     /// `POST /v1/rerank` requests answered.
     pub rerank_requests: AtomicU64,
     /// Documents those requests scored.
     pub rerank_documents: AtomicU64,
     /// Chat answers that were a tool call.
     pub tool_calls: AtomicU64,
+    /// `POST /v1/tools/{name}` calls answered.
+    pub tool_results: AtomicU64,
 }
 
 impl ApiCounters {
@@ -278,6 +283,11 @@ impl ApiCounters {
         let mut o = String::new();
         for (name, help, v) in [
             (
+                "inferscope_sim_embedding_requests_total",
+                "Embedding requests answered.",
+                &self.embedding_requests,
+            ),
+            (
                 "inferscope_sim_rerank_requests_total",
                 "Re-rank requests answered.",
                 &self.rerank_requests,
@@ -291,6 +301,11 @@ impl ApiCounters {
                 "inferscope_sim_tool_calls_total",
                 "Chat answers that were a tool call.",
                 &self.tool_calls,
+            ),
+            (
+                "inferscope_sim_tool_results_total",
+                "Tool calls answered by POST /v1/tools/{name}.",
+                &self.tool_results,
             ),
         ] {
             counter(&mut o, name, help, "", v.load(Ordering::Relaxed));

@@ -234,6 +234,11 @@ impl Scheduler {
         &self.kv
     }
 
+    /// Forgets the prefix cache (see [`BlockManager::reset_prefix_cache`]).
+    pub fn reset_prefix_cache(&mut self) {
+        self.kv.reset_prefix_cache();
+    }
+
     /// Ids of all sequences, running first.
     pub fn ids(&self) -> impl Iterator<Item = SeqId> + '_ {
         self.running.iter().chain(&self.waiting).map(|s| s.new.id)

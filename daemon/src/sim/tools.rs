@@ -7,6 +7,10 @@
 //! generates one token per tokenizer piece of them, so a call costs engine time like text
 //! does; streamed, the first token carries the call's id and function name with the first
 //! piece of the arguments, each later token one more piece.
+//!
+//! `POST /v1/tools/{name}` answers a call's arguments: a tool endpoint for client-orchestrated
+//! pipelines (`request.pipeline`'s `tools` step), counted in
+//! `inferscope_sim_tool_results_total`.
 
 use serde_json::{Value, json};
 
@@ -93,6 +97,30 @@ impl ToolCall {
         };
         json!({"tool_calls": [call]})
     }
+}
+
+/// `POST /v1/tools/{name}`: the arguments (a JSON object) answered with a result made from
+/// them: `{"tool": name, "result": "..."}`, deterministic. A body that is not a JSON object
+/// is a 400.
+pub(crate) async fn answer(
+    axum::extract::State(s): super::state::St,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let args: serde_json::Map<String, Value> = match super::openai::parse(&body) {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    s.counters
+        .tool_results
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let query = args
+        .get("query")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    axum::Json(json!({"tool": name, "result": format!("{name} found 3 notes about {query:?}")}))
+        .into_response()
 }
 
 /// What `tool_choice` asks for.

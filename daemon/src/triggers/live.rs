@@ -72,7 +72,10 @@ fn fold(records: &[RequestRecord], len_ms: u64) -> LoadSignals {
         .flat_map(|r| r.itl_us().map(ms).collect::<Vec<_>>())
         .collect();
     let mut e2e: Vec<f64> = records.iter().map(|r| ms(r.e2e_us())).collect();
-    let mut lag: Vec<f64> = records.iter().map(|r| ms(r.send_lag_us())).collect();
+    let mut lag: Vec<f64> = records
+        .iter()
+        .filter_map(|r| r.schedule_lag_us().map(ms))
+        .collect();
     let secs = len_ms.max(1) as f64 / 1000.0;
     let mut endpoints: BTreeMap<_, usize> = BTreeMap::new();
     let mut error_classes = BTreeMap::new();
@@ -106,6 +109,11 @@ fn fold(records: &[RequestRecord], len_ms: u64) -> LoadSignals {
         recall_mean: (!recalls.is_empty())
             .then(|| recalls.iter().sum::<f64>() / recalls.len() as f64),
         phase_events_before: 0,
+        duplicate_prefill_share: {
+            let keyed = records.iter().filter(|r| r.prompt_key.is_some()).count();
+            let dup = crate::collect::load::duplicate_prefills(records).len();
+            (keyed > 0).then(|| dup as f64 / keyed as f64)
+        },
     }
 }
 

@@ -371,3 +371,25 @@ fn rag_gateway_example_parses() {
         .collect();
     assert_eq!(names, ["baseline", "peak", "cooldown"]);
 }
+
+#[test]
+fn rag_pipeline_example_parses() {
+    use inferscope::loadgen::scenario::pipeline::StepKind;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rag-pipeline.yaml");
+    let plan = Plan::from_file(&path, &Overrides::default()).unwrap();
+    let phases = &plan.scenario().phases;
+    let names: Vec<&str> = phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["baseline", "peak"]);
+    for p in phases {
+        let steps: Vec<StepKind> = p
+            .request
+            .pipeline
+            .as_ref()
+            .unwrap()
+            .steps
+            .iter()
+            .map(|s| s.kind)
+            .collect();
+        assert_eq!(steps, StepKind::ALL);
+    }
+}

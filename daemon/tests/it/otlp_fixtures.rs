@@ -70,6 +70,8 @@ pub fn window(i: u64) -> Window {
             transit_p50_ms: Some(0.2),
             closes: 3,
             lifetime_p50_ms: Some(120.0),
+            called_exchanges: 6,
+            called_first_token_p50_ms: Some(40.0),
             ..NetSignals::default()
         }),
         gpu: Some(GpuSignals {
@@ -81,6 +83,24 @@ pub fn window(i: u64) -> Window {
             launches: 500,
             mem_used_frac: Some(0.97),
             xids: 0,
+            // One GPU as NVML sampled it: every per-GPU gauge has a point (`gpu` attribute).
+            devices: vec![inferscope::collect::timeline::GpuDevice {
+                index: 0,
+                samples: 1,
+                memory_used_bytes: Some(78 << 30),
+                memory_reserved_bytes: Some(1 << 29),
+                memory_total_bytes: Some(80 << 30),
+                sm_util_percent: Some(97.0),
+                mem_bw_util_percent: Some(55.0),
+                power_w: Some(690.0),
+                power_limit_w: Some(700.0),
+                sm_clock_mhz: Some(1410.0),
+                throttle_share: Some(1.0),
+                pcie_tx_bytes_per_s: Some(2e6),
+                pcie_rx_bytes_per_s: Some(8e6),
+                ..Default::default()
+            }],
+            xid_events: Vec::new(),
         }),
         requests: Vec::new(),
     }

@@ -60,16 +60,15 @@ fn exposition() -> String {
         HookStatus::detached("cuMemAlloc_v2@/usr/lib/libcuda.so.1", "no libcuda"),
     ];
     let drops = [
+        DropCounter::new("kernel_ringbuf", "RUNQ_EVENTS", 2),
+        DropCounter::new("otlp", "spans", 0),
+        // Per hook, as the kernel's losses are exported.
         DropCounter {
-            stage: "kernel_ringbuf".into(),
-            what: "RUNQ_EVENTS".into(),
-            count: 2,
+            hook: Some("sock:inet_sock_set_state".into()),
+            reason: Some("ringbuf_full".into()),
+            ..DropCounter::new("kernel", "sockets", 7)
         },
-        DropCounter {
-            stage: "otlp".into(),
-            what: "spans".into(),
-            count: 0,
-        },
+        DropCounter::new("nvml", "samples", 1),
     ];
     // The verdict series are part of what promtool checks.
     let verdict = inferscope::attribute::Verdict {

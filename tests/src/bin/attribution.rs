@@ -5,9 +5,11 @@
 //! sensitivity of each sweep (the weakest strength found, windows from onset to the first
 //! right verdict), the confusion matrix and precision and recall per cause; when every case
 //! ran, the tables replace the bench's part of `docs/explain.md`. A healthy case is right
-//! only when every phase is `none`. Each case's report.json is kept in
+//! only when every phase is `none`; so is a sweep's step too weak to raise the client's
+//! latency (`scorecard::latency_rose`). Each case's report.json is kept in
 //! `target/bench-attribution/CASE.json`. Needs root. Arguments: case names to run (all when
-//! none; `sweeps` for the sweeps and the double fault).
+//! none; `sweeps` for the sweeps and the double fault); `--rescore` judges the kept reports
+//! again instead of running the cases.
 use std::process::ExitCode;
 
 use inferscope_tests::{cases, root_or_skip, scorecard, sweeps};
@@ -16,7 +18,9 @@ fn main() -> ExitCode {
     let Some(_machine) = root_or_skip("bench attribution") else {
         return ExitCode::SUCCESS;
     };
-    let only: Vec<String> = std::env::args().skip(1).collect();
+    let mut only: Vec<String> = std::env::args().skip(1).collect();
+    let rescore = only.iter().any(|a| a == "--rescore");
+    only.retain(|a| a != "--rescore");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = root.join("target/bench-attribution");
     if let Err(e) = std::fs::create_dir_all(&dir) {
@@ -41,13 +45,36 @@ fn main() -> ExitCode {
     };
     let mut rows = Vec::new();
     for case in all.iter().filter(|c| wanted(c.name)) {
-        eprintln!("bench attribution: {} ({})", case.name, case.mechanism);
-        let report = (case.run)();
         let path = dir.join(format!("{}.json", case.name));
-        if let Err(e) = std::fs::write(&path, report.to_string()) {
-            eprintln!("bench attribution: {}: {e}", path.display());
-        }
-        rows.push(scorecard::row(case, &report));
+        let report = if rescore {
+            match std::fs::read(&path).map(|b| serde_json::from_slice(&b)) {
+                Ok(Ok(report)) => report,
+                Ok(Err(e)) => {
+                    eprintln!("bench attribution: {}: {e}", path.display());
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!(
+                        "bench attribution: {}: {e}; run the case first",
+                        path.display()
+                    );
+                    continue;
+                }
+            }
+        } else {
+            eprintln!("bench attribution: {} ({})", case.name, case.mechanism);
+            let report = (case.run)();
+            if let Err(e) = std::fs::write(&path, report.to_string()) {
+                eprintln!("bench attribution: {}: {e}", path.display());
+            }
+            report
+        };
+        let steps = sweeps.iter().flat_map(|s| &s.steps);
+        rows.push(if steps.map(|c| c.name).any(|n| n == case.name) {
+            scorecard::step_row(case, &report)
+        } else {
+            scorecard::row(case, &report)
+        });
     }
     let right = rows.iter().filter(|r| r.ok).count();
     println!("\n{}", scorecard::cases_table(&rows));

@@ -71,6 +71,13 @@ fn a_noisy_neighbour_on_llama_servers_cpu_is_cpu_runqueue() {
 }
 
 #[test]
+fn copies_of_one_prompt_arriving_together_on_llama_server_are_duplicate_prefill() {
+    if let Some(r) = check("llamacpp-stampede", &["duplicate_prefill_share"], &[]) {
+        assert_no_transport_errors(&r);
+    }
+}
+
+#[test]
 fn loss_on_llama_servers_path_is_network() {
     check(
         "llamacpp-loss-netns",

@@ -2,7 +2,8 @@
 //! daemon is stopped (SIGSTOP, so nothing drains its socket ring buffer) while this test opens
 //! and closes thousands of TCP connections (every connection on the node is an event: connect,
 //! accept, close), then continued; `/metrics` must show `inferscope_dropped_total` for the
-//! kernel's socket events above zero and the daemon must keep serving and exit cleanly.
+//! kernel's socket events above zero, counted against the hook that lost them
+//! (`hook="sock:inet_sock_set_state"`), and the daemon must keep serving and exit cleanly.
 //! Needs root (eBPF) and `cargo build -p inferscope`.
 use std::{
     net::{SocketAddr, TcpListener, TcpStream},
@@ -12,15 +13,25 @@ use std::{
 
 use inferscope_tests::{free_port, http_get, inferscope_bin, root_or_skip};
 
+/// The sockets family's drops, summed over its hooks and reasons (one series each).
 fn kernel_socket_drops(metrics: &str) -> Option<f64> {
-    metrics
+    hook_drops(metrics, "")
+}
+
+/// The sockets family's drops counted against hooks whose label contains `hook`; `None` when
+/// no such series is exported.
+fn hook_drops(metrics: &str, hook: &str) -> Option<f64> {
+    let values: Vec<f64> = metrics
         .lines()
-        .find(|l| {
+        .filter(|l| {
             l.starts_with("inferscope_dropped_total{")
                 && l.contains("stage=\"kernel\"")
                 && l.contains("what=\"sockets\"")
+                && l.contains(&format!("hook=\"{hook}"))
         })
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
 }
 
 #[test]
@@ -52,8 +63,11 @@ fn a_flooded_ring_buffer_is_counted_and_the_daemon_keeps_running() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let before =
-        kernel_socket_drops(&http_get(metrics, "/metrics").unwrap_or_default()).unwrap_or(0.0);
+    let text = http_get(metrics, "/metrics").unwrap_or_default();
+    let before = kernel_socket_drops(&text).unwrap_or(0.0);
+    // Counted per hook: the connection-state tracepoint emits the connect/accept/close events.
+    let state = "sock:inet_sock_set_state";
+    let state_before = hook_drops(&text, state).expect("a drop series of the state hook");
 
     let pid = daemon.id().to_string();
     inferscope_tests::sh(&["kill", "-STOP", &pid]);
@@ -86,6 +100,12 @@ fn a_flooded_ring_buffer_is_counted_and_the_daemon_keeps_running() {
         std::thread::sleep(Duration::from_millis(200));
     };
     println!("kernel socket events dropped: {before} -> {after}");
+    let text = http_get(metrics, "/metrics").unwrap_or_default();
+    let state_after = hook_drops(&text, state).unwrap_or(0.0);
+    assert!(
+        state_after > state_before,
+        "the state hook's drops stayed at {state_before}:\n{text}"
+    );
     assert!(daemon.try_wait().unwrap().is_none(), "the daemon died");
     inferscope_tests::sh(&["kill", "-TERM", &pid]);
     let status = daemon.wait().unwrap();

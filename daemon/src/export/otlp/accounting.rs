@@ -59,11 +59,7 @@ impl ExportStats {
     /// The losses as `/metrics` drop counters: `inferscope_dropped_total{stage="otlp",...}`.
     #[must_use]
     pub fn drop_counters(&self) -> Vec<DropCounter> {
-        let counter = |what: &str, count| DropCounter {
-            stage: "otlp".into(),
-            what: what.into(),
-            count,
-        };
+        let counter = |what: &str, count| DropCounter::new("otlp", what, count);
         vec![
             counter("spans", self.spans_dropped()),
             counter("metric_exports", self.metric_exports_failed),

@@ -170,6 +170,9 @@ impl Instruments {
                 if let Some(q) = p.stat {
                     attrs.push(KeyValue::new("stat", q));
                 }
+                if let Some(g) = p.gpu {
+                    attrs.push(KeyValue::new("gpu", i64::from(g)));
+                }
                 match instrument {
                     Instrument::Counter(c) => c.add(p.value, &attrs),
                     Instrument::Gauge(g) => g.record(p.value, &attrs),

@@ -177,6 +177,14 @@ pub fn sampled_request(r: &RequestRecord, start: SystemTime) -> SampledRequest {
     if let (Some(&first), Some(&last)) = (r.token_us.first(), r.token_us.last()) {
         stage("gen_ai.decode", first, last);
     }
+    // A pipeline task: one child per step, in order (`pipeline.embed`, `pipeline.search`, ...).
+    for step in &r.steps {
+        stage(
+            &format!("pipeline.{}", step.kind.name()),
+            step.start_us,
+            step.end_us,
+        );
+    }
     let mut attributes = vec![("inferscope.request.id".to_owned(), r.id.to_string())];
     if let Some(s) = r.status {
         attributes.push(("http.response.status_code".into(), s.to_string()));
@@ -360,6 +368,43 @@ mod tests {
         r.fail(ErrorClass::Connect, "refused");
         r.status = None;
         assert_eq!(sampled_request(&r, t0).error.as_deref(), Some("connect"));
+    }
+
+    #[test]
+    fn a_pipeline_task_has_a_child_per_step() {
+        use crate::measure::pipeline::{StepKind, StepOutcome, StepRecord};
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let mut r = RequestRecord::new(1, 0, Endpoint::Chat, 1_000);
+        r.end_us = 9_000;
+        let step = |kind, start_us, end_us| StepRecord {
+            kind,
+            start_us,
+            end_us,
+            outcome: StepOutcome::Ok,
+            calls: 1,
+            error: None,
+            error_message: None,
+            ttft_us: None,
+        };
+        r.steps = vec![
+            step(StepKind::Embed, 1_000, 2_000),
+            step(StepKind::Search, 2_000, 5_000),
+            step(StepKind::Chat, 5_000, 9_000),
+        ];
+        let stages: Vec<(String, Duration)> = sampled_request(&r, t0)
+            .stages
+            .iter()
+            .filter(|s| s.name.starts_with("pipeline."))
+            .map(|s| (s.name.clone(), s.end.duration_since(s.start).unwrap()))
+            .collect();
+        assert_eq!(
+            stages,
+            [
+                ("pipeline.embed".to_owned(), Duration::from_millis(1)),
+                ("pipeline.search".to_owned(), Duration::from_millis(3)),
+                ("pipeline.chat".to_owned(), Duration::from_millis(4)),
+            ]
+        );
     }
 
     #[test]

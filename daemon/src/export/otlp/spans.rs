@@ -1,6 +1,6 @@
 //! One load-generator request as a trace: a client span for the whole request, a child span per
-//! waterfall stage (queue, server first byte, GPU sync, run-queue delay), a `first_token` event,
-//! and the verdict of the request's time window as an attribute.
+//! waterfall stage (queue, server first byte, GPU sync, run-queue delay) and per pipeline step,
+//! a `first_token` event, and the verdict of the request's time window as an attribute.
 
 use std::time::{Duration, SystemTime};
 

@@ -4,7 +4,7 @@
   'use strict';
   var SVGNS = 'http://www.w3.org/2000/svg';
   var CAUSE_COLORS = {
-    kv_cache: '#d62728', gpu_memory: '#9467bd', queue: '#ff7f0e', compute: '#17becf', cpu_runqueue: '#8c564b',
+    kv_cache: '#d62728', gpu_memory: '#9467bd', gpu_throttle: '#f7b6d2', queue: '#ff7f0e', compute: '#17becf', cpu_runqueue: '#8c564b',
     network: '#1f77b4', loadgen: '#555555', vector_index: '#2ca02c', errors: '#e377c2',
     unexplained: '#bcbd22', none: '#b8bfcc'
   };
@@ -330,6 +330,37 @@
           if (!w.gpu || !w.gpu.oom) { return; }
           var c = sv('circle', { cx: x((w.start_unix_ms - t0 + w.len_ms / 2) / 1000), cy: y(yMax * 0.95), r: 4, fill: '#d62728', 'class': 'oom' }, svg);
           sv('title', {}, c).textContent = w.gpu.oom + ' OOM returns';
+        });
+      } });
+
+  // Each GPU's SM clock (NVML), throttled windows and XIDs marked.
+  var gpuIds = [];
+  windows.forEach(function (w) {
+    (w.gpu && w.gpu.devices || []).forEach(function (d) { if (gpuIds.indexOf(d.index) < 0) { gpuIds.push(d.index); } });
+  });
+  function gpuOf(w, i) {
+    return (w.gpu && w.gpu.devices || []).filter(function (d) { return d.index === i; })[0] || null;
+  }
+  var GPU_COLORS = ['#17becf', '#9467bd', '#2ca02c', '#ff7f0e', '#1f77b4', '#8c564b', '#e377c2', '#bcbd22'];
+  timeChart('chart-gpu-clocks', 'GPU SM clock (NVML); throttled windows and XIDs marked', 'MHz',
+    gpuIds.map(function (i, k) {
+      return { name: 'GPU ' + i + ' SM clock', color: GPU_COLORS[k % GPU_COLORS.length],
+        get: function (w) { var d = gpuOf(w, i); return d ? d.sm_clock_mhz : null; } };
+    }), { why: 'no NVML samples (no NVIDIA driver)',
+      markers: function (svg, x, y, yMax) {
+        windows.forEach(function (w) {
+          var mid = x((w.start_unix_ms - t0 + w.len_ms / 2) / 1000);
+          (w.gpu && w.gpu.devices || []).forEach(function (d) {
+            if (!d.throttle_share) { return; }
+            var c = sv('circle', { cx: mid, cy: y(yMax * 0.9), r: 4, fill: '#f7b6d2', 'class': 'throttle' }, svg);
+            sv('title', {}, c).textContent = 'GPU ' + d.index + ' throttled ' + Math.round(d.throttle_share * 100) +
+              '% of samples: ' + (d.throttle_reasons || []).join(', ');
+          });
+          (w.gpu && w.gpu.xid_events || []).forEach(function (e) {
+            var c = sv('circle', { cx: mid, cy: y(yMax * 0.97), r: 4, fill: '#d62728', 'class': 'xid' }, svg);
+            sv('title', {}, c).textContent = 'XID ' + (e.code === null || e.code === undefined ? '?' : e.code) +
+              (e.gpu === undefined ? '' : ' on GPU ' + e.gpu) + ' (' + e.source + ')';
+          });
         });
       } });
 

@@ -3,6 +3,7 @@
 //! plain-HTTP requests (health checks, benchmarks).
 
 pub mod openai;
+pub mod rag;
 pub mod sse;
 
 use std::{
@@ -146,6 +147,11 @@ pub enum TargetError {
     /// The TLS configuration of an `https://` target cannot be built.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// A pipeline step's URL with another scheme than the target's.
+    #[error(
+        "pipeline service {0:?}: use the target's scheme (all http:// or all https://) for every service of a pipeline"
+    )]
+    MixedScheme(String),
     /// A header name or value is not valid HTTP.
     #[error("bad header {0:?}")]
     Header(String),
@@ -210,6 +216,24 @@ impl Target {
             self.tls = Some(opts.client_config()?);
         }
         Ok(self)
+    }
+
+    /// The same headers and TLS configuration at another base URL: a pipeline step's service.
+    /// It must use the target's scheme (the run's client holds the target's TLS settings).
+    pub fn at(&self, url: &str) -> Result<Self, TargetError> {
+        let mut t = Target::new(url, std::iter::empty())?;
+        if t.https != self.https {
+            return Err(TargetError::MixedScheme(url.into()));
+        }
+        t.headers.clone_from(&self.headers);
+        t.tls.clone_from(&self.tls);
+        Ok(t)
+    }
+
+    /// The host of the base URL (no brackets around an IPv6 address).
+    #[must_use]
+    pub fn host(&self) -> &str {
+        self.host.trim_start_matches('[').trim_end_matches(']')
     }
 
     /// Whether the target is `https://`.

@@ -49,7 +49,45 @@ pub struct StreamState {
     pub text: Option<String>,
     /// Sum and count of the tokens' entropies from their `top_logprobs` (nats).
     entropy: (f64, u64),
+    /// The tool calls of choice 0, their streamed pieces put together.
+    pub tool_calls: Vec<ToolCall>,
 }
+
+/// A tool call a chat answer made (`choices[0].message.tool_calls`, or its streamed pieces).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolCall {
+    /// `id` (`call_...`), sent back with the tool's result.
+    pub id: String,
+    /// The function called.
+    pub name: String,
+    /// Its arguments: a JSON object as text.
+    pub arguments: String,
+}
+
+/// One streamed piece of a tool call (`delta.tool_calls[i]`); a whole answer's calls read
+/// the same way (`message.tool_calls[i]`, without `index`).
+#[derive(Debug, serde::Deserialize)]
+struct ToolCallPiece {
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionPiece>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct FunctionPiece {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+/// Longest tool-call arguments kept, bytes.
+const MAX_TOOL_ARGUMENTS: usize = 64 << 10;
+/// Most tool calls one answer may make.
+const MAX_TOOL_CALLS: usize = 64;
 
 /// A stream that failed.
 pub type StreamError = (ErrorClass, String);
@@ -94,6 +132,8 @@ struct ChunkDelta<'a> {
     content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallPiece>>,
 }
 
 /// `choices[0].logprobs` of a chat answer: per token, the top alternatives.
@@ -215,6 +255,13 @@ impl StreamState {
                 for h in c.entropies() {
                     self.add_entropy(h);
                 }
+                let pieces = c
+                    .choices
+                    .first()
+                    .and_then(|ch| ch.delta.as_ref())
+                    .and_then(|d| d.tool_calls.as_deref())
+                    .unwrap_or_default();
+                self.add_tool_pieces(pieces);
                 self.apply(c.summary(), Some(now_us));
                 continue;
             }
@@ -236,6 +283,34 @@ impl StreamState {
         Ok(())
     }
 
+    /// Puts streamed (or whole) tool-call pieces together, by their `index` (a piece
+    /// without one is the call at its position).
+    fn add_tool_pieces(&mut self, pieces: &[ToolCallPiece]) {
+        for (pos, p) in pieces.iter().enumerate() {
+            let i = p.index.unwrap_or(pos);
+            if i >= MAX_TOOL_CALLS {
+                continue;
+            }
+            if self.tool_calls.len() <= i {
+                self.tool_calls.resize_with(i + 1, ToolCall::default);
+            }
+            let call = &mut self.tool_calls[i];
+            if let Some(id) = &p.id {
+                call.id.clone_from(id);
+            }
+            if let Some(f) = &p.function {
+                if let Some(n) = &f.name {
+                    call.name.clone_from(n);
+                }
+                if let Some(a) = &f.arguments
+                    && call.arguments.len() + a.len() <= MAX_TOOL_ARGUMENTS
+                {
+                    call.arguments.push_str(a);
+                }
+            }
+        }
+    }
+
     fn add_entropy(&mut self, h: f64) {
         self.entropy.0 += h;
         self.entropy.1 += 1;
@@ -255,6 +330,14 @@ impl StreamState {
                 .filter_map(|x| x.get("logprob").and_then(Value::as_f64));
             if let Some(h) = token_entropy(lps) {
                 self.add_entropy(h);
+            }
+        }
+        for at in ["/delta/tool_calls", "/message/tool_calls"] {
+            if let Some(pieces) = c
+                .and_then(|c| c.pointer(at))
+                .and_then(|v| serde_json::from_value::<Vec<ToolCallPiece>>(v.clone()).ok())
+            {
+                self.add_tool_pieces(&pieces);
             }
         }
         // The first of these that is a string (null counts as absent).
@@ -340,6 +423,36 @@ pub struct Call {
     pub abort_after_first: bool,
     /// Keep the answer's text (a conversation's history).
     pub keep_text: bool,
+}
+
+/// What a chat answer said.
+#[derive(Debug, Default)]
+pub struct Answer {
+    /// Its text (kept when asked).
+    pub text: Option<String>,
+    /// The tool calls it made.
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// Sends a chat request and reads the answer into `rec`: its text (when `how.keep_text`) and
+/// its tool calls.
+pub async fn answer(
+    via: &mut Via<'_>,
+    req: Request<Full<Bytes>>,
+    rec: &mut RequestRecord,
+    t0: Instant,
+    how: Call,
+) -> Answer {
+    let mut st = if how.keep_text {
+        StreamState::keeping_text()
+    } else {
+        StreamState::default()
+    };
+    read_answer(via, req, rec, t0, how, &mut st).await;
+    Answer {
+        text: st.text,
+        tool_calls: st.tool_calls,
+    }
 }
 
 /// Sends a chat/completions request and reads the answer into `rec`; the answer's text when
@@ -488,6 +601,31 @@ data: [DONE]\n\n";
         let mut rec = RequestRecord::new(0, 0, crate::measure::Endpoint::Chat, 0);
         st.fill(&mut rec);
         assert!((rec.entropy.unwrap() - 2f64.ln()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn streamed_and_whole_tool_calls_are_put_together() {
+        let (st, r) = run(b"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"lookup\",\"arguments\":\"{\\\"q\"}}]}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\": 1}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n");
+        assert_eq!(r, Ok(()));
+        assert!(st.token_us.is_empty(), "a tool call carries no text");
+        assert_eq!(
+            st.tool_calls,
+            [ToolCall {
+                id: "call_1".into(),
+                name: "lookup".into(),
+                arguments: "{\"q\": 1}".into()
+            }]
+        );
+        let mut whole = StreamState::default();
+        whole.absorb(
+            &serde_json::json!({"choices": [{"message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "call_2", "type": "function",
+                    "function": {"name": "f", "arguments": "{}"}}]}, "finish_reason": "tool_calls"}]}),
+            None,
+        );
+        assert_eq!(whole.tool_calls.len(), 1);
+        assert_eq!(whole.tool_calls[0].name, "f");
     }
 
     #[test]

@@ -12,8 +12,10 @@ pub mod complexity;
 pub mod conversation;
 pub mod models;
 pub mod observe;
+pub mod pipeline;
 pub mod progress;
 pub mod request;
+mod stampede;
 pub mod tally;
 pub mod vector;
 
@@ -54,7 +56,7 @@ use crate::loadgen::{
 use crate::measure::vector_health as health;
 
 use crate::measure::{
-    record::{ErrorClass, RequestRecord},
+    record::{Endpoint, ErrorClass, RequestRecord},
     report::{
         EventRecord, PhaseInfo, PhaseReport, SCHEMA, Stop, StopKind, StressReport, VERSION,
         VectorInfo,
@@ -353,6 +355,16 @@ impl Setup {
                 PhaseCtx::new(i as u32, &p, plan, &target)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if !opts.allow_remote {
+            let remote = ctxs
+                .iter()
+                .filter_map(|c| c.pipeline.as_ref())
+                .flat_map(pipeline::Pipeline::hosts)
+                .find(|(host, _)| !is_loopback(host));
+            if let Some((_, url)) = remote {
+                return Err(RunError::Remote(url));
+            }
+        }
         let client = build_client(&target, scenario.timeout, opts.allow_remote);
         vector_setup(&mut ctxs, &client, &target, scenario.seed).await?;
         let truth = if ctxs
@@ -474,6 +486,18 @@ async fn dispatch(
             phase.when_capped,
             end,
         ));
+        if let Some(spec) = &phase.chaos.stampede {
+            tracker.spawn(stampede::run(
+                shared.clone(),
+                ctx.clone(),
+                caps.clone(),
+                spec.clone(),
+                phase_start,
+                rng.next_u64(),
+                tracker.clone(),
+                cancel.clone(),
+            ));
+        }
         let scheduled = if let Some(a) = phase.load.arrival() {
             let offsets = share.schedule(&a, phase.duration, rng);
             open_loop(
@@ -516,7 +540,11 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
     PhaseInfo {
         name: p.name.clone(),
         label: p.label.clone().unwrap_or_else(|| p.name.clone()),
-        endpoint: ctx.endpoint.label().into(),
+        endpoint: if ctx.pipeline.is_some() {
+            "pipeline".into()
+        } else {
+            ctx.endpoint.label().into()
+        },
         // The label names the scenario's load level, the same on every shard, so that
         // shards' series line up; the target rate is this shard's share.
         load_level: p.load.level(),
@@ -580,6 +608,22 @@ async fn vector_setup(
 ) -> Result<(), RunError> {
     let mut setup = setup::Setup::default();
     for ctx in ctxs.iter_mut() {
+        // A pipeline's search step sends the vector its embed step gave (the service checks
+        // it); only a Chroma collection's id must be known before the run. A service that is
+        // down is the step's failure (and its fallback's cue), not the run's.
+        let headers = ctx.headers().to_vec();
+        for step in ctx.pipeline.iter_mut().flat_map(|p| p.steps.iter_mut()) {
+            let http = setup::Http {
+                client,
+                target: &step.target,
+                headers: &headers,
+            };
+            if let pipeline::Detail::Search { vector, .. } = &mut step.detail
+                && vector.api == ApiKind::Chroma
+            {
+                setup.phase(vector, &http, seed, true).await?;
+            }
+        }
         let text = ctx.text_queries();
         let headers = ctx.headers().to_vec();
         let http = setup::Http {
@@ -934,18 +978,18 @@ async fn one(
 /// once the recall is known: the request's task (and a closed-loop user) moves on at once.
 async fn deliver(shared: &Arc<Shared>, mut rec: RequestRecord, truth: Option<Pending>) {
     let Some(job) = truth else {
-        let _ = shared.tx.send(Msg::Record(rec)).await;
+        let _ = shared.tx.send(Msg::Record(Box::new(rec))).await;
         return;
     };
     let Some(rx) = shared.truth.as_ref().and_then(|t| t.submit(job)) else {
         let _ = shared.tx.send(Msg::RecallDropped(rec.phase)).await;
-        let _ = shared.tx.send(Msg::Record(rec)).await;
+        let _ = shared.tx.send(Msg::Record(Box::new(rec))).await;
         return;
     };
     let tx = shared.tx.clone();
     tokio::spawn(async move {
         rec.recall = rx.await.ok();
-        let _ = tx.send(Msg::Record(rec)).await;
+        let _ = tx.send(Msg::Record(Box::new(rec))).await;
     });
 }
 
@@ -959,12 +1003,16 @@ async fn attempt(
 ) -> (RequestRecord, Answered, Option<Pending>) {
     let t0 = shared.t0;
     rec.actual_us = us_since(t0);
+    if ctx.pipeline.is_none() && matches!(ctx.endpoint, Endpoint::Chat | Endpoint::Completions) {
+        rec.prompt_key = Some(prompt_key(&p.body));
+    }
     let mut base = rec.clone();
     base.chaos = p.chaos;
     let fut = async {
+        // A pipeline's steps go to several services: always through the pool.
         let mut via = match own {
-            Some(conn) => Via::Own(conn),
-            None => Via::Pool(&shared.client),
+            Some(conn) if ctx.pipeline.is_none() => Via::Own(conn),
+            _ => Via::Pool(&shared.client),
         };
         let done = ctx.execute(&mut via, &shared.target, p, &mut rec, t0).await;
         (rec, done)
@@ -988,6 +1036,14 @@ async fn attempt(
         entropy: rec.entropy,
     };
     (rec, answered, done.truth)
+}
+
+/// An LLM request's body hashed (`RequestRecord::prompt_key`).
+fn prompt_key(body: &[u8]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    body.hash(&mut h);
+    h.finish()
 }
 
 async fn event(

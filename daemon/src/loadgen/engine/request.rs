@@ -14,6 +14,7 @@ use crate::loadgen::{
     client::openai,
     client::{Target, TargetError, Via, plain},
     engine::conversation::{Conversation, TurnRequest, system_prompt},
+    engine::pipeline::{self, Pipeline, TaskInput},
     engine::vector::{self, ApiKind, VectorCall, VectorPhase, truth::Pending},
     scenario::dataset::{Dataset, Row, Turn},
     scenario::plan::Plan,
@@ -55,6 +56,8 @@ pub struct PhaseCtx {
     system: Option<String>,
     /// What an answer must be for its task to succeed.
     check: Option<Arc<crate::loadgen::scenario::check::Check>>,
+    /// A pipeline phase's steps (`request.pipeline`): each arrival runs them as one task.
+    pub pipeline: Option<Pipeline>,
 }
 
 /// One request ready to go.
@@ -76,6 +79,8 @@ pub struct Prepared {
     pub keep_text: bool,
     /// Vector: the query, kept for the client's exact search when sampled.
     pub query: Option<Arc<Vec<f32>>>,
+    /// A pipeline task's query and chat prompt.
+    pub task: Option<Box<TaskInput>>,
 }
 
 /// What executing a request leaves besides its record.
@@ -133,6 +138,7 @@ impl PhaseCtx {
             .as_ref()
             .and_then(|d| plan.datasets().get(d).cloned());
         let uri = target.uri(&path)?;
+        let pipeline = compile_pipeline(&spec, &phase.name, target)?;
         let vector = if endpoint == Endpoint::VectorSearch {
             let exact = match (api, &spec.exact_path) {
                 (_, Some(p)) => Some(p.as_str()),
@@ -185,6 +191,7 @@ impl PhaseCtx {
             slos: phase.slo.clone(),
             headers,
             check: plan.check(index as usize),
+            pipeline,
             system: phase
                 .request
                 .conversation
@@ -264,6 +271,19 @@ impl PhaseCtx {
             row: row.as_ref(),
             seq,
         };
+        if let Some(pipe) = &self.pipeline {
+            let query = match (&self.prompt, &row) {
+                (Some(t), _) => t.render(&mut ctx),
+                (None, Some(r)) => r.prompt.clone(),
+                (None, None) => DEFAULT_PROMPT.to_string(),
+            };
+            return Prepared {
+                task: Some(Box::new(pipe.task(query, &mut ctx))),
+                keep_text: true,
+                stream: true,
+                ..Prepared::empty()
+            };
+        }
         match self.endpoint {
             Endpoint::Chat | Endpoint::Completions => {
                 self.prepare_llm(&mut ctx, row.as_ref(), None)
@@ -392,6 +412,7 @@ impl PhaseCtx {
             turn: turn_no,
             keep_text: self.check.is_some(),
             query: None,
+            task: None,
         }
     }
 
@@ -411,6 +432,9 @@ impl PhaseCtx {
         let mut text = None;
         let mut truth = None;
         match self.endpoint {
+            _ if self.pipeline.is_some() => {
+                text = self.run_task(via, p, rec, t0).await;
+            }
             Endpoint::Chat | Endpoint::Completions => {
                 let req = target.request_to(&self.method, self.uri.clone(), p.body, &self.headers);
                 let how = openai::Call {
@@ -449,6 +473,32 @@ impl PhaseCtx {
         }
     }
 
+    /// Runs a pipeline task into `rec`; its final answer's text unless it failed. Its steps go
+    /// to several services, so it needs the run's pool.
+    async fn run_task(
+        &self,
+        via: &mut Via<'_>,
+        p: Prepared,
+        rec: &mut RequestRecord,
+        t0: Instant,
+    ) -> Option<String> {
+        let (Some(pipe), Some(task)) = (&self.pipeline, p.task) else {
+            rec.fail(
+                crate::measure::ErrorClass::MalformedStream,
+                "internal error: a pipeline task without its query",
+            );
+            return None;
+        };
+        let Via::Pool(client) = via else {
+            rec.fail(
+                crate::measure::ErrorClass::Connect,
+                "internal error: a pipeline task needs the run's connection pool",
+            );
+            return None;
+        };
+        pipeline::run(pipe, client, &self.headers, *task, rec, t0).await
+    }
+
     /// The phase's request headers.
     #[must_use]
     pub fn headers(&self) -> &[(HeaderName, HeaderValue)] {
@@ -475,8 +525,22 @@ impl Prepared {
             turn: None,
             keep_text: false,
             query: None,
+            task: None,
         }
     }
+}
+
+/// A pipeline phase's steps, compiled against `target`; the request's model is theirs.
+fn compile_pipeline(
+    spec: &RequestSpec,
+    phase: &str,
+    target: &Target,
+) -> Result<Option<Pipeline>, TargetError> {
+    let model = spec.model.as_deref().unwrap_or("default");
+    spec.pipeline
+        .as_ref()
+        .map(|p| Pipeline::new(p, phase, model, target))
+        .transpose()
 }
 
 /// The object a body template renders to, to merge into a generated body.

@@ -22,8 +22,8 @@ pub enum Msg {
     PhaseStart(u32, Instant, u64),
     /// A sampled vector query's ground truth was dropped (the worker was behind).
     RecallDropped(u32),
-    /// A request finished.
-    Record(RequestRecord),
+    /// A request finished (boxed: a record is large beside the other messages).
+    Record(Box<RequestRecord>),
     /// `n` more requests of a phase reached their start time.
     Scheduled(u32, u64),
     /// `n` requests of a phase were dropped by a cap (or not sent by the phase's end).
@@ -102,13 +102,13 @@ pub async fn run(mut rx: mpsc::Receiver<Msg>, cfg: Config, cancel: CancellationT
                     win_err += u64::from(r.counts_as_error());
                     if let Some(obs) = &cfg.observer {
                         // A slow observer slows the collector, never the request tasks.
-                        let _ = obs.send(r.clone()).await;
+                        let _ = obs.send((*r).clone()).await;
                     }
                     if cfg.keep_records {
                         let size = r.footprint();
                         if size <= budget_left {
                             budget_left -= size;
-                            out.records.push(r);
+                            out.records.push(*r);
                         } else {
                             // Once full, stay full: the kept records are the run's first ones.
                             budget_left = 0;

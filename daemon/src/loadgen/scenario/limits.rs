@@ -21,6 +21,8 @@ pub const HARD_MAX_DIMENSIONS: usize = 65_536;
 pub const MAX_TURNS: u32 = 1000;
 /// Longest shared system prompt, words.
 pub const MAX_SYSTEM_WORDS: u32 = 100_000;
+/// Most identical requests in one `chaos.stampede` burst.
+pub const MAX_STAMPEDE: u32 = 10_000;
 /// Range of a gamma shape's `burstiness`.
 pub const BURSTINESS: (f64, f64) = (1e-3, 1e3);
 

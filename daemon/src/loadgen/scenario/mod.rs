@@ -13,6 +13,7 @@ pub mod files;
 pub mod json_path;
 pub mod limits;
 pub mod overrides;
+pub mod pipeline;
 pub mod plan;
 pub mod retry;
 pub mod shape;
@@ -266,6 +267,9 @@ pub struct RequestSpec {
     /// Resend requests that failed the way an outage does; gives the phase's MSR (see
     /// `resilience.rs`).
     pub retry: Option<crate::loadgen::scenario::retry::RetrySpec>,
+    /// A client-orchestrated pipeline (embed, search, rerank, chat, tools) per arrival instead
+    /// of one request; `prompt`/`dataset` give its query (see `pipeline.rs`).
+    pub pipeline: Option<crate::loadgen::scenario::pipeline::PipelineSpec>,
 }
 
 /// `request.conversation`: each arrival (open loop) or each user in turn (closed loop) runs a
@@ -323,6 +327,26 @@ pub struct ChaosSpec {
     /// Size of an oversize prompt in words (default 200000, at most 1000000).
     #[serde(default, deserialize_with = "de_opt_oversize")]
     pub oversize_tokens: Option<u32>,
+    /// Bursts of identical requests released together, on top of the phase's load.
+    pub stampede: Option<StampedeSpec>,
+}
+
+/// `chaos.stampede`: a hot prompt whose cached prefix expired, asked by many at once (cache
+/// breakdown, 击穿): every copy that arrives before the first one's prefill is done computes
+/// the same prefix again.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StampedeSpec {
+    /// Identical requests per burst (2..=10000).
+    pub size: u32,
+    /// Time between bursts; the first comes `every` after the phase's start.
+    #[serde(deserialize_with = "de_duration")]
+    pub every: Duration,
+    /// A path that gets a POST, answered before each burst, to drop the server's prefix cache:
+    /// vLLM's `/reset_prefix_cache` (dev mode), `SGLang`'s `/flush_cache`, the sim's
+    /// `/reset_prefix_cache`. Default none: the cache is left alone (a prompt template that
+    /// varies gives each burst a prompt not asked before).
+    pub reset: Option<String>,
 }
 
 /// A one-off request during a phase.

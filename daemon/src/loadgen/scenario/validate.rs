@@ -177,7 +177,11 @@ fn check_phase(
         .prompt
         .as_ref()
         .is_some_and(Template::uses_dataset)
-        || p.request.text.as_ref().is_some_and(Template::uses_dataset);
+        || p.request.text.as_ref().is_some_and(Template::uses_dataset)
+        || p.request
+            .pipeline
+            .as_ref()
+            .is_some_and(super::pipeline::PipelineSpec::uses_dataset);
     if uses && p.request.dataset.is_none() {
         return Err(err(
             &at,
@@ -219,6 +223,9 @@ fn check_phase(
             ),
         ));
     }
+    if let Some(why) = pipeline_problem(p) {
+        return Err(err(&at, format!("phase `{}`: {why}", p.name)));
+    }
     let endpoint = p.request.endpoint.unwrap_or(Endpoint::Chat);
     let r = &p.request;
     let vector_only = r.text.is_some()
@@ -257,6 +264,67 @@ fn check_phase(
         ));
     }
     Ok(())
+}
+
+/// What is wrong with a pipeline phase (`request.pipeline`), if anything: the request holds
+/// only what a pipeline uses (its query, model, headers and check), and the steps fit.
+fn pipeline_problem(p: &Phase) -> Option<String> {
+    let Some(pipe) = &p.request.pipeline else {
+        return None;
+    };
+    let r = &p.request;
+    let misplaced = [
+        ("endpoint", r.endpoint.is_some()),
+        ("path", r.path.is_some()),
+        ("method", r.method.is_some()),
+        ("max_tokens", r.max_tokens.is_some()),
+        ("temperature", r.temperature.is_some()),
+        ("stream", r.stream.is_some()),
+        ("ignore_eos", r.ignore_eos.is_some()),
+        ("body", r.body.is_some()),
+        ("text", r.text.is_some()),
+        ("dimensions", r.dimensions.is_some()),
+        ("top_k", r.top_k.is_some()),
+        ("ef_search", r.ef_search.is_some()),
+        ("recall_sample", r.recall_sample.is_some()),
+        ("exact_path", r.exact_path.is_some()),
+        ("api", r.api.is_some()),
+        ("collection", r.collection.is_some()),
+        ("json", r.json.is_some()),
+        ("corpus", r.corpus.is_some()),
+        ("low_recall", r.low_recall.is_some()),
+        ("rebuild_below", r.rebuild_below.is_some()),
+        ("conversation", r.conversation.is_some()),
+        ("retry", r.retry.is_some()),
+    ];
+    if let Some((field, _)) = misplaced.iter().find(|(_, given)| *given) {
+        return Some(format!(
+            "`request.{field}` does not apply to a pipeline: set it on a step, or drop it (a pipeline's request takes prompt, dataset, model, headers, check and pipeline)"
+        ));
+    }
+    if p.sweep.is_some() || p.max_tokens_per_s.is_some() || p.chaos != super::ChaosSpec::default() {
+        return Some(
+            "a pipeline phase takes no `sweep`, `max_tokens_per_s` or `chaos`: drop them".into(),
+        );
+    }
+    if let Some(why) = pipe.problem() {
+        return Some(why);
+    }
+    for s in &pipe.steps {
+        let tool_paths = match &s.detail {
+            super::pipeline::StepDetail::Tools { endpoints, .. } => endpoints
+                .values()
+                .filter(|u| u.starts_with('/'))
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        for path in s.path.iter().chain(tool_paths) {
+            if let Err(e) = check_path(path) {
+                return Some(format!("pipeline step `{}`: {e}", s.kind.name()));
+            }
+        }
+    }
+    None
 }
 
 /// What is wrong with a phase's caps, if anything: the caps must hold for every request of it.
@@ -470,6 +538,25 @@ fn llm_extras_problem(
     if p.request.check.is_some() && !matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
         return Some("`check:` needs an LLM endpoint (chat or completions)".into());
     }
+    if let Some(st) = &p.chaos.stampede {
+        if !matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
+            return Some("`chaos.stampede` needs an LLM endpoint (chat or completions)".into());
+        }
+        if p.request.conversation.is_some() {
+            return Some("`chaos.stampede` sends single requests: drop `conversation:`".into());
+        }
+        if !(2..=super::limits::MAX_STAMPEDE).contains(&st.size) {
+            return Some(format!(
+                "chaos.stampede size must be 2..={}",
+                super::limits::MAX_STAMPEDE
+            ));
+        }
+        if st.every.is_zero() || st.every >= p.duration {
+            return Some(
+                "chaos.stampede every must be above 0s and below the phase's duration".into(),
+            );
+        }
+    }
     None
 }
 
@@ -484,6 +571,7 @@ fn check_paths(
         .path
         .iter()
         .chain(&p.request.exact_path)
+        .chain(p.chaos.stampede.iter().flat_map(|s| &s.reset))
         .chain(p.events.iter().map(|e| &e.path));
     for path in paths {
         check_path(path).map_err(|e| err(path, format!("phase `{}`: {e}", p.name)))?;
@@ -611,6 +699,99 @@ mod tests {
             .unwrap()
             .scenario()
             .clone()
+    }
+
+    fn plan_error(request: &str) -> String {
+        let src = format!(
+            "target: http://127.0.0.1:1\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 1}}\n    request:\n{request}"
+        );
+        super::super::plan::Plan::from_yaml(&src, "t.yaml", Path::new("."))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn pipeline_phases_are_checked_in_one_line() {
+        let steps = "      pipeline:\n        steps:\n          - {kind: search}\n          - {kind: chat}\n";
+        assert_eq!(plan_error(steps), "");
+        let e = plan_error(&format!("      max_tokens: 9\n{steps}"));
+        assert!(
+            e.starts_with("t.yaml:")
+                && e.contains("`request.max_tokens` does not apply to a pipeline"),
+            "{e}"
+        );
+        let e = plan_error(&format!("      endpoint: vector_search\n{steps}"));
+        assert!(e.contains("`request.endpoint` does not apply"), "{e}");
+        let e = plan_error(&format!("      conversation: {{turns: 2}}\n{steps}"));
+        assert!(e.contains("`request.conversation` does not apply"), "{e}");
+        let e = plan_error(
+            "      pipeline:\n        steps:\n          - {kind: chat}\n          - {kind: search}\n",
+        );
+        assert!(e.contains("steps run in the order"), "{e}");
+        let e = plan_error(
+            "      pipeline:\n        steps:\n          - {kind: chat, prompt: x, path: 'nope'}\n",
+        );
+        assert!(e.contains("pipeline step `chat`: bad path"), "{e}");
+        let e = plan_error(
+            "      pipeline:\n        steps:\n          - {kind: search, fallback: {default: 3}}\n          - {kind: chat}\n",
+        );
+        assert!(
+            e.contains("t.yaml:") && e.contains("list of document texts"),
+            "{e}"
+        );
+        let e = plan_error(
+            "      pipeline:\n        steps:\n          - {kind: chat, prompt: '${dataset.prompt} ${query}'}\n",
+        );
+        assert!(e.contains("no `request.dataset`"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+
+    /// The error of a 5 s phase with these extra lines (empty when it compiles).
+    fn phase_error(lines: &str) -> String {
+        let src = format!(
+            "target: http://127.0.0.1:1\nphases:\n  - name: p\n    duration: 5s\n    load: {{shape: constant, rate: 1}}\n{lines}"
+        );
+        super::super::plan::Plan::from_yaml(&src, "t.yaml", Path::new("."))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_stampede_is_checked_in_one_line() {
+        let ok = "    chaos: {stampede: {size: 8, every: 1s, reset: /reset_prefix_cache}}\n";
+        assert_eq!(phase_error(ok), "");
+        for (lines, says) in [
+            (
+                "    chaos: {stampede: {size: 1, every: 1s}}\n",
+                "chaos.stampede size must be 2..=10000",
+            ),
+            (
+                "    chaos: {stampede: {size: 4, every: 5s}}\n",
+                "every must be above 0s and below the phase's duration",
+            ),
+            (
+                "    chaos: {stampede: {size: 4, every: 1s, reset: 'x'}}\n",
+                "bad path",
+            ),
+            (
+                "    chaos: {stampede: {size: 4, every: 1s, flush: /x}}\n",
+                "unknown field `flush`",
+            ),
+            (
+                "    request: {endpoint: vector_search, dimensions: 8}\n    chaos: {stampede: {size: 4, every: 1s}}\n",
+                "`chaos.stampede` needs an LLM endpoint",
+            ),
+            (
+                "    request: {conversation: {turns: 2}}\n    chaos: {stampede: {size: 4, every: 1s}}\n",
+                "drop `conversation:`",
+            ),
+        ] {
+            let e = phase_error(lines);
+            assert!(e.starts_with("t.yaml") && e.contains(says), "{lines}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
     }
 
     #[test]

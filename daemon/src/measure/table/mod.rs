@@ -2,6 +2,7 @@
 //! resends, recall, vector view, tasks and conversations, failed SLOs), then the sweep
 //! frontiers.
 
+pub mod pipeline;
 pub mod vector;
 
 use std::fmt::Write as _;
@@ -130,8 +131,12 @@ pub fn fmt_ms(v: f64) -> String {
     }
 }
 
-/// The lines of tasks (checks, conversations), per-turn TTFT and ICE, when a phase has them.
+/// The lines of tasks (pipelines, checks, conversations), per-turn TTFT and ICE, when a phase
+/// has them.
 fn conversation_lines(s: &mut String, p: &PhaseReport) {
+    if let Some(v) = &p.pipeline {
+        pipeline::lines(s, v);
+    }
     // Semantic throughput where tasks are more than requests (checks, conversations).
     if p.tasks_succeeded < p.tasks || p.tasks < p.counts.finished {
         let _ = writeln!(
