@@ -30,7 +30,7 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             name: "stampede-nometrics",
-            mechanism: "the stampede, `/metrics` left unread: the client's own count of copies sent during a twin's prefill",
+            mechanism: "the stampede, `/metrics` left unread: the client's own count of copies sent within one prefill of their twin",
             expected: "duplicate_prefill",
             run: || run("stampede-nm", true, false),
         },

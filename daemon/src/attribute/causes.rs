@@ -67,22 +67,30 @@ pub fn runners_up(won: &[&WindowVerdict]) -> Vec<CauseScore> {
     out
 }
 
+/// Whether `c` acts inside the server: through its queue and compute time.
+fn in_server(c: Cause) -> bool {
+    matches!(
+        c,
+        Cause::KvCache
+            | Cause::DuplicatePrefill
+            | Cause::GpuMemory
+            | Cause::GpuThrottle
+            | Cause::Queue
+            | Cause::Compute
+            | Cause::VectorIndex
+    )
+}
+
 /// The part of `d`'s rise `cause` acts through, 0..1: the server's time for the causes inside
 /// it, the transit for `network`, the run-queue wait for `cpu_runqueue`, the send lag for
 /// `loadgen`; `None` for causes no part measures.
 fn part(cause: Cause, d: &Decomposition) -> Option<f64> {
     let ms = match cause {
-        Cause::KvCache
-        | Cause::DuplicatePrefill
-        | Cause::GpuMemory
-        | Cause::GpuThrottle
-        | Cause::Queue
-        | Cause::Compute
-        | Cause::VectorIndex => d.queue_ms.unwrap_or(0.0) + d.server_compute_ms.unwrap_or(0.0),
+        c if in_server(c) => d.queue_ms.unwrap_or(0.0) + d.server_compute_ms.unwrap_or(0.0),
         Cause::Network => d.network_ms?,
         Cause::CpuRunqueue => d.cpu_scheduling_ms?,
         Cause::Loadgen => d.loadgen_lag_ms?,
-        Cause::Errors | Cause::Unexplained | Cause::None => return None,
+        _ => return None,
     };
     (d.increase_ms > 0.0).then(|| (ms / d.increase_ms).clamp(0.0, 1.0))
 }
@@ -90,19 +98,7 @@ fn part(cause: Cause, d: &Decomposition) -> Option<f64> {
 /// Whether two causes act through the same part of the decomposition (one cannot be told from
 /// the other there).
 fn same_part(a: Cause, b: Cause) -> bool {
-    let server = |c: Cause| {
-        matches!(
-            c,
-            Cause::KvCache
-                | Cause::DuplicatePrefill
-                | Cause::GpuMemory
-                | Cause::GpuThrottle
-                | Cause::Queue
-                | Cause::Compute
-                | Cause::VectorIndex
-        )
-    };
-    a == b || (server(a) && server(b))
+    a == b || (in_server(a) && in_server(b))
 }
 
 /// The causes a phase names with their parts of the rise: the dominant one, and a second one

@@ -134,8 +134,8 @@ pub enum Signal {
     /// Client TTFT p50 / ITL p50: the first token in engine steps. An engine that is only
     /// slower keeps it; requests that wait for admission raise it.
     TtftPerItl,
-    /// Of the window's LLM requests, the share sent while an identical one still waited for
-    /// its first token (`LoadSignals::duplicate_prefill_share`).
+    /// Of the window's LLM requests, the share sent within one prefill of an identical one
+    /// (`LoadSignals::duplicate_prefill_share`).
     DuplicatePrefillShare,
     /// Mean sequences per engine step (the batch), from the server's metrics.
     BatchMean,

@@ -157,31 +157,34 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
     }
 }
 
-/// The ids of the requests sent while an identical one (same `prompt_key`) was still waiting
-/// for its first token (its end, when it has none): a prefix cache holds a prompt's blocks
-/// only once its prefill is done, so each of these computed the same prefill again.
+/// The ids of the requests sent within one prefill of an identical one (same `prompt_key`):
+/// a prefix cache holds a prompt's blocks only once its prefill is done, so each of these
+/// computed the same prefill again. One prefill is the prompt's fastest time from send to
+/// first token in the run (its end, for a request without tokens): the time it takes when
+/// nothing waits. A request sent later than that after its twin finds the prompt cached, or
+/// waits behind it in a queue (identical prompts of a steady load on a busy server) and is
+/// not counted.
 #[must_use]
 pub fn duplicate_prefills(records: &[RequestRecord]) -> HashSet<u64> {
     let mut by_key: HashMap<u64, Vec<(u64, u64, u64)>> = HashMap::new();
     for r in records {
         if let Some(k) = r.prompt_key {
-            let prefilled = r.token_us.first().copied().unwrap_or(r.end_us);
-            by_key
-                .entry(k)
-                .or_default()
-                .push((r.actual_us, prefilled, r.id));
+            let first = r.token_us.first().copied().unwrap_or(r.end_us);
+            by_key.entry(k).or_default().push((
+                r.actual_us,
+                first.saturating_sub(r.actual_us),
+                r.id,
+            ));
         }
     }
     let mut out = HashSet::new();
     for mut sent in by_key.into_values().filter(|v| v.len() > 1) {
+        let prefill = sent.iter().map(|s| s.1).min().unwrap_or(0);
         sent.sort_unstable();
-        // The latest prefill end of the requests sent so far.
-        let mut busy_until = 0;
-        for (at, prefilled, id) in sent {
-            if at < busy_until {
-                out.insert(id);
+        for pair in sent.windows(2) {
+            if pair[1].0 < pair[0].0 + prefill {
+                out.insert(pair[1].2);
             }
-            busy_until = busy_until.max(prefilled);
         }
     }
     out
@@ -351,19 +354,19 @@ mod tests {
     }
 
     #[test]
-    fn a_copy_sent_before_the_first_token_of_its_twin_duplicates_its_prefill() {
+    fn a_copy_sent_within_one_prefill_of_its_twin_duplicates_it() {
         let keyed = |id, at_ms, ttft_ms, key| {
             let mut r = record(id, 0, at_ms, ttft_ms, 3);
             r.prompt_key = Some(key);
             r
         };
         let records = [
-            // A burst of three at 0 ms whose first token comes at 100 ms: two duplicates.
+            // A burst of three at 0 ms whose first tokens come at 100 ms, and the same prompt
+            // alone at 150 ms, answered in 40 ms (one prefill): two duplicates.
             keyed(1, 0, 100, 7),
             keyed(2, 0, 100, 7),
             keyed(3, 0, 100, 7),
-            // Sent after the first prefill ended (the cache can serve it): not one.
-            keyed(4, 150, 5, 7),
+            keyed(4, 150, 40, 7),
             // Another prompt, at the same time: not one.
             keyed(5, 0, 100, 8),
             // No key (not an LLM request): never one.
@@ -372,6 +375,21 @@ mod tests {
         let dup = duplicate_prefills(&records);
         assert_eq!(dup.len(), 2, "{dup:?}");
         assert!(!dup.contains(&4) && !dup.contains(&5) && !dup.contains(&6));
+    }
+
+    #[test]
+    fn one_prompt_queued_at_a_steady_rate_is_no_duplicate() {
+        // A fixed prompt every 125 ms on a server with two slots: each waits up to 400 ms
+        // for its first token behind the others, but one prefill alone takes 20 ms and no two
+        // were sent within it.
+        let records: Vec<RequestRecord> = (0..10u64)
+            .map(|i| {
+                let mut r = record(i, 0, i * 125, if i == 0 { 20 } else { 400 }, 3);
+                r.prompt_key = Some(7);
+                r
+            })
+            .collect();
+        assert!(duplicate_prefills(&records).is_empty());
     }
 
     #[test]

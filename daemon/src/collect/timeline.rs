@@ -58,9 +58,9 @@ pub struct LoadSignals {
     /// before the window ended.
     #[serde(default)]
     pub phase_events_before: u64,
-    /// Of the window's LLM requests, the share sent while an identical request (same body)
-    /// still waited for its first token: prefills computed twice, which no prefix cache can
-    /// share (see `load::duplicate_prefills`).
+    /// Of the window's LLM requests, the share sent within one prefill of an identical request
+    /// (same body): prefills computed twice, which no prefix cache can share (see
+    /// `load::duplicate_prefills`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_prefill_share: Option<f64>,
 }

@@ -702,13 +702,7 @@ mod tests {
     }
 
     fn plan_error(request: &str) -> String {
-        let src = format!(
-            "target: http://127.0.0.1:1\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 1}}\n    request:\n{request}"
-        );
-        super::super::plan::Plan::from_yaml(&src, "t.yaml", Path::new("."))
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default()
+        phase_error(&format!("    request:\n{request}"))
     }
 
     #[test]
