@@ -3,6 +3,7 @@
 //! report.json read back with helpers that describe and check a phase's verdict.
 
 use std::{
+    fmt::Write as _,
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
@@ -30,34 +31,77 @@ pub struct Load {
     pub peak_output_tokens: Option<u32>,
 }
 
+/// One phase of [`three_phases`]: its load and request (YAML flow maps) and any more lines
+/// of it (`    chaos: ...\n`).
+pub struct Phase {
+    pub load: String,
+    pub request: String,
+    pub more: String,
+}
+
+/// A scenario `e2e-{name}` against `target` of a baseline, a peak and a cooldown
+/// ([`BASELINE`], [`PEAK`], [`COOLDOWN`] long), each phase from `phase(its name)`, with `head`
+/// (top-level lines such as `datasets:`) before the phases.
+#[must_use]
+pub fn three_phases(name: &str, target: &str, head: &str, phase: impl Fn(&str) -> Phase) -> String {
+    let mut yaml = format!(
+        "name: e2e-{name}\ntarget: {target}\ntimeout: 30s\ngrace: 2s\nseed: 7\n{head}phases:\n"
+    );
+    for (p, len) in [
+        ("baseline", BASELINE),
+        ("peak", PEAK),
+        ("cooldown", COOLDOWN),
+    ] {
+        let Phase {
+            load,
+            request,
+            more,
+        } = phase(p);
+        let _ = write!(
+            yaml,
+            "  - name: {p}\n    duration: {}s\n    load: {load}\n    request: {request}\n{more}",
+            len.as_secs()
+        );
+    }
+    yaml
+}
+
+/// A synthetic dataset `name` of 500 prompts (YAML lines under `datasets:`).
+fn dataset(name: &str, input: u32, output: u32) -> String {
+    format!(
+        "  {name}:\n    synthetic:\n      input_tokens: {{mean: {input}, stddev: {}}}\n      output_tokens: {{mean: {output}, stddev: {}}}\n      count: 500\n",
+        input / 8,
+        output / 8,
+    )
+}
+
 #[must_use]
 pub fn scenario(name: &str, target: &str, l: &Load) -> String {
-    let phase = |phase: &str, secs: u64, rate: f64, dataset: &str| {
-        format!(
-            "  - name: {phase}\n    duration: {secs}s\n    load: {{shape: constant, rate: {rate}}}\n    request: {{endpoint: chat, model: inferscope-sim, dataset: {dataset}, stream: true}}\n"
-        )
-    };
-    let dataset = |dataset: &str, input: u32, output: u32| {
-        format!(
-            "  {dataset}:\n    synthetic:\n      input_tokens: {{mean: {input}, stddev: {}}}\n      output_tokens: {{mean: {output}, stddev: {}}}\n      count: 500\n",
-            input / 8,
-            output / 8,
-        )
-    };
-    format!(
-        "name: e2e-{name}\ntarget: {target}\ntimeout: 30s\ngrace: 2s\nseed: 7\ndatasets:\n{}{}phases:\n{}{}{}",
+    let datasets = format!(
+        "datasets:\n{}{}",
         dataset("chat", l.input_tokens, l.output_tokens),
         dataset(
             "peak",
             l.peak_input_tokens.unwrap_or(l.input_tokens),
             l.peak_output_tokens.unwrap_or(l.output_tokens)
         ),
-        phase("baseline", BASELINE.as_secs(), l.baseline_rps, "chat"),
-        phase("peak", PEAK.as_secs(), l.peak_rps, "peak"),
-        // Requests queued at the peak drain here, with the generator still sending (windows
-        // where it sends nothing have no send lag to judge it by).
-        phase("cooldown", COOLDOWN.as_secs(), l.baseline_rps, "chat"),
-    )
+    );
+    // Requests queued at the peak drain in the cooldown, with the generator still sending
+    // (windows where it sends nothing have no send lag to judge it by).
+    three_phases(name, target, &datasets, |p| {
+        let (rate, dataset) = if p == "peak" {
+            (l.peak_rps, "peak")
+        } else {
+            (l.baseline_rps, "chat")
+        };
+        Phase {
+            load: format!("{{shape: constant, rate: {rate}}}"),
+            request: format!(
+                "{{endpoint: chat, model: inferscope-sim, dataset: {dataset}, stream: true}}"
+            ),
+            more: String::new(),
+        }
+    })
 }
 
 /// A closed-loop scenario: `peak_users` streams at the peak, one in the baseline and the
@@ -71,19 +115,20 @@ pub fn streams_scenario(
     input_tokens: u32,
     output_tokens: u32,
 ) -> String {
-    let phase = |phase: &str, secs: u64, users: u32| {
-        format!(
-            "  - name: {phase}\n    duration: {secs}s\n    load: {{shape: concurrency, users: {users}}}\n    request: {{endpoint: chat, model: {model}, dataset: chat, stream: true, ignore_eos: true}}\n"
-        )
-    };
-    format!(
-        "name: e2e-{name}\ntarget: {target}\ntimeout: 30s\ngrace: 2s\nseed: 7\ndatasets:\n  chat:\n    synthetic:\n      input_tokens: {{mean: {input_tokens}, stddev: {}}}\n      output_tokens: {{mean: {output_tokens}, stddev: {}}}\n      count: 500\nphases:\n{}{}{}",
-        input_tokens / 8,
-        output_tokens / 8,
-        phase("baseline", BASELINE.as_secs(), 1),
-        phase("peak", PEAK.as_secs(), peak_users),
-        phase("cooldown", COOLDOWN.as_secs(), 1),
-    )
+    let datasets = format!(
+        "datasets:\n{}",
+        dataset("chat", input_tokens, output_tokens)
+    );
+    three_phases(name, target, &datasets, |p| Phase {
+        load: format!(
+            "{{shape: concurrency, users: {}}}",
+            if p == "peak" { peak_users } else { 1 }
+        ),
+        request: format!(
+            "{{endpoint: chat, model: {model}, dataset: chat, stream: true, ignore_eos: true}}"
+        ),
+        more: String::new(),
+    })
 }
 
 /// `stress --explain` flags that leave the server's `/metrics` unread (a port nothing listens
@@ -315,4 +360,34 @@ pub fn run(name: &str, profile: &str, sim_flags: &[&str], load: &Load) -> Value 
         sim_flags,
     );
     Stress::start(name, &scenario(name, &sim.url(), load), None, FIRST, &[]).finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use inferscope::loadgen::Scenario;
+
+    #[test]
+    fn three_phase_scenarios_parse_with_their_loads() {
+        let l = super::Load {
+            baseline_rps: 1.0,
+            peak_rps: 5.0,
+            input_tokens: 64,
+            output_tokens: 16,
+            peak_input_tokens: Some(512),
+            peak_output_tokens: None,
+        };
+        for yaml in [
+            super::scenario("t", "http://127.0.0.1:9", &l),
+            super::streams_scenario("t", "http://127.0.0.1:9", "m", 8, 64, 16),
+        ] {
+            let s = Scenario::parse_yaml(&yaml, "t.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+            let names: Vec<&str> = s.phases.iter().map(|p| p.name.as_str()).collect();
+            assert_eq!(names, ["baseline", "peak", "cooldown"]);
+        }
+        let open = super::scenario("t", "http://127.0.0.1:9", &l);
+        assert!(
+            open.contains("rate: 5}") && open.contains("mean: 512"),
+            "{open}"
+        );
+    }
 }

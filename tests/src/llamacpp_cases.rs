@@ -12,7 +12,7 @@ use crate::{
     cases::{Case, llm},
     engine::{Config, LlamaServer, MODEL},
     explain::{
-        BASELINE, COOLDOWN, FIRST, Load, NO_SERVER_METRICS, PEAK, Stress, loopback, scenario,
+        self, BASELINE, FIRST, Load, NO_SERVER_METRICS, PEAK, Stress, loopback, scenario,
         streams_scenario,
     },
     faults::{CpuQuota, RandomLoss},
@@ -173,22 +173,15 @@ fn stampede() -> Value {
         "{{endpoint: chat, model: {MODEL}, prompt: \"${{random_int(1,1000000000)}} {}\", max_tokens: 8, stream: true, ignore_eos: true}}",
         "why did the latency rise ".repeat(words / 5)
     );
-    let phase = |name: &str, secs: u64, chaos: &str| {
-        format!(
-            "  - name: {name}\n    duration: {secs}s\n    load: {{shape: constant, rate: 1}}\n    request: {request}\n{chaos}"
-        )
-    };
-    let yaml = format!(
-        "name: e2e-llama-stampede\ntarget: {}\ntimeout: 30s\ngrace: 2s\nseed: 7\nphases:\n{}{}{}",
-        server.url(),
-        phase("baseline", BASELINE.as_secs(), ""),
-        phase(
-            "peak",
-            PEAK.as_secs(),
-            "    chaos: {stampede: {size: 3, every: 1s}}\n"
-        ),
-        phase("cooldown", COOLDOWN.as_secs(), ""),
-    );
+    let yaml = explain::three_phases("llama-stampede", &server.url(), "", |p| explain::Phase {
+        load: "{shape: constant, rate: 1}".into(),
+        request: request.clone(),
+        more: if p == "peak" {
+            "    chaos: {stampede: {size: 3, every: 1s}}\n".into()
+        } else {
+            String::new()
+        },
+    });
     let r = Stress::start("llama-stampede", &yaml, None, FIRST, &[]).finish_with_report();
     drop(server);
     r

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::{
     Sim,
     cases::Case,
-    explain::{BASELINE, COOLDOWN, FIRST, NO_SERVER_METRICS, PEAK, Stress, loopback},
+    explain::{self, FIRST, NO_SERVER_METRICS, Stress, loopback},
 };
 
 /// Requests per second of the hot prompt outside the bursts.
@@ -51,28 +51,23 @@ pub fn scenario(name: &str, target: &str, burst: bool) -> String {
     let request = format!(
         "{{endpoint: chat, model: inferscope-sim, prompt: \"{prompt}\", max_tokens: 16, stream: true}}"
     );
-    let phase = |phase: &str, secs: u64, rate: f64, chaos: &str| {
-        format!(
-            "  - name: {phase}\n    duration: {secs}s\n    load: {{shape: constant, rate: {rate}}}\n    request: {request}\n{chaos}"
-        )
-    };
-    let peak = if burst {
-        phase(
-            "peak",
-            PEAK.as_secs(),
-            RATE,
-            &format!(
-                "    chaos: {{stampede: {{size: {BURST}, every: 1s, reset: /reset_prefix_cache}}}}\n"
+    explain::three_phases(name, target, "", |p| {
+        let (rate, more) = match p {
+            "peak" if burst => (
+                RATE,
+                format!(
+                    "    chaos: {{stampede: {{size: {BURST}, every: 1s, reset: /reset_prefix_cache}}}}\n"
+                ),
             ),
-        )
-    } else {
-        phase("peak", PEAK.as_secs(), RATE + f64::from(BURST), "")
-    };
-    format!(
-        "name: e2e-{name}\ntarget: {target}\ntimeout: 30s\ngrace: 2s\nseed: 7\nphases:\n{}{peak}{}",
-        phase("baseline", BASELINE.as_secs(), RATE, ""),
-        phase("cooldown", COOLDOWN.as_secs(), RATE, ""),
-    )
+            "peak" => (RATE + f64::from(BURST), String::new()),
+            _ => (RATE, String::new()),
+        };
+        explain::Phase {
+            load: format!("{{shape: constant, rate: {rate}}}"),
+            request: request.clone(),
+            more,
+        }
+    })
 }
 
 /// Runs the scenario against the healthy sim; `metrics` false leaves `/metrics` unread.

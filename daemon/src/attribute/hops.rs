@@ -173,12 +173,23 @@ pub fn of_phase(target: &Timeline, phase: &PhaseSummary, hops: &[HopLine<'_>]) -
 
 /// Labels each window of `hop` with the phase of the target's window that starts with it.
 pub fn label_phases(target: &Timeline, hop: &mut Timeline) {
+    // Both time lines' windows are in time order: the first target window not ending before
+    // a hop window's start, less half a window, is the only one that can match it.
+    let mut t = 0;
     for w in &mut hop.windows {
+        let near = |t: &Window| t.start_unix_ms.abs_diff(w.start_unix_ms) < t.len_ms / 2;
+        while target
+            .windows
+            .get(t)
+            .is_some_and(|x| !near(x) && x.start_unix_ms + x.len_ms / 2 <= w.start_unix_ms)
+        {
+            t += 1;
+        }
         w.phase = target
             .windows
-            .iter()
-            .find(|t| t.start_unix_ms.abs_diff(w.start_unix_ms) < t.len_ms / 2)
-            .and_then(|t| t.phase.clone());
+            .get(t)
+            .filter(|x| near(x))
+            .and_then(|x| x.phase.clone());
     }
 }
 

@@ -6,7 +6,7 @@ use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use inferscope::{
-    collect::{discover, session::SessionOptions},
+    collect::{discover, load_fold::LoadFold, session::SessionOptions},
     export::report::Report,
     loadgen::{self, Options, Plan, Scenario},
     node::{Node, NodeOptions, Service},
@@ -202,6 +202,8 @@ pub async fn run(
         &mut opts,
         &mut node_opts,
     )?;
+    // Every request into the windows as it finishes, whatever records the run keeps.
+    let fold = LoadFold::watch(&mut opts, args.window.as_millis() as u64);
     let (node, _handle) = Node::start(node_opts);
     for m in node.missing() {
         eprintln!("explain: {m}");
@@ -222,7 +224,8 @@ pub async fn run(
         Some(runner) => runner.await.context("the trigger action task failed")?,
         None => Vec::new(),
     };
-    let mut explained = Report::of_run(&lg, finished).with_triggers(firings);
+    let fold = fold.await.context("the load fold task failed")?;
+    let mut explained = Report::of_run(&lg, &fold, finished).with_triggers(firings);
     if args.confirm && !confirm_cancel.is_cancelled() {
         super::confirm::run(plan, &confirm_opts, &confirm_cancel, &mut explained).await?;
     }

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use inferscope::loadgen;
-use inferscope::{atomic, export::report::load_only};
+use inferscope::{atomic, collect::load_fold::LoadFold, export::report::load_only, loadgen};
+use tokio::task::JoinHandle;
 
 /// The `--html` flag.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -17,18 +17,14 @@ pub struct HtmlArgs {
 }
 
 impl HtmlArgs {
-    /// Refuses what cannot make a page, before the run: `--explain` (it writes one),
-    /// `--no-records` (the page is drawn from the records), a knee search, a path that cannot
-    /// be written.
-    pub fn check(&self, explain: bool, no_records: bool, search: bool) -> anyhow::Result<()> {
+    /// Refuses what cannot make a page, before the run: `--explain` (it writes one), a knee
+    /// search, a path that cannot be written.
+    pub fn check(&self, explain: bool, search: bool) -> anyhow::Result<()> {
         let Some(path) = &self.html else {
             return Ok(());
         };
         if explain {
             bail!("--explain writes report.html into --report-dir: drop --html");
-        }
-        if no_records {
-            bail!("--html draws the page from the per-request records: drop --no-records");
         }
         if search {
             bail!("--html does not apply to --find-max: its steps are written with --out");
@@ -37,12 +33,19 @@ impl HtmlArgs {
             .with_context(|| format!("--html {} cannot be written", path.display()))
     }
 
-    /// Writes the page of `report` when asked for.
-    pub fn write(&self, report: &loadgen::StressReport) -> anyhow::Result<()> {
+    /// When a page is asked for, folds the run's requests into its windows as they finish
+    /// (whatever records the run keeps); the task ends with the run.
+    pub fn watch(&self, opts: &mut loadgen::Options) -> Option<JoinHandle<LoadFold>> {
+        self.html.as_ref()?;
+        Some(LoadFold::watch(opts, load_only::WINDOW_MS))
+    }
+
+    /// Writes the page of `report`, its requests folded in `fold`, when asked for.
+    pub fn write(&self, report: &loadgen::StressReport, fold: &LoadFold) -> anyhow::Result<()> {
         let Some(path) = &self.html else {
             return Ok(());
         };
-        let page = load_only::report(report).html()?;
+        let page = load_only::report(report, fold).html()?;
         atomic::write_bytes(path, page.as_bytes())
             .with_context(|| format!("writing the HTML report to {}", path.display()))?;
         eprintln!("HTML report written to {}", path.display());

@@ -19,6 +19,7 @@ use std::sync::{
 
 use anyhow::{Context as _, bail};
 use inferscope::atomic;
+use inferscope::collect::load_fold::LoadFold;
 use inferscope::loadgen::{
     self, Endpoint, Notes, Options, Plan, Scenario, Shard, StopKind,
     client::Target,
@@ -272,8 +273,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         watch_signals(grace, c, sig)?;
         run_load(args, &plan, opts, cancel).await
     });
-    let report = match report {
-        Ok(report) => report,
+    let (report, page) = match report {
+        Ok(done) => done,
         Err(e) => return model_not_served(e),
     };
     if !args.explain.explain {
@@ -285,7 +286,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing the report to {}", out.display()))?;
         eprintln!("report written to {}", out.display());
     }
-    args.html.write(&report)?;
+    if let Some(fold) = &page {
+        args.html.write(&report, fold)?;
+    }
     for line in failures::by_class(&report) {
         eprintln!("inferscope: {line}");
     }
@@ -294,14 +297,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 /// The flags that depend on whether the run is a knee search.
 /// Runs `plan` (explained with `--explain`), exporting it live with `--otlp-endpoint`: its
-/// requests as they finish, and its explained phases at the end.
+/// requests as they finish, and its explained phases at the end. With `--html`, its requests
+/// are folded into the page's windows as they finish too.
 async fn run_load(
     args: &Args,
     plan: &Plan,
     mut opts: loadgen::Options,
     cancel: CancellationToken,
-) -> anyhow::Result<loadgen::StressReport> {
+) -> anyhow::Result<(loadgen::StressReport, Option<LoadFold>)> {
     let live = args.otlp.start(plan, &mut opts)?;
+    let page = args.html.watch(&mut opts);
     let report = if args.explain.explain {
         super::explain::run(plan, opts, cancel, &args.explain)
             .await
@@ -317,7 +322,11 @@ async fn run_load(
     if let Some(live) = live {
         live.finish().await?;
     }
-    report
+    let fold = match page {
+        Some(task) => Some(task.await.context("the page's load fold task failed")?),
+        None => None,
+    };
+    Ok((report?, fold))
 }
 
 fn check_output_flags(args: &Args, searching: bool) -> anyhow::Result<()> {
@@ -327,8 +336,7 @@ fn check_output_flags(args: &Args, searching: bool) -> anyhow::Result<()> {
             "--start-at starts the shards of one load together; a knee search is one process: drop --start-at"
         );
     }
-    args.html
-        .check(args.explain.explain, args.no_records, searching)
+    args.html.check(args.explain.explain, searching)
 }
 
 /// What can be checked before the run spends its time, not after: the outputs can be
@@ -483,6 +491,7 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         duration,
         max_in_flight: args.rate.and(args.connections),
         load,
+        ramp_up: None,
         request,
         max_tokens_per_s: None,
         when_capped: CapPolicy::Wait,

@@ -241,6 +241,8 @@ pub struct KernelCollector {
     accepts: Accepts,
     exchanges: Vec<Exchange>,
     retransmits: Vec<Retransmit>,
+    /// Exchanges and retransmits dropped, oldest first, once [`MAX_EXCHANGES`] were kept.
+    joins_dropped: u64,
     /// The local addresses of the watched servers' own calls out (a gateway's connections to
     /// its services), with the caller: an exchange a server answers on one of them is a hop
     /// of a chain. Rebuilt from the connection table every window, with the connects since.
@@ -279,6 +281,7 @@ impl KernelCollector {
             accepts: Accepts::default(),
             exchanges: Vec::new(),
             retransmits: Vec::new(),
+            joins_dropped: 0,
         };
         me.watch(opts)?;
         Ok(me)
@@ -330,6 +333,18 @@ impl KernelCollector {
     #[must_use]
     pub fn exchanges(&self) -> &[Exchange] {
         &self.exchanges
+    }
+
+    /// What the joins with the load's requests miss: the exchanges and retransmits dropped
+    /// (the oldest first) past [`MAX_EXCHANGES`], in one line; `None` when none were.
+    #[must_use]
+    pub fn joins_cut(&self) -> Option<String> {
+        (self.joins_dropped > 0).then(|| {
+            format!(
+                "kernel joins miss the run's earliest requests: {} of the oldest server exchanges and retransmits were dropped ({MAX_EXCHANGES} of each are kept)",
+                self.joins_dropped
+            )
+        })
     }
 
     /// [`KernelCollector::exchanges`] and the exchanges still open: the kernel reports an
@@ -461,7 +476,7 @@ impl KernelCollector {
                 p.exchange_ms
                     .push(ms(ex.last_out_ns.saturating_sub(ex.req_in_ns)));
                 p.retrans_exchanges += u64::from(exchange.retrans > 0);
-                bounded_push(&mut self.exchanges, exchange);
+                self.joins_dropped += bounded_push(&mut self.exchanges, exchange);
             }
             SockEventKind::Retrans if ours => {
                 if let Some((local, remote)) = endpoints(&ev.conn.tuple) {
@@ -470,7 +485,7 @@ impl KernelCollector {
                     } else {
                         local
                     };
-                    bounded_push(
+                    self.joins_dropped += bounded_push(
                         &mut self.retransmits,
                         Retransmit {
                             ts_ns: ev.ts_ns,
@@ -774,12 +789,16 @@ impl Path {
     }
 }
 
-/// Appends `v`, dropping the oldest tenth first when [`MAX_EXCHANGES`] are kept.
-fn bounded_push<T>(list: &mut Vec<T>, v: T) {
+/// Appends `v`, dropping the oldest tenth first when [`MAX_EXCHANGES`] are kept; returns how
+/// many were dropped.
+fn bounded_push<T>(list: &mut Vec<T>, v: T) -> u64 {
+    let mut dropped = 0;
     if list.len() >= MAX_EXCHANGES {
         list.drain(..MAX_EXCHANGES / 10);
+        dropped = (MAX_EXCHANGES / 10) as u64;
     }
     list.push(v);
+    dropped
 }
 
 /// Sets the exchange and connect statistics of a window from its events.
@@ -814,5 +833,25 @@ fn fill_net(net: &mut NetSignals, p: Pending) {
 fn drain_into<T>(rx: &mut Receiver<T>, out: &mut Vec<T>) {
     while let Ok(v) = rx.try_recv() {
         out.push(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_join_list_drops_its_oldest_tenth_and_counts_them() {
+        let mut list: Vec<u32> = Vec::new();
+        let dropped: u64 = (0..=MAX_EXCHANGES as u32)
+            .map(|i| bounded_push(&mut list, i))
+            .sum();
+        assert_eq!(dropped, (MAX_EXCHANGES / 10) as u64);
+        assert_eq!(
+            list[0],
+            (MAX_EXCHANGES / 10) as u32,
+            "the oldest went first"
+        );
+        assert_eq!(list.len(), MAX_EXCHANGES - MAX_EXCHANGES / 10 + 1);
     }
 }

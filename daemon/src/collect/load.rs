@@ -1,36 +1,28 @@
-//! The load generator's per-request records folded into time-line windows (by intended start),
-//! and each window's phase.
+//! A run's requests, folded as they finished ([`LoadFold`]), set into the time line's windows
+//! (by intended start) with each window's phase, and joined with the kernel's view of the
+//! server.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{
     join::{Exchanges, Joined, Retransmits},
+    load_fold::{Acc, LoadFold},
     session::ServerSide,
-    stats::{quantile, quantiles},
+    stats::quantile,
     timeline::{LoadSignals, Mark, RequestParts, Timeline},
 };
-use crate::measure::{Endpoint, ErrorClass, RequestRecord, StressReport};
+use crate::measure::{RequestRecord, StressReport};
 
 /// Unix ms of a record time (µs since the run's start).
 fn unix_ms(report: &StressReport, us: u64) -> u64 {
     report.started_unix_ns / 1_000_000 + us / 1000
 }
 
+/// What a window's sampled requests give once joined with the kernel's view.
 #[derive(Default)]
-struct Acc {
-    requests: u64,
-    errors: u64,
-    ttft: Vec<f64>,
-    itl: Vec<f64>,
-    e2e: Vec<f64>,
-    lag: Vec<f64>,
-    tokens: u64,
+struct Joins {
     transit: Vec<f64>,
     read_delay: Vec<f64>,
-    phases: BTreeMap<u32, u64>,
-    endpoints: BTreeMap<Endpoint, u64>,
-    error_classes: BTreeMap<ErrorClass, u64>,
-    recall: Vec<f64>,
     /// E2E of joined requests loss hit (a retransmit, a stall: [`stalled`]), and of the
     /// other joined ones.
     loss_hit_e2e: Vec<f64>,
@@ -42,30 +34,31 @@ struct Acc {
     duplicates: u64,
 }
 
-impl Acc {
+impl Joins {
     /// The share of the window's keyed (LLM) requests that duplicated a prefill.
     fn duplicate_share(&self) -> Option<f64> {
         (self.keyed > 0).then(|| self.duplicates as f64 / self.keyed as f64)
     }
 }
 
-/// Fills `load` of the windows the run's requests started in, and every window's `phase`;
+/// Fills `load` of the windows `fold`'s requests started in, and every window's `phase`;
 /// windows before the first request are dropped (the collectors started a little earlier).
+/// The fold's windows count from the run's start, which the time line's windows are aligned
+/// to (`Timeline::realign`); otherwise each lands in the window holding its start.
 /// When the collectors' windows reach into the run, a request started after the last of them
 /// (phases start one after another, so the run overshoots its planned end by a few ms) joins
 /// the last one instead of making a window no collector closed.
-/// Requests joined with the server's exchanges give their windows' network transit, and with
-/// the retransmits on their connections, the latency of the requests loss hit.
-pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &ServerSide) {
-    let joins = Exchanges::new(&server.exchanges, report);
-    let retransmits = Retransmits::new(&server.retransmits, report);
+/// Sampled requests joined with the server's exchanges give their windows' network transit,
+/// and with the retransmits on their connections, the latency of the requests loss hit.
+pub fn fold_records(
+    timeline: &mut Timeline,
+    report: &StressReport,
+    fold: &LoadFold,
+    server: &ServerSide,
+) {
+    let start_ms = unix_ms(report, 0);
     let mut last = None;
-    if let Some(first) = report
-        .records
-        .iter()
-        .map(|r| unix_ms(report, r.intended_us))
-        .min()
-    {
+    if let Some(first) = fold.first_intended_us().map(|us| unix_ms(report, us)) {
         let closed = timeline.windows.len();
         if closed > timeline.index(first) {
             last = Some(closed - 1 - timeline.index(first));
@@ -74,46 +67,31 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
         let keep = timeline.windows.len() - timeline.index(first);
         timeline.retain_last(keep);
     }
-    let mut accs: BTreeMap<usize, Acc> = BTreeMap::new();
-    let duplicates = duplicate_prefills(&report.records);
-    for r in &report.records {
-        let mut at = unix_ms(report, r.intended_us);
+    // The window of a time (unix ms), held within the collectors' last.
+    let window_of = |timeline: &mut Timeline, mut at: u64| {
         if let Some(l) = last {
             at = at.min(timeline.origin_unix_ms + (l as u64 + 1) * timeline.len_ms - 1);
         }
-        let i = timeline.index(at);
         timeline.at(at);
-        let a = accs.entry(i).or_default();
-        add(a, r, duplicates.contains(&r.id));
-        let joined = joins.find(r);
-        let cut = parts(r, joined.as_ref(), &joins);
-        if let Some(j) = joined {
-            a.transit.extend(j.transit_ms());
-            a.read_delay.push(j.read_delay_ms());
-            let e2e = r.e2e_us() as f64 / 1000.0;
-            let srtt_us = timeline
-                .windows
-                .get(i)
-                .and_then(|w| w.net.as_ref()?.srtt_mean_us);
-            if retransmits.hit(r) || stalled(&cut, srtt_us) {
-                a.loss_hit_e2e.push(e2e);
-            } else {
-                a.clean_e2e.push(e2e);
-            }
-        }
-        if !r.counts_as_error() {
-            a.parts.push(cut);
-        }
-    }
+        timeline.index(at)
+    };
+    let len = fold.len_ms();
+    let accs = by_window(
+        fold.windows()
+            .iter()
+            .map(|(k, a)| (window_of(timeline, start_ms + k * len), a)),
+    );
+    let mut joins = join_sample(timeline, report, fold.sample(), server, window_of);
     mark_events(timeline, report);
-    let in_flight = in_flight_max(timeline, report);
-    label_phases(timeline, report);
+    let in_flight = fold.in_flight_max(|ms| timeline.index(start_ms + ms));
+    label_phases(timeline, report, &accs);
     let len_s = timeline.len_ms as f64 / 1000.0;
     let marks = timeline.marks.clone();
     for (i, mut a) in accs {
         let Some(w) = timeline.windows.get_mut(i) else {
             continue;
         };
+        let mut j = joins.remove(&i).unwrap_or_default();
         let phase = a
             .phases
             .iter()
@@ -122,39 +100,89 @@ pub fn fold_records(timeline: &mut Timeline, report: &StressReport, server: &Ser
         let phase_report = phase.and_then(|p| report.phases.get(p));
         let end = w.start_unix_ms + w.len_ms;
         let phase_events_before = timeline_marks_before(&marks, w.phase.as_deref(), end);
-        let recall_mean =
-            (!a.recall.is_empty()).then(|| a.recall.iter().sum::<f64>() / a.recall.len() as f64);
         w.load = Some(LoadSignals {
             requests: a.requests,
             errors: a.errors,
             target_rps: phase_report.and_then(|p| p.target_rate),
             achieved_rps: a.requests as f64 / len_s,
             in_flight_max: in_flight.get(&i).copied().unwrap_or(0),
-            ttft_ms: quantiles(&mut a.ttft),
-            itl_ms: quantiles(&mut a.itl),
-            e2e_ms: quantiles(&mut a.e2e),
-            send_lag_ms: quantiles(&mut a.lag),
+            ttft_ms: a.ttft.quantiles(),
+            itl_ms: a.itl.quantiles(),
+            e2e_ms: a.e2e.quantiles(),
+            send_lag_ms: a.lag.quantiles(),
             output_tokens_per_s: a.tokens as f64 / len_s,
             endpoint: a.endpoints.iter().max_by_key(|(_, n)| **n).map(|(e, _)| *e),
             error_classes: std::mem::take(&mut a.error_classes),
-            recall_mean,
+            recall_mean: a.recall_mean(),
             phase_events_before,
-            duplicate_prefill_share: a.duplicate_share(),
+            duplicate_prefill_share: j.duplicate_share(),
         });
-        w.requests = std::mem::take(&mut a.parts);
+        w.requests = std::mem::take(&mut j.parts);
         if let Some(net) = w.net.as_mut() {
             let median = |v: &mut Vec<f64>| {
                 v.sort_by(f64::total_cmp);
                 quantile(v, 0.5)
             };
-            net.transit_p50_ms = median(&mut a.transit);
-            net.read_delay_p50_ms = median(&mut a.read_delay);
-            net.loss_hit_requests = a.loss_hit_e2e.len() as u64;
-            net.joined_requests = (a.loss_hit_e2e.len() + a.clean_e2e.len()) as u64;
-            net.loss_hit_e2e_max_ms = a.loss_hit_e2e.iter().copied().reduce(f64::max);
-            net.loss_clean_e2e_p50_ms = median(&mut a.clean_e2e);
+            net.transit_p50_ms = median(&mut j.transit);
+            net.read_delay_p50_ms = median(&mut j.read_delay);
+            net.loss_hit_requests = j.loss_hit_e2e.len() as u64;
+            net.joined_requests = (j.loss_hit_e2e.len() + j.clean_e2e.len()) as u64;
+            net.loss_hit_e2e_max_ms = j.loss_hit_e2e.iter().copied().reduce(f64::max);
+            net.loss_clean_e2e_p50_ms = median(&mut j.clean_e2e);
         }
     }
+}
+
+/// The fold's windows by time-line window; two of them land in one only when the time line is
+/// not aligned to the run's start, and then the later one's counts join the earlier's.
+fn by_window<'a>(accs: impl Iterator<Item = (usize, &'a Acc)>) -> BTreeMap<usize, Acc> {
+    let mut out: BTreeMap<usize, Acc> = BTreeMap::new();
+    for (i, a) in accs {
+        out.entry(i).or_default().merge(a);
+    }
+    out
+}
+
+/// The sampled requests joined with the server's exchanges and cut into parts, by window.
+fn join_sample(
+    timeline: &mut Timeline,
+    report: &StressReport,
+    sample: &[RequestRecord],
+    server: &ServerSide,
+    mut window_of: impl FnMut(&mut Timeline, u64) -> usize,
+) -> BTreeMap<usize, Joins> {
+    let exchanges = Exchanges::new(&server.exchanges, report);
+    let retransmits = Retransmits::new(&server.retransmits, report);
+    let duplicates = duplicate_prefills(sample);
+    let mut out: BTreeMap<usize, Joins> = BTreeMap::new();
+    for r in sample {
+        let i = window_of(timeline, unix_ms(report, r.intended_us));
+        let j = out.entry(i).or_default();
+        if r.prompt_key.is_some() {
+            j.keyed += 1;
+            j.duplicates += u64::from(duplicates.contains(&r.id));
+        }
+        let joined = exchanges.find(r);
+        let cut = parts(r, joined.as_ref(), &exchanges);
+        if let Some(x) = joined {
+            j.transit.extend(x.transit_ms());
+            j.read_delay.push(x.read_delay_ms());
+            let e2e = r.e2e_us() as f64 / 1000.0;
+            let srtt_us = timeline
+                .windows
+                .get(i)
+                .and_then(|w| w.net.as_ref()?.srtt_mean_us);
+            if retransmits.hit(r) || stalled(&cut, srtt_us) {
+                j.loss_hit_e2e.push(e2e);
+            } else {
+                j.clean_e2e.push(e2e);
+            }
+        }
+        if !r.counts_as_error() {
+            j.parts.push(cut);
+        }
+    }
+    out
 }
 
 /// The ids of the requests sent within one prefill of an identical one (same `prompt_key`):
@@ -190,48 +218,19 @@ pub fn duplicate_prefills(records: &[RequestRecord]) -> HashSet<u64> {
     out
 }
 
-/// Most requests in flight in each window: +1 at the actual start, -1 at the end, swept in
-/// time order.
-fn in_flight_max(timeline: &Timeline, report: &StressReport) -> BTreeMap<usize, u64> {
-    let mut edges: Vec<(u64, i64)> = report
-        .records
-        .iter()
-        .flat_map(|r| {
-            [
-                (unix_ms(report, r.actual_us), 1),
-                (unix_ms(report, r.end_us), -1),
-            ]
-        })
-        .collect();
-    edges.sort_unstable();
-    let mut in_flight: BTreeMap<usize, u64> = BTreeMap::new();
-    let mut now = 0i64;
-    for (t, d) in edges {
-        now += d;
-        let m = in_flight.entry(timeline.index(t)).or_default();
-        *m = (*m).max(now.max(0) as u64);
-    }
-    in_flight
-}
-
-/// Sets every window's phase without one.
-fn label_phases(timeline: &mut Timeline, report: &StressReport) {
-    // Each window belongs to the phase of the latest request that started before it ended, so
-    // the tail of a phase (requests still running) stays with it.
-    let mut starts: Vec<(u64, u32)> = report
-        .records
-        .iter()
-        .map(|r| (unix_ms(report, r.intended_us), r.phase))
-        .collect();
-    starts.sort_unstable();
-    for w in &mut timeline.windows {
-        let end = w.start_unix_ms + w.len_ms;
-        let i = starts.partition_point(|(t, _)| *t < end);
-        if w.phase.is_none() && i > 0 {
-            w.phase = report
-                .phases
-                .get(starts[i - 1].1 as usize)
-                .map(|p| p.name.clone());
+/// Sets every window's phase without one: the phase of the latest request that started
+/// before it ended, so the tail of a phase (requests still running) stays with it.
+fn label_phases(timeline: &mut Timeline, report: &StressReport, accs: &BTreeMap<usize, Acc>) {
+    let mut current = None;
+    let mut next = accs.iter().peekable();
+    for (i, w) in timeline.windows.iter_mut().enumerate() {
+        while let Some((_, a)) = next.next_if(|(j, _)| **j <= i) {
+            current = Some(a.latest.1);
+        }
+        if w.phase.is_none()
+            && let Some(p) = current
+        {
+            w.phase = report.phases.get(p as usize).map(|p| p.name.clone());
         }
     }
 }
@@ -289,30 +288,6 @@ fn parts(r: &RequestRecord, joined: Option<&Joined<'_>>, joins: &Exchanges<'_>) 
             j.parts(joins.ns(first_us), joins.ns(r.end_us))
         }),
     }
-}
-
-/// Adds `r` to its window; `duplicate`: it was sent during an identical request's prefill.
-fn add(a: &mut Acc, r: &RequestRecord, duplicate: bool) {
-    a.requests += 1;
-    if r.prompt_key.is_some() {
-        a.keyed += 1;
-        a.duplicates += u64::from(duplicate);
-    }
-    if let Some(class) = r.error.filter(|_| r.counts_as_error()) {
-        a.errors += 1;
-        *a.error_classes.entry(class).or_default() += 1;
-    }
-    *a.endpoints.entry(r.endpoint).or_default() += 1;
-    a.recall.extend(r.recall);
-    *a.phases.entry(r.phase).or_default() += 1;
-    let ms = |us: u64| us as f64 / 1000.0;
-    if let Some(t) = r.ttft_us() {
-        a.ttft.push(ms(t));
-    }
-    a.itl.extend(r.itl_us().map(ms));
-    a.e2e.push(ms(r.e2e_us()));
-    a.lag.extend(r.schedule_lag_us().map(ms));
-    a.tokens += u64::from(r.output_tokens.unwrap_or(0));
 }
 
 #[cfg(test)]
@@ -405,7 +380,12 @@ mod tests {
         // The collectors started 2 s before the first request: those windows are dropped.
         let mut t = Timeline::new(8_000, 1000);
         t.at(8_500);
-        fold_records(&mut t, &report, &ServerSide::default());
+        fold_records(
+            &mut t,
+            &report,
+            &LoadFold::of_records(1000, &report.records),
+            &ServerSide::default(),
+        );
         let starts: Vec<u64> = t.windows.iter().map(|w| w.start_unix_ms).collect();
         assert_eq!(starts[0], 10_000, "{starts:?} origin {}", t.origin_unix_ms);
         let (w0, w1) = (&t.windows[0], &t.windows[1]);
@@ -458,7 +438,12 @@ mod tests {
         report.records = vec![record(0, 0, 100, 50, 3), record(1, 0, 2_003, 50, 3)];
         let mut t = Timeline::new(10_000, 1000);
         t.at(11_500);
-        fold_records(&mut t, &report, &ServerSide::default());
+        fold_records(
+            &mut t,
+            &report,
+            &LoadFold::of_records(1000, &report.records),
+            &ServerSide::default(),
+        );
         assert_eq!(t.windows.len(), 2, "no window past the collectors' last");
         assert_eq!(t.windows[1].load.as_ref().unwrap().requests, 1);
     }

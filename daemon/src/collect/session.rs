@@ -215,6 +215,9 @@ impl Session {
                 l.runq, l.sockets, l.cuda, l.channels
             ));
         }
+        if let Some(cut) = self.kernel.as_ref().and_then(KernelCollector::joins_cut) {
+            self.missing.push(cut);
+        }
         let l = self.losses();
         if l.nvml + l.scrape > 0 {
             self.missing.push(format!(

@@ -9,7 +9,7 @@ use std::path::Path;
 use super::{
     metrics::{Hist, PhaseMetrics, decode_hist},
     record::ErrorClass,
-    report::{PhaseInfo, PhaseReport, SCHEMA, Stop, StressReport, VERSION},
+    report::{PhaseInfo, PhaseReport, RampView, SCHEMA, Stop, StressReport, VERSION},
     shard::Shard,
     slo::Slo,
 };
@@ -146,6 +146,20 @@ pub fn phase_info(p: &PhaseReport, elapsed_s: f64) -> Result<PhaseInfo, String> 
 }
 
 /// Adds a reported phase's histograms and counters into `m`.
+/// Adds a phase report's ramp (its count and histograms) to `m`.
+fn add_ramp(m: &mut super::metrics::RampSamples, r: &RampView) -> Result<(), String> {
+    m.finished += r.requests;
+    for (name, h) in [("ttft", &mut m.ttft), ("e2e", &mut m.e2e)] {
+        // A report written before the ramp kept its histograms has none: its count still adds.
+        if let Some(enc) = r.histograms.get(name) {
+            let add = decode_hist(enc).map_err(|e| format!("ramp histogram `{name}`: {e}"))?;
+            h.add(&add)
+                .map_err(|e| format!("ramp histogram `{name}`: {e:?}"))?;
+        }
+    }
+    Ok(())
+}
+
 pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
     for hist in Hist::ALL {
         let name = hist.name();
@@ -160,6 +174,9 @@ pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
         m[hist]
             .add(&h)
             .map_err(|e| format!("histogram `{name}`: {e:?}"))?;
+    }
+    if let Some(r) = &p.ramp {
+        add_ramp(&mut m.ramp, r)?;
     }
     let c = &p.counts;
     m.scheduled += c.scheduled;
@@ -414,7 +431,13 @@ fn merge_checked(reports: &[(String, StressReport)]) -> Result<StressReport, Mer
             .iter()
             .map(|(_, r)| r.phases[i].target_rate)
             .sum::<Option<f64>>();
-        phases.push(PhaseReport::build(&info, &m));
+        let mut merged = PhaseReport::build(&info, &m);
+        // The shards ran the same ramp: its requests add up.
+        merged.ramp = p0
+            .ramp
+            .as_ref()
+            .map(|r| RampView::new(r.ramp_up_s, &r.strategy, r.default, r.counted, &m));
+        phases.push(merged);
     }
     let mut records = Vec::new();
     let mut events = Vec::new();

@@ -125,6 +125,48 @@ pub struct PhaseMetrics {
     pub vector: super::vector_health::Samples,
     /// Pipeline tasks: their steps, final chat TTFT and tool depth (`pipeline.rs`).
     pub pipeline: super::pipeline::Samples,
+    /// Requests started during a closed-loop ramp-up, apart from the histograms above.
+    pub ramp: RampSamples,
+}
+
+/// The requests a closed-loop phase started during its ramp-up (`RequestRecord::ramp_up`):
+/// counted with the phase, but their latencies kept apart from its percentiles.
+#[derive(Debug, Clone)]
+pub struct RampSamples {
+    /// Requests started during the ramp that finished.
+    pub finished: u64,
+    /// Their TTFT, µs.
+    pub ttft: Histogram<u64>,
+    /// Their E2E of those that succeeded, µs.
+    pub e2e: Histogram<u64>,
+}
+
+impl Default for RampSamples {
+    fn default() -> Self {
+        Self {
+            finished: 0,
+            ttft: new_hist(),
+            e2e: new_hist(),
+        }
+    }
+}
+
+impl RampSamples {
+    fn observe(&mut self, r: &RequestRecord) {
+        self.finished += 1;
+        if r.error.is_none() {
+            self.e2e.saturating_record(r.e2e_us().max(1));
+        }
+        if let Some(t) = r.ttft_us().filter(|_| r.error.is_none()) {
+            self.ttft.saturating_record(t.max(1));
+        }
+    }
+
+    /// TTFT and E2E summaries, ms.
+    #[must_use]
+    pub fn summaries(&self) -> (Summary, Summary) {
+        (summarize(&self.ttft, 1000.0), summarize(&self.e2e, 1000.0))
+    }
 }
 
 /// The per-phase histograms, in report order.
@@ -244,6 +286,7 @@ impl Default for PhaseMetrics {
             start_us: 0,
             vector: super::vector_health::Samples::default(),
             pipeline: super::pipeline::Samples::default(),
+            ramp: RampSamples::default(),
         }
     }
 }
@@ -251,6 +294,13 @@ impl Default for PhaseMetrics {
 impl PhaseMetrics {
     fn add(&mut self, h: Hist, v: u64) {
         self[h].saturating_record(v.max(1));
+    }
+
+    /// [`Self::add`] unless `apart` (a ramp-up request's latency stays out of the phase's).
+    fn add_unless(&mut self, apart: bool, h: Hist, v: u64) {
+        if !apart {
+            self.add(h, v);
+        }
     }
 
     /// Adds one ended task (a conversation's, or a single request's from [`Self::record`]).
@@ -272,6 +322,10 @@ impl PhaseMetrics {
             return;
         }
         self.finished += 1;
+        let apart = r.ramp_up;
+        if apart {
+            self.ramp.observe(r);
+        }
         self.pipeline.observe(r);
         if let Some(c) = r.chaos {
             *self.chaos.entry(c).or_default() += 1;
@@ -282,7 +336,7 @@ impl PhaseMetrics {
             self.task(r.error.is_none() && r.check != Some(false), None);
         }
         if let Some(lag) = r.schedule_lag_us() {
-            self.add(Hist::SendLag, lag);
+            self.add_unless(apart, Hist::SendLag, lag);
         }
         if r.reconnected {
             self.reconnected += 1;
@@ -294,34 +348,39 @@ impl PhaseMetrics {
             }
         } else {
             self.ok += 1;
-            self.add(Hist::E2e, r.e2e_us());
+            self.add_unless(apart, Hist::E2e, r.e2e_us());
             if r.endpoint == super::record::Endpoint::VectorSearch {
                 self.vector
                     .observe(r.end_us.saturating_sub(self.start_us), r.e2e_us());
             }
-            self.add(Hist::E2eFromSend, r.end_us.saturating_sub(r.actual_us));
+            self.add_unless(
+                apart,
+                Hist::E2eFromSend,
+                r.end_us.saturating_sub(r.actual_us),
+            );
         }
         if r.good {
             self.good += 1;
         }
         if r.error.is_none() || r.chaos.is_some() {
             if let Some(t) = r.ttft_us() {
-                self.add(Hist::Ttft, t);
+                self.add_unless(apart, Hist::Ttft, t);
                 // Conversations: the first turn against the later ones (whose prompts start
                 // with the history a prefix cache may hold).
                 match r.turn {
-                    Some(1) => self.add(Hist::TtftFirstTurn, t),
-                    Some(_) => self.add(Hist::TtftLaterTurns, t),
+                    Some(1) => self.add_unless(apart, Hist::TtftFirstTurn, t),
+                    Some(_) => self.add_unless(apart, Hist::TtftLaterTurns, t),
                     None => {}
                 }
             }
             for gap in r.itl_us() {
-                self.add(Hist::Itl, gap);
+                self.add_unless(apart, Hist::Itl, gap);
             }
             if let Some(tpot) = r.tpot_us() {
-                self.add(Hist::Tpot, tpot.round() as u64);
+                self.add_unless(apart, Hist::Tpot, tpot.round() as u64);
                 if tpot > 0.0 {
-                    self.add(
+                    self.add_unless(
+                        apart,
                         Hist::StreamTokensPerS,
                         (1e6 / tpot * TOKS_SCALE).round() as u64,
                     );
@@ -476,5 +535,28 @@ mod tests {
         assert!((m.summary(Hist::SendLag).max - 2.0).abs() < 0.01);
         assert_eq!(m.value(Metric::ErrorRate, 1.0), Some(0.5));
         assert_eq!(m.value(Metric::Rps, 2.0), Some(1.0));
+    }
+
+    #[test]
+    fn ramp_up_requests_count_but_stay_out_of_the_percentiles() {
+        let mut m = PhaseMetrics::default();
+        let rec = |ttft_us: u64, ramp_up: bool| {
+            let mut r = RequestRecord::new(0, 0, Endpoint::Chat, 0);
+            r.token_us = vec![ttft_us, ttft_us + 10_000];
+            r.end_us = ttft_us + 10_000;
+            r.output_tokens = Some(2);
+            r.ramp_up = ramp_up;
+            r
+        };
+        m.record(&rec(900_000, true));
+        m.record(&rec(50_000, false));
+        assert_eq!((m.finished, m.ok, m.output_tokens), (2, 2, 4));
+        assert_eq!(m.summary(Hist::Ttft).count, 1);
+        assert!((m.summary(Hist::Ttft).max - 50.0).abs() < 0.1);
+        assert_eq!(m.summary(Hist::E2e).count, 1);
+        assert_eq!(m.summary(Hist::Itl).count, 1);
+        let (ttft, e2e) = m.ramp.summaries();
+        assert_eq!((m.ramp.finished, ttft.count, e2e.count), (1, 1, 1));
+        assert!((ttft.max - 900.0).abs() < 1.0, "{ttft:?}");
     }
 }

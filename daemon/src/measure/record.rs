@@ -270,6 +270,10 @@ pub struct RequestRecord {
     /// way (a prefix cache serves the later ones, unless they overlap the first one's prefill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_key: Option<u64>,
+    /// Started during its closed-loop phase's `ramp_up`: left out of the phase's latency
+    /// percentiles and reported apart (`PhaseReport::ramp`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ramp_up: bool,
 }
 
 impl RequestRecord {
@@ -305,6 +309,7 @@ impl RequestRecord {
             steps: Vec::new(),
             tool_depth: None,
             prompt_key: None,
+            ramp_up: false,
         }
     }
 

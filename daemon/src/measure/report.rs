@@ -113,6 +113,63 @@ pub struct PhaseReport {
     /// E2E and fallbacks, the final chat's TTFT and the tool-call depth (`pipeline.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<super::pipeline::PipelineView>,
+    /// A closed-loop phase whose users started over a ramp (`ramp_up:`, or the default of
+    /// large user counts): the ramp, and the requests started during it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<RampView>,
+}
+
+/// The ramp-up of a closed-loop phase in its report.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct RampView {
+    /// Seconds from the phase's start until its last user started.
+    pub ramp_up_s: f64,
+    /// How the users' starts were spread: `linear` or `exponential`.
+    pub strategy: String,
+    /// The scenario set no `ramp_up`: this is the default of large user counts.
+    pub default: bool,
+    /// Whether the requests started during the ramp are in the phase's percentiles
+    /// (`ramp_up: {count: true}`); otherwise they are only here.
+    pub counted: bool,
+    /// Requests started during the ramp and left out of the phase's percentiles (0 when
+    /// `counted`).
+    pub requests: u64,
+    /// Their TTFT, ms.
+    pub ttft_ms: Summary,
+    /// Their E2E, ms.
+    pub e2e_ms: Summary,
+    /// Their TTFT and E2E histograms (µs, encoded as the phase's `histograms`), so that
+    /// `report merge` adds the shards' ramps.
+    #[serde(default)]
+    pub histograms: BTreeMap<String, String>,
+}
+
+impl RampView {
+    /// The view of a ramp of `ramp_up_s` spread by `strategy`, and of the requests `m` kept
+    /// apart during it.
+    #[must_use]
+    pub fn new(
+        ramp_up_s: f64,
+        strategy: &str,
+        default: bool,
+        counted: bool,
+        m: &PhaseMetrics,
+    ) -> Self {
+        let (ttft_ms, e2e_ms) = m.ramp.summaries();
+        Self {
+            ramp_up_s,
+            strategy: strategy.to_owned(),
+            default,
+            counted,
+            requests: m.ramp.finished,
+            ttft_ms,
+            e2e_ms,
+            histograms: BTreeMap::from([
+                ("ttft".to_owned(), super::metrics::encode_hist(&m.ramp.ttft)),
+                ("e2e".to_owned(), super::metrics::encode_hist(&m.ramp.e2e)),
+            ]),
+        }
+    }
 }
 
 /// A one-off request made by a phase's `events:`.
@@ -288,6 +345,8 @@ impl PhaseReport {
                 .as_ref()
                 .map(|v| vector_view(v, m, info.duration_s)),
             pipeline: m.pipeline.view(),
+            // The ramp's length is the engine's to say (`RampView::new`).
+            ramp: None,
             histograms: Hist::ALL
                 .into_iter()
                 .map(|h| (h.name().to_string(), encode_hist(&m[h])))

@@ -86,6 +86,9 @@ impl Shared {
             metrics: Mutex::new({
                 let mut m = Metrics::new(&cfg.model, cfg.engine.num_gpu_blocks);
                 m.prefix_caching = cfg.engine.enable_prefix_caching;
+                if cfg.fixed.is_some() {
+                    m.lateness = Some(super::lateness::Lateness::default());
+                }
                 m
             }),
             device: Context::new(cfg.device_memory_bytes()),

@@ -87,9 +87,20 @@ impl Schedule {
             let now = Instant::now();
             let mut m = self.sh.metrics();
             m.generation_tokens += 1;
+            let late = now.saturating_duration_since(deadline);
             match self.last {
-                None => m.ttft.observe((now - self.req.arrival).as_secs_f64()),
-                Some(l) => m.itl.observe((now - l).as_secs_f64()),
+                None => {
+                    m.ttft.observe((now - self.req.arrival).as_secs_f64());
+                    if let Some(l) = m.lateness.as_mut() {
+                        l.first(late);
+                    }
+                }
+                Some(last) => {
+                    m.itl.observe((now - last).as_secs_f64());
+                    if let Some(l) = m.lateness.as_mut() {
+                        l.later(late, now - last);
+                    }
+                }
             }
             drop(m);
             self.last = Some(now);

@@ -111,6 +111,8 @@ pub struct Metrics {
     pub e2e: Histogram,
     /// Queue time.
     pub queue: Histogram,
+    /// The `fixed` profile's exact lateness against its schedule (`None` for the others).
+    pub lateness: Option<super::lateness::Lateness>,
 }
 
 impl Metrics {
@@ -132,6 +134,7 @@ impl Metrics {
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(REQUEST_BUCKETS),
             queue: Histogram::new(REQUEST_BUCKETS),
+            lateness: None,
         }
     }
 
@@ -237,6 +240,9 @@ impl Metrics {
             &l,
         );
         self.render_cache_config(&mut o);
+        if let Some(late) = &self.lateness {
+            o.push_str(&late.render(&l));
+        }
         o
     }
 

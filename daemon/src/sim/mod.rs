@@ -19,6 +19,7 @@ pub mod format;
 pub mod http;
 mod https;
 pub mod kv_cache;
+pub mod lateness;
 pub mod metrics;
 pub mod openai;
 pub mod profiles;

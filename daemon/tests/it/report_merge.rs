@@ -10,7 +10,8 @@ use inferscope::loadgen::{self, Options, Plan, Shard, StressReport};
 use inferscope::measure::{
     merge::{self, MergeError},
     metrics::{PhaseMetrics, decode_hist},
-    report::PhaseReport,
+    record::RequestRecord,
+    report::{PhaseReport, RampView},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -45,6 +46,15 @@ fn shard(whole: &StressReport, i: u32) -> StressReport {
         .filter(|r| r.id % 3 == u64::from(i))
         .cloned()
         .collect();
+    StressReport {
+        shard: Some(Shard::new(i, 3).unwrap()),
+        ..rebuilt(whole, records, 3.0)
+    }
+}
+
+/// `whole` with its phases built from `records` as the runner builds them, each target
+/// `parts`-th of the whole's; a phase whose records started during a ramp-up gets its ramp.
+fn rebuilt(whole: &StressReport, records: Vec<RequestRecord>, parts: f64) -> StressReport {
     let phases = whole
         .phases
         .iter()
@@ -56,17 +66,40 @@ fn shard(whole: &StressReport, i: u32) -> StressReport {
                 m.scheduled += 1;
             }
             let mut info = merge::phase_info(p, p.elapsed_s).unwrap();
-            info.target_rate = p.target_rate.map(|r| r / 3.0);
-            PhaseReport::build(&info, &m)
+            info.target_rate = p.target_rate.map(|r| r / parts);
+            let mut built = PhaseReport::build(&info, &m);
+            if records.iter().any(|r| r.phase as usize == k && r.ramp_up) {
+                built.ramp = Some(RampView::new(0.5, "linear", false, false, &m));
+            }
+            built
         })
         .collect::<Vec<_>>();
     StressReport {
-        shard: Some(Shard::new(i, 3).unwrap()),
         slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
         phases,
         records,
         ..whole.clone()
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_ramps_merge_to_the_whole_ramp() {
+    let mut whole = whole_run().await;
+    // The first half second of `base` as a ramp: its requests are kept apart.
+    for r in &mut whole.records {
+        r.ramp_up = r.phase == 0 && r.intended_us < 500_000;
+    }
+    let whole = rebuilt(&whole, whole.records.clone(), 1.0);
+    let ramp = whole.phases[0].ramp.clone().expect("a ramp");
+    assert!(ramp.requests >= 5, "{ramp:?}");
+    let parts: Vec<(String, StressReport)> = (0..3)
+        .map(|i| (format!("shard-{i}.json"), shard(&whole, i)))
+        .collect();
+    assert_ne!(parts[0].1.phases[0].ramp, Some(ramp.clone()));
+    let merged = merge::merge(&parts, merge::Allow::default()).unwrap();
+    assert_eq!(merged.phases[0].ramp, Some(ramp));
+    assert_eq!(merged.phases[0].latency_ms, whole.phases[0].latency_ms);
+    assert_eq!(merged.phases[1].ramp, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -58,7 +58,10 @@ fn html_flag_mistakes_are_one_line_errors() {
     let page = page.to_str().unwrap();
     for (extra, says) in [
         (vec!["--explain"], "drop --html"),
-        (vec!["--no-records"], "drop --no-records"),
+        (
+            vec!["--find-max", "ttft_p95 < 1s"],
+            "does not apply to --find-max",
+        ),
     ] {
         let out = crate::cli::inferscope()
             .args(["stress", "--target", "http://127.0.0.1:1", "--rate", "1"])

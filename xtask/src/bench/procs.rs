@@ -255,3 +255,65 @@ pub fn spread(v: &[f64], digits: usize) -> String {
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     format!("{min:.digits$}-{max:.digits$}")
 }
+
+/// What a process used over its whole life, sampled from `/proc/PID` while it ran.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    /// Peak resident set (`VmHWM`), MiB.
+    pub peak_rss_mib: f64,
+    /// CPU time, user + system, seconds.
+    pub cpu_s: f64,
+    /// Wall time, seconds.
+    pub wall_s: f64,
+}
+
+/// A `/proc/PID/status` field in kB, as MiB.
+fn status_mib(pid: u32, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
+    Some(kib / 1024.0)
+}
+
+/// Runs `cmd` to its end, its stdout and stderr to `log`, sampling its peak RSS and CPU time
+/// every 100 ms (the last sample before it exits: a reaped process has no `/proc` entry).
+pub fn watched(cmd: &mut Command, log: &Path) -> anyhow::Result<(std::process::ExitStatus, Usage)> {
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut child = cmd
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let pid = child.id();
+    let t0 = Instant::now();
+    let mut usage = Usage::default();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            usage.wall_s = t0.elapsed().as_secs_f64();
+            return Ok((st, usage));
+        }
+        if let Some(hwm) = status_mib(pid, "VmHWM:") {
+            usage.peak_rss_mib = usage.peak_rss_mib.max(hwm);
+        }
+        if let Ok(cpu) = cpu_seconds(pid) {
+            usage.cpu_s = cpu;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The hard and soft `RLIMIT_NOFILE` this process (and its children) run under, from
+/// `/proc/self/limits`.
+pub fn fd_limits() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut v = line
+        .trim_start_matches("Max open files")
+        .split_whitespace()
+        .map(|x| x.parse::<u64>().unwrap_or(u64::MAX));
+    let soft = v.next()?;
+    let hard = v.next()?;
+    Some((soft, hard))
+}

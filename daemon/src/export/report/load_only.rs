@@ -3,7 +3,7 @@
 //! sampled waterfalls, rendered by the same page as an explained run. No server, kernel or GPU
 //! evidence was collected, and the page says so; its verdicts rest on the load alone.
 
-use crate::collect::{session::ServerSide, timeline::Timeline};
+use crate::collect::{load_fold::LoadFold, session::ServerSide, timeline::Timeline};
 use crate::measure::StressReport;
 
 use super::{Report, of_run::start_ms};
@@ -15,10 +15,10 @@ pub const WINDOW_MS: u64 = 1000;
 pub const NOTE: &str =
     "load only (stress without --explain): no server metrics, kernel or GPU evidence was collected";
 
-/// The report of `lg`'s load in [`WINDOW_MS`] windows. Needs the run's records (a run with
-/// `--no-records` has none: every chart is empty).
+/// The report of `lg`'s load, its requests folded (`fold`, in [`WINDOW_MS`] windows) as they
+/// finished.
 #[must_use]
-pub fn report(lg: &StressReport) -> Report {
+pub fn report(lg: &StressReport, fold: &LoadFold) -> Report {
     let timeline = Timeline::new(start_ms(lg), WINDOW_MS);
-    Report::of_load(lg, timeline, &ServerSide::default(), [NOTE])
+    Report::of_load(lg, fold, timeline, &ServerSide::default(), [NOTE])
 }

@@ -2,6 +2,7 @@
 //! with keep-alive and `TCP_NODELAY`, TLS for `https://` targets (`crate::tls`), plus
 //! plain-HTTP requests (health checks, benchmarks).
 
+mod h1;
 pub mod openai;
 pub mod rag;
 pub mod sse;
@@ -322,6 +323,8 @@ pub struct OwnConn {
     connect_timeout: Duration,
     tls: Option<tokio_rustls::TlsConnector>,
     conn: Option<(http1::SendRequest<Full<Bytes>>, SocketAddr, SocketAddr)>,
+    /// The connection of plain requests to an `http://` target ([`h1`]).
+    raw: Option<Box<h1::Raw>>,
 }
 
 impl OwnConn {
@@ -338,18 +341,24 @@ impl OwnConn {
             connect_timeout,
             tls: target.tls.clone().map(tokio_rustls::TlsConnector::from),
             conn: None,
+            raw: None,
         }
     }
 
-    async fn connect(&mut self) -> Result<(), (ErrorClass, String)> {
-        let stream = dial::dial(
+    /// A new TCP connection to the target, or the failure's class and text.
+    async fn dial(&self) -> Result<tokio::net::TcpStream, (ErrorClass, String)> {
+        dial::dial(
             &self.host_name,
             self.port,
             self.allow_remote,
             self.connect_timeout,
         )
         .await
-        .map_err(|e| (connect_class(&e), e.to_string()))?;
+        .map_err(|e| (connect_class(&e), e.to_string()))
+    }
+
+    async fn connect(&mut self) -> Result<(), (ErrorClass, String)> {
+        let stream = self.dial().await?;
         let (local, remote) = (stream.local_addr(), stream.peer_addr());
         let stream = match &self.tls {
             Some(tls) => tls::stream::handshake(
@@ -410,7 +419,11 @@ impl OwnConn {
         ((ErrorClass, String), Option<hyper::Error>),
     > {
         if self.conn.as_ref().is_none_or(|c| c.0.is_closed()) {
-            self.connect().await.map_err(|fail| (fail, None))?;
+            // Boxed: a connect (and a TLS handshake) is a large future that runs once per
+            // connection; inline it would make every request's future that large.
+            Box::pin(self.connect())
+                .await
+                .map_err(|fail| (fail, None))?;
         }
         let Some((sender, local, remote)) = self.conn.as_mut() else {
             return Err((
@@ -531,24 +544,47 @@ pub async fn read_body(
     rec: &mut RequestRecord,
     t0: Instant,
 ) -> Option<Bytes> {
-    match http_body_util::Limited::new(resp.into_body(), MAX_BODY)
-        .collect()
-        .await
-    {
-        Ok(b) => Some(b.to_bytes()),
-        Err(e) => {
-            if e.is::<http_body_util::LengthLimitError>() {
-                rec.fail(
-                    ErrorClass::MalformedStream,
-                    format!("response body larger than {} MiB", MAX_BODY >> 20),
-                );
-            } else {
-                rec.fail(ErrorClass::Transport, error_chain(&*e));
+    // By hand rather than `Limited` + `collect`: a body of one chunk (most answers) is kept as
+    // it came, without the list of chunks `collect` allocates per request.
+    let mut body = resp.into_body();
+    let mut first = Bytes::new();
+    let mut joined: Option<bytes::BytesMut> = None;
+    let mut len = 0usize;
+    while let Some(frame) = body.frame().await {
+        let data = match frame.map(hyper::body::Frame::into_data) {
+            Ok(Ok(data)) => data,
+            // Trailers: not part of the body.
+            Ok(Err(_)) => continue,
+            Err(e) => {
+                rec.fail(ErrorClass::Transport, error_chain(&e));
+                rec.end_us = us_since(t0);
+                return None;
             }
+        };
+        if data.is_empty() {
+            continue;
+        }
+        len += data.len();
+        if len > MAX_BODY {
+            rec.fail(
+                ErrorClass::MalformedStream,
+                format!("response body larger than {} MiB", MAX_BODY >> 20),
+            );
             rec.end_us = us_since(t0);
-            None
+            return None;
+        }
+        match &mut joined {
+            Some(all) => all.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut all = bytes::BytesMut::with_capacity(len);
+                all.extend_from_slice(&first);
+                all.extend_from_slice(&data);
+                joined = Some(all);
+            }
         }
     }
+    Some(joined.map_or(first, bytes::BytesMut::freeze))
 }
 
 /// Marks a non-2xx answer as failed with the server's `error.message` when present.
@@ -563,8 +599,29 @@ pub fn fail_status(rec: &mut RequestRecord, status: u16, body: &[u8]) {
     rec.fail(ErrorClass::HttpStatus, format!("HTTP {status}: {msg}"));
 }
 
-/// A plain HTTP request: success is any 2xx.
-pub async fn plain(
+/// A plain HTTP request: success is any 2xx. A closed-loop user's own `http://` connection
+/// speaks HTTP/1.1 on the socket itself ([`h1`]: the same timestamps, half of hyper's user
+/// CPU per request); the pool and TLS go through hyper.
+///
+/// Not an `async fn`: the future returned holds no copy of `req`, and hyper's large one is
+/// boxed. The engine moves a request's future several times per request; this keeps it small.
+pub fn plain<'a>(
+    via: &'a mut Via<'_>,
+    req: Request<Full<Bytes>>,
+    rec: &'a mut RequestRecord,
+    t0: Instant,
+) -> impl Future<Output = ()> + Send + 'a {
+    use futures_util::future::Either;
+    if matches!(via, Via::Own(conn) if conn.tls.is_none())
+        && let Via::Own(conn) = via
+    {
+        return Either::Left(h1::plain(conn, req, rec, t0));
+    }
+    Either::Right(Box::pin(plain_hyper(via, req, rec, t0)))
+}
+
+/// [`plain`] through hyper.
+async fn plain_hyper(
     via: &mut Via<'_>,
     req: Request<Full<Bytes>>,
     rec: &mut RequestRecord,

@@ -166,3 +166,154 @@ async fn a_server_that_never_answers_is_still_an_error() {
     let (failed, _) = run(&mut Via::Pool(&client), &target, 3).await;
     assert_eq!(failed.len(), 3, "{failed:?}");
 }
+
+/// Sends `n` plain GETs one after the other through `via` ([`plain`]: the own connection
+/// speaks HTTP/1.1 itself, the pool goes through hyper); returns the records.
+async fn run_plain(via: &mut Via<'_>, target: &Target, n: usize) -> Vec<RequestRecord> {
+    let t0 = Instant::now();
+    let mut recs = Vec::new();
+    for i in 0..n {
+        let req = target
+            .request(&Method::GET, "/", Bytes::new(), &[])
+            .unwrap();
+        let mut rec = RequestRecord::new(i as u64, 0, Endpoint::Http, 0);
+        plain(via, req, &mut rec, t0).await;
+        recs.push(rec);
+    }
+    recs
+}
+
+async fn plain_both_ways(addr: std::net::SocketAddr, n: usize) -> [Vec<RequestRecord>; 2] {
+    let target = Target::new(&format!("http://{addr}"), []).unwrap();
+    let timeout = Duration::from_secs(5);
+    let client = build_client(&target, timeout, false);
+    let pooled = run_plain(&mut Via::Pool(&client), &target, n).await;
+    let mut own = OwnConn::new(&target, timeout, false);
+    let owned = run_plain(&mut Via::Own(&mut own), &target, n).await;
+    [pooled, owned]
+}
+
+/// A server answering every request on a connection with `answer`, for as long as it stays.
+async fn answering_server(answer: &'static str) -> std::net::SocketAddr {
+    serve_answer(answer, false).await
+}
+
+/// A server answering `answer` to each request (only the first of a connection when `once`,
+/// then closing it).
+async fn serve_answer(answer: &'static str, once: bool) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                while read_request(&mut s).await {
+                    if s.write_all(answer.as_bytes()).await.is_err() || once {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn plain_requests_on_a_closing_server_cost_no_request_either_way() {
+    for (answers, eager) in [(1, false), (3, false), (1, true)] {
+        let addr = server(answers, eager).await;
+        for (way, recs) in ["pool", "own"].iter().zip(plain_both_ways(addr, 12).await) {
+            let failed: Vec<_> = recs
+                .iter()
+                .filter_map(|r| r.error_message.clone())
+                .collect();
+            assert!(failed.is_empty(), "{way} {answers} {eager}: {failed:?}");
+            for r in &recs {
+                assert_eq!(r.status, Some(200), "{way}");
+                let first = r.first_byte_us.unwrap();
+                assert!(r.actual_us <= first && first <= r.end_us, "{way}: {r:?}");
+                assert!(
+                    r.local_addr.is_some() && r.remote_addr == Some(addr),
+                    "{way}"
+                );
+            }
+            if !eager {
+                let resent = recs.iter().filter(|r| r.reconnected).count();
+                assert!(resent >= 1, "{way}: no request met a closed connection");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn plain_requests_read_answers_as_hyper_does() {
+    let answers = [
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy",
+        "HTTP/1.1 429 Too Many\r\ntransfer-encoding: chunked\r\n\r\n3;x=1\r\nslo\r\n4\r\nw do\r\n4\r\nwn!!\r\n0\r\nx-trailer: 1\r\n\r\n",
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: 26\r\n\r\n{\"error\":{\"message\":\"no\"}}",
+        "HTTP/1.1 204 No Content\r\n\r\n",
+    ];
+    for answer in answers {
+        let addr = answering_server(answer).await;
+        let [pooled, owned] = plain_both_ways(addr, 3).await;
+        for (p, o) in pooled.iter().zip(&owned) {
+            assert_eq!(
+                (p.status, &p.error, &p.error_message),
+                (o.status, &o.error, &o.error_message),
+                "{answer:?}"
+            );
+            assert!(!o.reconnected, "{answer:?}");
+        }
+    }
+    // A body closed by the connection's end: read to the end, the connection not reused.
+    let addr = server_once("HTTP/1.0 500 Oops\r\n\r\nto the end").await;
+    let [pooled, owned] = plain_both_ways(addr, 2).await;
+    for (p, o) in pooled.iter().zip(&owned) {
+        assert_eq!(p.error_message.as_deref(), Some("HTTP 500: to the end"));
+        assert_eq!(p.error_message, o.error_message);
+    }
+}
+
+/// A server answering one request per connection with `answer`, then closing.
+async fn server_once(answer: &'static str) -> std::net::SocketAddr {
+    serve_answer(answer, true).await
+}
+
+#[tokio::test]
+async fn plain_requests_to_a_server_that_never_answers_fail_either_way() {
+    let addr = server(0, false).await;
+    for (way, recs) in ["pool", "own"].iter().zip(plain_both_ways(addr, 3).await) {
+        for r in &recs {
+            assert_eq!(r.error, Some(ErrorClass::Transport), "{way}: {r:?}");
+            assert!(r.first_byte_us.is_none() && !r.reconnected, "{way}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn hostile_chunked_bodies_fail_both_ways_without_a_panic() {
+    let endless_line: &'static str = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+            "a".repeat(100 << 10)
+        )
+        .into_boxed_str(),
+    );
+    for answer in [
+        // A chunk size past any body limit (and past usize::MAX when added to one).
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\nffffffffffffffff\r\nx\r\n",
+        // Not a size at all.
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nx\r\n0\r\n\r\n",
+        // A size line that never ends.
+        endless_line,
+    ] {
+        let addr = server_once(answer).await;
+        for (way, recs) in ["pool", "own"].iter().zip(plain_both_ways(addr, 1).await) {
+            let r = &recs[0];
+            assert!(r.error.is_some(), "{way}: {r:?} from {answer:.60}");
+            assert!(r.error_message.is_some(), "{way}");
+        }
+    }
+}

@@ -51,15 +51,15 @@ use crate::loadgen::{
     engine::vector::{ApiKind, setup, truth::Pending, truth::Truth},
     scenario::arrival::Schedule,
     scenario::plan::Plan,
-    scenario::{Phase, Scenario},
+    scenario::{Load, Phase, Scenario},
 };
 use crate::measure::vector_health as health;
 
 use crate::measure::{
     record::{Endpoint, ErrorClass, RequestRecord},
     report::{
-        EventRecord, PhaseInfo, PhaseReport, SCHEMA, Stop, StopKind, StressReport, VERSION,
-        VectorInfo,
+        EventRecord, PhaseInfo, PhaseReport, RampView, SCHEMA, Stop, StopKind, StressReport,
+        VERSION, VectorInfo,
     },
     shard::Shard,
 };
@@ -211,6 +211,7 @@ pub async fn run(
         barrier::meet(start, &cancel, opts.notes).await;
     }
     let share = opts.shard;
+    say_default_ramps(scenario, opts.notes);
     let mut rng = SmallRng::seed_from_u64(share.seed(scenario.seed.unwrap_or_else(clock::unix_ns)));
     // Bounded: a tally that falls behind slows the senders instead of queueing records
     // without limit.
@@ -271,7 +272,14 @@ pub async fn run(
         .zip(&tallied.metrics)
         .zip(&elapsed)
         .zip(&setup.ctxs)
-        .map(|(((p, m), el), ctx)| PhaseReport::build(&phase_info(p, ctx, *el, share), m))
+        .map(|(((p, m), el), ctx)| {
+            let mut r = PhaseReport::build(&phase_info(p, ctx, *el, share), m);
+            r.ramp = p.ramp().map(|(ramp, default)| {
+                let secs = ramp.duration.as_secs_f64();
+                RampView::new(secs, ramp.strategy.name(), default, ramp.count, m)
+            });
+            r
+        })
         .collect();
     let stopped = failed.or(tallied.abort).or_else(|| {
         cancel.is_cancelled().then(|| {
@@ -297,6 +305,22 @@ pub async fn run(
         records: tallied.records,
         records_overflow: tallied.records_overflow,
     })
+}
+
+/// Says, for each closed-loop phase that gets the default ramp of large user counts, that it
+/// does and how to change it.
+fn say_default_ramps(scenario: &Scenario, notes: Notes) {
+    for p in &scenario.phases {
+        if let (Some((r, true)), Load::Concurrency { users }) = (p.ramp(), &p.load) {
+            notes.say(&format!(
+                "phase `{}`: {users} users start over a {} linear ramp (the default from {} users: {} a second, at most a quarter of the phase; set `ramp_up:` to change it, `ramp_up: 0s` for none); requests started during it are reported apart, not in the phase's percentiles",
+                p.name,
+                humantime::format_duration(r.duration),
+                crate::loadgen::scenario::ramp::DEFAULT_FROM_USERS,
+                crate::loadgen::scenario::ramp::DEFAULT_USERS_PER_S,
+            ));
+        }
+    }
 }
 
 /// What every request of a run needs, checked and resolved before anything is sent.
@@ -513,15 +537,24 @@ async fn dispatch(
             )
             .await
         } else {
-            let users = if let crate::loadgen::scenario::Load::Concurrency { users } = phase.load {
+            let users = if let Load::Concurrency { users } = phase.load {
                 share.users(users)
             } else {
                 0
             };
-            for _ in 0..users {
+            // A ramp starts user k at its offset; the requests started before the ramp's end
+            // are marked (unless the scenario counts them) and reported apart.
+            let ramp = phase.ramp().map(|(r, _)| r);
+            let ramp_end = ramp.filter(|r| !r.count).map(|r| phase_start + r.duration);
+            for k in 0..users {
                 let rng = SmallRng::seed_from_u64(rng.next_u64());
                 let (shared, ctx, caps) = (shared.clone(), ctx.clone(), caps.clone());
-                tracker.spawn(user(shared, ctx, caps, rng, cancel.clone()));
+                let start = phase_start + ramp.map_or(Duration::ZERO, |r| r.start_of(k, users));
+                let at = Start {
+                    at: start,
+                    ramp_end,
+                };
+                tracker.spawn(user(shared, ctx, caps, rng, at, cancel.clone()));
             }
             0
         };
@@ -751,6 +784,7 @@ async fn open_loop(
             conv,
             caps: caps.clone(),
             rng: SmallRng::seed_from_u64(rng.next_u64()),
+            ramp: None,
         };
         let (shared, ctx, cancel) = (shared.clone(), ctx.clone(), cancel.clone());
         tracker.spawn(async move {
@@ -797,6 +831,8 @@ struct Turns {
     /// The phase's caps, which every turn takes as the first did.
     caps: Arc<PhaseCaps>,
     rng: SmallRng,
+    /// A closed-loop user's start: its turns during the ramp are marked as its first was.
+    ramp: Option<Start>,
 }
 
 impl Turns {
@@ -845,7 +881,8 @@ impl Turns {
                 Taken::Ended | Taken::Cancelled => break None,
             };
             // A follow-up turn is closed loop: it is due when it is sent.
-            let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
+            let mut rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
+            rec.ramp_up = self.ramp.is_some_and(|s| s.in_ramp());
             sent += 1;
             let end = self.caps.end();
             let Some(next) = one(
@@ -874,14 +911,34 @@ impl Turns {
     }
 }
 
+/// When a closed-loop user starts, and until when its requests count as the ramp's.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    /// Its first request (and connection) is not before this.
+    at: Instant,
+    /// Requests started before this are marked `ramp_up` (kept apart from the percentiles).
+    ramp_end: Option<Instant>,
+}
+
+impl Start {
+    /// Whether a request starting now is one of the ramp's.
+    fn in_ramp(&self) -> bool {
+        self.ramp_end.is_some_and(|e| Instant::now() < e)
+    }
+}
+
 /// Closed loop: one virtual user sending its next request when the previous one ends.
 async fn user(
     shared: Arc<Shared>,
     ctx: Arc<PhaseCtx>,
     caps: Arc<PhaseCaps>,
     mut rng: SmallRng,
+    start: Start,
     cancel: CancellationToken,
 ) {
+    if start.at > Instant::now() {
+        tokio::select! { () = tokio::time::sleep_until(start.at) => {}, () = cancel.cancelled() => return }
+    }
     // Each user owns one connection, as a wrk/oha connection does.
     let mut own = OwnConn::new(&shared.target, shared.timeout, shared.allow_remote);
     let mut n = 0;
@@ -896,7 +953,8 @@ async fn user(
         let Taken::Send(permits) = caps.take(prepared.max_tokens, &cancel).await else {
             break;
         };
-        let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
+        let mut rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
+        rec.ramp_up = start.in_ramp();
         let first = one(
             shared.clone(),
             ctx.clone(),
@@ -916,6 +974,7 @@ async fn user(
                 conv,
                 caps: caps.clone(),
                 rng: SmallRng::seed_from_u64(rng.next_u64()),
+                ramp: Some(start),
             };
             n += turns
                 .follow(&shared, &ctx, first, &cancel, Some(&mut own))

@@ -11,7 +11,10 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::{PhaseCaps, PhaseCtx, Shared, Taken, event, first_request, one};
 use crate::loadgen::scenario::{EventSpec, StampedeSpec};
-use crate::measure::record::{Chaos, RequestRecord};
+use crate::measure::{
+    record::{Chaos, RequestRecord},
+    report::EventRecord,
+};
 
 /// Runs the phase's bursts until its end (`start` + `duration`); the copies run on `tracker`.
 #[allow(clippy::too_many_arguments)]
@@ -29,19 +32,44 @@ pub(super) async fn run(
     let size = shared.shard.users(spec.size as usize);
     let end = caps.end();
     let mut at = start + spec.every;
+    // The scenario's checks refuse a path that makes no URI; should one get through, the
+    // failure is an event of the phase, and no burst goes out unreset.
+    let reset = match spec.reset.as_ref().map(|p| (p, shared.target.uri(p))) {
+        Some((path, Err(e))) => {
+            let at_us = super::us_since(shared.t0);
+            let _ = shared
+                .tx
+                .send(super::Msg::Event(EventRecord {
+                    phase: ctx.index,
+                    request: format!("POST {path}"),
+                    at_us,
+                    end_us: at_us,
+                    outcome: format!("not sent: {e}"),
+                }))
+                .await;
+            return;
+        }
+        Some((path, Ok(uri))) => Some((path, uri)),
+        None => None,
+    };
     while at < end && size > 0 {
-        if let Some(path) = &spec.reset {
+        if let Some((path, uri)) = &reset {
             // Sent and answered before the burst: the copies find an empty cache.
-            let reset = EventSpec {
+            let spec = EventSpec {
                 at: spec.every,
                 method: "POST".into(),
-                path: path.clone(),
+                path: (*path).clone(),
                 body: None,
             };
-            match shared.target.uri(path) {
-                Ok(uri) => event(shared.clone(), ctx.index, reset, uri, at, cancel.clone()).await,
-                Err(_) => return,
-            }
+            event(
+                shared.clone(),
+                ctx.index,
+                spec,
+                uri.clone(),
+                at,
+                cancel.clone(),
+            )
+            .await;
         } else {
             tokio::select! { () = tokio::time::sleep_until(at) => {}, () = cancel.cancelled() => return }
         }

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod overrides;
 pub mod pipeline;
 pub mod plan;
+pub mod ramp;
 pub mod retry;
 pub mod shape;
 pub mod template;
@@ -120,6 +121,10 @@ pub struct Phase {
     pub duration: Duration,
     /// Arrival process or concurrency.
     pub load: Load,
+    /// Closed loop: start the users spread over this long (see `ramp.rs`); default none
+    /// below 500 users, [`ramp::default_for`] from there on; `0s` for none.
+    #[serde(default)]
+    pub ramp_up: Option<ramp::RampUp>,
     /// What each request looks like.
     #[serde(default)]
     pub request: RequestSpec,
@@ -375,6 +380,22 @@ pub struct ScenarioError {
     pub line: Option<(usize, usize)>,
     /// What is wrong and what to do.
     pub msg: String,
+}
+
+impl Phase {
+    /// The ramp its closed-loop users start over, and whether it is the default one (the
+    /// phase set none); `None` for an open loop, `ramp_up: 0s`, or too few users for a default.
+    #[must_use]
+    pub fn ramp(&self) -> Option<(ramp::RampUp, bool)> {
+        let Load::Concurrency { users } = self.load else {
+            return None;
+        };
+        match self.ramp_up {
+            Some(r) if r.duration.is_zero() => None,
+            Some(r) => Some((r, false)),
+            None => ramp::default_for(users, self.duration).map(|r| (r, true)),
+        }
+    }
 }
 
 impl Scenario {

@@ -223,6 +223,15 @@ fn check_phase(
             ),
         ));
     }
+    if let Some(why) = p.ramp_up.and_then(|r| {
+        let closed = match p.load {
+            Load::Concurrency { users } => Some(users),
+            _ => None,
+        };
+        r.problem(p.duration, closed)
+    }) {
+        return Err(err(&at, format!("phase `{}`: {why}", p.name)));
+    }
     if let Some(why) = pipeline_problem(p) {
         return Err(err(&at, format!("phase `{}`: {why}", p.name)));
     }
