@@ -228,6 +228,43 @@ pub fn default_port(uri: &Uri) -> u16 {
     }
 }
 
+/// How long each new pooled connection took to open (the dial, and the TLS handshake of an
+/// `https://` target), by its local address, until the first answer on it takes the time: that
+/// request is the one that waited for the connection. At most [`Opened::MAX`] are held; a
+/// connection that failed before any answer leaves its entry until the table is full, and a
+/// full table starts over (the times it drops are of connections nobody answered on).
+#[derive(Debug, Default)]
+pub struct Opened(std::sync::Mutex<std::collections::HashMap<SocketAddr, u32>>);
+
+impl Opened {
+    /// Entries held at most.
+    pub const MAX: usize = 1 << 16;
+
+    /// The connection from `local` opened in `us` microseconds.
+    pub fn put(&self, local: SocketAddr, us: u64) {
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if m.len() >= Self::MAX {
+            m.clear();
+        }
+        m.insert(local, u32::try_from(us).unwrap_or(u32::MAX));
+    }
+
+    /// The open time of the connection from `local`, once: `None` for a reused connection.
+    pub fn take(&self, local: SocketAddr) -> Option<u32> {
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if m.is_empty() {
+            return None;
+        }
+        m.remove(&local)
+    }
+}
+
 /// The pooled client's TCP connector: every new connection goes through [`dial`]
 /// (`crate::tls::TlsConnector` adds TLS on top for `https://` targets).
 #[derive(Debug, Clone)]

@@ -149,12 +149,7 @@ pub async fn run(
 ) -> anyhow::Result<(loadgen::StressReport, Report)> {
     let scenario = plan.scenario();
     let services = args.services()?;
-    let hop = |pid: &u32| services.iter().any(|s| s.pids.contains(pid));
-    let servers: Vec<u32> = args
-        .servers(scenario)?
-        .into_iter()
-        .filter(|p| !hop(p))
-        .collect();
+    let servers = Service::outside(&services, args.servers(scenario)?);
     for s in &services {
         eprintln!("explain: service {} is pids {:?}", s.name, s.pids);
     }

@@ -164,8 +164,11 @@ pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
     for hist in Hist::ALL {
         let name = hist.name();
         let Some(enc) = p.histograms.get(name) else {
-            // Reports written before per-turn TTFT and ICE existed have none: nothing to add.
-            if matches!(hist, Hist::TtftFirstTurn | Hist::TtftLaterTurns | Hist::Ice) {
+            // Reports written before per-turn TTFT, ICE and connect times existed have none.
+            if matches!(
+                hist,
+                Hist::TtftFirstTurn | Hist::TtftLaterTurns | Hist::Ice | Hist::Connect
+            ) {
                 continue;
             }
             return Err(format!("histogram `{name}` is missing"));

@@ -194,11 +194,13 @@ pub enum Hist {
     Recall,
     /// Information capacity efficiency of tasks.
     Ice,
+    /// Time a request waited for its new connection to open (`RequestRecord::connect_us`).
+    Connect,
 }
 
 impl Hist {
     /// Every histogram, in report order.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Ttft,
         Self::TtftFirstTurn,
         Self::TtftLaterTurns,
@@ -210,6 +212,7 @@ impl Hist {
         Self::StreamTokensPerS,
         Self::Recall,
         Self::Ice,
+        Self::Connect,
     ];
 
     /// The name in reports.
@@ -227,6 +230,7 @@ impl Hist {
             Self::StreamTokensPerS => "stream_tokens_per_s",
             Self::Recall => "recall",
             Self::Ice => "ice",
+            Self::Connect => "connect",
         }
     }
 
@@ -340,6 +344,10 @@ impl PhaseMetrics {
         }
         if r.reconnected {
             self.reconnected += 1;
+        }
+        // Ramp-up requests too: opening the users' connections is what a ramp spreads out.
+        if let Some(us) = r.connect_us {
+            self.add(Hist::Connect, u64::from(us));
         }
         if let Some(class) = r.error {
             *self.errors.entry(class).or_default() += 1;

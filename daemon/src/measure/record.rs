@@ -274,6 +274,11 @@ pub struct RequestRecord {
     /// percentiles and reported apart (`PhaseReport::ramp`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ramp_up: bool,
+    /// This request waited for its connection to open (a new one: none was free, or the
+    /// server had closed it): the TCP connect, and the TLS handshake of an `https://` target,
+    /// µs. Part of its TTFT and E2E; the phase's `connect` percentiles are these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_us: Option<u32>,
 }
 
 impl RequestRecord {
@@ -310,6 +315,7 @@ impl RequestRecord {
             tool_depth: None,
             prompt_key: None,
             ramp_up: false,
+            connect_us: None,
         }
     }
 

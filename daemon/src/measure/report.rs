@@ -330,9 +330,9 @@ impl PhaseReport {
             ]
             .into_iter()
             .map(|h| (h.name().to_string(), m.summary(h)))
-            // Per-turn TTFT only for conversations.
+            // Per-turn TTFT only for conversations; connect times only where connections opened.
             .chain(
-                [Hist::TtftFirstTurn, Hist::TtftLaterTurns]
+                [Hist::TtftFirstTurn, Hist::TtftLaterTurns, Hist::Connect]
                     .into_iter()
                     .map(|h| (h.name().to_string(), m.summary(h)))
                     .filter(|(_, s)| s.count > 0),

@@ -146,6 +146,21 @@ pub struct Service {
     pub metrics_url: Option<String>,
 }
 
+impl Service {
+    /// `pids` less the processes of `services`, sorted and without repeats: what is left is the
+    /// target's (a `--service` hop is watched as its own server).
+    #[must_use]
+    pub fn outside(services: &[Service], pids: impl IntoIterator<Item = u32>) -> Vec<u32> {
+        let mut left: Vec<u32> = pids
+            .into_iter()
+            .filter(|p| !services.iter().any(|s| s.pids.contains(p)))
+            .collect();
+        left.sort_unstable();
+        left.dedup();
+        left
+    }
+}
+
 impl NodeOptions {
     /// Defaults: one target, keep 3600 windows, [`MAX_WINDOWS`] in all, [`MAX_SERVERS`], no
     /// marks, no discovery, keep joins.

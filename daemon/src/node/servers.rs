@@ -20,10 +20,7 @@ impl Node {
         let found: Servers = match self.opts.grouping {
             Grouping::Target => {
                 let services = &self.opts.services;
-                let hop = |pid: &u32| services.iter().any(|s| s.pids.contains(pid));
-                let mut pids: Vec<u32> = pids.iter().copied().filter(|p| !hop(p)).collect();
-                pids.sort_unstable();
-                pids.dedup();
+                let pids = super::Service::outside(services, pids.iter().copied());
                 let found = |pids: Vec<u32>| identity::Found {
                     pids,
                     container: None,

@@ -68,6 +68,8 @@ pub struct TlsConnector<C> {
     tcp: C,
     tls: Option<tokio_rustls::TlsConnector>,
     handshake_timeout: Duration,
+    /// Where each new connection's open time goes, when kept.
+    opened: Option<Arc<crate::dial::Opened>>,
 }
 
 impl<C> std::fmt::Debug for TlsConnector<C> {
@@ -92,7 +94,15 @@ impl<C> TlsConnector<C> {
             tcp,
             tls: config.map(tokio_rustls::TlsConnector::from),
             handshake_timeout,
+            opened: None,
         }
+    }
+
+    /// Keeps each new connection's open time (TCP and TLS) in `opened`.
+    #[must_use]
+    pub fn timed(mut self, opened: Arc<crate::dial::Opened>) -> Self {
+        self.opened = Some(opened);
+        self
     }
 }
 
@@ -116,19 +126,25 @@ where
         let https = uri.scheme_str() == Some("https");
         let tls = self.tls.clone();
         let timeout = self.handshake_timeout;
+        let opened = self.opened.clone();
+        let start = std::time::Instant::now();
         let connecting = self.tcp.call(uri.clone());
         Box::pin(async move {
             let tcp = connecting
                 .await
                 .map_err(|e| ConnectError::Tcp(e.into()))?
                 .into_inner();
-            if !https {
-                return Ok(TokioIo::new(Stream::Plain(tcp)));
+            let s = if https {
+                let tls = tls.ok_or_else(|| ConnectError::NoTls(uri.to_string()))?;
+                let host = uri.host().unwrap_or_default();
+                let port = uri.port_u16().unwrap_or(443);
+                stream::handshake(&tls, host, port, tcp, timeout).await?
+            } else {
+                Stream::Plain(tcp)
+            };
+            if let (Some(o), Ok(local)) = (opened, s.tcp().local_addr()) {
+                o.put(local, start.elapsed().as_micros() as u64);
             }
-            let tls = tls.ok_or_else(|| ConnectError::NoTls(uri.to_string()))?;
-            let host = uri.host().unwrap_or_default();
-            let port = uri.port_u16().unwrap_or(443);
-            let s = stream::handshake(&tls, host, port, tcp, timeout).await?;
             Ok(TokioIo::new(s))
         })
     }

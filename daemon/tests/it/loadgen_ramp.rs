@@ -78,6 +78,15 @@ async fn users_start_over_the_ramp_and_its_requests_are_reported_apart() {
     // The phase's TTFT percentiles hold the other requests only.
     assert_eq!(p.latency_ms["ttft"].count + marked, p.counts.ok, "{p:#?}");
     assert_eq!(p.counts.errors.len(), 0, "{:?}", p.counts.errors);
+    // Each user opened its own connection once (the sim keeps it alive): the user's first
+    // request waited for it, and that wait is the phase's `connect`, ramp or not.
+    let connect = &p.latency_ms["connect"];
+    let opened = recs.iter().filter(|x| x.connect_us.is_some()).count() as u64;
+    assert_eq!(connect.count, opened);
+    assert!(
+        (USERS as u64..=USERS as u64 + p.counts.reconnected).contains(&opened),
+        "{opened} connections opened by {USERS} users"
+    );
 
     // The sim's own exact lateness, first tokens and later ones apart.
     let text = srv.metrics_text();

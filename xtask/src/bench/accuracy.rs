@@ -56,6 +56,8 @@ struct Client {
     requests: f64,
     failed: f64,
     send_lag_p99: Option<f64>,
+    /// p50 and p99 of the waits for new connections (`latency_ms.connect`).
+    connect: Option<(f64, f64)>,
     /// `ramp_up_s` and the requests it kept apart.
     ramp: Option<(f64, f64)>,
     usage: Option<Usage>,
@@ -161,13 +163,15 @@ pub fn run() -> anyhow::Result<()> {
             "server CPU s (share)",
             "ran out",
             "send lag p99 ms",
+            "connect p50 / p99 ms",
         ],
         &costs,
     );
     println!(
         "  per stream = (peak RSS - the {BASE_STREAMS}-stream run's {base_rss:.1} MiB) / (streams - {BASE_STREAMS}); \
          shares of one CPU over the client's wall time; `ran out` names a side above {:.0}%. \
-         A closed loop's send lag is 0 by construction (each request is due when sent).",
+         A closed loop's send lag is 0 by construction (each request is due when sent); connect: \
+         the client's waits for its users' new connections (TCP connect).",
         SATURATED * 100.0
     );
     ramped_line(ramped_1000, unramped.ok().map(|m| m.client.ttft_p99));
@@ -317,6 +321,9 @@ fn cost_row(streams: usize, m: &Measured, base_rss: f64) -> Vec<String> {
         m.client
             .send_lag_p99
             .map_or("-".into(), |v| format!("{v:.2}")),
+        m.client
+            .connect
+            .map_or("-".into(), |(p50, p99)| format!("{p50:.2} / {p99:.2}")),
     ]
 }
 
@@ -417,6 +424,9 @@ fn inferscope(sim: &Server, cpu: usize, how: How) -> anyhow::Result<Client> {
         requests: finished,
         failed: finished - procs::num(p, "/counts/ok")?,
         send_lag_p99: procs::num(p, "/latency_ms/send_lag/p99").ok(),
+        connect: procs::num(p, "/latency_ms/connect/p50")
+            .ok()
+            .zip(procs::num(p, "/latency_ms/connect/p99").ok()),
         ramp: procs::num(p, "/ramp/ramp_up_s")
             .ok()
             .map(|s| (s, procs::num(p, "/ramp/requests").unwrap_or(0.0))),

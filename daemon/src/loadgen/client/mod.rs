@@ -35,6 +35,8 @@ type Hyper = Client<TlsConnector<GuardedConnector>, Full<Bytes>>;
 pub struct HttpClient {
     pooled: Hyper,
     fresh: Hyper,
+    /// New connections' open times, until the first answer on each takes its own.
+    opened: Arc<dial::Opened>,
 }
 
 /// A client for `target` with keep-alive, `TCP_NODELAY`, a connect timeout (the TLS
@@ -47,7 +49,8 @@ pub fn build_client(target: &Target, connect_timeout: Duration, allow_remote: bo
         allow_remote,
         timeout: connect_timeout,
     };
-    let tls = TlsConnector::new(conn, target.tls.clone(), connect_timeout);
+    let opened = Arc::new(dial::Opened::default());
+    let tls = TlsConnector::new(conn, target.tls.clone(), connect_timeout).timed(opened.clone());
     HttpClient {
         pooled: Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
@@ -57,6 +60,7 @@ pub fn build_client(target: &Target, connect_timeout: Duration, allow_remote: bo
         fresh: Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build(tls),
+        opened,
     }
 }
 
@@ -305,6 +309,11 @@ pub fn us_since(t0: Instant) -> u64 {
     t0.elapsed().as_micros() as u64
 }
 
+/// Microseconds since `start`, as a connect time (saturating at `u32::MAX`, 71 minutes).
+fn micros(start: Instant) -> u32 {
+    u32::try_from(us_since(start)).unwrap_or(u32::MAX)
+}
+
 /// How a request reaches the server.
 pub enum Via<'a> {
     /// The shared keep-alive pool (open loop: any free connection).
@@ -323,6 +332,8 @@ pub struct OwnConn {
     connect_timeout: Duration,
     tls: Option<tokio_rustls::TlsConnector>,
     conn: Option<(http1::SendRequest<Full<Bytes>>, SocketAddr, SocketAddr)>,
+    /// How long the open connection took to open, until the first answer on it takes it.
+    opened_us: Option<u32>,
     /// The connection of plain requests to an `http://` target ([`h1`]).
     raw: Option<Box<h1::Raw>>,
 }
@@ -341,6 +352,7 @@ impl OwnConn {
             connect_timeout,
             tls: target.tls.clone().map(tokio_rustls::TlsConnector::from),
             conn: None,
+            opened_us: None,
             raw: None,
         }
     }
@@ -358,6 +370,7 @@ impl OwnConn {
     }
 
     async fn connect(&mut self) -> Result<(), (ErrorClass, String)> {
+        let start = Instant::now();
         let stream = self.dial().await?;
         let (local, remote) = (stream.local_addr(), stream.peer_addr());
         let stream = match &self.tls {
@@ -378,6 +391,7 @@ impl OwnConn {
         tokio::spawn(conn);
         if let (Ok(l), Ok(r)) = (local, remote) {
             self.conn = Some((sender, l, r));
+            self.opened_us = Some(micros(start));
         }
         Ok(())
     }
@@ -455,6 +469,8 @@ pub struct Sent {
     pub addrs: Option<(SocketAddr, SocketAddr)>,
     /// Sent a second time on a fresh connection: the kept-alive one was closed by the server.
     pub reconnected: bool,
+    /// The request waited for its connection to open: this long, µs.
+    pub connect_us: Option<u32>,
 }
 
 impl Via<'_> {
@@ -470,10 +486,12 @@ impl Via<'_> {
                         .extensions()
                         .get::<HttpInfo>()
                         .map(|i| (i.local_addr(), i.remote_addr()));
+                    let connect_us = addrs.and_then(|(local, _)| client.opened.take(local));
                     Ok(Sent {
                         resp,
                         addrs,
                         reconnected,
+                        connect_us,
                     })
                 }
                 Err(e) => {
@@ -498,13 +516,14 @@ impl Via<'_> {
                     resp,
                     addrs: Some((l, a)),
                     reconnected,
+                    connect_us: conn.opened_us.take(),
                 }),
         }
     }
 }
 
-/// Sends `req`, fills `actual_us`, `first_byte_us`, `status`, `reconnected` and the socket
-/// addresses.
+/// Sends `req`, fills `actual_us`, `first_byte_us`, `status`, `reconnected`, `connect_us` and
+/// the socket addresses.
 pub async fn send(
     via: &mut Via<'_>,
     req: Request<Full<Bytes>>,
@@ -517,10 +536,12 @@ pub async fn send(
             resp,
             addrs,
             reconnected,
+            connect_us,
         }) => {
             rec.first_byte_us = Some(us_since(t0));
             rec.status = Some(resp.status().as_u16());
             rec.reconnected = reconnected;
+            rec.connect_us = connect_us;
             if let Some((local, remote)) = addrs {
                 rec.local_addr = Some(local);
                 rec.remote_addr = Some(remote);

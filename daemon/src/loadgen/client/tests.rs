@@ -317,3 +317,42 @@ async fn hostile_chunked_bodies_fail_both_ways_without_a_panic() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_request_that_waited_for_its_connection_carries_the_connect_time() {
+    let ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    for once in [false, true] {
+        let addr = serve_answer(ok, once).await;
+        let target = Target::new(&format!("http://{addr}"), []).unwrap();
+        let timeout = Duration::from_secs(5);
+        // The own connection through hyper (an LLM request's way), then plain requests.
+        let mut own = OwnConn::new(&target, timeout, false);
+        let mut hyper_own = Vec::new();
+        for i in 0..6 {
+            let req = target
+                .request(&Method::POST, "/v1/chat/completions", Bytes::new(), &[])
+                .unwrap();
+            let mut rec = RequestRecord::new(i, 0, Endpoint::Chat, 0);
+            if let Ok(resp) = send(&mut Via::Own(&mut own), req, &mut rec, Instant::now()).await {
+                resp.into_body().collect().await.unwrap();
+            }
+            hyper_own.push(rec);
+        }
+        let [pooled, raw_own] = plain_both_ways(addr, 6).await;
+        for (way, recs) in [("pool", pooled), ("own", hyper_own), ("raw", raw_own)] {
+            let opened: Vec<bool> = recs.iter().map(|r| r.connect_us.is_some()).collect();
+            // Kept alive: the first request opens the connection, the others reuse it; closed
+            // after each answer: every request waits for a new one.
+            let want: Vec<bool> = (0..6).map(|i| once || i == 0).collect();
+            assert_eq!(opened, want, "{way}, closed after each answer: {once}");
+            for r in &recs {
+                assert_eq!(r.error, None, "{way}: {r:?}");
+                let waited = r.first_byte_us.unwrap() - r.actual_us;
+                assert!(
+                    r.connect_us.is_none_or(|c| u64::from(c) <= waited),
+                    "{way}: connect longer than the wait for the answer: {r:?}"
+                );
+            }
+        }
+    }
+}

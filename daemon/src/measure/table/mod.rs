@@ -65,34 +65,7 @@ impl StressReport {
                 l("send_lag", |s| s.p99),
                 slo
             );
-            if !p.counts.errors.is_empty() {
-                let errs: Vec<String> = p
-                    .counts
-                    .errors
-                    .iter()
-                    .map(|(k, v)| format!("{k} {v}"))
-                    .collect();
-                let _ = writeln!(s, "  errors: {}", errs.join(", "));
-            }
-            if !p.counts.chaos.is_empty() {
-                let knobs: Vec<String> = p
-                    .counts
-                    .chaos
-                    .iter()
-                    .map(|(k, v)| {
-                        let share = *v as f64 / p.counts.finished.max(1) as f64;
-                        format!("{k} {v} ({:.0}%)", share * 100.0)
-                    })
-                    .collect();
-                let _ = writeln!(s, "  chaos (on purpose): {}", knobs.join(", "));
-            }
-            if p.counts.reconnected > 0 {
-                let _ = writeln!(
-                    s,
-                    "  resent on a fresh connection: {} (the server closed kept-alive connections unannounced; not errors)",
-                    p.counts.reconnected
-                );
-            }
+            count_lines(&mut s, p);
             if p.recall.count > 0 {
                 let _ = writeln!(
                     s,
@@ -128,6 +101,48 @@ pub fn fmt_ms(v: f64) -> String {
         format!("{v:.0}ms")
     } else {
         format!("{v:.2}ms")
+    }
+}
+
+/// The lines of a phase's counts beyond the table's: errors, chaos, resends, connects.
+fn count_lines(s: &mut String, p: &PhaseReport) {
+    if !p.counts.errors.is_empty() {
+        let errs: Vec<String> = p
+            .counts
+            .errors
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(s, "  errors: {}", errs.join(", "));
+    }
+    if !p.counts.chaos.is_empty() {
+        let knobs: Vec<String> = p
+            .counts
+            .chaos
+            .iter()
+            .map(|(k, v)| {
+                let share = *v as f64 / p.counts.finished.max(1) as f64;
+                format!("{k} {v} ({:.0}%)", share * 100.0)
+            })
+            .collect();
+        let _ = writeln!(s, "  chaos (on purpose): {}", knobs.join(", "));
+    }
+    if p.counts.reconnected > 0 {
+        let _ = writeln!(
+            s,
+            "  resent on a fresh connection: {} (the server closed kept-alive connections unannounced; not errors)",
+            p.counts.reconnected
+        );
+    }
+    if let Some(c) = p.latency_ms.get("connect").filter(|c| c.count > 0) {
+        let _ = writeln!(
+            s,
+            "  connect: {} requests waited for a new connection, p50 {}, p99 {}, max {} (in their TTFT and E2E)",
+            c.count,
+            fmt_ms(c.p50),
+            fmt_ms(c.p99),
+            fmt_ms(c.max)
+        );
     }
 }
 

@@ -113,7 +113,10 @@ async fn send(
             Some(r) => r,
             // Boxed: a dial is a large future that runs once per connection.
             None => match Box::pin(connect(conn)).await {
-                Ok(r) => Box::new(r),
+                Ok((r, took)) => {
+                    rec.connect_us = Some(took);
+                    Box::new(r)
+                }
                 Err(fail) => {
                     rec.fail(fail.class, fail.msg);
                     rec.end_us = us_since(t0);
@@ -187,7 +190,9 @@ fn encode(out: &mut Vec<u8>, conn: &OwnConn, parts: &hyper::http::request::Parts
     out.extend_from_slice(body);
 }
 
-async fn connect(conn: &OwnConn) -> Result<Raw, Failed> {
+/// A new raw connection, and how long it took to open (µs).
+async fn connect(conn: &OwnConn) -> Result<(Raw, u32), Failed> {
+    let start = std::time::Instant::now();
     let stream = conn.dial().await.map_err(|(class, msg)| Failed {
         class,
         msg,
@@ -200,13 +205,14 @@ async fn connect(conn: &OwnConn) -> Result<Raw, Failed> {
             before_answer: false,
         });
     };
-    Ok(Raw {
+    let raw = Raw {
         stream,
         local,
         remote,
         buf: BytesMut::with_capacity(8 << 10),
         out: Vec::new(),
-    })
+    };
+    Ok((raw, super::micros(start)))
 }
 
 /// Writes the request, reads the answer's head (then `first_byte_us`, `status`) and its body.
