@@ -230,7 +230,9 @@ pub fn default_port(uri: &Uri) -> u16 {
 
 /// How long each new pooled connection took to open (the dial, and the TLS handshake of an
 /// `https://` target), by its local address, until the first answer on it takes the time: that
-/// request is the one that waited for the connection. At most [`Opened::MAX`] are held; a
+/// request is the one that waited for the connection, except when hyper's pool handed the
+/// waiting request a connection freed meanwhile (the new one then goes to the pool, and its
+/// first request carries the time it did not wait). At most [`Opened::MAX`] are held; a
 /// connection that failed before any answer leaves its entry until the table is full, and a
 /// full table starts over (the times it drops are of connections nobody answered on).
 #[derive(Debug, Default)]
