@@ -138,7 +138,7 @@ impl LoadFold {
     pub fn of_records(len_ms: u64, records: &[RequestRecord]) -> Self {
         let mut f = Self::new(len_ms, usize::MAX);
         for r in records {
-            f.add(r);
+            f.add(r.clone());
         }
         f
     }
@@ -151,21 +151,21 @@ impl LoadFold {
         tokio::spawn(async move {
             let mut fold = LoadFold::new(len_ms, SAMPLE_BUDGET);
             while let Some(r) = rx.recv().await {
-                fold.add(&r);
+                fold.add(r);
             }
             fold
         })
     }
 
-    /// Folds one finished request.
-    pub fn add(&mut self, r: &RequestRecord) {
+    /// Folds one finished request (taken: a sampled one is kept slimmed, without a copy).
+    pub fn add(&mut self, r: RequestRecord) {
         self.seen += 1;
         self.first_intended_us = Some(
             self.first_intended_us
                 .map_or(r.intended_us, |f| f.min(r.intended_us)),
         );
         let w = r.intended_us / 1000 / self.len_ms;
-        self.windows.entry(w).or_default().add(r);
+        self.windows.entry(w).or_default().add(&r);
         let (start, end) = ((r.actual_us / 1000) as usize, (r.end_us / 1000) as usize);
         if self.in_flight.len() <= end.max(start) {
             self.in_flight.resize(end.max(start) + 1, 0);
@@ -246,14 +246,13 @@ impl LoadFold {
 
 /// `r` without what no window needs: its tokens past the first (its inter-token latencies are
 /// already in the window's sketch), its messages and its steps.
-fn slim(r: &RequestRecord) -> RequestRecord {
-    RequestRecord {
-        token_us: r.token_us.first().copied().into_iter().collect(),
-        error_message: None,
-        finish_reason: None,
-        steps: Vec::new(),
-        ..r.clone()
-    }
+fn slim(mut r: RequestRecord) -> RequestRecord {
+    r.token_us.truncate(1);
+    r.token_us.shrink_to_fit();
+    r.error_message = None;
+    r.finish_reason = None;
+    r.steps = Vec::new();
+    r
 }
 
 #[cfg(test)]
@@ -272,10 +271,10 @@ mod tests {
     #[test]
     fn a_small_budget_thins_the_sample_evenly_and_says_so_while_windows_count_all() {
         let records: Vec<RequestRecord> = (0..4000).map(|i| record(i, i / 2)).collect();
-        let one = slim(&records[0]).footprint();
+        let one = slim(records[0].clone()).footprint();
         let mut f = LoadFold::new(1000, one * 600);
         for r in &records {
-            f.add(r);
+            f.add(r.clone());
         }
         let counted: u64 = f.windows().values().map(|a| a.requests).sum();
         assert_eq!(counted, 4000);
@@ -299,9 +298,9 @@ mod tests {
         let mut long = record(0, 0);
         long.end_us = 2_500_000;
         let mut f = LoadFold::new(1000, usize::MAX);
-        f.add(&long);
-        f.add(&record(1, 100));
-        f.add(&record(2, 2_000));
+        f.add(long);
+        f.add(record(1, 100));
+        f.add(record(2, 2_000));
         let m = f.in_flight_max(|ms| (ms / 1000) as usize);
         assert_eq!(m.get(&0), Some(&2));
         assert_eq!(
