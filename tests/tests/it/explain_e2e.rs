@@ -19,75 +19,81 @@ use inferscope_tests::{
         BASELINE, FIRST, LOADGEN_CPU, Load, PEAK, SIM_CPU, Stress, assert_peak, describe, loopback,
         run, scenario,
     },
-    root_or_skip,
+    retry_once, root_or_skip,
 };
 use serde_json::Value;
 
 #[test]
 fn kv_pressure_is_kv_cache() {
-    let Some(_machine) = root_or_skip("kv_pressure_is_kv_cache") else {
-        return;
-    };
-    // 256 blocks of 16 tokens: a request of 128 + 384 tokens grows from 8 blocks at admission
-    // (vLLM admits on the prompt's blocks) to 32, so at low load the cache has room and at
-    // the peak it admits more than fit once they decode: running sequences get preempted and
-    // the rest wait with the cache full (more blocks than the profile's 64, so that one
-    // finishing request does not empty half the cache between two scrapes).
-    let report = run(
-        "kv",
-        "kv-pressure",
-        &inferscope_tests::cases::KV_PRESSURE_SIM,
-        &inferscope_tests::cases::kv_pressure_load(),
-    );
-    assert_peak(&report, "kv_cache", &[], &["kv_usage", "preemptions_per_s"]);
-    // The scrape recognised the sim's vLLM metrics: what to do speaks vLLM's terms.
-    let hint = inferscope_tests::explain::peak(&report)["hint"]
-        .as_str()
-        .unwrap_or_default();
-    assert!(hint.contains("gpu_memory_utilization"), "{hint}");
+    retry_once(|| {
+        let Some(_machine) = root_or_skip("kv_pressure_is_kv_cache") else {
+            return;
+        };
+        // 256 blocks of 16 tokens: a request of 128 + 384 tokens grows from 8 blocks at admission
+        // (vLLM admits on the prompt's blocks) to 32, so at low load the cache has room and at
+        // the peak it admits more than fit once they decode: running sequences get preempted and
+        // the rest wait with the cache full (more blocks than the profile's 64, so that one
+        // finishing request does not empty half the cache between two scrapes).
+        let report = run(
+            "kv",
+            "kv-pressure",
+            &inferscope_tests::cases::KV_PRESSURE_SIM,
+            &inferscope_tests::cases::kv_pressure_load(),
+        );
+        assert_peak(&report, "kv_cache", &[], &["kv_usage", "preemptions_per_s"]);
+        // The scrape recognised the sim's vLLM metrics: what to do speaks vLLM's terms.
+        let hint = inferscope_tests::explain::peak(&report)["hint"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(hint.contains("gpu_memory_utilization"), "{hint}");
+    });
 }
 
 #[test]
 fn queue_bound_is_queue() {
-    let Some(_machine) = root_or_skip("queue_bound_is_queue") else {
-        return;
-    };
-    // 4 sequences at a time, each ~256 steps of ~2 ms: ~7 req/s at most.
-    let report = run(
-        "queue",
-        "queue-bound",
-        &[],
-        &Load {
-            baseline_rps: 2.0,
-            peak_rps: 12.0,
-            input_tokens: 128,
-            output_tokens: 256,
-            peak_input_tokens: None,
-            peak_output_tokens: None,
-        },
-    );
-    assert_peak(
-        &report,
-        "queue",
-        &[],
-        &["waiting", "queue_time_p95_ms", "queue_share_of_ttft"],
-    );
+    retry_once(|| {
+        let Some(_machine) = root_or_skip("queue_bound_is_queue") else {
+            return;
+        };
+        // 4 sequences at a time, each ~256 steps of ~2 ms: ~7 req/s at most.
+        let report = run(
+            "queue",
+            "queue-bound",
+            &[],
+            &Load {
+                baseline_rps: 2.0,
+                peak_rps: 12.0,
+                input_tokens: 128,
+                output_tokens: 256,
+                peak_input_tokens: None,
+                peak_output_tokens: None,
+            },
+        );
+        assert_peak(
+            &report,
+            "queue",
+            &[],
+            &["waiting", "queue_time_p95_ms", "queue_share_of_ttft"],
+        );
+    });
 }
 
 #[test]
 fn healthy_at_low_load_is_none() {
-    let Some(_machine) = root_or_skip("healthy_at_low_load_is_none") else {
-        return;
-    };
-    let report = run(
-        "none",
-        "healthy",
-        &[],
-        &inferscope_tests::cases::llm(2.0, 4.0, 32),
-    );
-    let p = assert_peak(&report, "none", &[], &[]);
-    assert_eq!(p["untrustworthy"], false, "{}", describe(p));
-    assert_kernel_times_inside_the_clients(&report);
+    retry_once(|| {
+        let Some(_machine) = root_or_skip("healthy_at_low_load_is_none") else {
+            return;
+        };
+        let report = run(
+            "none",
+            "healthy",
+            &[],
+            &inferscope_tests::cases::llm(2.0, 4.0, 32),
+        );
+        let p = assert_peak(&report, "none", &[], &[]);
+        assert_eq!(p["untrustworthy"], false, "{}", describe(p));
+        assert_kernel_times_inside_the_clients(&report);
+    });
 }
 
 /// Each sampled request's server-side times (the kernel's read of the request, first write,
@@ -181,156 +187,165 @@ fn run_with_peak_hogs(name: &str, load: &Load, hogs: usize, hog_cpu: usize) -> V
 
 #[test]
 fn cpu_hogs_on_the_engine_cpu_are_cpu_runqueue() {
-    let Some(_machine) = root_or_skip("cpu_hogs_on_the_engine_cpu_are_cpu_runqueue") else {
-        return;
-    };
-    let report = run_with_peak_hogs(
-        "cpu",
-        &Load {
-            baseline_rps: 8.0,
-            peak_rps: 8.0,
-            input_tokens: 128,
-            output_tokens: 32,
-            peak_input_tokens: None,
-            peak_output_tokens: None,
-        },
-        2,
-        SIM_CPU,
-    );
-    assert_peak(
-        &report,
-        "cpu_runqueue",
-        &[],
-        &["runq_p99_us", "runq_mean_us"],
-    );
+    retry_once(|| {
+        let Some(_machine) = root_or_skip("cpu_hogs_on_the_engine_cpu_are_cpu_runqueue") else {
+            return;
+        };
+        let report = run_with_peak_hogs(
+            "cpu",
+            &Load {
+                baseline_rps: 8.0,
+                peak_rps: 8.0,
+                input_tokens: 128,
+                output_tokens: 32,
+                peak_input_tokens: None,
+                peak_output_tokens: None,
+            },
+            2,
+            SIM_CPU,
+        );
+        assert_peak(
+            &report,
+            "cpu_runqueue",
+            &[],
+            &["runq_p99_us", "runq_mean_us"],
+        );
+    });
 }
 
 #[test]
 fn starved_load_generator_is_loadgen_and_untrustworthy() {
-    let Some(_machine) = root_or_skip("starved_load_generator_is_loadgen_and_untrustworthy") else {
-        return;
-    };
-    let report = run_with_peak_hogs(
-        "loadgen",
-        &Load {
-            baseline_rps: 20.0,
-            peak_rps: 20.0,
-            input_tokens: 128,
-            output_tokens: 32,
-            peak_input_tokens: None,
-            peak_output_tokens: None,
-        },
-        2,
-        LOADGEN_CPU,
-    );
-    let p = assert_peak(
-        &report,
-        "loadgen",
-        &[],
-        &["send_lag_p95_ms", "loadgen_runq_p99_us"],
-    );
-    assert_eq!(
-        p["untrustworthy"],
-        true,
-        "latencies of a starved generator are marked untrustworthy: {}",
-        describe(p)
-    );
+    retry_once(|| {
+        let Some(_machine) = root_or_skip("starved_load_generator_is_loadgen_and_untrustworthy")
+        else {
+            return;
+        };
+        let report = run_with_peak_hogs(
+            "loadgen",
+            &Load {
+                baseline_rps: 20.0,
+                peak_rps: 20.0,
+                input_tokens: 128,
+                output_tokens: 32,
+                peak_input_tokens: None,
+                peak_output_tokens: None,
+            },
+            2,
+            LOADGEN_CPU,
+        );
+        let p = assert_peak(
+            &report,
+            "loadgen",
+            &[],
+            &["send_lag_p95_ms", "loadgen_runq_p99_us"],
+        );
+        assert_eq!(
+            p["untrustworthy"],
+            true,
+            "latencies of a starved generator are marked untrustworthy: {}",
+            describe(p)
+        );
+    });
 }
 
 #[test]
 fn gpu_memory_profile_is_gpu_memory() {
-    let Some(_machine) = root_or_skip("gpu_memory_profile_is_gpu_memory") else {
-        return;
-    };
-    // Device memory leaves workspace for a 512-token step: the baseline's 128-token prompts
-    // fit, the peak's ~640-token prefills do not (out-of-memory, as a long prompt's
-    // activations can be on a real GPU sized for its KV cache).
-    let report = run(
-        "gpu",
-        "gpu-memory",
-        &[],
-        &Load {
-            baseline_rps: 1.0,
-            peak_rps: 30.0,
-            input_tokens: 128,
-            output_tokens: 32,
-            peak_input_tokens: Some(640),
-            peak_output_tokens: None,
-        },
-    );
-    assert_peak(
-        &report,
-        "gpu_memory",
-        &[],
-        &["gpu_oom", "gpu_mem_used_frac"],
-    );
+    retry_once(|| {
+        let Some(_machine) = root_or_skip("gpu_memory_profile_is_gpu_memory") else {
+            return;
+        };
+        // Device memory leaves workspace for a 512-token step: the baseline's 128-token prompts
+        // fit, the peak's ~640-token prefills do not (out-of-memory, as a long prompt's
+        // activations can be on a real GPU sized for its KV cache).
+        let report = run(
+            "gpu",
+            "gpu-memory",
+            &[],
+            &Load {
+                baseline_rps: 1.0,
+                peak_rps: 30.0,
+                input_tokens: 128,
+                output_tokens: 32,
+                peak_input_tokens: Some(640),
+                peak_output_tokens: None,
+            },
+        );
+        assert_peak(
+            &report,
+            "gpu_memory",
+            &[],
+            &["gpu_oom", "gpu_mem_used_frac"],
+        );
+    });
 }
 
 #[test]
 fn congested_link_is_network() {
-    let Some(_machine) = root_or_skip("congested_link_is_network") else {
-        return;
-    };
-    let ns = NetNs::create("net");
-    let cpu = SIM_CPU.to_string();
-    let sim = Sim::start(
-        &["ip", "netns", "exec", &ns.name, "taskset", "-c", &cpu],
-        "healthy",
-        std::net::SocketAddr::from((NetNs::NS_ADDR, 8000)),
-        &[],
-    );
-    let load = Load {
-        baseline_rps: 4.0,
-        peak_rps: 4.0,
-        input_tokens: 128,
-        output_tokens: 32,
-        peak_input_tokens: None,
-        peak_output_tokens: None,
-    };
-    let pid = sim.pid().to_string();
-    // The sim is in another network namespace: name its pid (the port is not ours to see).
-    let stress = Stress::start(
-        "net",
-        &scenario("net", &sim.url(), &load),
-        None,
-        FIRST,
-        &["--allow-remote", "--pid", &pid],
-    );
-    sim.wait_for_load(Duration::from_mins(1));
-    std::thread::sleep(BASELINE);
-    // The peak: 2 Mbit/s each way, and a bulk flow from the namespace (the direction the
-    // answers travel) that keeps the bottleneck queue full.
-    ns.shape("2mbit");
-    let stop = Arc::new(AtomicBool::new(false));
-    let sink =
-        std::net::TcpListener::bind(std::net::SocketAddr::from((NetNs::HOST_ADDR, 0))).unwrap();
-    let sink_addr = sink.local_addr().unwrap();
-    let reader = std::thread::spawn(move || {
-        if let Ok((mut s, _)) = sink.accept() {
-            let _ = std::io::copy(&mut s, &mut std::io::sink());
-        }
-    });
-    let s = Arc::clone(&stop);
-    let writer = ns.spawn_inside(move || {
-        use std::io::Write as _;
-        let mut c = std::net::TcpStream::connect(sink_addr).unwrap();
-        let chunk = vec![0u8; 64 * 1024];
-        while !s.load(Ordering::Relaxed) {
-            if c.write_all(&chunk).is_err() {
-                break;
+    retry_once(|| {
+        let Some(_machine) = root_or_skip("congested_link_is_network") else {
+            return;
+        };
+        let ns = NetNs::create("net");
+        let cpu = SIM_CPU.to_string();
+        let sim = Sim::start(
+            &["ip", "netns", "exec", &ns.name, "taskset", "-c", &cpu],
+            "healthy",
+            std::net::SocketAddr::from((NetNs::NS_ADDR, 8000)),
+            &[],
+        );
+        let load = Load {
+            baseline_rps: 4.0,
+            peak_rps: 4.0,
+            input_tokens: 128,
+            output_tokens: 32,
+            peak_input_tokens: None,
+            peak_output_tokens: None,
+        };
+        let pid = sim.pid().to_string();
+        // The sim is in another network namespace: name its pid (the port is not ours to see).
+        let stress = Stress::start(
+            "net",
+            &scenario("net", &sim.url(), &load),
+            None,
+            FIRST,
+            &["--allow-remote", "--pid", &pid],
+        );
+        sim.wait_for_load(Duration::from_mins(1));
+        std::thread::sleep(BASELINE);
+        // The peak: 2 Mbit/s each way, and a bulk flow from the namespace (the direction the
+        // answers travel) that keeps the bottleneck queue full.
+        ns.shape("2mbit");
+        let stop = Arc::new(AtomicBool::new(false));
+        let sink =
+            std::net::TcpListener::bind(std::net::SocketAddr::from((NetNs::HOST_ADDR, 0))).unwrap();
+        let sink_addr = sink.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            if let Ok((mut s, _)) = sink.accept() {
+                let _ = std::io::copy(&mut s, &mut std::io::sink());
             }
-        }
+        });
+        let s = Arc::clone(&stop);
+        let writer = ns.spawn_inside(move || {
+            use std::io::Write as _;
+            let mut c = std::net::TcpStream::connect(sink_addr).unwrap();
+            let chunk = vec![0u8; 64 * 1024];
+            while !s.load(Ordering::Relaxed) {
+                if c.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        std::thread::sleep(PEAK);
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        reader.join().unwrap();
+        let report = stress.finish();
+        assert_peak(
+            &report,
+            "network",
+            &[],
+            &["srtt_mean_us", "retransmits", "client_server_gap_ms"],
+        );
+        drop(sim);
     });
-    std::thread::sleep(PEAK);
-    stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
-    reader.join().unwrap();
-    let report = stress.finish();
-    assert_peak(
-        &report,
-        "network",
-        &[],
-        &["srtt_mean_us", "retransmits", "client_server_gap_ms"],
-    );
-    drop(sim);
 }
