@@ -17,6 +17,7 @@ vLLM) do.
 
 import argparse
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
@@ -101,11 +102,19 @@ def main():
                 self.wfile.write(b"0\r\n\r\n")
 
     host, port = args.listen.rsplit(":", 1)
-    cls = HTTPServer if args.sync else ThreadingHTTPServer
-    cls.request_queue_size = 1024
-    server = cls((host, int(port)), Handler)
-    server.daemon_threads = True
-    server.serve_forever()
+    base = HTTPServer if args.sync else ThreadingHTTPServer
+
+    class Server(base):
+        request_queue_size = 1024
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            # A client that hangs up mid-answer (a timeout, a fault that drops its segments,
+            # a run that ends) is the test's doing: only other errors print a traceback.
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
+    Server((host, int(port)), Handler).serve_forever()
 
 
 def completion(model, tokens):

@@ -11,6 +11,7 @@ pub mod scorecard;
 pub mod stampede;
 pub mod sweeps;
 
+use std::io::Write as _;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The machine, held by one root test at a time: the tests share its two CPUs, and the
@@ -29,7 +30,7 @@ pub fn machine() -> Machine {
 /// 356 ms of CPU on the same request, one every 1.5 s on an idle machine, with no steal and no
 /// run-queue wait (session 17). Windows of one or two requests then see a rise nothing on the
 /// machine caused, and the verdict says so (`unexplained`). A wrong verdict fails both tries;
-/// the first try's failure is printed either way.
+/// the first try's failure is printed either way, past the harness's capture.
 pub fn retry_once(body: impl Fn() + std::panic::RefUnwindSafe) {
     if let Err(e) = std::panic::catch_unwind(&body) {
         let why = e
@@ -37,7 +38,13 @@ pub fn retry_once(body: impl Fn() + std::panic::RefUnwindSafe) {
             .map(String::as_str)
             .or_else(|| e.downcast_ref::<&str>().copied())
             .unwrap_or("a panic without a message");
-        eprintln!("the first try failed, trying once more: {why}");
+        // Straight to the stream, past the test harness's capture: a retry shows in the run's
+        // output even when the second try passes.
+        let test = std::thread::current().name().unwrap_or("a test").to_owned();
+        let _ = writeln!(
+            std::io::stderr(),
+            "{test}: the first try failed, trying once more: {why}"
+        );
         body();
     }
 }

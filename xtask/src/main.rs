@@ -98,6 +98,15 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         .unwrap_or_else(|_| Err(anyhow::anyhow!("the engine build panicked")));
     compiled?;
     engine?;
+    // The deploy checks (a minute or two) run first and the tests after them whatever their
+    // outcome, so one run reports both and the tests' failures are the last thing it prints
+    // (CI shows the run's tail).
+    let deploy = if args.is_empty() {
+        deploy_checks()
+    } else {
+        println!("xtask: deploy/validate.sh skipped: a test filter was given");
+        Ok(())
+    };
     // --no-fail-fast: one CI run reports every failing test binary, not just the first.
     let mut cmd = run::cargo(&[
         "test",
@@ -110,13 +119,6 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         cmd.arg("--").args(args);
     }
     let tests = run::status(&mut cmd);
-    // The deploy checks run after the tests whatever their outcome, so one run reports both.
-    let deploy = if args.is_empty() {
-        deploy_checks()
-    } else {
-        println!("xtask: deploy/validate.sh skipped: a test filter was given");
-        Ok(())
-    };
     tests.and(deploy)
 }
 
