@@ -33,11 +33,7 @@ pub fn machine() -> Machine {
 /// the first try's failure is printed either way, past the harness's capture.
 pub fn retry_once(body: impl Fn() + std::panic::RefUnwindSafe) {
     if let Err(e) = std::panic::catch_unwind(&body) {
-        let why = e
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| e.downcast_ref::<&str>().copied())
-            .unwrap_or("a panic without a message");
+        let why = inferscope::loadgen::engine::panic_message(&*e);
         // Straight to the stream, past the test harness's capture: a retry shows in the run's
         // output even when the second try passes.
         let test = std::thread::current().name().unwrap_or("a test").to_owned();
