@@ -262,7 +262,11 @@ fn summarise_one(
             })
             .map(|s| s.cause)
             .or_else(|| {
-                (share_of(Cause::Unexplained) >= DOMINANT_MIN_SHARE).then_some(Cause::Unexplained)
+                // Windows of a request or two rise by chance on a machine whose speed drifts:
+                // the phase's rise is unexplained only when the phase as a whole rose.
+                (share_of(Cause::Unexplained) >= DOMINANT_MIN_SHARE
+                    && base.is_none_or(|b| is_baseline || rose(&phase_latency, b)))
+                .then_some(Cause::Unexplained)
             })
             .unwrap_or(Cause::None)
     };
@@ -412,6 +416,24 @@ fn tail_rose(latency: &PhaseLatency, base: &Baseline) -> bool {
     check(latency.ttft_ms, Signal::TtftP99Ms)
         .or_else(|| check(latency.e2e_ms, Signal::E2eP99Ms))
         .unwrap_or(false)
+}
+
+/// Whether the phase's latency rose as a window's must to be off its baseline: its TTFT or
+/// E2E median x1.5 and +20 ms beyond the baseline's noise, or its tail ([`tail_rose`]). A
+/// phase without client latencies (the server's side only) cannot say, and counts as risen.
+fn rose(latency: &PhaseLatency, base: &Baseline) -> bool {
+    let check = |q: Option<Quantiles>, s: Signal| {
+        let (q, level) = (q?, base.level(s)?);
+        let bar = (1.5 * level.median)
+            .max(level.median + 20.0)
+            .max(level.median + NOISE_SIGMAS * level.spread);
+        Some(q.p50 >= bar)
+    };
+    let medians = [
+        check(latency.ttft_ms, Signal::TtftP50Ms),
+        check(latency.e2e_ms, Signal::E2eP50Ms),
+    ];
+    medians.iter().all(Option::is_none) || medians.contains(&Some(true)) || tail_rose(latency, base)
 }
 
 /// Groups the `signal: reason` lines of a phase's `windows` windows by reason and by how many

@@ -257,6 +257,49 @@ fn missing_evidence_is_unexplained_and_names_what_is_missing() {
     assert!((d.unexplained_ms - d.increase_ms).abs() < 1.0, "{d:#?}");
 }
 
+/// Multiplies every latency of the peak windows whose place among them `slow` picks.
+fn slow_peak_windows(t: &mut Timeline, slow: impl Fn(usize) -> bool, factor: f64) {
+    let scale = |q: &mut Option<crate::collect::timeline::Quantiles>| {
+        if let Some(q) = q.as_mut() {
+            (q.p50, q.p95, q.p99, q.max) = (
+                q.p50 * factor,
+                q.p95 * factor,
+                q.p99 * factor,
+                q.max * factor,
+            );
+        }
+    };
+    let peak = t
+        .windows
+        .iter_mut()
+        .filter(|w| w.phase.as_deref() == Some("peak"));
+    for (_, w) in peak.enumerate().filter(|(i, _)| slow(*i)) {
+        let l = w.load.as_mut().unwrap();
+        scale(&mut l.ttft_ms);
+        scale(&mut l.e2e_ms);
+    }
+}
+
+#[test]
+fn a_few_slow_windows_are_not_an_unexplained_phase() {
+    // A machine whose speed drifts slows a window now and then: 2 of the 7 peak windows 2x,
+    // nothing explains it, and the phase as a whole did not rise.
+    let mut t = fixture("healthy_low_load");
+    slow_peak_windows(&mut t, |i| i % 3 == 1, 2.0);
+    let a = attribute(&t);
+    let slow = peak_verdicts(&a)
+        .iter()
+        .filter(|v| v.cause == Cause::Unexplained)
+        .count();
+    assert_eq!(slow, 2, "{:#?}", peak(&a).shares);
+    assert_eq!(peak(&a).dominant, Cause::None, "{:#?}", peak(&a).shares);
+    // The same rise in every window is the phase's: unexplained.
+    let mut t = fixture("healthy_low_load");
+    slow_peak_windows(&mut t, |_| true, 1.6);
+    let p = attribute(&t).phase("peak").cloned().unwrap();
+    assert_eq!(p.dominant, Cause::Unexplained, "{:#?}", p.shares);
+}
+
 #[test]
 fn missing_sources_lower_confidence() {
     let mut t = fixture("kv_cache");
