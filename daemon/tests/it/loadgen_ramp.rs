@@ -147,7 +147,7 @@ async fn a_bad_ramp_is_refused_in_one_line() {
             "unknown variant `log`",
         ),
         (users, "{duration: 1s, users: 3}", "unknown field `users`"),
-        (users, "soon", "bad ramp_up"),
+        (users, "soon", "ramp_up: bad duration \"soon\""),
     ] {
         let e = err(src(load, ramp));
         assert!(e.starts_with("t.yaml:") && e.contains(says), "{ramp}: {e}");

@@ -28,16 +28,15 @@ pub const BURSTINESS: (f64, f64) = (1e-3, 1e3);
 
 /// `60s`, `500ms`, `1m 30s` (humantime), at most [`HARD_MAX_DURATION`].
 pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = String::deserialize(d)?;
-    let v = humantime::parse_duration(&s).map_err(|e| {
-        D::Error::custom(format!(
-            "bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)"
-        ))
-    })?;
+    parse_duration(&String::deserialize(d)?).map_err(D::Error::custom)
+}
+
+/// [`de_duration`]'s reading of `s`; the error names it and shows how to write one.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let v = humantime::parse_duration(s)
+        .map_err(|e| format!("bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)"))?;
     if v > HARD_MAX_DURATION {
-        return Err(D::Error::custom(format!(
-            "duration `{s}` is longer than the limit of 7 days"
-        )));
+        return Err(format!("duration `{s}` is longer than the limit of 7 days"));
     }
     Ok(v)
 }

@@ -13,7 +13,7 @@ use serde::{
     de::{self, MapAccess, Visitor},
 };
 
-use crate::loadgen::scenario::limits::HARD_MAX_DURATION;
+use super::limits::parse_duration;
 
 /// From this many users on, a closed-loop phase without `ramp_up:` gets [`default_for`]'s.
 pub const DEFAULT_FROM_USERS: usize = 500;
@@ -119,7 +119,7 @@ pub fn default_for(users: usize, duration: Duration) -> Option<RampUp> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Full {
-    #[serde(deserialize_with = "crate::loadgen::scenario::limits::de_duration")]
+    #[serde(deserialize_with = "super::limits::de_duration")]
     duration: Duration,
     #[serde(default)]
     strategy: Strategy,
@@ -138,17 +138,11 @@ impl<'de> Deserialize<'de> for RampUp {
             }
 
             fn visit_str<E: de::Error>(self, s: &str) -> Result<RampUp, E> {
-                let v = humantime::parse_duration(s).map_err(|e| {
+                parse_duration(s).map(RampUp::linear).map_err(|e| {
                     E::custom(format!(
-                        "bad ramp_up {s:?}: {e} (write e.g. `10s`, or `{{duration: 10s, strategy: exponential}}`)"
+                        "ramp_up: {e}, or `{{duration: 10s, strategy: exponential}}`"
                     ))
-                })?;
-                if v > HARD_MAX_DURATION {
-                    return Err(E::custom(format!(
-                        "ramp_up `{s}` is longer than the limit of 7 days"
-                    )));
-                }
-                Ok(RampUp::linear(v))
+                })
             }
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RampUp, A::Error> {
