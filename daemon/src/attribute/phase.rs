@@ -240,36 +240,7 @@ fn summarise_one(
     let phase_latency = latency(&phase_windows);
     let is_baseline = idx.iter().all(|&i| baselines.contains(i));
     let base = idx.first().and_then(|&i| baselines.for_window(&windows[i]));
-    // A lagging generator makes every other verdict of the phase suspect, so it leads; a named
-    // cause comes before `unexplained`, which comes before `none`. A cause of fewer windows
-    // still explains the phase when the phase's tail rose: a spike of a few windows (a
-    // rebuild, a burst of loss) is what a phase's p99 shows and a window share hides.
-    let named = |c: Cause| !matches!(c, Cause::None | Cause::Unexplained);
-    let dominant = if share_of(Cause::Loadgen) >= DOMINANT_MIN_SHARE {
-        Cause::Loadgen
-    } else {
-        shares
-            .iter()
-            .find(|s| named(s.cause) && s.share >= DOMINANT_MIN_SHARE)
-            .or_else(|| {
-                // Not in a baseline phase: it is the reference its own tail is judged by. One
-                // window is an anecdote: the cause needs two.
-                shares
-                    .iter()
-                    .find(|s| named(s.cause))
-                    .filter(|s| s.windows >= TAIL_MIN_WINDOWS)
-                    .filter(|_| !is_baseline && base.is_some_and(|b| tail_rose(&phase_latency, b)))
-            })
-            .map(|s| s.cause)
-            .or_else(|| {
-                // Windows of a request or two rise by chance on a machine whose speed drifts:
-                // the phase's rise is unexplained only when the phase as a whole rose.
-                (share_of(Cause::Unexplained) >= DOMINANT_MIN_SHARE
-                    && base.is_none_or(|b| is_baseline || rose(&phase_latency, b)))
-                .then_some(Cause::Unexplained)
-            })
-            .unwrap_or(Cause::None)
-    };
+    let dominant = dominant(&shares, is_baseline, base, &phase_latency);
     let of_dominant: Vec<&WindowVerdict> = idx
         .iter()
         .map(|&i| &verdicts[i])
@@ -404,6 +375,50 @@ fn order(
         ),
         _ => (None, None),
     }
+}
+
+/// The phase's verdict from its windows' `shares` (most windows first). A lagging generator
+/// makes every other verdict of the phase suspect, so it leads; a named cause comes before
+/// `unexplained`, which comes before `none`. A cause of fewer windows still explains the phase
+/// when the phase's tail rose: a spike of a few windows (a rebuild, a burst of loss) is what a
+/// phase's p99 shows and a window share hides.
+fn dominant(
+    shares: &[CauseShare],
+    is_baseline: bool,
+    base: Option<&Baseline>,
+    phase_latency: &PhaseLatency,
+) -> Cause {
+    let share_of = |c: Cause| {
+        shares
+            .iter()
+            .find(|s| s.cause == c)
+            .map_or(0.0, |s| s.share)
+    };
+    let named = |c: Cause| !matches!(c, Cause::None | Cause::Unexplained);
+    if share_of(Cause::Loadgen) >= DOMINANT_MIN_SHARE {
+        return Cause::Loadgen;
+    }
+    shares
+        .iter()
+        .find(|s| named(s.cause) && s.share >= DOMINANT_MIN_SHARE)
+        .or_else(|| {
+            // Not in a baseline phase: it is the reference its own tail is judged by. One
+            // window is an anecdote: the cause needs two.
+            shares
+                .iter()
+                .find(|s| named(s.cause))
+                .filter(|s| s.windows >= TAIL_MIN_WINDOWS)
+                .filter(|_| !is_baseline && base.is_some_and(|b| tail_rose(phase_latency, b)))
+        })
+        .map(|s| s.cause)
+        .or_else(|| {
+            // Windows of a request or two rise by chance on a machine whose speed drifts:
+            // the phase's rise is unexplained only when the phase as a whole rose.
+            (share_of(Cause::Unexplained) >= DOMINANT_MIN_SHARE
+                && base.is_none_or(|b| is_baseline || rose(phase_latency, b)))
+            .then_some(Cause::Unexplained)
+        })
+        .unwrap_or(Cause::None)
 }
 
 /// Whether the phase's p99 (TTFT, else E2E; request-weighted over its windows) is at least
