@@ -51,6 +51,17 @@ pub struct Level {
     pub spread: f64,
 }
 
+impl Level {
+    /// The least value that rose off this level: `ratio` times it, `min_delta` over it, and
+    /// beyond its noise band ([`NOISE_SIGMAS`] spreads).
+    #[must_use]
+    pub fn risen_bar(self, ratio: f64, min_delta: f64) -> f64 {
+        (self.median * ratio)
+            .max(self.median + min_delta)
+            .max(self.median + NOISE_SIGMAS * self.spread)
+    }
+}
+
 /// The "before" of one workload: each signal's level over its baseline windows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Baseline {

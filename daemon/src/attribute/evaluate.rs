@@ -122,13 +122,18 @@ fn latency_rise(ctx: &Ctx<'_>) -> Option<Vec<Evidence>> {
         })
 }
 
+/// Factor over the baseline a latency median must reach to have risen ([`LATENCY_RISE`]).
+pub const MEDIAN_RISE_RATIO: f64 = 1.5;
+/// Least rise of a latency median, ms ([`LATENCY_RISE`]).
+pub const MEDIAN_RISE_MS: f64 = 20.0;
+
 /// Latency signals whose rise beyond the baseline's noise means the window is not at the
 /// baseline: a window where one of them rose is never `none`. Medians x1.5 and +20 ms;
 /// tails, which a few requests per window make noisy, x2 and +50 ms (a healthy server at a few
 /// times its baseline load batches more: seen, a TTFT p99 of 22 -> 45 ms at 4x).
 const LATENCY_RISE: [Condition; 5] = [
-    risen(Signal::TtftP50Ms, 1.5, 20.0),
-    risen(Signal::E2eP50Ms, 1.5, 20.0),
+    risen(Signal::TtftP50Ms, MEDIAN_RISE_RATIO, MEDIAN_RISE_MS),
+    risen(Signal::E2eP50Ms, MEDIAN_RISE_RATIO, MEDIAN_RISE_MS),
     risen(Signal::TtftP99Ms, 2.0, 50.0),
     risen(Signal::ItlP99Ms, 2.0, 50.0),
     risen(Signal::E2eP99Ms, 2.0, 50.0),
@@ -139,9 +144,17 @@ const LATENCY_RISE: [Condition; 5] = [
 /// server's own mean TTFT, with the medians' thresholds; the whole exchange's tail with the
 /// tails' (a vector index rebuild slows the slowest searches first).
 const SERVER_LATENCY_RISE: [Condition; 4] = [
-    risen(Signal::KernelFirstTokenP50Ms, 1.5, 20.0),
-    risen(Signal::KernelExchangeP50Ms, 1.5, 20.0),
-    risen(Signal::ServerTtftMeanMs, 1.5, 20.0),
+    risen(
+        Signal::KernelFirstTokenP50Ms,
+        MEDIAN_RISE_RATIO,
+        MEDIAN_RISE_MS,
+    ),
+    risen(
+        Signal::KernelExchangeP50Ms,
+        MEDIAN_RISE_RATIO,
+        MEDIAN_RISE_MS,
+    ),
+    risen(Signal::ServerTtftMeanMs, MEDIAN_RISE_RATIO, MEDIAN_RISE_MS),
     risen(Signal::KernelExchangeP99Ms, 2.0, 50.0),
 ];
 

@@ -7,10 +7,11 @@ use std::collections::BTreeMap;
 
 use super::WindowVerdict;
 use super::advice;
-use super::baseline::{Baseline, Baselines, NOISE_SIGMAS};
+use super::baseline::{Baseline, Baselines};
 use super::causes::{self, CausePart};
 use super::confirm::{Confirmation, Outcome};
 use super::decompose::{self, Decomposition, MEDIAN_BAND, TAIL_BAND};
+use super::evaluate::{MEDIAN_RISE_MS, MEDIAN_RISE_RATIO};
 use super::signals::Signal;
 use super::verdict::{Cause, CauseScore, Evidence, Missing};
 use crate::collect::timeline::{Quantiles, Timeline, Window};
@@ -426,7 +427,7 @@ fn dominant(
 fn tail_rose(latency: &PhaseLatency, base: &Baseline) -> bool {
     let check = |q: Option<Quantiles>, s: Signal| {
         let (q, level) = (q?, base.level(s)?);
-        Some(q.p99 >= (2.0 * level.median).max(level.median + NOISE_SIGMAS * level.spread))
+        Some(q.p99 >= level.risen_bar(2.0, 0.0))
     };
     check(latency.ttft_ms, Signal::TtftP99Ms)
         .or_else(|| check(latency.e2e_ms, Signal::E2eP99Ms))
@@ -439,10 +440,7 @@ fn tail_rose(latency: &PhaseLatency, base: &Baseline) -> bool {
 fn rose(latency: &PhaseLatency, base: &Baseline) -> bool {
     let check = |q: Option<Quantiles>, s: Signal| {
         let (q, level) = (q?, base.level(s)?);
-        let bar = (1.5 * level.median)
-            .max(level.median + 20.0)
-            .max(level.median + NOISE_SIGMAS * level.spread);
-        Some(q.p50 >= bar)
+        Some(q.p50 >= level.risen_bar(MEDIAN_RISE_RATIO, MEDIAN_RISE_MS))
     };
     let medians = [
         check(latency.ttft_ms, Signal::TtftP50Ms),

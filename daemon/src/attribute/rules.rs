@@ -428,13 +428,14 @@ impl Condition {
                 ratio,
                 slack: min_delta,
             } => {
-                let Some(Level { median: b, spread }) = ctx.baseline.level(self.signal) else {
+                let Some(level) = ctx.baseline.level(self.signal) else {
                     return Outcome::Missing(Missing::new(name, "no baseline for this signal"));
                 };
+                let Level { median: b, spread } = level;
                 let noise = NOISE_SIGMAS * spread;
                 match self.test {
                     Test::Rises { .. } => {
-                        let t = (b * ratio).max(b + min_delta).max(b + noise);
+                        let t = level.risen_bar(ratio, min_delta);
                         (value >= t, t, Some(b), format!(">= {ratio}x baseline"))
                     }
                     Test::Falls { .. } => {

@@ -140,7 +140,7 @@ impl<'de> Deserialize<'de> for RampUp {
             fn visit_str<E: de::Error>(self, s: &str) -> Result<RampUp, E> {
                 parse_duration(s).map(RampUp::linear).map_err(|e| {
                     E::custom(format!(
-                        "ramp_up: {e}, or `{{duration: 10s, strategy: exponential}}`"
+                        "{e}; the long form is `{{duration: 10s, strategy: exponential}}`"
                     ))
                 })
             }
