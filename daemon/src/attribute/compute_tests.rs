@@ -23,6 +23,8 @@ struct W {
     ttft: f64,
     waiting: f64,
     runq_p99_us: f64,
+    /// The share of the time the server's threads wanted a CPU that they waited for one.
+    runq_wait_share: f64,
     metrics: bool,
 }
 
@@ -35,6 +37,7 @@ impl W {
             ttft,
             waiting: 0.0,
             runq_p99_us: 400.0,
+            runq_wait_share: 0.02,
             metrics: true,
         }
     }
@@ -73,8 +76,8 @@ impl W {
                 p50_us: self.runq_p99_us / 10.0,
                 p99_us: self.runq_p99_us * jitter,
                 mean_us: self.runq_p99_us / 5.0,
-                total_ms: 20.0,
-                oncpu_ms: Some(980.0),
+                total_ms: 1000.0 * self.runq_wait_share,
+                oncpu_ms: Some(1000.0 * (1.0 - self.runq_wait_share)),
                 ..RunqSignals::default()
             }),
             net: Some(NetSignals {
@@ -214,12 +217,14 @@ fn a_starved_cpu_is_cpu_runqueue_not_the_slower_steps_it_causes() {
         W::base("baseline", 1, 6.5, 40.0),
         W {
             runq_p99_us: 30_000.0,
+            runq_wait_share: 0.6,
             ..W::base("peak", 4, 26.0, 65.0)
         },
     ]);
     let p = dominant(&t, "peak");
     assert_eq!(p.dominant, Cause::CpuRunqueue, "{p:#?}");
-    // Outside contention (the run-queue p99 x2 and +5 ms) is what `compute` requires absent.
+    // Outside contention (the threads' share of wanted CPU time spent waiting +0.2) is what
+    // `compute` requires absent.
     assert!(
         !p.runners_up.iter().any(|r| r.cause == Cause::Compute),
         "{:#?}",

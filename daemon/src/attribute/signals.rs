@@ -84,6 +84,10 @@ pub enum Signal {
     RunqMeanUs,
     /// Server threads' summed run-queue wait / window length.
     RunqTotalShare,
+    /// Server threads' run-queue wait / (that wait + their on-CPU time): the share of the time
+    /// they wanted a CPU that they spent waiting for one (the process's own CPU pressure).
+    /// Others taking its CPUs raise it; its own busier threads barely do.
+    RunqWaitShare,
     /// Mean smoothed RTT, µs.
     SrttMeanUs,
     /// Retransmitted segments in the window.
@@ -208,6 +212,7 @@ impl Signal {
         Signal::RunqP99Us,
         Signal::RunqMeanUs,
         Signal::RunqTotalShare,
+        Signal::RunqWaitShare,
         Signal::SrttMeanUs,
         Signal::Retransmits,
         Signal::KernelFirstTokenP50Ms,
@@ -307,6 +312,7 @@ impl Signal {
             | S::RunqP99Us
             | S::RunqMeanUs
             | S::RunqTotalShare
+            | S::RunqWaitShare
             | S::ServerCpuPerRequestMs
             | S::EngineBusyShare => Source::Runq,
             S::SrttMeanUs
@@ -478,6 +484,11 @@ impl Signal {
             S::RunqP99Us => runq.map(|r| r.p99_us),
             S::RunqMeanUs => runq.map(|r| r.mean_us),
             S::RunqTotalShare => runq.map(|r| r.total_ms / w.len_ms.max(1) as f64),
+            S::RunqWaitShare => {
+                let r = runq?;
+                let wanted = r.total_ms + r.oncpu_ms?;
+                (wanted > 0.0).then(|| r.total_ms / wanted)
+            }
             S::SrttMeanUs => net?.srtt_mean_us,
             S::Retransmits => net.map(|n| n.retrans as f64),
             S::KernelFirstTokenP50Ms => net?.server_first_token_p50_ms,

@@ -381,6 +381,37 @@ fn recorded_llama_server_saturating_its_thread_is_compute() {
     }
 }
 
+/// The recorded 1 -> 4 streams on llama-server, its threads' run-queue rewritten as two
+/// machines showed it: in CI its threads' p99 rose 700 us -> 6.4 ms (past `cpu_runqueue`'s
+/// trigger) while they waited for a CPU a share of the time they wanted one that barely moved
+/// (0.06 -> 0.15): the engine's own busier threads, `compute`. With a neighbour taking the CPU
+/// it wanted (two busy loops on it: 0.07 -> 0.69) the same rise is `cpu_runqueue`.
+#[test]
+fn only_a_rising_share_of_time_waiting_for_a_cpu_is_cpu_runqueue() {
+    let with_peak_runq = |wait_ms: f64, oncpu_ms: f64| {
+        let mut t = fixture("llamacpp_compute_nometrics");
+        for w in &mut t.windows {
+            let peak = w.phase.as_deref() == Some("peak");
+            let r = w.runq.as_mut().unwrap();
+            (r.p99_us, r.mean_us) = if peak { (6443.0, 261.0) } else { (698.0, 72.0) };
+            (r.total_ms, r.oncpu_ms) = if peak {
+                (wait_ms, Some(oncpu_ms))
+            } else {
+                (60.0, Some(990.0))
+            };
+        }
+        attribute(&t)
+    };
+    let own = with_peak_runq(180.0, 1000.0);
+    let p = peak(&own);
+    assert_eq!(p.dominant, Cause::Compute, "{:#?}", p.shares);
+    assert!(p.shares[0].share >= 0.7, "{:#?}", p.shares);
+    let starved = with_peak_runq(600.0, 280.0);
+    let p = peak(&starved);
+    assert_eq!(p.dominant, Cause::CpuRunqueue, "{:#?}", p.shares);
+    assert!(evidence_names(p).contains(&"runq_wait_share"), "{:?}", evidence_names(p));
+}
+
 /// A vector phase has no first token and no token gaps: the signals of generated tokens are not
 /// missing there, while the sources that are really off still are.
 #[test]

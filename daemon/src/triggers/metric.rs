@@ -186,6 +186,7 @@ impl Metric {
                         | Signal::LossHitShare
                         | Signal::AchievedShareOfTarget
                         | Signal::RunqTotalShare
+                        | Signal::RunqWaitShare
                         | Signal::QueueShareOfTtft
                         | Signal::TtftRiseFromQueue
                         | Signal::ServerWaitShare
