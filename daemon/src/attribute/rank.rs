@@ -18,10 +18,10 @@ pub fn outranks(a: Cause, b: Cause) -> bool {
     match a {
         Cause::Loadgen => b != Cause::Loadgen,
         // A full cache (recompute) or a failing allocator also makes every step slower: they
-        // explain a saturated-looking engine. A starved server does too, but `compute` requires
-        // its run-queue p99 flat, so the confidences decide between them: an engine busy with
-        // its own batch makes its own threads wait a little (seen: the mean x5 at a few hundred
-        // µs, `cpu_runqueue` 0.61 against `compute` 0.81), outside load a lot.
+        // explain a saturated-looking engine. A starved server does too, but the two rules
+        // split on one signal, so neither explains the other: others taking its CPUs raise the
+        // share of the time its threads wanted one that they spent waiting (`cpu_runqueue` needs
+        // +0.2), an engine busy with its own batch barely moves it (`compute` needs it flat).
         Cause::KvCache | Cause::GpuMemory => {
             matches!(b, Cause::Queue | Cause::Errors | Cause::Compute)
         }

@@ -411,7 +411,6 @@ impl Signal {
         use Signal as S;
         let load = w.load.as_ref();
         let server = w.server.as_ref();
-        let runq = w.runq.as_ref().filter(|r| r.samples > 0);
         let net = w.net.as_ref();
         let gpu = w.gpu.as_ref();
         match self {
@@ -481,14 +480,7 @@ impl Signal {
                     Some(n.loss_hit_e2e_max_ms? / n.loss_clean_e2e_p50_ms?.max(0.001))
                 }
             }
-            S::RunqP99Us => runq.map(|r| r.p99_us),
-            S::RunqMeanUs => runq.map(|r| r.mean_us),
-            S::RunqTotalShare => runq.map(|r| r.total_ms / w.len_ms.max(1) as f64),
-            S::RunqWaitShare => {
-                let r = runq?;
-                let wanted = r.total_ms + r.oncpu_ms?;
-                (wanted > 0.0).then(|| r.total_ms / wanted)
-            }
+            S::RunqP99Us | S::RunqMeanUs | S::RunqTotalShare | S::RunqWaitShare => self.raw_runq(w),
             S::SrttMeanUs => net?.srtt_mean_us,
             S::Retransmits => net.map(|n| n.retrans as f64),
             S::KernelFirstTokenP50Ms => net?.server_first_token_p50_ms,
@@ -514,6 +506,22 @@ impl Signal {
             // ItlP50Ms, InFlightMax, TtftPerItl, BatchMean, ServerTpotMs, EngineBusyShare,
             // GpuSyncPerLaunchMs.
             _ => self.raw_engine(w),
+        }
+    }
+
+    /// The run-queue delay of the server's threads, in one window with samples.
+    fn raw_runq(self, w: &Window) -> Option<f64> {
+        use Signal as S;
+        let r = w.runq.as_ref().filter(|r| r.samples > 0)?;
+        match self {
+            S::RunqP99Us => Some(r.p99_us),
+            S::RunqMeanUs => Some(r.mean_us),
+            S::RunqTotalShare => Some(r.total_ms / w.len_ms.max(1) as f64),
+            S::RunqWaitShare => {
+                let wanted = r.total_ms + r.oncpu_ms?;
+                (wanted > 0.0).then(|| r.total_ms / wanted)
+            }
+            _ => None,
         }
     }
 

@@ -409,7 +409,11 @@ fn only_a_rising_share_of_time_waiting_for_a_cpu_is_cpu_runqueue() {
     let starved = with_peak_runq(600.0, 280.0);
     let p = peak(&starved);
     assert_eq!(p.dominant, Cause::CpuRunqueue, "{:#?}", p.shares);
-    assert!(evidence_names(p).contains(&"runq_wait_share"), "{:?}", evidence_names(p));
+    assert!(
+        evidence_names(p).contains(&"runq_wait_share"),
+        "{:?}",
+        evidence_names(p)
+    );
 }
 
 /// A vector phase has no first token and no token gaps: the signals of generated tokens are not

@@ -5,7 +5,7 @@
 
 use inferscope_tests::{
     cases, engine,
-    explain::{assert_peak, describe},
+    explain::{assert_peak, describe, peak},
     retry_once, root_or_skip,
 };
 use serde_json::Value;
@@ -51,9 +51,7 @@ fn llama_server_with_few_slots_is_queue_from_its_deferred_requests() {
 
 /// The peak's advice names `flag` of llama-server and no vLLM setting.
 fn assert_hint(report: &Value, flag: &str) {
-    let hint = inferscope_tests::explain::peak(report)["hint"]
-        .as_str()
-        .unwrap_or_default();
+    let hint = peak(report)["hint"].as_str().unwrap_or_default();
     assert!(hint.contains(flag), "{hint}");
     assert!(!hint.contains("max_num_seqs"), "{hint}");
 }
@@ -104,7 +102,7 @@ fn llama_servers_kv_pool_exhausted_is_errors_it_names() {
         };
         // The engine says "Context size has been exceeded." as an error event in the streams it
         // had started, or as HTTP 500 to a request still in its prompt.
-        let peak = inferscope_tests::explain::peak(&r);
+        let peak = peak(&r);
         let classes = &peak["load"]["error_classes"];
         assert!(
             ["server_error_event", "http_status"]
@@ -167,7 +165,27 @@ fn llama_server_with_free_slots_and_two_streams_is_compute() {
             );
             return;
         }
-        assert_peak(&report, "compute", &["itl_p50_ms", "batch_mean"], &[]);
+        // A second sequence costs the step what the machine's vector units leave: 2x on one
+        // of these machines, x1.24 on CI's once (ITL p50 5.8 -> 7.2 ms, the server's own time
+        // per token flat). Below `compute`'s x1.5 the steps did not rise: `none` is right too,
+        // and any other cause is wrong.
+        let itl = peak(&report)["latency"]["itl_ms"]["p50"]
+            .as_f64()
+            .expect("the peak's ITL p50");
+        if itl < 1.5 * median {
+            let p = peak(&report);
+            println!(
+                "llamacpp-compute-2: the peak's ITL p50 {itl:.1} ms is under x1.5 the baseline's \
+                 {median:.1} ms on this machine"
+            );
+            assert!(
+                p["dominant"] == "compute" || p["dominant"] == "none",
+                "{}",
+                describe(p)
+            );
+        } else {
+            assert_peak(&report, "compute", &["itl_p50_ms", "batch_mean"], &[]);
+        }
         assert_no_transport_errors(&report);
     });
 }
