@@ -153,7 +153,7 @@ fn join_sample(
 ) -> BTreeMap<usize, Joins> {
     let exchanges = Exchanges::new(&server.exchanges, report);
     let retransmits = Retransmits::new(&server.retransmits, report);
-    let duplicates = duplicate_prefills(sample);
+    let duplicates = duplicate_prefills(sample.iter().filter_map(Sent::of));
     let mut out: BTreeMap<usize, Joins> = BTreeMap::new();
     for r in sample {
         let i = window_of(timeline, unix_ms(report, r.intended_us));
@@ -193,29 +193,46 @@ fn join_sample(
 /// waits behind it in a queue (identical prompts of a steady load on a busy server) and is
 /// not counted.
 #[must_use]
-pub fn duplicate_prefills(records: &[RequestRecord]) -> HashSet<u64> {
-    let mut by_key: HashMap<u64, Vec<(u64, u64, u64)>> = HashMap::new();
-    for r in records {
-        if let Some(k) = r.prompt_key {
-            let first = r.token_us.first().copied().unwrap_or(r.end_us);
-            by_key.entry(k).or_default().push((
-                r.actual_us,
-                first.saturating_sub(r.actual_us),
-                r.id,
-            ));
-        }
+pub fn duplicate_prefills(sent: impl IntoIterator<Item = Sent>) -> HashSet<u64> {
+    let mut by_key: HashMap<u64, Vec<Sent>> = HashMap::new();
+    for s in sent {
+        by_key.entry(s.key).or_default().push(s);
     }
     let mut out = HashSet::new();
-    for mut sent in by_key.into_values().filter(|v| v.len() > 1) {
-        let prefill = sent.iter().map(|s| s.1).min().unwrap_or(0);
-        sent.sort_unstable();
-        for pair in sent.windows(2) {
-            if pair[1].0 < pair[0].0 + prefill {
-                out.insert(pair[1].2);
+    for mut twins in by_key.into_values().filter(|v| v.len() > 1) {
+        let prefill = twins.iter().map(|s| s.prefill_us).min().unwrap_or(0);
+        twins.sort_unstable_by_key(|s| (s.at_us, s.prefill_us, s.id));
+        for pair in twins.windows(2) {
+            if pair[1].at_us < pair[0].at_us + prefill {
+                out.insert(pair[1].id);
             }
         }
     }
     out
+}
+
+/// An LLM request as `duplicate_prefills` reads it: its prompt, when it was sent, and how
+/// long it took from there to its first token (to its end, without tokens).
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    id: u64,
+    key: u64,
+    at_us: u64,
+    prefill_us: u64,
+}
+
+impl Sent {
+    /// `None` for a request without a `prompt_key` (not an LLM request).
+    #[must_use]
+    pub fn of(r: &RequestRecord) -> Option<Self> {
+        let first = r.token_us.first().copied().unwrap_or(r.end_us);
+        Some(Self {
+            id: r.id,
+            key: r.prompt_key?,
+            at_us: r.actual_us,
+            prefill_us: first.saturating_sub(r.actual_us),
+        })
+    }
 }
 
 /// Sets every window's phase without one: the phase of the latest request that started
@@ -347,7 +364,7 @@ mod tests {
             // No key (not an LLM request): never one.
             record(6, 0, 0, 100, 3),
         ];
-        let dup = duplicate_prefills(&records);
+        let dup = duplicate_prefills(records.iter().filter_map(Sent::of));
         assert_eq!(dup.len(), 2, "{dup:?}");
         assert!(!dup.contains(&4) && !dup.contains(&5) && !dup.contains(&6));
     }
@@ -364,7 +381,7 @@ mod tests {
                 r
             })
             .collect();
-        assert!(duplicate_prefills(&records).is_empty());
+        assert!(duplicate_prefills(records.iter().filter_map(Sent::of)).is_empty());
     }
 
     #[test]

@@ -5,11 +5,12 @@
 //! (`loadgen::Options::observer`). The report's time line keeps its own fold by
 //! intended start; the two differ by the requests' latency.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use tokio::sync::mpsc;
 
 use crate::collect::{
+    load::{Sent, duplicate_prefills},
     stats::quantiles,
     timeline::{LoadSignals, Window},
 };
@@ -23,6 +24,10 @@ pub const CHANNEL: usize = 1 << 16;
 pub struct LiveLoad {
     rx: mpsc::Receiver<RequestRecord>,
     phases: Vec<String>,
+    /// The LLM requests of the last fold, where a duplicate's twin may have finished.
+    last: Vec<Sent>,
+    /// The duplicates found in the last fold, not to be counted twice.
+    counted: HashSet<u64>,
 }
 
 impl LiveLoad {
@@ -31,7 +36,15 @@ impl LiveLoad {
     #[must_use]
     pub fn channel(phases: Vec<String>) -> (mpsc::Sender<RequestRecord>, Self) {
         let (tx, rx) = mpsc::channel(CHANNEL);
-        (tx, Self { rx, phases })
+        (
+            tx,
+            Self {
+                rx,
+                phases,
+                last: Vec::new(),
+                counted: HashSet::new(),
+            },
+        )
     }
 
     /// `w` with the load of the records that finished since the last call when it has none,
@@ -57,13 +70,29 @@ impl LiveLoad {
                 .and_then(|(p, _)| self.phases.get(p as usize).cloned());
         }
         if out.load.is_none() {
-            out.load = Some(fold(&records, w.len_ms));
+            let mut load = fold(&records, w.len_ms);
+            load.duplicate_prefill_share = self.duplicate_share(&records);
+            out.load = Some(load);
         }
         out
     }
+
+    /// The share of these records' LLM requests that computed a prefill their twin was still
+    /// computing. Twins are looked for among the last fold's requests too: two copies sent
+    /// together often finish on either side of a window's end. Each duplicate counts once,
+    /// in the fold that found it.
+    fn duplicate_share(&mut self, records: &[RequestRecord]) -> Option<f64> {
+        let now: Vec<Sent> = records.iter().filter_map(Sent::of).collect();
+        let found = duplicate_prefills(self.last.iter().chain(&now).copied());
+        let new = found.difference(&self.counted).count();
+        self.counted = found;
+        self.last = now;
+        (!self.last.is_empty()).then(|| (new as f64 / self.last.len() as f64).min(1.0))
+    }
 }
 
-/// The window's load signals from the records that finished in it.
+/// The window's load signals from the records that finished in it, but for the duplicate
+/// prefills (`LiveLoad::duplicate_share`), which need the window before.
 fn fold(records: &[RequestRecord], len_ms: u64) -> LoadSignals {
     let ms = |us: u64| us as f64 / 1000.0;
     let mut ttft: Vec<f64> = records.iter().filter_map(|r| r.ttft_us().map(ms)).collect();
@@ -109,11 +138,7 @@ fn fold(records: &[RequestRecord], len_ms: u64) -> LoadSignals {
         recall_mean: (!recalls.is_empty())
             .then(|| recalls.iter().sum::<f64>() / recalls.len() as f64),
         phase_events_before: 0,
-        duplicate_prefill_share: {
-            let keyed = records.iter().filter(|r| r.prompt_key.is_some()).count();
-            let dup = crate::collect::load::duplicate_prefills(records).len();
-            (keyed > 0).then(|| dup as f64 / keyed as f64)
-        },
+        duplicate_prefill_share: None,
     }
 }
 
@@ -146,5 +171,43 @@ mod tests {
         assert_eq!(l.e2e_ms.unwrap().max, 400.0);
         assert_eq!(l.ttft_ms.unwrap().max, 300.0, "the failed one has no TTFT");
         assert!(live.fill(&w).load.is_none(), "drained");
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_whose_twin_finished_a_window_earlier_still_counts_once() {
+        let (tx, mut live) = LiveLoad::channel(vec!["peak".into()]);
+        let w = Window {
+            len_ms: 1000,
+            ..Window::default()
+        };
+        // The same prompt sent at 0 and 50 ms, its first token 100 ms after each send: the
+        // second computed the prefill the first was still computing. The first finished in
+        // one window, the second in the next; a third copy, much later, is none.
+        let keyed = |id: u64, at_ms: u64| {
+            let mut r = RequestRecord::new(id, 0, Endpoint::Chat, at_ms * 1000);
+            r.token_us = vec![(at_ms + 100) * 1000];
+            r.end_us = (at_ms + 900) * 1000;
+            r.prompt_key = Some(7);
+            r
+        };
+        let mut share = Vec::new();
+        for r in [keyed(1, 0), keyed(2, 50), keyed(3, 5000)] {
+            tx.send(r).await.unwrap();
+            share.push(live.fill(&w).load.unwrap().duplicate_prefill_share);
+        }
+        assert_eq!(share, [Some(0.0), Some(1.0), Some(0.0)]);
+        // Both copies in one window: one of two; the next window finds the pair again and
+        // does not count it twice.
+        tx.send(keyed(4, 9000)).await.unwrap();
+        tx.send(keyed(5, 9050)).await.unwrap();
+        assert_eq!(
+            live.fill(&w).load.unwrap().duplicate_prefill_share,
+            Some(0.5)
+        );
+        tx.send(keyed(6, 20_000)).await.unwrap();
+        assert_eq!(
+            live.fill(&w).load.unwrap().duplicate_prefill_share,
+            Some(0.0)
+        );
     }
 }
