@@ -20,9 +20,10 @@ use crate::measure::ErrorClass;
 /// Least share of a phase's windows for a cause to be its dominant verdict.
 pub const DOMINANT_MIN_SHARE: f64 = 0.25;
 
-/// Least windows of a cause for it to explain a phase whose tail rose while it has less than
-/// [`DOMINANT_MIN_SHARE`] of the windows.
-pub const TAIL_MIN_WINDOWS: usize = 2;
+/// Least windows of a cause for it to be a phase's verdict, by its share or by a risen tail
+/// (fewer only in a phase shorter than that): one window is an anecdote. In a short phase (a
+/// cooldown of four windows, two requests each) one send late by a hiccup is a quarter of it.
+pub const MIN_CAUSE_WINDOWS: usize = 2;
 
 /// What the load generator achieved in a phase.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -321,7 +322,7 @@ fn mean_confidence(verdicts: &[&WindowVerdict]) -> f64 {
 }
 
 /// Which of `compute` and `queue` came first in the phase's windows, when both did (each in at
-/// least [`TAIL_MIN_WINDOWS`] windows), and the hint of the `dominant` cause for the engine the
+/// least [`MIN_CAUSE_WINDOWS`] windows), and the hint of the `dominant` cause for the engine the
 /// windows' scrapes recognised, led by the order in words when it is one of them: `compute
 /// saturated first (+2 s), requests queued from +5 s`.
 fn onset(
@@ -358,7 +359,7 @@ fn order(
             .copied()
             .filter(|&i| verdicts[i].verdict.cause == c)
             .collect();
-        (of.len() >= TAIL_MIN_WINDOWS)
+        (of.len() >= MIN_CAUSE_WINDOWS)
             .then(|| windows[of[0]].start_unix_ms.saturating_sub(start) as f64 / 1000.0)
     };
     match (first(Cause::Compute), first(Cause::Queue)) {
@@ -389,33 +390,34 @@ fn dominant(
     base: Option<&Baseline>,
     phase_latency: &PhaseLatency,
 ) -> Cause {
-    let share_of = |c: Cause| {
-        shares
-            .iter()
-            .find(|s| s.cause == c)
-            .map_or(0.0, |s| s.share)
-    };
     let named = |c: Cause| !matches!(c, Cause::None | Cause::Unexplained);
-    if share_of(Cause::Loadgen) >= DOMINANT_MIN_SHARE {
+    let least = MIN_CAUSE_WINDOWS.min(shares.iter().map(|s| s.windows).sum());
+    // The causes of enough of the phase's windows, most windows first.
+    let holding: Vec<Cause> = shares
+        .iter()
+        .filter(|s| s.share >= DOMINANT_MIN_SHARE && s.windows >= least)
+        .map(|s| s.cause)
+        .collect();
+    if holding.contains(&Cause::Loadgen) {
         return Cause::Loadgen;
     }
-    shares
+    holding
         .iter()
-        .find(|s| named(s.cause) && s.share >= DOMINANT_MIN_SHARE)
+        .copied()
+        .find(|&c| named(c))
         .or_else(|| {
-            // Not in a baseline phase: it is the reference its own tail is judged by. One
-            // window is an anecdote: the cause needs two.
+            // Not in a baseline phase: it is the reference its own tail is judged by.
             shares
                 .iter()
                 .find(|s| named(s.cause))
-                .filter(|s| s.windows >= TAIL_MIN_WINDOWS)
+                .filter(|s| s.windows >= MIN_CAUSE_WINDOWS)
                 .filter(|_| !is_baseline && base.is_some_and(|b| tail_rose(phase_latency, b)))
+                .map(|s| s.cause)
         })
-        .map(|s| s.cause)
         .or_else(|| {
             // Windows of a request or two rise by chance on a machine whose speed drifts:
             // the phase's rise is unexplained only when the phase as a whole rose.
-            (share_of(Cause::Unexplained) >= DOMINANT_MIN_SHARE
+            (holding.contains(&Cause::Unexplained)
                 && base.is_none_or(|b| is_baseline || rose(phase_latency, b)))
             .then_some(Cause::Unexplained)
         })

@@ -301,6 +301,37 @@ fn a_few_slow_windows_are_not_an_unexplained_phase() {
 }
 
 #[test]
+fn one_window_of_a_short_phase_is_not_its_verdict() {
+    // A cooldown of four windows of a few requests each: one send late by 30 ms (a hiccup)
+    // makes one window `loadgen`, a quarter of the phase; two make it the phase's.
+    let late = |t: &mut Timeline, n: usize| {
+        let cooldown = t.windows.iter_mut().rev().take(4);
+        for (i, w) in cooldown.enumerate() {
+            w.phase = Some("cooldown".into());
+            if i < n {
+                let lag = w.load.as_mut().unwrap().send_lag_ms.as_mut().unwrap();
+                (lag.p95, lag.p99, lag.max) = (30.0, 30.0, 30.0);
+            }
+        }
+    };
+    let cooldown = |t: &Timeline| attribute(t).phase("cooldown").cloned().unwrap();
+    let mut t = fixture("healthy_low_load");
+    late(&mut t, 1);
+    let p = cooldown(&t);
+    assert!(
+        p.shares
+            .iter()
+            .any(|s| s.cause == Cause::Loadgen && s.windows == 1),
+        "{:#?}",
+        p.shares
+    );
+    assert_eq!(p.dominant, Cause::None, "{:#?}", p.shares);
+    let mut t = fixture("healthy_low_load");
+    late(&mut t, 2);
+    assert_eq!(cooldown(&t).dominant, Cause::Loadgen);
+}
+
+#[test]
 fn missing_sources_lower_confidence() {
     let mut t = fixture("kv_cache");
     let full = attribute(&t);
