@@ -31,6 +31,7 @@ pub struct Case {
 #[must_use]
 pub fn all() -> Vec<Case> {
     let mut all = sim_and_python();
+    all.extend(without_metrics());
     all.extend(crate::pipeline::cases());
     all.extend(crate::stampede::cases());
     if crate::engine::built_or_skip("the llama.cpp cases") {
@@ -55,24 +56,6 @@ fn sim_and_python() -> Vec<Case> {
             run: queue_sim,
         },
         Case {
-            name: "queue-nometrics",
-            mechanism: "Python server without /metrics, 2 slots, 2 -> 30 req/s",
-            expected: "queue",
-            run: || nometrics(2, 30.0, Writes::Nagle),
-        },
-        Case {
-            name: "nagle-nometrics",
-            mechanism: "Python server without /metrics, 4 slots, 2 -> 24 req/s: never more than 4 in flight (no queue), the first token waits ~40 ms in the server's socket (Nagle and the client's delayed ACK)",
-            expected: "network",
-            run: || nometrics(4, 24.0, Writes::Nagle),
-        },
-        Case {
-            name: "queue-backlog-nometrics",
-            mechanism: "Python server without /metrics serving one connection at a time (HTTP/1.0): requests wait unread in the listen backlog, 2 -> 40 req/s",
-            expected: "queue",
-            run: backlog,
-        },
-        Case {
             name: "cpu-quota",
             mechanism: "sim in a cgroup-v1 cpu group throttled to 5% of a CPU during the peak, 8 req/s",
             expected: "cpu_runqueue",
@@ -83,12 +66,6 @@ fn sim_and_python() -> Vec<Case> {
             mechanism: "sim killed 2 s into the peak: every later request fails to connect",
             expected: "errors",
             run: server_killed,
-        },
-        Case {
-            name: "healthy-nometrics",
-            mechanism: "Python server without /metrics, 16 slots, TCP_NODELAY (as asyncio servers set it), 2 -> 8 req/s",
-            expected: "none",
-            run: || nometrics(16, 8.0, Writes::NoDelay),
         },
         Case {
             name: "compute-sim",
@@ -137,6 +114,43 @@ fn sim_and_python() -> Vec<Case> {
             mechanism: "peak requests a route the server does not have (HTTP 404)",
             expected: "errors",
             run: errors,
+        },
+    ]
+}
+
+/// The cases against the Python server without `/metrics` (the kernel's and the client's
+/// evidence alone).
+fn without_metrics() -> Vec<Case> {
+    vec![
+        Case {
+            name: "queue-nometrics",
+            mechanism: "Python server without /metrics, 2 slots, 2 -> 30 req/s",
+            expected: "queue",
+            run: || nometrics(2, 30.0, Writes::Nagle),
+        },
+        Case {
+            name: "nagle-nometrics",
+            mechanism: "Python server without /metrics, 4 slots, 2 -> 24 req/s: never more than 4 in flight (no queue), the first token waits ~40 ms in the server's socket (Nagle and the client's delayed ACK)",
+            expected: "network",
+            run: || nometrics(4, 24.0, Writes::Nagle),
+        },
+        Case {
+            name: "queue-overload-nometrics",
+            mechanism: "Python server without /metrics, 4 slots of 32 tokens x 20 ms (~6 req/s), a 300-prompt dataset, 1 -> 60 req/s (10x): requests wait, time out, and the finite dataset repeats by chance",
+            expected: "queue",
+            run: overload_nometrics,
+        },
+        Case {
+            name: "queue-backlog-nometrics",
+            mechanism: "Python server without /metrics serving one connection at a time (HTTP/1.0): requests wait unread in the listen backlog, 2 -> 40 req/s",
+            expected: "queue",
+            run: backlog,
+        },
+        Case {
+            name: "healthy-nometrics",
+            mechanism: "Python server without /metrics, 16 slots, TCP_NODELAY (as asyncio servers set it), 2 -> 8 req/s",
+            expected: "none",
+            run: || nometrics(16, 8.0, Writes::NoDelay),
         },
     ]
 }
@@ -232,6 +246,33 @@ fn nometrics(slots: u32, peak_rps: f64, writes: Writes) -> Value {
     let yaml = scenario("nometrics", &server.url(), &llm(2.0, peak_rps, 32))
         .replace("model: inferscope-sim", "model: nometrics");
     let r = Stress::start("nometrics", &yaml, None, FIRST, &[]).finish();
+    drop(server);
+    r
+}
+
+/// Open loop at ten times a metric-less server's capacity with a finite dataset (as `vllm
+/// bench --num-prompts` or a `ShareGPT` subset is): 4 slots, each answer 32 tokens of 20 ms
+/// (0.64 s: ~6 req/s), 300 prompts at 1 req/s, then 60 req/s. The peak's 600 requests queue
+/// far longer than the 30 s timeout allows.
+fn overload_nometrics() -> Value {
+    let server = NoMetricsServer::start(&[], loopback(), 4, 20.0, Writes::NoDelay);
+    let dataset = |name: &str| {
+        format!(
+            "  {name}:\n    synthetic:\n      input_tokens: {{mean: 128, stddev: 16}}\n      output_tokens: {{mean: 32, stddev: 4}}\n      count: 300\n"
+        )
+    };
+    let head = format!("datasets:\n{}", dataset("chat"));
+    let yaml = crate::explain::three_phases("overload", &server.url(), &head, |p| {
+        crate::explain::Phase {
+            load: format!(
+                "{{shape: constant, rate: {}}}",
+                if p == "peak" { 60 } else { 1 }
+            ),
+            request: "{endpoint: chat, model: nometrics, dataset: chat, stream: true}".to_owned(),
+            more: String::new(),
+        }
+    });
+    let r = Stress::start("overload", &yaml, None, FIRST, &[]).finish();
     drop(server);
     r
 }

@@ -33,6 +33,35 @@ pub struct Row {
     pub ok: bool,
     /// A sweep's step too weak to raise the client's latency: expected `none`.
     pub no_rise: bool,
+    /// The share of the peak's median rise its decomposition leaves `unexplained`.
+    pub unexplained: Option<f64>,
+    /// The share of the peak's requests joined to the kernel's exchanges.
+    pub joined: Option<f64>,
+}
+
+/// Where at least this share of a phase's requests are joined to the kernel, `unexplained` is
+/// at most [`UNEXPLAINED_BAR`] of its rise: the kernel saw where their time went.
+pub const JOINED_BAR: f64 = 0.8;
+/// See [`JOINED_BAR`].
+pub const UNEXPLAINED_BAR: f64 = 0.2;
+
+/// The share of `phase`'s median rise its decomposition leaves unexplained.
+fn unexplained_share(phase: &Value) -> Option<f64> {
+    let d = &phase["decomposition"];
+    let rise = d["increase_ms"].as_f64().filter(|r| *r > 0.0)?;
+    Some(d["unexplained_ms"].as_f64()? / rise)
+}
+
+/// The share of `phase`'s requests joined to the kernel: the joined requests of its windows
+/// over the requests they started.
+fn joined_share(report: &Value, phase: &str) -> Option<f64> {
+    let windows = report["timeline"]["windows"].as_array()?;
+    let (mut joined, mut requests) = (0u64, 0u64);
+    for w in windows.iter().filter(|w| w["phase"] == phase) {
+        joined += w["net"]["joined_requests"].as_u64().unwrap_or(0);
+        requests += w["load"]["requests"].as_u64().unwrap_or(0);
+    }
+    (requests > 0).then(|| joined as f64 / requests as f64)
 }
 
 /// The outcome of a sweep's step: a strength that named nothing and raised none of the
@@ -174,6 +203,8 @@ pub fn row(case: &Case, report: &Value) -> Row {
         others: others.join(", "),
         ok,
         no_rise: false,
+        unexplained: peak.and_then(unexplained_share),
+        joined: joined_share(report, "peak"),
     }
 }
 
@@ -195,23 +226,45 @@ fn first_right(report: &Value, expected: &str) -> Option<usize> {
 #[must_use]
 pub fn cases_table(rows: &[Row]) -> String {
     let mut out = format!(
-        "{:<24} {:<17} {:<17} {:>6} {:>5}  {:<4} mechanism; other phases\n",
-        "case", "expected", "peak verdict", "share", "score", "ok"
+        "{:<24} {:<17} {:<17} {:>6} {:>5} {:>7} {:>7}  {:<4} mechanism; other phases\n",
+        "case", "expected", "peak verdict", "share", "score", "unexpl", "joined", "ok"
     );
+    let pct = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", v * 100.0));
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<24} {:<17} {:<17} {:>5.0}% {:>5.2}  {:<4} {}; {}",
+            "{:<24} {:<17} {:<17} {:>5.0}% {:>5.2} {:>7} {:>7}  {:<4} {}; {}",
             r.name,
             r.expected,
             r.got,
             r.share * 100.0,
             r.confidence,
+            pct(r.unexplained),
+            pct(r.joined),
             if r.ok { "yes" } else { "NO" },
             r.mechanism,
             r.others
         );
     }
+    let over: Vec<&str> = rows
+        .iter()
+        .filter(|r| {
+            r.joined.is_some_and(|j| j >= JOINED_BAR)
+                && r.unexplained.is_some_and(|u| u > UNEXPLAINED_BAR)
+        })
+        .map(|r| r.name)
+        .collect();
+    let _ = writeln!(
+        out,
+        "unexplained within {:.0}% of the rise where >= {:.0}% of requests are joined: {}",
+        UNEXPLAINED_BAR * 100.0,
+        JOINED_BAR * 100.0,
+        if over.is_empty() {
+            "every case".to_owned()
+        } else {
+            format!("NOT in {}", over.join(", "))
+        }
+    );
     out
 }
 
@@ -354,6 +407,8 @@ mod tests {
             others: String::new(),
             ok: expected == got,
             no_rise: false,
+            unexplained: None,
+            joined: None,
         }
     }
 

@@ -1,16 +1,125 @@
 //! What an operator can do about a cause, in the terms of the engine the scrape recognised
 //! (vLLM, `SGLang`, TGI, llama.cpp), or in neutral terms when it recognised none.
 
+use std::fmt::Write as _;
+
+use super::resources::{Occupancy, Resource};
 use super::verdict::Cause;
 use crate::collect::timeline::Window;
 use crate::scrape::ServerKind;
 
-/// What to do about `cause` on an `engine` server: its own flags and settings where the advice
-/// names a knob, neutral words for [`ServerKind::Unknown`].
+/// What the evidence says about the room left in each resource advice may lean on: advice
+/// never suggests raising a limit whose increase a full resource would swallow (more admitted
+/// sequences need KV cache; a larger cache needs device memory).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Headroom {
+    /// Full in at least one of the windows the advice is for.
+    pub full: Vec<Resource>,
+    /// Measured in them (full or not).
+    pub measured: Vec<Resource>,
+}
+
+impl Headroom {
+    /// The room in `occupancies`' resources: full where any of them is full.
+    #[must_use]
+    pub fn of<'a>(occupancies: impl IntoIterator<Item = &'a Occupancy>) -> Self {
+        let mut h = Self::default();
+        for o in occupancies {
+            for r in [Resource::Slots, Resource::KvCache, Resource::DeviceMemory] {
+                let measured = match r {
+                    Resource::Slots => o.slots.is_some(),
+                    Resource::KvCache => o.kv.is_some() || o.preemptions_per_s.is_some(),
+                    Resource::DeviceMemory => o.device_memory.is_some(),
+                };
+                if measured && !h.measured.contains(&r) {
+                    h.measured.push(r);
+                }
+                if o.is_full(r) && !h.full.contains(&r) {
+                    h.full.push(r);
+                }
+            }
+        }
+        h
+    }
+}
+
+/// One piece of advice: the resource it needs room in, and the resource whose being full it
+/// answers (raising the slot cap helps only when every slot is taken).
+struct Clause {
+    text: &'static str,
+    needs_room: Option<Resource>,
+    answers: Option<Resource>,
+}
+
+/// A clause that needs nothing and answers any state.
+const fn always(text: &'static str) -> Clause {
+    Clause {
+        text,
+        needs_room: None,
+        answers: None,
+    }
+}
+
+/// A clause that needs room in `needs_room`.
+const fn room(text: &'static str, needs_room: Resource) -> Clause {
+    Clause {
+        text,
+        needs_room: Some(needs_room),
+        answers: None,
+    }
+}
+
+impl Clause {
+    /// Whether the clause may be given: its resource has room, and what it answers is full
+    /// (or unmeasured).
+    fn holds(&self, room: &Headroom) -> bool {
+        self.needs_room.is_none_or(|r| !room.full.contains(&r))
+            && self
+                .answers
+                .is_none_or(|r| room.full.contains(&r) || !room.measured.contains(&r))
+    }
+
+    /// The clause, qualified where the evidence could not say (`if the KV cache has room`,
+    /// `when every admission slot is taken`).
+    fn text(&self, room: &Headroom) -> String {
+        let mut text = self.text.to_owned();
+        if let Some(r) = self.answers.filter(|r| !room.measured.contains(r)) {
+            let _ = write!(text, " when the {} are all taken", r.name());
+        }
+        if let Some(r) = self.needs_room.filter(|r| !room.measured.contains(r)) {
+            let _ = write!(text, " if the {} has room", r.name());
+        }
+        text
+    }
+}
+
+/// `lead: clause; clause ...`: the clauses that hold (`Clause::holds`), qualified where the
+/// evidence could not say.
+fn render(lead: &str, clauses: &[Clause], room: &Headroom) -> String {
+    let parts: Vec<String> = clauses
+        .iter()
+        .filter(|c| c.holds(room))
+        .map(|c| c.text(room))
+        .collect();
+    format!("{lead}: {}", parts.join("; "))
+}
+
+/// What to do about `cause` on an `engine` server, given the `room` the evidence shows: its
+/// own flags and settings where the advice names a knob, neutral words for
+/// [`ServerKind::Unknown`].
 #[must_use]
-pub fn hint(cause: Cause, engine: ServerKind) -> &'static str {
+pub fn hint(cause: Cause, engine: ServerKind, room: &Headroom) -> String {
     match cause {
-        Cause::KvCache => kv_cache(engine),
+        Cause::KvCache => render("KV cache is full", &kv_cache(engine), room),
+        Cause::Queue => render(queue_lead(engine), &queue(engine), room),
+        other => fixed(other, engine).to_owned(),
+    }
+}
+
+/// The advice that leans on no resource's room.
+fn fixed(cause: Cause, engine: ServerKind) -> &'static str {
+    match cause {
+        Cause::KvCache | Cause::Queue => unreachable!("rendered from clauses"),
         Cause::GpuMemory => gpu_memory(engine),
         Cause::DuplicatePrefill => {
             "identical requests arrive together and each prefills the same prompt: coalesce \
@@ -18,7 +127,6 @@ pub fn hint(cause: Cause, engine: ServerKind) -> &'static str {
              prefix warm (send it once before its traffic, or pin it), stagger retries and \
              scheduled jobs that fire together"
         }
-        Cause::Queue => queue(engine),
         Cause::Compute => compute(engine),
         Cause::GpuThrottle => {
             "the GPU runs below its clocks (power cap or thermal limit): check its cooling and \
@@ -76,30 +184,45 @@ pub fn engine_of<'a>(windows: impl IntoIterator<Item = &'a Window>) -> ServerKin
         .map_or(ServerKind::Unknown, |(e, _)| e)
 }
 
-fn kv_cache(engine: ServerKind) -> &'static str {
+fn kv_cache(engine: ServerKind) -> Vec<Clause> {
+    use Resource::DeviceMemory as Mem;
     match engine {
-        ServerKind::Vllm => {
-            "KV cache is full: raise gpu_memory_utilization, or lower max_num_seqs / \
-             max_model_len; enable prefix caching; add replicas"
-        }
-        ServerKind::Sglang => {
-            "KV cache is full: raise --mem-fraction-static, or lower --max-running-requests / \
-             --context-length; keep the radix cache on (no --disable-radix-cache); add replicas"
-        }
-        ServerKind::Tgi => {
-            "KV cache is full: lower --max-batch-size or --max-total-tokens, or give the cache \
-             more of the GPU (--cuda-memory-fraction) so --max-batch-total-tokens can grow; add \
-             replicas"
-        }
-        ServerKind::LlamaCpp => {
-            "KV cache is full: raise --ctx-size (its slots share it: each gets ctx-size / \
-             --parallel), or lower --parallel; quantise the cache (--cache-type-k / \
-             --cache-type-v q8_0); add replicas"
-        }
-        ServerKind::Unknown => {
-            "KV cache is full: give the server more memory for its KV cache, or cap its \
-             concurrent sequences or context length; enable prefix caching; add replicas"
-        }
+        ServerKind::Vllm => vec![
+            room("raise gpu_memory_utilization", Mem),
+            always("lower max_num_seqs / max_model_len"),
+            always("enable prefix caching"),
+            always("add replicas"),
+        ],
+        ServerKind::Sglang => vec![
+            room("raise --mem-fraction-static", Mem),
+            always("lower --max-running-requests / --context-length"),
+            always("keep the radix cache on (no --disable-radix-cache)"),
+            always("add replicas"),
+        ],
+        ServerKind::Tgi => vec![
+            always("lower --max-batch-size or --max-total-tokens"),
+            room(
+                "give the cache more of the GPU (--cuda-memory-fraction) so \
+                 --max-batch-total-tokens can grow",
+                Mem,
+            ),
+            always("add replicas"),
+        ],
+        ServerKind::LlamaCpp => vec![
+            room(
+                "raise --ctx-size (its slots share it: each gets ctx-size / --parallel)",
+                Mem,
+            ),
+            always("lower --parallel"),
+            always("quantise the cache (--cache-type-k / --cache-type-v q8_0)"),
+            always("add replicas"),
+        ],
+        ServerKind::Unknown => vec![
+            room("give the server more memory for its KV cache", Mem),
+            always("cap its concurrent sequences or context length"),
+            always("enable prefix caching"),
+            always("add replicas"),
+        ],
     }
 }
 
@@ -132,29 +255,46 @@ fn gpu_memory(engine: ServerKind) -> &'static str {
     }
 }
 
-fn queue(engine: ServerKind) -> &'static str {
+fn queue_lead(engine: ServerKind) -> &'static str {
     match engine {
-        ServerKind::Vllm => {
-            "requests wait for admission: add replicas, or raise max_num_seqs / \
-             max_num_batched_tokens if KV usage allows"
-        }
-        ServerKind::Sglang => {
-            "requests wait for admission: add replicas, or raise --max-running-requests / \
-             --chunked-prefill-size if KV usage allows"
-        }
-        ServerKind::Tgi => {
-            "requests wait for admission: add replicas, or raise --max-batch-size / \
-             --max-batch-prefill-tokens if KV usage allows"
-        }
-        ServerKind::LlamaCpp => {
-            "requests wait for a free slot: add replicas, or raise --parallel (and --ctx-size \
-             with it: each slot gets ctx-size / --parallel)"
-        }
-        ServerKind::Unknown => {
-            "requests wait for admission: add replicas, or raise the server's cap on \
-             concurrent requests if KV usage allows"
-        }
+        ServerKind::LlamaCpp => "requests wait for a free slot",
+        _ => "requests wait for admission",
     }
+}
+
+/// Admitting more sequences needs room in the KV cache for them; a higher slot cap answers
+/// slots that are all taken, a larger prompt budget per step answers waiting with both free.
+fn queue(engine: ServerKind) -> Vec<Clause> {
+    use Resource::{KvCache as Kv, Slots};
+    let (slots, budget) = match engine {
+        ServerKind::Vllm => (
+            "raise max_num_seqs",
+            Some("raise max_num_batched_tokens (prompt tokens admitted per step)"),
+        ),
+        ServerKind::Sglang => (
+            "raise --max-running-requests",
+            Some("raise --chunked-prefill-size (prompt tokens admitted per step)"),
+        ),
+        ServerKind::Tgi => (
+            "raise --max-batch-size",
+            Some("raise --max-batch-prefill-tokens (prompt tokens admitted per step)"),
+        ),
+        ServerKind::LlamaCpp => (
+            "raise --parallel (and --ctx-size with it: each slot gets ctx-size / --parallel)",
+            None,
+        ),
+        ServerKind::Unknown => ("raise the server's cap on concurrent requests", None),
+    };
+    let mut out = vec![
+        always("add replicas"),
+        Clause {
+            text: slots,
+            needs_room: Some(Kv),
+            answers: Some(Slots),
+        },
+    ];
+    out.extend(budget.map(|text| room(text, Kv)));
+    out
 }
 
 fn compute(engine: ServerKind) -> &'static str {
@@ -232,7 +372,7 @@ mod tests {
         ] {
             let text: String = Cause::ALL
                 .iter()
-                .map(|&c| hint(c, engine))
+                .map(|&c| hint(c, engine, &Headroom::default()))
                 .collect::<Vec<_>>()
                 .join("\n");
             for knob in &all {
@@ -243,23 +383,103 @@ mod tests {
                 );
             }
         }
-        assert!(hint(Cause::KvCache, ServerKind::LlamaCpp).contains("--ctx-size"));
-        assert!(hint(Cause::Queue, ServerKind::LlamaCpp).contains("--parallel"));
-        assert!(hint(Cause::CpuRunqueue, ServerKind::LlamaCpp).contains("-t / --threads"));
-        assert!(hint(Cause::KvCache, ServerKind::Vllm).contains("gpu_memory_utilization"));
-        assert!(hint(Cause::Loadgen, ServerKind::Unknown).contains("--shard"));
+        assert!(
+            hint(Cause::KvCache, ServerKind::LlamaCpp, &Headroom::default()).contains("--ctx-size")
+        );
+        assert!(
+            hint(Cause::Queue, ServerKind::LlamaCpp, &Headroom::default()).contains("--parallel")
+        );
+        assert!(
+            hint(
+                Cause::CpuRunqueue,
+                ServerKind::LlamaCpp,
+                &Headroom::default()
+            )
+            .contains("-t / --threads")
+        );
+        assert!(
+            hint(Cause::KvCache, ServerKind::Vllm, &Headroom::default())
+                .contains("gpu_memory_utilization")
+        );
+        assert!(
+            hint(Cause::Loadgen, ServerKind::Unknown, &Headroom::default()).contains("--shard")
+        );
     }
 
     /// The knob causes differ per engine; the others say the same whatever the engine.
     #[test]
     fn only_engine_knobs_change_with_the_engine() {
         for c in Cause::ALL {
-            let neutral = hint(c, ServerKind::Unknown);
+            let neutral = hint(c, ServerKind::Unknown, &Headroom::default());
             let differs = [ServerKind::Vllm, ServerKind::Sglang, ServerKind::Tgi]
                 .into_iter()
-                .any(|e| hint(c, e) != neutral);
+                .any(|e| hint(c, e, &Headroom::default()) != neutral);
             assert_eq!(differs, KNOBS.contains(&c), "{c}");
         }
+    }
+
+    /// Every cause's advice on every engine, walked against each resource full: no clause that
+    /// needs room in a full resource is given, and a resource measured with room needs no
+    /// "if" (the H200's `queue` advice said "raise `max_num_seqs` if KV usage allows" beside a
+    /// KV usage of 0.98).
+    #[test]
+    fn advice_never_raises_a_limit_the_evidence_shows_full() {
+        let engines = [
+            ServerKind::Vllm,
+            ServerKind::Sglang,
+            ServerKind::Tgi,
+            ServerKind::LlamaCpp,
+            ServerKind::Unknown,
+        ];
+        let all = [Resource::Slots, Resource::KvCache, Resource::DeviceMemory];
+        for engine in engines {
+            for full in all {
+                let room = Headroom {
+                    full: vec![full],
+                    measured: all.to_vec(),
+                };
+                for cause in Cause::ALL {
+                    let text = hint(cause, engine, &room);
+                    let clauses = match cause {
+                        Cause::KvCache => kv_cache(engine),
+                        Cause::Queue => queue(engine),
+                        _ => Vec::new(),
+                    };
+                    for c in clauses {
+                        let given =
+                            c.needs_room != Some(full) && c.answers.is_none_or(|a| a == full);
+                        assert_eq!(
+                            text.contains(c.text),
+                            given,
+                            "{cause} on {engine:?} with the {} full: {text}",
+                            full.name()
+                        );
+                    }
+                    assert!(!text.contains(" if the "), "{text}");
+                    assert!(
+                        !text.ends_with(": "),
+                        "{cause} {engine:?}: nothing left: {text}"
+                    );
+                }
+            }
+        }
+        let kv_full = Headroom {
+            full: vec![Resource::KvCache],
+            measured: all.to_vec(),
+        };
+        let q = hint(Cause::Queue, ServerKind::Vllm, &kv_full);
+        assert!(
+            !q.contains("max_num_seqs") && !q.contains("max_num_batched_tokens"),
+            "{q}"
+        );
+        // Not measured: each clause is given with its condition.
+        let q = hint(Cause::Queue, ServerKind::Vllm, &Headroom::default());
+        assert!(
+            q.contains(
+                "raise max_num_seqs when the admission slots are all taken if the KV cache has room"
+            ),
+            "{q}"
+        );
     }
 
     #[test]

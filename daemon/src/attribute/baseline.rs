@@ -227,6 +227,9 @@ pub struct Ctx<'a> {
     pub index: usize,
     /// The run's baseline.
     pub baseline: &'a Baseline,
+    /// The server's slot cap: its own, else the ceiling its running count held while requests
+    /// waited ([`super::resources::admission_cap`]).
+    pub admission_cap: Option<f64>,
 }
 
 impl Signal {

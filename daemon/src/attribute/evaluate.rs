@@ -31,6 +31,9 @@ pub struct RuleResult {
     pub quiet_triggers: Vec<Evidence>,
     /// Conditions that could not be evaluated.
     pub missing: Vec<Missing>,
+    /// Read by the resource model (a resource full with requests waiting for it): a bottleneck
+    /// whatever the baseline, so it needs no latency rise over it.
+    pub absolute: bool,
 }
 
 impl RuleResult {
@@ -95,6 +98,23 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
         evidence,
         quiet_triggers,
         missing,
+        absolute: false,
+    }
+}
+
+/// The resource model's finding (`super::resources`) as one more result beside the rules'.
+fn resource_result(b: super::resources::Bottleneck) -> RuleResult {
+    RuleResult {
+        cause: b.cause,
+        signature: b.signature,
+        score: b.confidence,
+        coverage: 1.0,
+        evaluable: true,
+        applies: true,
+        evidence: b.evidence,
+        quiet_triggers: Vec::new(),
+        missing: Vec::new(),
+        absolute: true,
     }
 }
 
@@ -171,12 +191,12 @@ const fn risen(signal: Signal, ratio: f64, min_delta: f64) -> Condition {
 /// causes whose own confidence is at least [`MIN_CONFIDENCE`].
 #[must_use]
 pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
-    let results: Vec<RuleResult> = rules.iter().map(|r| score(r, ctx)).collect();
+    let mut results: Vec<RuleResult> = rules.iter().map(|r| score(r, ctx)).collect();
+    results.extend(super::resources::bottleneck(ctx).map(resource_result));
     let scored: Vec<(Cause, f64)> = results.iter().map(|r| (r.cause, r.confidence())).collect();
     let rank = super::rank::ranks(&scored);
     let order = super::rank::order(&scored, &rank);
     let convincing = |i: usize| results[i].confidence() >= MIN_CONFIDENCE;
-    let winner = order.iter().copied().find(|&i| convincing(i));
     let runners_up = |skip: Option<usize>| -> Vec<CauseScore> {
         let skip_cause = skip.map(|i| results[i].cause);
         let mut out: Vec<CauseScore> = Vec::new();
@@ -199,15 +219,22 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
     // A named cause needs latency off its baseline (`none` means latency is at the baseline):
     // a full KV cache while the window's requests are as fast as ever is no bottleneck yet. A
     // lagging generator (the latencies are wrong) and failing requests need no rise, nor does a
-    // window without any latency signal to judge by.
+    // window without any latency signal to judge by. A resource full with requests waiting
+    // for it is a bottleneck whatever the baseline (a saturated baseline is one).
     let failing = results
         .iter()
         .any(|r| r.cause == Cause::Errors && r.confidence() >= MIN_CONFIDENCE);
-    let winner = winner.filter(|&i| {
+    let passes = |i: usize| {
         results[i].cause == Cause::Loadgen
+            || results[i].absolute
             || failing
             || risen.as_ref().is_none_or(|r| !r.is_empty())
-    });
+    };
+    let winner = order
+        .iter()
+        .copied()
+        .filter(|&i| convincing(i))
+        .find(|&i| passes(i));
     let best = results
         .iter()
         .map(RuleResult::confidence)
@@ -227,6 +254,17 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
     let w = &results[i];
     let (mut evidence, contrary): (Vec<Evidence>, Vec<Evidence>) =
         w.evidence.iter().cloned().partition(|e| e.met);
+    // The cause's other convincing signatures (the resource model beside a rule, or the
+    // reverse) hold evidence for it too: each signal once.
+    for (k, r) in results.iter().enumerate() {
+        if k != i && r.cause == w.cause && convincing(k) {
+            for e in r.evidence.iter().filter(|e| e.met) {
+                if !evidence.iter().any(|x| x.signal == e.signal) {
+                    evidence.push(e.clone());
+                }
+            }
+        }
+    }
     if w.cause == Cause::Errors {
         evidence.extend(error_classes(ctx));
     }
@@ -442,6 +480,7 @@ mod tests {
                         window,
                         index,
                         baseline: &base,
+                        admission_cap: None,
                     },
                 )
             })
@@ -652,6 +691,7 @@ mod tests {
             window: &t.windows[i],
             index: i,
             baseline: &base,
+            admission_cap: None,
         }) {
             crate::attribute::rules::Outcome::Evaluated(e) => e.met,
             other => panic!("{other:?}"),

@@ -26,6 +26,7 @@ mod evaluate;
 pub mod hops;
 pub mod phase;
 mod rank;
+pub mod resources;
 pub mod rolling;
 pub mod rules;
 pub mod signals;
@@ -43,6 +44,9 @@ mod decompose_tests;
 #[cfg(test)]
 mod gpu_tests;
 
+#[cfg(test)]
+mod h200_tests;
+
 use serde::{Deserialize, Serialize};
 
 use crate::collect::timeline::Timeline;
@@ -51,7 +55,7 @@ pub use baseline::{Baseline, Baselines, Level, Workload};
 pub use causes::CausePart;
 pub use decompose::{Band, Basis, Decomposition, LatencyMetric, MEDIAN_BAND};
 pub use evaluate::{RuleResult, score};
-pub use phase::{CauseShare, PhaseLatency, PhaseLoad, PhaseSummary};
+pub use phase::{CauseShare, Overload, PhaseLatency, PhaseLoad, PhaseSummary};
 pub use rank::{MIN_CONFIDENCE, outranks};
 pub use rules::{Condition, RULES, Role, Rule, Test};
 pub use signals::Signal;
@@ -101,6 +105,7 @@ pub fn attribute(timeline: &Timeline) -> Attribution {
 pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
     let baselines = Baselines::of(timeline);
     let none = Baseline::empty(Workload::Llm);
+    let admission_cap = resources::admission_cap(&timeline.windows);
     let windows: Vec<WindowVerdict> = timeline
         .windows
         .iter()
@@ -110,6 +115,7 @@ pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
                 window,
                 index,
                 baseline: baselines.for_window(window).unwrap_or(&none),
+                admission_cap,
             };
             WindowVerdict {
                 index,
@@ -119,7 +125,7 @@ pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
             }
         })
         .collect();
-    let phases = phase::summarise(timeline, &windows, &baselines);
+    let phases = phase::summarise(timeline, &windows, &baselines, admission_cap);
     Attribution {
         baselines,
         windows,

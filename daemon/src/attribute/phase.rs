@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use super::WindowVerdict;
 use super::advice;
@@ -12,6 +13,7 @@ use super::causes::{self, CausePart};
 use super::confirm::{Confirmation, Outcome};
 use super::decompose::{self, Decomposition, MEDIAN_BAND, TAIL_BAND};
 use super::evaluate::{MEDIAN_RISE_MS, MEDIAN_RISE_RATIO};
+use super::resources::Occupancy;
 use super::signals::Signal;
 use super::verdict::{Cause, CauseScore, Evidence, Missing};
 use crate::collect::timeline::{Quantiles, Timeline, Window};
@@ -43,6 +45,14 @@ pub struct PhaseLoad {
     /// Failed requests by class.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub error_classes: BTreeMap<ErrorClass, u64>,
+    /// Arrivals the schedule asked for and the generator never sent (a phase that sent none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unsent: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Phase latencies, ms. Attribution fills them from the windows (each quantile the
@@ -133,7 +143,60 @@ pub struct PhaseSummary {
     /// Which hop of the pipeline behind the target holds the rise (`--service`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hops: Option<super::hops::Hops>,
+    /// The windows after the phase's last request was sent (its drain: requests still
+    /// answering or waiting), summarised apart so they do not dilute the phase.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drain: bool,
+    /// A resource at its capacity with requests waiting for it in at least
+    /// [`DOMINANT_MIN_SHARE`] of the phase's windows (`super::resources`), in words:
+    /// `KV cache full (0.99), 1552 waiting`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturated: Option<String>,
+    /// More was asked than the server completed, or requests timed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overload: Option<Overload>,
+    /// What a reader must know before reading the verdict: a baseline that is no healthy
+    /// reference, a comparison against one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
+
+/// A phase that asked more than the server completed: a finding, not a footnote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Overload {
+    /// Requests per second the phase asked for (its target, else what it sent).
+    pub asked_rps: f64,
+    /// Requests per second that succeeded, over the phase and its drain.
+    pub completed_rps: f64,
+    /// Requests that timed out.
+    pub timed_out: u64,
+    /// Requests sent.
+    pub sent: u64,
+    /// Where they waited, when the evidence says (`in the server's queue: KV cache full ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited: Option<String>,
+}
+
+impl Overload {
+    /// One line: `asked 80 req/s, completed 14.2 req/s, 1711 of 2400 timed out waiting in ...`.
+    #[must_use]
+    pub fn line(&self) -> String {
+        let mut s = format!(
+            "overload: asked {:.1} req/s, the server completed {:.1} req/s",
+            self.asked_rps, self.completed_rps
+        );
+        if self.timed_out > 0 {
+            let _ = write!(s, ", {} of {} timed out waiting", self.timed_out, self.sent);
+        }
+        if let Some(w) = &self.waited {
+            let _ = write!(s, " ({w})");
+        }
+        s
+    }
+}
+
+/// Completed below this share of the asked rate is overload.
+pub const OVERLOAD_COMPLETED_SHARE: f64 = 0.8;
 
 impl PhaseSummary {
     /// Records `c` and updates the phase's score: a confirmed verdict closes half its distance
@@ -168,12 +231,15 @@ impl PhaseSummary {
     }
 }
 
-/// Summarises each phase, in order of first appearance.
+/// Summarises each phase, in order of first appearance; a phase's drain (see
+/// [`split_drain`]) follows it as a summary of its own. `admission_cap` is the server's slot
+/// cap (`super::resources::admission_cap`).
 #[must_use]
 pub fn summarise(
     timeline: &Timeline,
     verdicts: &[WindowVerdict],
     baselines: &Baselines,
+    admission_cap: Option<f64>,
 ) -> Vec<PhaseSummary> {
     let windows = &timeline.windows;
     let mut names: Vec<String> = Vec::new();
@@ -183,25 +249,156 @@ pub fn summarise(
             names.push(n);
         }
     }
-    names
-        .into_iter()
-        .map(|name| {
-            let idx: Vec<usize> = (0..windows.len())
-                .filter(|&i| phase_name(&windows[i]) == name)
-                .collect();
-            let mut p = summarise_one(name, &idx, windows, verdicts, baselines);
-            p.marks = timeline
-                .marks
-                .iter()
-                .filter(|m| m.phase.as_deref() == Some(p.name.as_str()))
-                .map(|m| {
-                    let at = m.unix_ms.saturating_sub(p.start_unix_ms) as f64 / 1000.0;
-                    format!("{} at +{at:.1} s", m.what)
-                })
-                .collect();
+    let mut out = Vec::new();
+    for name in names {
+        let idx: Vec<usize> = (0..windows.len())
+            .filter(|&i| phase_name(&windows[i]) == name)
+            .collect();
+        let (sending, drain) = split_drain(&idx, windows);
+        let summary = |name: String, idx: &[usize]| {
+            let mut p = summarise_one(name, idx, windows, verdicts, baselines, admission_cap);
+            p.saturated = saturated(idx, windows, admission_cap);
             p
+        };
+        let mut p = summary(name.clone(), sending);
+        p.marks = timeline
+            .marks
+            .iter()
+            .filter(|m| m.phase.as_deref() == Some(p.name.as_str()))
+            .map(|m| {
+                let at = m.unix_ms.saturating_sub(p.start_unix_ms) as f64 / 1000.0;
+                format!("{} at +{at:.1} s", m.what)
+            })
+            .collect();
+        let all: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
+        p.overload = overload(&p, &all);
+        out.push(p);
+        if !drain.is_empty() {
+            let mut d = summary(format!("{name} (drain)"), drain);
+            d.drain = true;
+            out.push(d);
+        }
+    }
+    note_saturated_baselines(&mut out);
+    out
+}
+
+/// The phase's windows and its drain: the windows after its last send (no request of the
+/// phase intended to start in them), apart when they are at least [`MIN_CAUSE_WINDOWS`] and
+/// [`DOMINANT_MIN_SHARE`] of the phase, so many that they could decide its verdict (an
+/// overloaded phase drains to its timeout: 60 of 90 windows on the H200). A shorter tail stays
+/// with the phase.
+fn split_drain<'a>(idx: &'a [usize], windows: &[Window]) -> (&'a [usize], &'a [usize]) {
+    let sends = |i: usize| windows[i].load.as_ref().is_some_and(|l| l.requests > 0);
+    let Some(last) = idx.iter().rposition(|&i| sends(i)) else {
+        return (idx, &[]);
+    };
+    let drain = &idx[last + 1..];
+    if drain.len() >= MIN_CAUSE_WINDOWS
+        && drain.len() as f64 >= DOMINANT_MIN_SHARE * idx.len() as f64
+    {
+        (&idx[..=last], drain)
+    } else {
+        (idx, &[])
+    }
+}
+
+/// The resource the phase's requests waited for, when the resource model found one full with
+/// requests waiting in at least [`DOMINANT_MIN_SHARE`] of its windows (and two): the window with
+/// the most waiting, in words.
+fn saturated(idx: &[usize], windows: &[Window], cap: Option<f64>) -> Option<String> {
+    let found: Vec<Occupancy> = idx
+        .iter()
+        .map(|&i| Occupancy::of(&windows[i], cap))
+        .filter(|o| o.bottleneck().is_some())
+        .collect();
+    let least = MIN_CAUSE_WINDOWS.min(idx.len());
+    if found.len() < least || (found.len() as f64) < DOMINANT_MIN_SHARE * idx.len() as f64 {
+        return None;
+    }
+    found
+        .iter()
+        .max_by(|a, b| {
+            a.waiting
+                .unwrap_or(0.0)
+                .total_cmp(&b.waiting.unwrap_or(0.0))
         })
-        .collect()
+        .map(|o| {
+            let what = o.describe();
+            let b = o.bottleneck().expect("filtered on it");
+            match b.resource {
+                Some(_) => what,
+                None => format!("{what}, neither the KV cache nor the slots full"),
+            }
+        })
+}
+
+/// A baseline phase that is saturated is reported as such, and every other phase of its
+/// workload says what that means for its comparison.
+fn note_saturated_baselines(phases: &mut [PhaseSummary]) {
+    let saturated_baseline = phases
+        .iter()
+        .find(|p| !p.drain && super::baseline::is_baseline_name(&p.name) && p.saturated.is_some())
+        .map(|p| (p.name.clone(), p.saturated.clone().unwrap_or_default()));
+    let Some((name, what)) = saturated_baseline else {
+        return;
+    };
+    for p in phases.iter_mut() {
+        if p.name == name {
+            p.notes
+                .push(format!("the baseline is not a healthy reference: {what}"));
+        } else {
+            p.notes.push(format!(
+                "compared against a saturated baseline ({what}): rises over it understate the \
+                 slowdown, and a resource full in both phases is named by what is full, not by \
+                 a rise"
+            ));
+        }
+    }
+}
+
+/// The phase's overload line: when requests timed out, or the server completed less than
+/// [`OVERLOAD_COMPLETED_SHARE`] of the rate asked. `all` holds the phase's windows with its
+/// drain (completions count until the last answer).
+fn overload(p: &PhaseSummary, all: &[&Window]) -> Option<Overload> {
+    let timed_out = p
+        .load
+        .error_classes
+        .get(&ErrorClass::Timeout)
+        .copied()
+        .unwrap_or(0);
+    let sending_s: f64 = (p.end_unix_ms.saturating_sub(p.start_unix_ms)) as f64 / 1000.0;
+    let all_s: f64 = all.iter().map(|w| w.len_ms as f64 / 1000.0).sum();
+    if sending_s <= 0.0 || all_s <= 0.0 || p.load.requests == 0 {
+        return None;
+    }
+    let asked_rps = p
+        .load
+        .target_rps
+        .unwrap_or(p.load.requests as f64 / sending_s);
+    let ok = p.load.requests.saturating_sub(p.load.errors);
+    // What the server could complete: the successes over the time they had, the phase and
+    // what it drained; never more than asked when everything succeeded.
+    let completed_rps = ok as f64 / all_s.max(sending_s);
+    let short = completed_rps < OVERLOAD_COMPLETED_SHARE * asked_rps && ok < p.load.requests;
+    if timed_out == 0 && !short {
+        return None;
+    }
+    let waited = p
+        .saturated
+        .as_ref()
+        .map(|s| format!("in the server's queue: {s}"))
+        .or_else(|| {
+            (p.dominant == Cause::Queue)
+                .then(|| "inside the server, before its first byte".to_owned())
+        });
+    Some(Overload {
+        asked_rps,
+        completed_rps,
+        timed_out,
+        sent: p.load.requests,
+        waited,
+    })
 }
 
 fn phase_name(w: &Window) -> String {
@@ -214,6 +411,7 @@ fn summarise_one(
     windows: &[Window],
     verdicts: &[WindowVerdict],
     baselines: &Baselines,
+    admission_cap: Option<f64>,
 ) -> PhaseSummary {
     let n = idx.len();
     let mut shares: Vec<CauseShare> = Cause::ALL
@@ -260,7 +458,7 @@ fn summarise_one(
         idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()),
         n,
     );
-    let (came_first, hint) = onset(dominant, idx, windows, verdicts);
+    let (came_first, hint) = onset(dominant, idx, windows, verdicts, admission_cap);
     let untrustworthy = share_of(Cause::Loadgen) > 0.0;
     let (decomposition, tail_decomposition) = base
         .filter(|_| !is_baseline)
@@ -295,6 +493,10 @@ fn summarise_one(
         marks: Vec::new(),
         confirmation: None,
         hops: None,
+        drain: false,
+        saturated: None,
+        overload: None,
+        notes: Vec::new(),
         name,
     }
 }
@@ -330,17 +532,24 @@ fn onset(
     idx: &[usize],
     windows: &[Window],
     verdicts: &[WindowVerdict],
+    admission_cap: Option<f64>,
 ) -> (Option<Cause>, String) {
     let (came_first, order) = order(idx, windows, verdicts);
+    // Advice never leans on room the phase's own windows show full.
+    let occupancies: Vec<Occupancy> = idx
+        .iter()
+        .map(|&i| Occupancy::of(&windows[i], admission_cap))
+        .collect();
     let advice = advice::hint(
         dominant,
         advice::engine_of(idx.iter().map(|&i| &windows[i])),
+        &advice::Headroom::of(&occupancies),
     );
     let hint = match order {
         Some(order) if matches!(dominant, Cause::Compute | Cause::Queue) => {
             format!("{order}: {advice}")
         }
-        _ => advice.to_owned(),
+        _ => advice,
     };
     (came_first, hint)
 }
@@ -506,6 +715,7 @@ fn load(ws: &[&Window]) -> PhaseLoad {
             loads.iter().map(|l| l.output_tokens_per_s).sum::<f64>() / loads.len() as f64
         },
         in_flight_max: loads.iter().map(|l| l.in_flight_max).max().unwrap_or(0),
+        unsent: loads.iter().filter_map(|l| l.unsent).sum(),
         error_classes: loads.iter().flat_map(|l| l.error_classes.iter()).fold(
             BTreeMap::new(),
             |mut m, (c, n)| {

@@ -121,6 +121,10 @@ pub fn verdict_at(timeline: &Timeline, index: usize) -> Option<WindowVerdict> {
         window,
         index,
         baseline: baselines.for_window(window).unwrap_or(&none),
+        // The cap as the recent windows show it, like the rolling baseline.
+        admission_cap: super::resources::admission_cap(
+            &timeline.windows[index.saturating_sub(ROLLING_WINDOWS)..=index],
+        ),
     };
     Some(WindowVerdict {
         index,

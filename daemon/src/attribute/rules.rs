@@ -360,6 +360,15 @@ pub const RULES: &[Rule] = &[
         ],
     },
     Rule {
+        cause: Cause::Loadgen,
+        signature: "unsent",
+        conditions: &[
+            // A phase that sent none of its arrivals: the most extreme lag of all (the signal
+            // exists only in such a phase's windows).
+            trig(S::UnsentArrivals, Above(0.0), 4.0),
+        ],
+    },
+    Rule {
         cause: Cause::VectorIndex,
         signature: "tail",
         conditions: &[

@@ -47,6 +47,9 @@ pub enum Signal {
     SendLagP50Ms,
     /// Load generator send lag p95, ms.
     SendLagP95Ms,
+    /// Arrivals the schedule asked for in the window that the generator never sent (a phase
+    /// that sent none of its arrivals: `LoadSignals::unsent`).
+    UnsentArrivals,
     /// Load generator run-queue delay p99, µs.
     LoadgenRunqP99Us,
     /// Requests waiting in the server.
@@ -139,7 +142,8 @@ pub enum Signal {
     /// slower keeps it; requests that wait for admission raise it.
     TtftPerItl,
     /// Of the window's LLM requests, the share sent within one prefill of an identical one
-    /// (`LoadSignals::duplicate_prefill_share`).
+    /// (`LoadSignals::duplicate_prefill_share`) beyond the share chance gives
+    /// (`LoadSignals::duplicate_prefill_chance`).
     DuplicatePrefillShare,
     /// Mean sequences per engine step (the batch), from the server's metrics.
     BatchMean,
@@ -195,6 +199,7 @@ impl Signal {
         Signal::AchievedShareOfTarget,
         Signal::SendLagP50Ms,
         Signal::SendLagP95Ms,
+        Signal::UnsentArrivals,
         Signal::LoadgenRunqP99Us,
         Signal::Waiting,
         Signal::RunningShareOfCap,
@@ -288,6 +293,7 @@ impl Signal {
             | S::AchievedShareOfTarget
             | S::SendLagP50Ms
             | S::SendLagP95Ms
+            | S::UnsentArrivals
             | S::ItlP50Ms
             | S::InFlightMax
             | S::TtftPerItl
@@ -377,6 +383,11 @@ impl Signal {
     /// GPU NVML sampled.
     #[must_use]
     pub fn applies_in(self, w: &Window) -> bool {
+        // Only a phase that sent nothing has arrivals it never sent: elsewhere the signal is no
+        // part of any rule (neither evidence nor missing).
+        if self == Signal::UnsentArrivals {
+            return w.load.as_ref().is_some_and(|l| l.unsent.is_some());
+        }
         // The generator's own run-queue judges the windows of the requests it sent: a service
         // behind the target (`--service`) never heard from it.
         if self == Signal::LoadgenRunqP99Us {
@@ -421,7 +432,7 @@ impl Signal {
             S::E2eP50Ms => load?.e2e_ms.map(|q| q.p50),
             S::E2eP99Ms => load?.e2e_ms.map(|q| q.p99),
             S::RecallMean => load?.recall_mean,
-            S::DuplicatePrefillShare => load?.duplicate_prefill_share,
+            S::DuplicatePrefillShare => duplicates_beyond_chance(load?),
             S::VectorShare => vector_share(w),
             S::PhaseEvents => Some(load?.phase_events_before as f64),
             S::ErrorRate => load
@@ -435,6 +446,7 @@ impl Signal {
             }
             S::SendLagP50Ms => load?.send_lag_ms.map(|q| q.p50),
             S::SendLagP95Ms => load?.send_lag_ms.map(|q| q.p95),
+            S::UnsentArrivals => load?.unsent.map(|n| n as f64),
             // The generator's run-queue is watched only when its own pid is; samples may be 0.
             S::LoadgenRunqP99Us => w.runq.as_ref()?.loadgen_p99_us,
             S::Waiting => server?.waiting,
@@ -622,6 +634,11 @@ fn vector_share(w: &Window) -> Option<f64> {
     } else {
         0.0
     })
+}
+
+/// The copies beyond what the workload's own sampling gives by chance.
+fn duplicates_beyond_chance(l: &crate::collect::timeline::LoadSignals) -> Option<f64> {
+    Some((l.duplicate_prefill_share? - l.duplicate_prefill_chance.unwrap_or(0.0)).max(0.0))
 }
 
 #[cfg(test)]

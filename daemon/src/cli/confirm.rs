@@ -31,7 +31,8 @@ pub async fn run(
         let Some(d) = p.decomposition.clone().filter(|d| d.increase_ms > 0.0) else {
             continue;
         };
-        if matches!(p.dominant, Cause::None | Cause::Unexplained) {
+        // A drain sends nothing: no step of its load can be run.
+        if p.drain || matches!(p.dominant, Cause::None | Cause::Unexplained) {
             continue;
         }
         let mut c = Confirmation {

@@ -32,6 +32,8 @@ struct Joins {
     /// LLM requests with a prompt key, and those of them that duplicated a prefill.
     keyed: u64,
     duplicates: u64,
+    /// The share of them chance gives a twin (`Duplicates::chance`).
+    chance: f64,
 }
 
 impl Joins {
@@ -85,6 +87,7 @@ pub fn fold_records(
     mark_events(timeline, report);
     let in_flight = fold.in_flight_max(|ms| timeline.index(start_ms + ms));
     label_phases(timeline, report, &accs);
+    label_unsent_phases(timeline, report);
     let len_s = timeline.len_ms as f64 / 1000.0;
     let marks = timeline.marks.clone();
     for (i, mut a) in accs {
@@ -116,6 +119,8 @@ pub fn fold_records(
             recall_mean: a.recall_mean(),
             phase_events_before,
             duplicate_prefill_share: j.duplicate_share(),
+            duplicate_prefill_chance: j.duplicate_share().map(|_| j.chance),
+            unsent: None,
         });
         w.requests = std::mem::take(&mut j.parts);
         if let Some(net) = w.net.as_mut() {
@@ -160,7 +165,7 @@ fn join_sample(
         let j = out.entry(i).or_default();
         if r.prompt_key.is_some() {
             j.keyed += 1;
-            j.duplicates += u64::from(duplicates.contains(&r.id));
+            j.duplicates += u64::from(duplicates.ids.contains(&r.id));
         }
         let joined = exchanges.find(r);
         let cut = parts(r, joined.as_ref(), &exchanges);
@@ -182,29 +187,74 @@ fn join_sample(
             j.parts.push(cut);
         }
     }
+    // Chance at the window's own rate of the requests read (a thinned sample has fewer twins
+    // to find, and fewer by chance alike).
+    let len_s = timeline.len_ms.max(1) as f64 / 1000.0;
+    for j in out.values_mut() {
+        j.chance = duplicates.chance(j.keyed as f64 / len_s);
+    }
     out
 }
 
-/// The ids of the requests sent within one prefill of an identical one (same `prompt_key`):
-/// a prefix cache holds a prompt's blocks only once its prefill is done, so each of these
-/// computed the same prefill again. One prefill is the prompt's fastest time from send to
-/// first token in the run (its end, for a request without tokens): the time it takes when
-/// nothing waits. A request sent later than that after its twin finds the prompt cached, or
-/// waits behind it in a queue (identical prompts of a steady load on a busy server) and is
-/// not counted.
+/// The requests sent within one prefill of an identical one (same `prompt_key`): a prefix
+/// cache holds a prompt's blocks only once its prefill is done, so each of these computed the
+/// same prefill again.
+///
+/// One prefill is the run's fastest send -> first token (its end, where no request streamed):
+/// the time a first token takes when nothing waits. Never a prompt's own first token under
+/// load, which holds the time it waited for admission: past a server's capacity every request
+/// waits seconds, and a finite dataset repeats within seconds by chance (2,000 prompts at 80
+/// req/s on the H200 read as a stampede). A prompt whose prefill is longer than the fastest
+/// one's is undercounted, never a queue overcounted. Copies of a stampede are sent within
+/// microseconds of each other.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Duplicates {
+    /// The ids of the copies.
+    pub ids: HashSet<u64>,
+    /// One prefill, µs.
+    pub prefill_us: u64,
+    /// Distinct prompts among the requests read.
+    pub distinct: usize,
+}
+
+impl Duplicates {
+    /// The share of requests that chance alone gives a twin sent within one prefill before
+    /// them, at `rate_per_s` LLM requests per second, each prompt drawn uniformly from the
+    /// [`Self::distinct`] ones: `1 - exp(-rate x prefill / distinct)`. A generator that
+    /// walks its dataset in order repeats less often than this; one fixed prompt repeats
+    /// every request.
+    #[must_use]
+    pub fn chance(&self, rate_per_s: f64) -> f64 {
+        if self.distinct == 0 || rate_per_s <= 0.0 {
+            return 0.0;
+        }
+        let prefill_s = self.prefill_us as f64 / 1e6;
+        1.0 - (-rate_per_s * prefill_s / self.distinct as f64).exp()
+    }
+}
+
+/// See [`Duplicates`].
 #[must_use]
-pub fn duplicate_prefills(sent: impl IntoIterator<Item = Sent>) -> HashSet<u64> {
+pub fn duplicate_prefills(sent: impl IntoIterator<Item = Sent>) -> Duplicates {
     let mut by_key: HashMap<u64, Vec<Sent>> = HashMap::new();
     for s in sent {
         by_key.entry(s.key).or_default().push(s);
     }
-    let mut out = HashSet::new();
+    let all = || by_key.values().flatten();
+    let streamed = all().filter(|s| s.streamed).map(|s| s.prefill_us).min();
+    let prefill = streamed
+        .or_else(|| all().map(|s| s.prefill_us).min())
+        .unwrap_or(0);
+    let mut out = Duplicates {
+        ids: HashSet::new(),
+        prefill_us: prefill,
+        distinct: by_key.len(),
+    };
     for mut twins in by_key.into_values().filter(|v| v.len() > 1) {
-        let prefill = twins.iter().map(|s| s.prefill_us).min().unwrap_or(0);
         twins.sort_unstable_by_key(|s| (s.at_us, s.prefill_us, s.id));
         for pair in twins.windows(2) {
             if pair[1].at_us < pair[0].at_us + prefill {
-                out.insert(pair[1].id);
+                out.ids.insert(pair[1].id);
             }
         }
     }
@@ -219,6 +269,8 @@ pub struct Sent {
     key: u64,
     at_us: u64,
     prefill_us: u64,
+    /// Whether it streamed a token (its `prefill_us` ends at a first token).
+    streamed: bool,
 }
 
 impl Sent {
@@ -231,6 +283,7 @@ impl Sent {
             key: r.prompt_key?,
             at_us: r.actual_us,
             prefill_us: first.saturating_sub(r.actual_us),
+            streamed: !r.token_us.is_empty(),
         })
     }
 }
@@ -248,6 +301,41 @@ fn label_phases(timeline: &mut Timeline, report: &StressReport, accs: &BTreeMap<
             && let Some(p) = current
         {
             w.phase = report.phases.get(p as usize).map(|p| p.name.clone());
+        }
+    }
+}
+
+/// A phase that sent none of its arrivals has no record to label its windows by: they are
+/// labelled by its span (phases start one after another at their planned ends) and carry the
+/// arrivals it asked for and never sent, so that the phase is in the report and judged
+/// (`loadgen`) instead of vanishing into the phase before it. Only windows the collectors
+/// closed: a run whose first phase sent nothing has no window before its first request.
+fn label_unsent_phases(timeline: &mut Timeline, report: &StressReport) {
+    let mut start_s = 0.0;
+    for p in &report.phases {
+        let (from_s, to_s) = (start_s, start_s + p.elapsed_s.max(0.0));
+        start_s += p.duration_s;
+        let unsent = p.counts.scheduled.saturating_sub(p.counts.finished);
+        if p.counts.finished > 0 || unsent == 0 || to_s <= from_s {
+            continue;
+        }
+        let at = |s: f64| unix_ms(report, (s * 1e6) as u64);
+        let (from, to) = (at(from_s), at(to_s));
+        let windows: Vec<usize> = (0..timeline.windows.len())
+            .filter(|&i| {
+                let w = &timeline.windows[i];
+                w.start_unix_ms + w.len_ms > from && w.start_unix_ms < to
+            })
+            .collect();
+        let n = windows.len() as u64;
+        for (k, &i) in windows.iter().enumerate() {
+            // The arrivals spread evenly over its windows, the remainder in the first ones.
+            let share = unsent / n.max(1) + u64::from((k as u64) < unsent % n.max(1));
+            let w = &mut timeline.windows[i];
+            w.phase = Some(p.name.clone());
+            let load = w.load.get_or_insert_with(LoadSignals::default);
+            load.target_rps = p.target_rate;
+            load.unsent = Some(share);
         }
     }
 }
@@ -364,7 +452,7 @@ mod tests {
             // No key (not an LLM request): never one.
             record(6, 0, 0, 100, 3),
         ];
-        let dup = duplicate_prefills(records.iter().filter_map(Sent::of));
+        let dup = duplicate_prefills(records.iter().filter_map(Sent::of)).ids;
         assert_eq!(dup.len(), 2, "{dup:?}");
         assert!(!dup.contains(&4) && !dup.contains(&5) && !dup.contains(&6));
     }
@@ -381,7 +469,64 @@ mod tests {
                 r
             })
             .collect();
-        assert!(duplicate_prefills(records.iter().filter_map(Sent::of)).is_empty());
+        assert!(
+            duplicate_prefills(records.iter().filter_map(Sent::of))
+                .ids
+                .is_empty()
+        );
+    }
+
+    /// The H200's overload without metrics: 2,000 prompts drawn at random at 80 req/s for 30 s,
+    /// every first token 20-50 s away (waiting for admission), the run's fastest 117 ms. With
+    /// the client's TTFT as the window 63% read as copies; within one prefill, the share is what
+    /// chance gives, and nothing beyond it.
+    #[test]
+    fn a_finite_dataset_past_capacity_repeats_only_by_chance() {
+        let mut seed: u64 = 7;
+        let mut next = || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            seed >> 33
+        };
+        let n = 2400u64;
+        let records: Vec<RequestRecord> = (0..n)
+            .map(|i| {
+                let ttft = if i == 0 {
+                    117
+                } else {
+                    20_000 + next() % 30_000
+                };
+                let mut r = record(i, 0, i * 1000 / 80, ttft, 3);
+                r.prompt_key = Some(next() % 2000);
+                r
+            })
+            .collect();
+        let d = duplicate_prefills(records.iter().filter_map(Sent::of));
+        assert_eq!(d.prefill_us, 116_500);
+        let share = d.ids.len() as f64 / n as f64;
+        let chance = d.chance(80.0);
+        assert!(share < 0.02, "{share}");
+        assert!(
+            (share - chance).abs() < 0.01,
+            "{share} against chance {chance}"
+        );
+    }
+
+    /// One fixed prompt at a steady rate: every request has a twin by chance (the chance is ~1),
+    /// so the copies beyond chance are none, whatever the window.
+    #[test]
+    fn one_fixed_prompt_is_all_chance() {
+        let records: Vec<RequestRecord> = (0..50u64)
+            .map(|i| {
+                let mut r = record(i, 0, i * 10, 200, 3);
+                r.prompt_key = Some(7);
+                r
+            })
+            .collect();
+        let d = duplicate_prefills(records.iter().filter_map(Sent::of));
+        assert_eq!(d.distinct, 1);
+        let share = d.ids.len() as f64 / 50.0;
+        assert!(share > 0.9, "{share}");
+        assert!(d.chance(100.0) > 0.99, "{}", d.chance(100.0));
     }
 
     #[test]

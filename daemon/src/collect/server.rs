@@ -108,8 +108,8 @@ pub fn server_signals(w: &WindowSignals) -> ServerSignals {
         engine: w.server,
         running: w.running.map(|g| g.last),
         waiting: w.waiting.map(|g| g.max),
-        // No server exports its batch cap as a metric; the run's configuration may supply it.
-        max_running: None,
+        // Asked of the engine beside its metrics (SGLang, TGI, llama.cpp); vLLM says none.
+        max_running: w.max_running,
         kv_usage: w.kv_usage.map(|g| g.max),
         preemptions_per_s: w.preemption_activity(),
         prefix_hit_rate: w.prefix_cache_hit_rate,

@@ -63,6 +63,15 @@ pub struct LoadSignals {
     /// `load::duplicate_prefills`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_prefill_share: Option<f64>,
+    /// The share of them the workload's own sampling gives a twin within one prefill by
+    /// chance (`load::Duplicates::chance`): a stampede is the share beyond it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_prefill_chance: Option<f64>,
+    /// Arrivals the schedule asked for in this window that were never sent, in a phase whose
+    /// every arrival went unsent (`load::label_unsent_phases`): the generator could not keep
+    /// up at all. `None` in a phase that sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsent: Option<u64>,
 }
 
 /// The inference server's own metrics, mapped from vLLM / `SGLang` / TGI / llama.cpp names.

@@ -16,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::{OnceCell, mpsc};
 use tokio::task::JoinHandle;
 
+use super::engine_info::{self, EngineInfo};
 use super::error::ScrapeError;
 use super::mapping::{self, ServerKind, SignalOptions, Signals};
 use super::prom_text::{self, Exposition, LineError};
@@ -74,7 +75,7 @@ pub struct Scraper {
     client: Client<TlsConnector<HttpConnector>, Empty<Bytes>>,
     uri: Uri,
     config: ScrapeConfig,
-    tgi_info: Arc<OnceCell<Option<u64>>>,
+    info: Arc<OnceCell<EngineInfo>>,
 }
 
 impl Scraper {
@@ -104,7 +105,7 @@ impl Scraper {
             client,
             uri,
             config,
-            tgi_info: Arc::default(),
+            info: Arc::default(),
         })
     }
 
@@ -213,17 +214,21 @@ impl Scraper {
         Ok((content_type, body.to_bytes()))
     }
 
-    /// TGI's `--max-batch-total-tokens` from its `/info` endpoint, asked once.
-    async fn tgi_max_batch_total_tokens(&self) -> Option<u64> {
+    /// The engine's own limits from its info endpoint (`engine_info::path`), asked once: an
+    /// engine that does not answer says nothing, and is not asked again.
+    async fn engine_info(&self, engine: ServerKind) -> EngineInfo {
+        // Nothing to ask (vLLM, a server not recognised yet): the cell stays empty.
+        let Some(uri) = engine_info::path(engine).and_then(|p| sibling_uri(&self.uri, p)) else {
+            return EngineInfo::default();
+        };
         *self
-            .tgi_info
+            .info
             .get_or_init(|| async {
-                let uri = info_uri(&self.uri)?;
                 match self.get(&uri, "application/json", 1 << 20).await {
-                    Ok((_, body)) => max_batch_total_tokens(&body),
+                    Ok((_, body)) => engine_info::parse(engine, &body),
                     Err(e) => {
-                        tracing::debug!("TGI /info: {e}");
-                        None
+                        tracing::debug!("{uri}: {e}");
+                        EngineInfo::default()
                     }
                 }
             })
@@ -238,15 +243,17 @@ impl Scraper {
             Ok(exp) => {
                 let mut options = self.config.options;
                 let mut signals = mapping::extract(&exp, &options);
+                let info = self.engine_info(signals.server).await;
                 // TGI has no KV gauge; its batch token cap makes one when
                 // the user did not give it.
-                if signals.server == ServerKind::Tgi && options.tgi_max_batch_total_tokens.is_none()
+                if signals.server == ServerKind::Tgi
+                    && options.tgi_max_batch_total_tokens.is_none()
+                    && info.max_batch_total_tokens.is_some()
                 {
-                    options.tgi_max_batch_total_tokens = self.tgi_max_batch_total_tokens().await;
-                    if options.tgi_max_batch_total_tokens.is_some() {
-                        signals = mapping::extract(&exp, &options);
-                    }
+                    options.tgi_max_batch_total_tokens = info.max_batch_total_tokens;
+                    signals = mapping::extract(&exp, &options);
                 }
+                signals.max_running = info.max_running;
                 (Ok(signals), exp.errors().to_vec())
             }
             Err(e) => (Err(e), Vec::new()),
@@ -344,19 +351,11 @@ fn metrics_uri(url: &str) -> Result<Uri, ScrapeError> {
     Ok(uri)
 }
 
-/// `http://host:port/anything` -> `http://host:port/info` (same scheme).
-fn info_uri(metrics: &Uri) -> Option<Uri> {
+/// `http://host:port/anything` -> `http://host:port{path}` (same scheme).
+fn sibling_uri(metrics: &Uri, path: &str) -> Option<Uri> {
     let authority = metrics.authority()?;
     let scheme = metrics.scheme_str().unwrap_or("http");
-    format!("{scheme}://{authority}/info").parse().ok()
-}
-
-/// `max_batch_total_tokens` from TGI's `/info` JSON, when it is a positive number.
-fn max_batch_total_tokens(body: &[u8]) -> Option<u64> {
-    let info: serde_json::Value = serde_json::from_slice(body).ok()?;
-    info.get("max_batch_total_tokens")?
-        .as_u64()
-        .filter(|&n| n > 0)
+    format!("{scheme}://{authority}{path}").parse().ok()
 }
 
 fn is_text_exposition(content_type: &str) -> bool {
@@ -420,7 +419,7 @@ mod tests {
             "https://h:9/metrics"
         );
         assert_eq!(
-            info_uri(&metrics_uri("https://h:9").unwrap())
+            sibling_uri(&metrics_uri("https://h:9").unwrap(), "/info")
                 .unwrap()
                 .to_string(),
             "https://h:9/info"
@@ -436,24 +435,28 @@ mod tests {
     }
 
     #[test]
-    fn tgi_info_parsing() {
+    fn engine_info_is_asked_beside_the_metrics() {
         let uri = metrics_uri("http://10.0.0.5:3000").unwrap();
         assert_eq!(
-            info_uri(&uri).unwrap().to_string(),
+            sibling_uri(&uri, "/info").unwrap().to_string(),
             "http://10.0.0.5:3000/info"
         );
-        let info =
+        let tgi =
             br#"{"model_id":"m","max_batch_total_tokens":102400,"max_concurrent_requests":128}"#;
-        assert_eq!(max_batch_total_tokens(info), Some(102_400));
         assert_eq!(
-            max_batch_total_tokens(br#"{"max_batch_total_tokens":null}"#),
-            None
+            engine_info::parse(ServerKind::Tgi, tgi).max_batch_total_tokens,
+            Some(102_400)
         );
-        assert_eq!(
-            max_batch_total_tokens(br#"{"max_batch_total_tokens":0}"#),
-            None
-        );
-        assert_eq!(max_batch_total_tokens(b"<html>"), None);
+        for zero in [
+            &br#"{"max_batch_total_tokens":null}"#[..],
+            br#"{"max_batch_total_tokens":0}"#,
+            b"<html>",
+        ] {
+            assert_eq!(
+                engine_info::parse(ServerKind::Tgi, zero).max_batch_total_tokens,
+                None
+            );
+        }
     }
 
     #[test]

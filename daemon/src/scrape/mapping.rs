@@ -96,6 +96,8 @@ pub struct Signals {
     pub kv_usage: Option<f64>,
     /// KV-cache blocks on the GPU (vLLM `cache_config_info`), summed over engines.
     pub num_gpu_blocks: Option<u64>,
+    /// The engine's cap on running requests, where it says it (`super::engine_info`).
+    pub max_running: Option<f64>,
     /// Cumulative preemptions (vLLM counter).
     pub preemptions_total: Option<f64>,
     /// Requests retracted at the last retraction (`SGLang` gauge `num_retracted_reqs`).
@@ -182,6 +184,7 @@ pub fn extract(exp: &Exposition, opts: &SignalOptions) -> Signals {
         waiting: None,
         kv_usage: None,
         num_gpu_blocks: None,
+        max_running: None,
         preemptions_total: None,
         retracted_reqs: None,
         prefix_cache_queries_total: None,

@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod engine_info;
 pub mod error;
 pub mod find;
 pub mod mapping;

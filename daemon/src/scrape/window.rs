@@ -52,6 +52,8 @@ pub struct WindowSignals {
     pub retracted_reqs: Option<GaugeWindow>,
     /// KV blocks on the GPU (vLLM), from the last scrape.
     pub num_gpu_blocks: Option<u64>,
+    /// The engine's cap on running requests, from the last scrape (`super::engine_info`).
+    pub max_running: Option<f64>,
     /// vLLM preemptions per second.
     pub preemptions_per_s: Option<f64>,
     /// Prefix-cache hits / queries in this window (vLLM counters), or `SGLang`'s
@@ -279,6 +281,7 @@ impl WindowBuilder {
             kv_usage,
             retracted_reqs,
             num_gpu_blocks: last.num_gpu_blocks,
+            max_running: last.max_running,
             preemptions_per_s: rate(acc.preemptions),
             prefix_cache_hit_rate,
             prompt_tokens_per_s: rate(acc.prompt_tokens),

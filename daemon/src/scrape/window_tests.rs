@@ -12,6 +12,7 @@ fn empty(server: ServerKind) -> Signals {
         waiting: None,
         kv_usage: None,
         num_gpu_blocks: None,
+        max_running: None,
         preemptions_total: None,
         retracted_reqs: None,
         prefix_cache_queries_total: None,

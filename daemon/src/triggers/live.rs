@@ -83,7 +83,7 @@ impl LiveLoad {
     /// in the fold that found it.
     fn duplicate_share(&mut self, records: &[RequestRecord]) -> Option<f64> {
         let now: Vec<Sent> = records.iter().filter_map(Sent::of).collect();
-        let found = duplicate_prefills(self.last.iter().chain(&now).copied());
+        let found = duplicate_prefills(self.last.iter().chain(&now).copied()).ids;
         let new = found.difference(&self.counted).count();
         self.counted = found;
         self.last = now;
@@ -139,6 +139,8 @@ fn fold(records: &[RequestRecord], len_ms: u64) -> LoadSignals {
             .then(|| recalls.iter().sum::<f64>() / recalls.len() as f64),
         phase_events_before: 0,
         duplicate_prefill_share: None,
+        duplicate_prefill_chance: None,
+        unsent: None,
     }
 }
 

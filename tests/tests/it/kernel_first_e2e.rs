@@ -4,7 +4,11 @@
 //! metrics. Each case is defined once in `inferscope_tests::cases` (the attribution benchmark
 //! runs the same ones). Needs root (eBPF), `python3`, `nft` and `cargo build -p inferscope`.
 
-use inferscope_tests::{cases, explain::assert_peak, retry_once, root_or_skip};
+use inferscope_tests::{
+    cases,
+    explain::{assert_peak, describe},
+    retry_once, root_or_skip,
+};
 
 /// Runs case `name` and asserts its peak's verdict, with at least one of `any` in the evidence.
 fn check(name: &str, any: &[&str]) {
@@ -21,6 +25,53 @@ fn server_without_metrics_that_queues_is_queue_from_the_kernel() {
     retry_once(|| {
         check("queue-nometrics", &["kernel_first_token_p50_ms"]);
     });
+}
+
+/// Ten times a metric-less server's capacity with a 300-prompt dataset: every phase judged.
+/// The peak is `queue` with an overload line (asked, completed, timed out), never a stampede:
+/// the dataset repeats within a request's wait by chance, not within one prefill.
+#[test]
+fn overload_with_a_finite_dataset_is_queue_never_a_stampede() {
+    let name = "queue-overload-nometrics";
+    let Some(_machine) = root_or_skip(name) else {
+        return;
+    };
+    let report = (cases::named(name).run)();
+    let p = assert_peak(&report, "queue", &[], &["kernel_first_token_p50_ms"]);
+    let overload = &p["overload"];
+    assert!(
+        overload["timed_out"].as_u64().unwrap_or(0) > 0,
+        "{overload}"
+    );
+    assert!(
+        overload["completed_rps"].as_f64().unwrap() < overload["asked_rps"].as_f64().unwrap() / 2.0,
+        "{overload}"
+    );
+    for w in report["verdicts"].as_array().unwrap() {
+        assert_ne!(w["verdict"]["cause"], "duplicate_prefill", "{w}");
+    }
+    let phase = |name: &str| {
+        report["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no phase {name}"))
+    };
+    // 1 req/s of 0.64 s answers on 4 slots: nothing waits.
+    assert_eq!(
+        phase("baseline")["dominant"],
+        "none",
+        "{}",
+        describe(phase("baseline"))
+    );
+    // The cooldown's requests wait behind the peak's, and time out with them.
+    let cooldown = &phase("cooldown")["dominant"];
+    assert!(
+        ["queue", "errors"].contains(&cooldown.as_str().unwrap_or_default()),
+        "{}",
+        describe(phase("cooldown"))
+    );
 }
 
 #[test]

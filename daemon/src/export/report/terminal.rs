@@ -74,7 +74,15 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
     let target = l
         .target_rps
         .map_or(String::new(), |t| format!(" (target {})", fmt_num(t)));
-    let _ = writeln!(out, "phase {} ({} windows)", p.name, p.windows);
+    let drain = if p.drain {
+        ", after its last send: requests still answering or waiting"
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "phase {} ({} windows{drain})", p.name, p.windows);
+    for n in &p.notes {
+        line(out, Style::Warn, &format!("NOTE: {n}"));
+    }
     let _ = writeln!(
         out,
         "  load: {} req/s{target}, {} requests, {} errors, {} output tok/s, {} in flight max",
@@ -93,6 +101,7 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
         quantiles(lat.itl_ms.as_ref()),
         quantiles(lat.e2e_ms.as_ref())
     );
+    findings(out, p, colour);
     if p.untrustworthy {
         let lagging = p
             .shares
@@ -153,6 +162,30 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
     }
     if p.dominant != Cause::None {
         let _ = writeln!(out, "  what to do: {}", p.hint);
+    }
+}
+
+/// What the phase found before any verdict: arrivals never sent, overload, a full resource.
+fn findings(out: &mut String, p: &PhaseSummary, colour: bool) {
+    let line = |out: &mut String, style: Style, text: &str| {
+        let _ = writeln!(out, "  {}", paint(text, style, colour));
+    };
+    if p.load.unsent > 0 {
+        line(
+            out,
+            Style::Warn,
+            &format!(
+                "the load generator sent none of this phase's {} arrivals: it could not keep up \
+                 at all",
+                p.load.unsent
+            ),
+        );
+    }
+    if let Some(o) = &p.overload {
+        line(out, Style::Warn, &o.line());
+    }
+    if let Some(s) = &p.saturated {
+        let _ = writeln!(out, "  full, with requests waiting: {s}");
     }
 }
 

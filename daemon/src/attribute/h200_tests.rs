@@ -1,0 +1,121 @@
+//! The time lines a real GPU engine produced (`daemon/tests/fixtures/timelines/h200_*.json`,
+//! recorded on an NVIDIA H200: a `PyTorch` engine whose admission is bound by its KV budget, 64
+//! slots, 2 req/s then 80 req/s). Every phase is judged: the baseline was saturated from its
+//! eighth second, the peak asked 80 req/s of a server that completed a few, and drained to the
+//! 60 s timeout.
+
+use super::tests::fixture;
+use super::*;
+
+fn phase<'a>(a: &'a Attribution, name: &str) -> &'a PhaseSummary {
+    a.phase(name)
+        .unwrap_or_else(|| panic!("no phase {name}: {:?}", names(a)))
+}
+
+fn names(a: &Attribution) -> Vec<&str> {
+    a.phases.iter().map(|p| p.name.as_str()).collect()
+}
+
+fn never_a_stampede(a: &Attribution) {
+    for w in &a.windows {
+        assert_ne!(
+            w.verdict.cause,
+            Cause::DuplicatePrefill,
+            "window {}",
+            w.index
+        );
+    }
+}
+
+#[test]
+fn with_metrics_the_full_kv_cache_is_named_in_every_phase() {
+    let a = attribute(&fixture("h200_kv_admission"));
+    assert_eq!(names(&a), ["baseline", "peak", "peak (drain)"]);
+    never_a_stampede(&a);
+    // The baseline: KV usage 1.0, requests waiting from its fourth second on.
+    // The baseline: the engine admitted about two requests a second while slots (1 -> 21 of
+    // 64) and cache (0.3 -> 0.88) had room, so requests waited on its step loop; from its
+    // twelfth second the KV cache was full (0.997) with requests waiting. Neither is healthy.
+    let base = phase(&a, "baseline");
+    let verdicts = |phase: &str| -> Vec<&Verdict> {
+        a.windows
+            .iter()
+            .filter(|w| w.phase.as_deref() == Some(phase))
+            .map(|w| &w.verdict)
+            .collect()
+    };
+    let baseline = verdicts("baseline");
+    for v in &baseline[1..=10] {
+        assert_eq!(v.cause, Cause::Queue, "{v:#?}");
+        assert_eq!(v.signature.as_deref(), Some("token budget or step loop"));
+    }
+    for v in &baseline[12..] {
+        assert_eq!(v.cause, Cause::KvCache, "{v:#?}");
+        assert_eq!(v.signature.as_deref(), Some("full, requests waiting"));
+    }
+    assert!(
+        matches!(base.dominant, Cause::Queue | Cause::KvCache),
+        "{:#?}",
+        base.shares
+    );
+    // Its advice raises no limit: the cache was full in it.
+    assert_eq!(base.hint, "requests wait for admission: add replicas");
+    let saturated = base.saturated.as_deref().unwrap_or_default();
+    assert!(saturated.contains("KV cache full"), "{saturated}");
+    assert!(
+        base.notes
+            .iter()
+            .any(|n| n.starts_with("the baseline is not a healthy reference: KV cache full")),
+        "{:?}",
+        base.notes
+    );
+    // The peak: KV 0.98-0.999, 23 of 64 slots running, waiting up to 1,977.
+    let peak = phase(&a, "peak");
+    assert_eq!(peak.dominant, Cause::KvCache, "{:#?}", peak.shares);
+    assert!(peak.shares[0].share >= 0.8, "{:#?}", peak.shares);
+    assert!(
+        peak.notes
+            .iter()
+            .any(|n| n.starts_with("compared against a saturated baseline")),
+        "{:?}",
+        peak.notes
+    );
+    // The advice leans on no room the evidence shows full.
+    assert!(
+        !peak.hint.contains("max_num_seqs / max_num_batched_tokens"),
+        "{}",
+        peak.hint
+    );
+    assert!(peak.hint.starts_with("KV cache is full"), "{}", peak.hint);
+    let o = peak.overload.as_ref().expect("an overload line");
+    assert!((o.asked_rps - 80.0).abs() < 1.0, "{o:?}");
+    assert!(o.completed_rps < 20.0, "{o:?}");
+    assert!(o.timed_out > 1000, "{o:?}");
+    assert!(
+        o.waited
+            .as_deref()
+            .is_some_and(|w| w.contains("KV cache full")),
+        "{o:?}"
+    );
+    // Its drain: apart, still the cache.
+    let drain = phase(&a, "peak (drain)");
+    assert!(drain.drain);
+    assert_eq!(drain.dominant, Cause::KvCache, "{:#?}", drain.shares);
+    assert!(drain.windows >= 50, "{}", drain.windows);
+}
+
+#[test]
+fn without_metrics_the_overloaded_peak_is_queue_never_a_stampede() {
+    let a = attribute(&fixture("h200_kv_admission_nometrics"));
+    never_a_stampede(&a);
+    let peak = phase(&a, "peak");
+    assert_eq!(peak.dominant, Cause::Queue, "{:#?}", peak.shares);
+    let o = peak.overload.as_ref().expect("an overload line");
+    assert!(o.timed_out > 1000, "{o:?}");
+    assert!(o.line().contains("timed out waiting"), "{}", o.line());
+    // Nothing says the baseline is saturated without the server's gauges: it is judged
+    // against itself, and no phase names a full resource.
+    for p in &a.phases {
+        assert!(p.saturated.is_none(), "{}: {:?}", p.name, p.saturated);
+    }
+}
