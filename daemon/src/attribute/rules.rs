@@ -310,8 +310,11 @@ pub const RULES: &[Rule] = &[
         conditions: &[
             trig(S::SrttMeanUs, Rises { ratio: 2.0, min_delta: 1000.0 }, 3.0),
             // Transit alone is no trigger: with the RTT flat, a request that waits long before
-            // the server reads it waits in the server's backlog (`queue`, backlog).
-            supp(S::ClientServerGapMs, Rises { ratio: 1.5, min_delta: 10.0 }, 3.0),
+            // the server reads it waits in the server's backlog (`queue`, backlog). And a
+            // longer RTT reaches requests only through their transit: where it was measured and
+            // did not rise, the RTT grew on the hosts (a busy server acking late on loopback:
+            // 0.1 -> 2.5 ms while its queue held requests for 19 s), not on the path.
+            need(S::ClientServerGapMs, Rises { ratio: 1.5, min_delta: 10.0 }, 3.0),
             // A congested queue overflows: drops come with the delay.
             supp(S::Retransmits, Above(0.0), 1.0),
             supp(S::TtftP99Ms, Rises { ratio: 1.3, min_delta: 10.0 }, 1.0),

@@ -495,7 +495,9 @@ impl Signal {
             S::RunqP99Us | S::RunqMeanUs | S::RunqTotalShare | S::RunqWaitShare => self.raw_runq(w),
             S::SrttMeanUs => net?.srtt_mean_us,
             S::Retransmits => net.map(|n| n.retrans as f64),
-            S::KernelFirstTokenP50Ms => net?.server_first_token_p50_ms,
+            S::KernelFirstTokenP50Ms => {
+                joined_first_token_p50(w).or_else(|| net?.server_first_token_p50_ms)
+            }
             S::KernelExchangeP50Ms => net?.exchange_p50_ms,
             S::KernelExchangeP99Ms => net?.exchange_p99_ms,
             S::IndexRebuild => server?.index_rebuild,
@@ -634,6 +636,20 @@ fn vector_share(w: &Window) -> Option<f64> {
     } else {
         0.0
     })
+}
+
+/// The kernel's request-in -> first token of the window's own requests (those joined with the
+/// exchange the kernel saw), p50: of the load, not of every exchange on the port (a scraper's
+/// 404s, health checks), and in the window the requests were sent in, as the client's latencies
+/// are. `None` without joined requests (the node daemon beside another generator reads every
+/// exchange instead).
+fn joined_first_token_p50(w: &Window) -> Option<f64> {
+    let v: Vec<f64> = w
+        .requests
+        .iter()
+        .filter_map(|r| Some(r.kernel.as_ref()?.server_first_ms))
+        .collect();
+    super::baseline::median(&v)
 }
 
 /// The copies beyond what the workload's own sampling gives by chance.
