@@ -15,6 +15,9 @@ pub const MAP_HISTS: &str = "RUNQ_HISTS";
 pub const MAP_START: &str = "RUNQ_START";
 /// `tid -> SchedInfo` as last seen at the task's switch-out (raw variant; an LRU map).
 pub const MAP_LAST: &str = "RUNQ_LAST";
+/// Per-CPU `u32`: the process (tgid) of the task that handed the CPU to the one on it now
+/// (raw variant).
+pub const MAP_HOLDER: &str = "RUNQ_HOLDER";
 /// Per-CPU `u64` counters of what could not be recorded, per hook: slot
 /// [`crate::drop_slot`]`(HOOK_*, DROP_*, DROP_KINDS)`.
 pub const MAP_DROPS: &str = "RUNQ_DROPS";
@@ -89,8 +92,12 @@ pub struct Hist {
     pub count: u64,
     /// Sum of all delays, microseconds.
     pub sum_us: u64,
+    /// The part of `sum_us` that ended with the CPU handed over by a thread of the same
+    /// process: waits behind its own threads, not behind other processes or an idle CPU it
+    /// could not use (a quota, a migration).
+    pub self_us: u64,
 }
-assert_size!(Hist, SLOTS * 8 + 16);
+assert_size!(Hist, SLOTS * 8 + 24);
 
 impl Hist {
     /// An empty histogram.
@@ -98,6 +105,7 @@ impl Hist {
         slots: [0; SLOTS],
         count: 0,
         sum_us: 0,
+        self_us: 0,
     };
 }
 
@@ -109,8 +117,8 @@ impl Hist {
 pub struct Pending {
     /// Thread id switched in; 0 = nothing pending.
     pub tid: u32,
-    /// Explicit padding.
-    pub pad: u32,
+    /// The process (tgid) of the task that handed it the CPU.
+    pub holder: u32,
     /// Run-queue delay of that switch-in, microseconds.
     pub delay_us: u64,
 }

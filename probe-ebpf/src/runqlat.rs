@@ -4,7 +4,8 @@
 //! `sched_switch` with a still-runnable `prev`: preemption re-queues it). When it is switched in,
 //! the wait is computed and parked per CPU; the next `sched_switch` on that CPU switches the same
 //! task out, and since it is then `current`, its tgid is known and the sample lands in the
-//! per-process histogram. Field offsets come from userspace (tracefs format files).
+//! per-process histogram, with whether the task that handed it the CPU (`current` at its
+//! switch-in) was of the same process. Field offsets come from userspace (tracefs format files).
 
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
@@ -95,7 +96,7 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     let parked = unsafe { *pending };
     let tgid = current().0;
     if parked.tid != 0 && parked.tid == prev as u32 && watched_fast(tgid) {
-        record(tgid, parked.delay_us, HOOK_SWITCH);
+        record(tgid, parked.delay_us, parked.holder == tgid, HOOK_SWITCH);
     }
 
     // Preempted while runnable: it goes back on the run queue now.
@@ -105,7 +106,7 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
 
     let mut park = Pending {
         tid: 0,
-        pad: 0,
+        holder: 0,
         delay_us: 0,
     };
     if next != 0 {
@@ -115,9 +116,10 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
             let ts = *ts;
             let now = unsafe { bpf_ktime_get_ns() };
             let _ = RUNQ_START.remove(&tid);
+            // `prev` (current) hands `next` the CPU.
             park = Pending {
                 tid,
-                pad: 0,
+                holder: tgid,
                 delay_us: now.saturating_sub(ts) / 1000,
             };
         }
@@ -126,10 +128,10 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
-/// Adds one sample to `tgid`'s histogram (for hook `hook`'s loss count); callers have checked
-/// that it is watched.
+/// Adds one sample to `tgid`'s histogram (for hook `hook`'s loss count); `own` when a thread of
+/// the same process handed it the CPU. Callers have checked that it is watched.
 #[inline(always)]
-pub(crate) fn record(tgid: u32, delay_us: u64, hook: u32) {
+pub(crate) fn record(tgid: u32, delay_us: u64, own: bool, hook: u32) {
     if tgid == 0 {
         return;
     }
@@ -156,5 +158,8 @@ pub(crate) fn record(tgid: u32, delay_us: u64, hook: u32) {
         atomic_add(&raw mut (*hist).slots[slot], 1);
         atomic_add(&raw mut (*hist).count, 1);
         atomic_add(&raw mut (*hist).sum_us, delay_us);
+        if own {
+            atomic_add(&raw mut (*hist).self_us, delay_us);
+        }
     }
 }

@@ -87,9 +87,11 @@ pub enum Signal {
     RunqMeanUs,
     /// Server threads' summed run-queue wait / window length.
     RunqTotalShare,
-    /// Server threads' run-queue wait / (that wait + their on-CPU time): the share of the time
-    /// they wanted a CPU that they spent waiting for one (the process's own CPU pressure).
-    /// Others taking its CPUs raise it; its own busier threads barely do.
+    /// Server threads' run-queue wait that another process (or an idle CPU out of their reach:
+    /// a quota) ended / (all their wait + their on-CPU time): the share of the time they wanted
+    /// a CPU that they spent waiting for one others held. Others taking its CPUs raise it; its
+    /// own threads crowding each other (a busier engine) do not: that wait ends with one of
+    /// its own threads handing over the CPU, and the probe counts it apart.
     RunqWaitShare,
     /// Mean smoothed RTT, µs.
     SrttMeanUs,
@@ -533,7 +535,8 @@ impl Signal {
             S::RunqTotalShare => Some(r.total_ms / w.len_ms.max(1) as f64),
             S::RunqWaitShare => {
                 let wanted = r.total_ms + r.oncpu_ms?;
-                (wanted > 0.0).then(|| r.total_ms / wanted)
+                let others = r.total_ms - r.own_ms.unwrap_or(0.0);
+                (wanted > 0.0).then(|| others.max(0.0) / wanted)
             }
             _ => None,
         }

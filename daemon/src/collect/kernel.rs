@@ -677,6 +677,7 @@ impl KernelCollector {
                     p99_us: server.quantile_us(0.99).unwrap_or(0.0),
                     mean_us: server.mean_us(),
                     total_ms: server.0.sum_us as f64 / 1000.0,
+                    own_ms: Some(server.0.self_us as f64 / 1000.0),
                     loadgen_p99_us: lg.and_then(|h| h.quantile_us(0.99)),
                     loadgen_total_ms: lg.map(|h| h.0.sum_us as f64 / 1000.0),
                     oncpu_ms: oncpu_known.then_some(oncpu_ms.max(0.0)),

@@ -564,6 +564,62 @@ mod tests {
         assert!((l1.output_tokens_per_s - 4.0).abs() < 1e-9);
     }
 
+    /// A generator starved through a whole phase sent none of its arrivals: the phase has no
+    /// record, and its windows went to the phase before. They are its own, carry what it never
+    /// sent, and read `loadgen`.
+    #[test]
+    fn a_phase_that_sent_nothing_is_in_the_report_as_loadgen() {
+        let mut report = report(6.0);
+        let counted = |name: &str, scheduled: u64, finished: u64| {
+            let mut p = phase(name, 4.0);
+            (p.counts.scheduled, p.counts.finished) = (scheduled, finished);
+            p.counts.dropped = scheduled - finished;
+            p
+        };
+        report.phases = vec![
+            counted("baseline", 8, 8),
+            counted("peak", 8, 0),
+            counted("cooldown", 8, 8),
+        ];
+        report.records = (0..8)
+            .map(|i| record(i, 0, i * 250, 50, 3))
+            .chain((0..8).map(|i| record(8 + i, 2, 4000 + i * 250, 50, 3)))
+            .collect();
+        let mut t = Timeline::new(10_000, 1000);
+        t.at(15_999);
+        fold_records(
+            &mut t,
+            &report,
+            &LoadFold::of_records(1000, &report.records),
+            &ServerSide::default(),
+        );
+        let phases: Vec<Option<&str>> = t.windows.iter().map(|w| w.phase.as_deref()).collect();
+        assert_eq!(
+            phases,
+            [
+                Some("baseline"),
+                Some("baseline"),
+                Some("peak"),
+                Some("peak"),
+                Some("cooldown"),
+                Some("cooldown")
+            ]
+        );
+        let a = crate::attribute::attribute(&t);
+        let peak = a.phase("peak").expect("the starved phase is reported");
+        assert_eq!(peak.load.unsent, 8);
+        assert_eq!(
+            peak.dominant,
+            crate::attribute::Cause::Loadgen,
+            "{:#?}",
+            peak.shares
+        );
+        assert_eq!(
+            a.phase("cooldown").unwrap().dominant,
+            crate::attribute::Cause::None
+        );
+    }
+
     #[test]
     fn an_answer_held_in_transit_past_a_recovery_timer_is_stalled() {
         let cut = |to_client_last_ms: f64| RequestParts {

@@ -38,6 +38,7 @@ impl RunqHist {
         }
         out.count = self.0.count.saturating_sub(earlier.0.count);
         out.sum_us = self.0.sum_us.saturating_sub(earlier.0.sum_us);
+        out.self_us = self.0.self_us.saturating_sub(earlier.0.self_us);
         Self(out)
     }
 
@@ -48,6 +49,7 @@ impl RunqHist {
         }
         self.0.count += other.0.count;
         self.0.sum_us += other.0.sum_us;
+        self.0.self_us += other.0.self_us;
     }
 
     /// The `q`-quantile in µs (q in 0..=1), interpolated linearly inside its log2 bucket

@@ -140,6 +140,10 @@ pub struct RunqSignals {
     pub mean_us: f64,
     /// Server total run-queue wait in the window, ms (all threads).
     pub total_ms: f64,
+    /// The part of `total_ms` behind the server's own threads (a thread of the same process
+    /// handed it the CPU): its work crowding its CPUs, not others taking them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_ms: Option<f64>,
     /// Load generator p99, µs, when it is watched too.
     pub loadgen_p99_us: Option<f64>,
     /// Load generator total run-queue wait in the window, ms.

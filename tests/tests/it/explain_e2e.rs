@@ -46,6 +46,8 @@ fn kv_pressure_is_kv_cache() {
             .as_str()
             .unwrap_or_default();
         assert!(hint.contains("gpu_memory_utilization"), "{hint}");
+        // Admitting more would need room the cache does not have.
+        assert!(!hint.contains("raise max_num_seqs"), "{hint}");
     });
 }
 
@@ -69,12 +71,22 @@ fn queue_bound_is_queue() {
                 peak_output_tokens: None,
             },
         );
-        assert_peak(
+        let p = assert_peak(
             &report,
             "queue",
             &[],
             &["waiting", "queue_time_p95_ms", "queue_share_of_ttft"],
         );
+        // The sim exports no slot cap: the ceiling its running count held while requests
+        // waited is the cap, every slot taken, the cache with room; raising the cap is advice.
+        let saturated = p["saturated"].as_str().unwrap_or_default();
+        assert!(
+            saturated.contains("every admission slot taken"),
+            "{saturated}"
+        );
+        let hint = p["hint"].as_str().unwrap_or_default();
+        assert!(hint.contains("raise max_num_seqs"), "{hint}");
+        assert!(!hint.contains("if the KV cache has room"), "{hint}");
     });
 }
 

@@ -45,6 +45,12 @@ fn llama_server_with_few_slots_is_queue_from_its_deferred_requests() {
             assert_no_transport_errors(&r);
             // The scrape recognised llama.cpp: what to do speaks its flags, not vLLM's.
             assert_hint(&r, "--parallel");
+            // Its slot cap came from /props (`total_slots`): the slots are the full resource.
+            let saturated = peak(&r)["saturated"].as_str().unwrap_or_default();
+            assert!(
+                saturated.contains("every admission slot taken"),
+                "{saturated}"
+            );
         }
     });
 }
