@@ -167,6 +167,12 @@ impl Stress {
         Self { child, dir }
     }
 
+    /// The run's process (`taskset` and `nice` exec it in place).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits for the run, which must succeed; returns report.json.
     #[must_use]
     pub fn finish(self) -> Value {

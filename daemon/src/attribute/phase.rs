@@ -283,13 +283,18 @@ pub fn summarise(
     out
 }
 
-/// The phase's windows and its drain: the windows after its last send (no request of the
-/// phase intended to start in them), apart when they are at least [`MIN_CAUSE_WINDOWS`] and
+/// The phase's windows and its drain: the windows after the last one it sent in or meant to
+/// (no request of the phase intended to start in them, none left unsent there), apart when they are at least [`MIN_CAUSE_WINDOWS`] and
 /// [`DOMINANT_MIN_SHARE`] of the phase, so many that they could decide its verdict (an
 /// overloaded phase drains to its timeout: 60 of 90 windows on the H200). A shorter tail stays
 /// with the phase.
 fn split_drain<'a>(idx: &'a [usize], windows: &[Window]) -> (&'a [usize], &'a [usize]) {
-    let sends = |i: usize| windows[i].load.as_ref().is_some_and(|l| l.requests > 0);
+    let sends = |i: usize| {
+        windows[i]
+            .load
+            .as_ref()
+            .is_some_and(|l| l.requests > 0 || l.unsent.is_some())
+    };
     let Some(last) = idx.iter().rposition(|&i| sends(i)) else {
         return (idx, &[]);
     };

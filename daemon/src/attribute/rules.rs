@@ -368,8 +368,8 @@ pub const RULES: &[Rule] = &[
         cause: Cause::Loadgen,
         signature: "unsent",
         conditions: &[
-            // A phase that sent none of its arrivals: the most extreme lag of all (the signal
-            // exists only in such a phase's windows).
+            // Arrivals the generator never sent, in the windows that fell short (the signal
+            // exists only there): the most extreme lag of all.
             trig(S::UnsentArrivals, Above(0.0), 4.0),
         ],
     },

@@ -47,8 +47,8 @@ pub enum Signal {
     SendLagP50Ms,
     /// Load generator send lag p95, ms.
     SendLagP95Ms,
-    /// Arrivals the schedule asked for in the window that the generator never sent (a phase
-    /// that sent none of its arrivals: `LoadSignals::unsent`).
+    /// Arrivals the schedule asked for in the window that the generator never sent
+    /// (`LoadSignals::unsent`: it fell behind past the phase's end, or was stopped).
     UnsentArrivals,
     /// Load generator run-queue delay p99, µs.
     LoadgenRunqP99Us,
@@ -385,8 +385,8 @@ impl Signal {
     /// GPU NVML sampled.
     #[must_use]
     pub fn applies_in(self, w: &Window) -> bool {
-        // Only a phase that sent nothing has arrivals it never sent: elsewhere the signal is no
-        // part of any rule (neither evidence nor missing).
+        // Only a window with arrivals left unsent has the signal: elsewhere it is no part of
+        // any rule (neither evidence nor missing).
         if self == Signal::UnsentArrivals {
             return w.load.as_ref().is_some_and(|l| l.unsent.is_some());
         }

@@ -87,7 +87,6 @@ pub fn fold_records(
     mark_events(timeline, report);
     let in_flight = fold.in_flight_max(|ms| timeline.index(start_ms + ms));
     label_phases(timeline, report, &accs);
-    label_unsent_phases(timeline, report);
     let len_s = timeline.len_ms as f64 / 1000.0;
     let marks = timeline.marks.clone();
     for (i, mut a) in accs {
@@ -136,6 +135,7 @@ pub fn fold_records(
             net.loss_clean_e2e_p50_ms = median(&mut j.clean_e2e);
         }
     }
+    spread_unsent(timeline, report);
 }
 
 /// The fold's windows by time-line window; two of them land in one only when the time line is
@@ -305,37 +305,63 @@ fn label_phases(timeline: &mut Timeline, report: &StressReport, accs: &BTreeMap<
     }
 }
 
-/// A phase that sent none of its arrivals has no record to label its windows by: they are
-/// labelled by its span (phases start one after another at their planned ends) and carry the
-/// arrivals it asked for and never sent, so that the phase is in the report and judged
-/// (`loadgen`) instead of vanishing into the phase before it. Only windows the collectors
-/// closed: a run whose first phase sent nothing has no window before its first request.
-fn label_unsent_phases(timeline: &mut Timeline, report: &StressReport) {
+/// Arrivals a phase's schedule asked for and the generator never sent (it fell behind past the
+/// phase's end, or was stopped) belong to the windows of the phase's planned span where its
+/// sends fell short. Those windows are the phase's own whatever the records say (phases start
+/// one after another at their planned ends; a window with none of its records went to the
+/// phase before, and one after its last send would read as its drain), and each carries its
+/// part of what was never sent, in proportion to its shortfall (the intended rate times its
+/// time in the span, less what it sent), so that a phase starved whole or in part is in the
+/// report and judged (`loadgen`) instead of vanishing into the phase before or its drain. Only
+/// windows the collectors closed: a run whose first phase sent nothing has no window before
+/// its first request.
+fn spread_unsent(timeline: &mut Timeline, report: &StressReport) {
     let mut start_s = 0.0;
-    for p in &report.phases {
+    for (k, p) in report.phases.iter().enumerate() {
         let (from_s, to_s) = (start_s, start_s + p.elapsed_s.max(0.0));
         start_s += p.duration_s;
         let unsent = p.counts.scheduled.saturating_sub(p.counts.finished);
-        if p.counts.finished > 0 || unsent == 0 || to_s <= from_s {
+        if unsent == 0 || to_s <= from_s {
             continue;
         }
         let at = |s: f64| unix_ms(report, (s * 1e6) as u64);
         let (from, to) = (at(from_s), at(to_s));
-        let windows: Vec<usize> = (0..timeline.windows.len())
-            .filter(|&i| {
-                let w = &timeline.windows[i];
-                w.start_unix_ms + w.len_ms > from && w.start_unix_ms < to
-            })
-            .collect();
-        let n = windows.len() as u64;
-        for (k, &i) in windows.iter().enumerate() {
-            // The arrivals spread evenly over its windows, the remainder in the first ones.
-            let share = unsent / n.max(1) + u64::from((k as u64) < unsent % n.max(1));
-            let w = &mut timeline.windows[i];
-            w.phase = Some(p.name.clone());
-            let load = w.load.get_or_insert_with(LoadSignals::default);
+        let earlier = |name: &str| report.phases[..k].iter().any(|q| q.name == name);
+        let mut short: Vec<(usize, f64)> = Vec::new();
+        for (i, w) in timeline.windows.iter_mut().enumerate() {
+            let (w_from, w_to) = (w.start_unix_ms, w.start_unix_ms + w.len_ms);
+            if w_from < from || w_from >= to {
+                continue;
+            }
+            match w.phase.as_deref() {
+                Some(name) if name == p.name => {}
+                Some(name) if !earlier(name) => continue,
+                _ => w.phase = Some(p.name.clone()),
+            }
+            let in_span_s = (w_to.min(to) - w_from) as f64 / 1000.0;
+            let sent = w.load.as_ref().map_or(0, |l| l.requests) as f64;
+            let intended = p.target_rate.map_or(1.0, |r| r * in_span_s);
+            short.push((i, (intended - sent).max(0.0)));
+        }
+        let total: f64 = short.iter().map(|(_, s)| s).sum();
+        if total <= 0.0 {
+            continue;
+        }
+        // Whole arrivals by their running sum, so that the parts add up to `unsent`.
+        let (mut acc, mut given) = (0.0, 0);
+        for (i, s) in short {
+            acc += s;
+            let upto = ((acc / total) * unsent as f64).round() as u64;
+            let n = upto - given;
+            given = upto;
+            if n == 0 {
+                continue;
+            }
+            let load = timeline.windows[i]
+                .load
+                .get_or_insert_with(LoadSignals::default);
             load.target_rps = p.target_rate;
-            load.unsent = Some(share);
+            load.unsent = Some(n);
         }
     }
 }
@@ -398,6 +424,7 @@ fn parts(r: &RequestRecord, joined: Option<&Joined<'_>>, joins: &Exchanges<'_>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attribute::Cause;
     use crate::measure::{Endpoint, PhaseReport};
 
     fn phase(name: &str, rate: f64) -> PhaseReport {
@@ -564,25 +591,24 @@ mod tests {
         assert!((l1.output_tokens_per_s - 4.0).abs() < 1e-9);
     }
 
-    /// A generator starved through a whole phase sent none of its arrivals: the phase has no
-    /// record, and its windows went to the phase before. They are its own, carry what it never
-    /// sent, and read `loadgen`.
-    #[test]
-    fn a_phase_that_sent_nothing_is_in_the_report_as_loadgen() {
+    /// Three phases of 2 s at 4 req/s (the run started at unix 10 s); the peak's generator
+    /// sent its first `peak_sent` arrivals and no more: it was starved, or stopped.
+    fn starved_peak(peak_sent: u64) -> (Timeline, crate::attribute::Attribution) {
         let mut report = report(6.0);
-        let counted = |name: &str, scheduled: u64, finished: u64| {
+        let counted = |name: &str, finished: u64| {
             let mut p = phase(name, 4.0);
-            (p.counts.scheduled, p.counts.finished) = (scheduled, finished);
-            p.counts.dropped = scheduled - finished;
+            (p.counts.scheduled, p.counts.finished) = (8, finished);
+            p.counts.dropped = 8 - finished;
             p
         };
         report.phases = vec![
-            counted("baseline", 8, 8),
-            counted("peak", 8, 0),
-            counted("cooldown", 8, 8),
+            counted("baseline", 8),
+            counted("peak", peak_sent),
+            counted("cooldown", 8),
         ];
         report.records = (0..8)
             .map(|i| record(i, 0, i * 250, 50, 3))
+            .chain((0..peak_sent).map(|i| record(100 + i, 1, 2000 + i * 250, 50, 3)))
             .chain((0..8).map(|i| record(8 + i, 2, 4000 + i * 250, 50, 3)))
             .collect();
         let mut t = Timeline::new(10_000, 1000);
@@ -593,31 +619,47 @@ mod tests {
             &LoadFold::of_records(1000, &report.records),
             &ServerSide::default(),
         );
+        let a = crate::attribute::attribute(&t);
+        (t, a)
+    }
+
+    /// A generator starved through a whole phase sent none of its arrivals: the phase has no
+    /// record, and its windows went to the phase before. They are its own, carry what it never
+    /// sent, and read `loadgen`.
+    #[test]
+    fn a_phase_that_sent_nothing_is_in_the_report_as_loadgen() {
+        let (t, a) = starved_peak(0);
         let phases: Vec<Option<&str>> = t.windows.iter().map(|w| w.phase.as_deref()).collect();
         assert_eq!(
             phases,
             [
-                Some("baseline"),
-                Some("baseline"),
-                Some("peak"),
-                Some("peak"),
-                Some("cooldown"),
-                Some("cooldown")
+                "baseline", "baseline", "peak", "peak", "cooldown", "cooldown"
             ]
+            .map(Some)
         );
-        let a = crate::attribute::attribute(&t);
         let peak = a.phase("peak").expect("the starved phase is reported");
         assert_eq!(peak.load.unsent, 8);
-        assert_eq!(
-            peak.dominant,
-            crate::attribute::Cause::Loadgen,
-            "{:#?}",
-            peak.shares
-        );
-        assert_eq!(
-            a.phase("cooldown").unwrap().dominant,
-            crate::attribute::Cause::None
-        );
+        assert_eq!(peak.dominant, Cause::Loadgen, "{:#?}", peak.shares);
+        assert_eq!(a.phase("cooldown").unwrap().dominant, Cause::None);
+    }
+
+    /// Stopped after its first sends (SIGSTOP, a frozen cgroup): the windows it never sent in
+    /// are the phase's, not its drain, and carry what each fell short by (the first window sent
+    /// 2 of its 4, the second none).
+    #[test]
+    fn a_phase_stopped_after_its_first_sends_is_loadgen_not_a_drain() {
+        let (t, a) = starved_peak(2);
+        let unsent: Vec<Option<u64>> = t
+            .windows
+            .iter()
+            .map(|w| w.load.as_ref().and_then(|l| l.unsent))
+            .collect();
+        assert_eq!(unsent, [None, None, Some(2), Some(4), None, None]);
+        let names: Vec<&str> = a.phases.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["baseline", "peak", "cooldown"]);
+        let peak = a.phase("peak").unwrap();
+        assert_eq!(peak.load.unsent, 6);
+        assert_eq!(peak.dominant, Cause::Loadgen, "{:#?}", peak.shares);
     }
 
     #[test]

@@ -67,9 +67,9 @@ pub struct LoadSignals {
     /// chance (`load::Duplicates::chance`): a stampede is the share beyond it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_prefill_chance: Option<f64>,
-    /// Arrivals the schedule asked for in this window that were never sent, in a phase whose
-    /// every arrival went unsent (`load::label_unsent_phases`): the generator could not keep
-    /// up at all. `None` in a phase that sent.
+    /// Arrivals the schedule asked for in this window that were never sent (`load::spread_unsent`:
+    /// the generator fell behind past its phase's end, or was stopped). `None` where every
+    /// arrival was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsent: Option<u64>,
 }

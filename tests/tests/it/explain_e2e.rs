@@ -260,6 +260,83 @@ fn starved_load_generator_is_loadgen_and_untrustworthy() {
     });
 }
 
+/// The most extreme `loadgen`: the generator stopped (`SIGSTOP`, as a debugger or a frozen
+/// cgroup does) through the whole peak, so it sends none of the peak's arrivals (the first
+/// ~100 ms of them at most, before the stop). The peak is in the report all the same, whole
+/// (no drain after a first send), `loadgen`, with what it never sent; the phases around it are
+/// healthy.
+#[test]
+fn a_generator_stopped_through_a_whole_phase_is_loadgen_with_its_unsent_count() {
+    let Some(_machine) = root_or_skip("a_generator_stopped_through_a_whole_phase") else {
+        return;
+    };
+    let sim = Sim::start(
+        &["taskset", "-c", &SIM_CPU.to_string()],
+        "healthy",
+        loopback(),
+        &[],
+    );
+    let load = Load {
+        baseline_rps: 10.0,
+        peak_rps: 20.0,
+        input_tokens: 128,
+        output_tokens: 32,
+        peak_input_tokens: None,
+        peak_output_tokens: None,
+    };
+    let stress = Stress::start(
+        "stopped",
+        &scenario("stopped", &sim.url(), &load),
+        Some(LOADGEN_CPU),
+        FIRST,
+        &[],
+    );
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &stress.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig}");
+    };
+    sim.wait_for_load(Duration::from_mins(1));
+    std::thread::sleep(BASELINE);
+    signal("-STOP");
+    // Past the phase's end and the generator's slack (100 ms) for a late send, so that none
+    // of the peak's arrivals can be sent in a burst on waking; the cooldown's first 300 ms are
+    // sent late, one window of its four.
+    std::thread::sleep(PEAK + Duration::from_millis(300));
+    signal("-CONT");
+    let report = stress.finish();
+    let phases: Vec<&Value> = report["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .collect();
+    let named = |name: &str| {
+        phases
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no phase {name} in the report: {:#}", report["phases"]))
+    };
+    let p = named("peak");
+    assert_eq!(p["dominant"], "loadgen", "{}", describe(p));
+    let unsent = p["load"]["unsent"].as_u64().unwrap_or(0);
+    assert!(
+        unsent >= 150,
+        "the peak's 200 arrivals unsent: {unsent}: {}",
+        describe(p)
+    );
+    assert!(
+        phases.iter().all(|p| p["name"] != "peak (drain)"),
+        "the windows the peak never sent in are not its drain: {:#}",
+        report["phases"]
+    );
+    for other in ["baseline", "cooldown"] {
+        let o = named(other);
+        assert_eq!(o["dominant"], "none", "{}", describe(o));
+    }
+}
+
 #[test]
 fn gpu_memory_profile_is_gpu_memory() {
     retry_once(|| {

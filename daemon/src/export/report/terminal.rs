@@ -175,9 +175,10 @@ fn findings(out: &mut String, p: &PhaseSummary, colour: bool) {
             out,
             Style::Warn,
             &format!(
-                "the load generator sent none of this phase's {} arrivals: it could not keep up \
-                 at all",
-                p.load.unsent
+                "the load generator never sent {} of this phase's {} arrivals (it fell behind \
+                 past the phase's end, or was stopped): the server never saw them",
+                p.load.unsent,
+                p.load.requests + p.load.unsent
             ),
         );
     }
