@@ -297,8 +297,29 @@ pub fn assert_peak<'a>(report: &'a Value, verdict: &str, all: &[&str], any: &[&s
             describe(p)
         );
     }
+    assert_other_phases(report, verdict);
     assert_consistent(report);
     p
+}
+
+/// Every phase besides the peak: the baseline `none` (each case starts from a healthy load);
+/// a drain or cooldown `none`, the peak's own cause lingering, or `queue`: a peak that served
+/// slower than requests arrived leaves a backlog, and the next phase's requests wait behind it
+/// for slots (llama-server after a CPU quota: 7 waiting, every slot taken, in 3 of its 4
+/// cooldown windows). Never a cause the case did not make.
+pub fn assert_other_phases(report: &Value, verdict: &str) {
+    for p in report["phases"].as_array().into_iter().flatten() {
+        let (name, got) = (p["name"].as_str().unwrap_or("?"), &p["dominant"]);
+        match name {
+            "peak" => {}
+            "baseline" => assert_eq!(got, "none", "the baseline\n{}", describe(p)),
+            _ => assert!(
+                *got == "none" || *got == verdict || *got == "queue",
+                "{name} after a {verdict} peak\n{}",
+                describe(p)
+            ),
+        }
+    }
 }
 
 /// Every phase of `report`: no runner-up ranks above a named verdict, and each decomposition's

@@ -11,7 +11,6 @@ pub mod scorecard;
 pub mod stampede;
 pub mod sweeps;
 
-use std::io::Write as _;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The machine, held by one root test at a time: the tests share its two CPUs, and the
@@ -23,26 +22,6 @@ pub struct Machine(#[allow(dead_code)] MutexGuard<'static, ()>);
 pub fn machine() -> Machine {
     static ONE: Mutex<()> = Mutex::new(());
     Machine(ONE.lock().unwrap_or_else(PoisonError::into_inner))
-}
-
-/// Runs a verdict test's body, and once more when it fails. The verdict tests drive real
-/// servers on a shared two-vCPU VM whose speed drifts on its own: llama-server spent 145 to
-/// 356 ms of CPU on the same request, one every 1.5 s on an idle machine, with no steal and no
-/// run-queue wait (session 17). Windows of one or two requests then see a rise nothing on the
-/// machine caused, and the verdict says so (`unexplained`). A wrong verdict fails both tries;
-/// the first try's failure is printed either way, past the harness's capture.
-pub fn retry_once(body: impl Fn() + std::panic::RefUnwindSafe) {
-    if let Err(e) = std::panic::catch_unwind(&body) {
-        let why = inferscope::loadgen::engine::panic_message(&*e);
-        // Straight to the stream, past the test harness's capture: a retry shows in the run's
-        // output even when the second try passes.
-        let test = std::thread::current().name().unwrap_or("a test").to_owned();
-        let _ = writeln!(
-            std::io::stderr(),
-            "{test}: the first try failed, trying once more: {why}"
-        );
-        body();
-    }
 }
 
 /// The machine when running as root; otherwise prints why the calling test is skipped.
@@ -460,24 +439,4 @@ pub fn webhook_server() -> (String, std::sync::mpsc::Receiver<String>) {
         }
     });
     (url, rx)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    use super::retry_once;
-
-    #[test]
-    fn a_body_that_fails_once_passes_on_its_second_try() {
-        let tries = AtomicU32::new(0);
-        retry_once(|| assert!(tries.fetch_add(1, Ordering::SeqCst) > 0, "first"));
-        assert_eq!(tries.load(Ordering::SeqCst), 2);
-    }
-
-    #[test]
-    #[should_panic(expected = "every time")]
-    fn a_body_that_always_fails_fails_the_test() {
-        retry_once(|| panic!("every time"));
-    }
 }

@@ -45,7 +45,7 @@ mod decompose_tests;
 mod gpu_tests;
 
 #[cfg(test)]
-mod h200_tests;
+mod saturated_tests;
 
 use serde::{Deserialize, Serialize};
 

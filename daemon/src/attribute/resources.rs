@@ -224,9 +224,16 @@ impl Occupancy {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if self.is_full(Resource::KvCache) {
-            parts.push(match self.kv {
-                Some(k) => format!("KV cache full ({})", fmt_num(k)),
-                None => "KV cache full (preempting)".to_owned(),
+            // Full by its gauge, or by its evictions while the gauge reads lower (blocks freed
+            // and taken again between two scrapes).
+            parts.push(match (self.kv, self.preemptions_per_s) {
+                (Some(k), _) if k >= KV_FULL => format!("KV cache full ({})", fmt_num(k)),
+                (Some(k), Some(p)) => format!(
+                    "KV cache full (usage {}, {} preemptions/s)",
+                    fmt_num(k),
+                    fmt_num(p)
+                ),
+                _ => "KV cache full (preempting)".to_owned(),
             });
         }
         if self.is_full(Resource::Slots) {

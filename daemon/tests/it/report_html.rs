@@ -218,6 +218,40 @@ fn report_html_renders_every_chart_from_the_data() {
     assert_eq!(dom.matches("class=\"window-row\"").count(), windows);
 }
 
+/// The H200's overloaded peak: in most of its sending windows every request timed out before
+/// a first token, so TTFT has nothing to plot there. Each window with timeouts is drawn at the
+/// time its requests waited (censored at the timeout, ~60 s) and says how many timed out.
+#[test]
+fn report_html_draws_requests_that_timed_out_at_their_wait() {
+    let r = report("h200_kv_admission", false);
+    let timed_out: Vec<(u64, f64)> = r
+        .timeline
+        .windows
+        .iter()
+        .filter_map(|w| {
+            let l = w.load.as_ref()?;
+            let n = *l
+                .error_classes
+                .get(&inferscope::measure::ErrorClass::Timeout)?;
+            Some((n, l.e2e_ms.as_ref()?.p99))
+        })
+        .collect();
+    assert!(timed_out.len() >= 20, "{}", timed_out.len());
+    assert!(
+        timed_out.iter().all(|(_, e2e)| *e2e >= 59_000.0),
+        "{timed_out:?}"
+    );
+    let (dom, stderr) = dump_dom(&r.html().unwrap(), "censored");
+    assert_no_errors(&dom, &stderr);
+    assert!(dom.contains("data-series=\"timed out (waited at least)\""));
+    assert_eq!(dom.matches("class=\"censored\"").count(), timed_out.len());
+    let (n, _) = timed_out[1];
+    assert!(
+        dom.contains(&format!("{n} of ")),
+        "a point's title counts its timeouts"
+    );
+}
+
 #[test]
 fn report_html_without_probes_says_why_charts_are_empty() {
     let r = report("missing_evidence", false).with_missing_evidence(["no root: kernel probes off"]);

@@ -6,7 +6,7 @@ use inferscope_tests::{
     cases::{KV_PRESSURE_SIM, kv_pressure_load, llm},
     explain::{FIRST, Stress, assert_peak, describe, loopback, scenario},
     faults::{NoMetricsServer, Writes},
-    retry_once, root_or_skip,
+    root_or_skip,
 };
 use serde_json::Value;
 
@@ -45,37 +45,33 @@ fn sim_confirmed(
 
 #[test]
 fn kv_pressure_and_queue_are_confirmed_by_half_the_load() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("kv_pressure_and_queue_are_confirmed_by_half_the_load")
-        else {
-            return;
-        };
-        let kv = sim_confirmed(
-            "kvconfirm",
-            "kv-pressure",
-            &KV_PRESSURE_SIM,
-            &kv_pressure_load(),
-        );
-        assert_eq!(outcome(&kv, "kv_cache"), "confirmed");
-        let queue = sim_confirmed("qconfirm", "queue-bound", &[], &llm(2.0, 12.0, 256));
-        assert_eq!(outcome(&queue, "queue"), "confirmed");
-    });
+    let Some(_machine) = root_or_skip("kv_pressure_and_queue_are_confirmed_by_half_the_load")
+    else {
+        return;
+    };
+    let kv = sim_confirmed(
+        "kvconfirm",
+        "kv-pressure",
+        &KV_PRESSURE_SIM,
+        &kv_pressure_load(),
+    );
+    assert_eq!(outcome(&kv, "kv_cache"), "confirmed");
+    let queue = sim_confirmed("qconfirm", "queue-bound", &[], &llm(2.0, 12.0, 256));
+    assert_eq!(outcome(&queue, "queue"), "confirmed");
 }
 
 #[test]
 fn a_network_verdict_cannot_be_confirmed_by_load() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("a_network_verdict_cannot_be_confirmed_by_load") else {
-            return;
-        };
-        // The nagle-nometrics case: the first token waits in the server's socket.
-        let server = NoMetricsServer::start(&[], loopback(), 4, 4.0, Writes::Nagle);
-        let yaml = scenario("nconfirm", &server.url(), &llm(2.0, 24.0, 32))
-            .replace("model: inferscope-sim", "model: nometrics");
-        let r = Stress::start("nconfirm", &yaml, None, FIRST, &["--confirm"]).finish();
-        drop(server);
-        assert_eq!(outcome(&r, "network"), "cannot_by_load");
-    });
+    let Some(_machine) = root_or_skip("a_network_verdict_cannot_be_confirmed_by_load") else {
+        return;
+    };
+    // The nagle-nometrics case: the first token waits in the server's socket.
+    let server = NoMetricsServer::start(&[], loopback(), 4, 4.0, Writes::Nagle);
+    let yaml = scenario("nconfirm", &server.url(), &llm(2.0, 24.0, 32))
+        .replace("model: inferscope-sim", "model: nometrics");
+    let r = Stress::start("nconfirm", &yaml, None, FIRST, &["--confirm"]).finish();
+    drop(server);
+    assert_eq!(outcome(&r, "network"), "cannot_by_load");
 }
 
 /// The knee search's `beyond` verdict is put to the test at half the failing load: the server
@@ -83,51 +79,48 @@ fn a_network_verdict_cannot_be_confirmed_by_load() {
 /// below it they do not.
 #[test]
 fn beyond_the_knee_queue_is_confirmed_at_half_the_load() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("beyond_the_knee_queue_is_confirmed_at_half_the_load")
-        else {
-            return;
-        };
-        let server = NoMetricsServer::start(&[], loopback(), 2, 4.0, Writes::NoDelay);
-        let dir = tempfile::tempdir().unwrap();
-        let o = std::process::Command::new(inferscope_tests::inferscope_bin())
-            .args(["stress", "--target", &server.url(), "--model", "nometrics"])
-            .args(["--max-tokens", "16", "--quiet"])
-            .args(["--find-max", "ttft_p95 < 250ms", "--rate", "8"])
-            .args(["--step-duration", "5s", "--search-time", "60s"])
-            .args(["--explain", "--confirm", "--report-dir"])
-            .arg(dir.path())
-            .arg("--out")
-            .arg(dir.path().join("search.json"))
-            .output()
-            .expect("run inferscope stress --find-max");
-        drop(server);
-        let stdout = String::from_utf8_lossy(&o.stdout);
-        let stderr = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "{stdout}{stderr}");
-        let text = std::fs::read_to_string(dir.path().join("report.json"))
-            .unwrap_or_else(|e| panic!("no report.json ({e}): {stdout}{stderr}"));
-        let report: Value = serde_json::from_str(&text).unwrap();
-        let beyond = report["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "beyond")
-            .unwrap_or_else(|| panic!("no beyond phase: {stdout}"));
-        assert_eq!(beyond["dominant"], "queue", "{}", describe(beyond));
-        let c = &beyond["confirmation"];
-        assert_eq!(c["outcome"], "confirmed", "{c}\n{stdout}{stderr}");
-        assert!(
-            c["step"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("half the load ("),
-            "{c}"
-        );
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with("beyond "))
-            .unwrap_or_else(|| panic!("no beyond line: {stdout}"));
-        assert!(line.contains("; confirmed: at half the load"), "{line}");
-    });
+    let Some(_machine) = root_or_skip("beyond_the_knee_queue_is_confirmed_at_half_the_load") else {
+        return;
+    };
+    let server = NoMetricsServer::start(&[], loopback(), 2, 4.0, Writes::NoDelay);
+    let dir = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(inferscope_tests::inferscope_bin())
+        .args(["stress", "--target", &server.url(), "--model", "nometrics"])
+        .args(["--max-tokens", "16", "--quiet"])
+        .args(["--find-max", "ttft_p95 < 250ms", "--rate", "8"])
+        .args(["--step-duration", "5s", "--search-time", "60s"])
+        .args(["--explain", "--confirm", "--report-dir"])
+        .arg(dir.path())
+        .arg("--out")
+        .arg(dir.path().join("search.json"))
+        .output()
+        .expect("run inferscope stress --find-max");
+    drop(server);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stdout}{stderr}");
+    let text = std::fs::read_to_string(dir.path().join("report.json"))
+        .unwrap_or_else(|e| panic!("no report.json ({e}): {stdout}{stderr}"));
+    let report: Value = serde_json::from_str(&text).unwrap();
+    let beyond = report["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "beyond")
+        .unwrap_or_else(|| panic!("no beyond phase: {stdout}"));
+    assert_eq!(beyond["dominant"], "queue", "{}", describe(beyond));
+    let c = &beyond["confirmation"];
+    assert_eq!(c["outcome"], "confirmed", "{c}\n{stdout}{stderr}");
+    assert!(
+        c["step"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("half the load ("),
+        "{c}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("beyond "))
+        .unwrap_or_else(|| panic!("no beyond line: {stdout}"));
+    assert!(line.contains("; confirmed: at half the load"), "{line}");
 }

@@ -15,7 +15,7 @@ use inferscope_tests::{
     daemon::Daemon,
     engine::{self, LlamaServer},
     explain::loopback,
-    free_port, inferscope_bin, retry_once, root_or_skip, wait_ready,
+    free_port, inferscope_bin, root_or_skip, wait_ready,
 };
 
 /// A child process killed when dropped.
@@ -50,72 +50,70 @@ fn wait_scraped(d: &Daemon, url: &str) -> String {
 
 #[test]
 fn the_daemon_finds_and_scrapes_each_server_s_metrics_by_itself() {
-    retry_once(|| {
-        let Some(_m) = root_or_skip("daemon_metrics") else {
-            return;
-        };
-        // The sim in a namespace of its own, listening on 0.0.0.0 there.
-        let ns = NetNs::create_in("dm", [10, 213, 61]);
-        let port = free_port();
-        let mut sim = Command::new("ip");
-        sim.args(["netns", "exec", &ns.name])
-            .arg(inferscope_bin())
-            .args(["sim", "--profile", "healthy", "--corpus-size", "200"])
-            .args(["--listen", &format!("0.0.0.0:{port}")])
-            .stdout(Stdio::null());
-        let mut sim = Kill(sim.spawn().expect("spawn the sim in its namespace"));
-        let in_ns = SocketAddr::from(([10, 213, 61, 2], port));
-        wait_ready(
-            &mut sim.0,
-            in_ns,
-            "/metrics",
-            "vllm:",
-            "the sim in its namespace",
-        );
-        // A server without metrics: Python's file server (404 on /metrics).
-        let plain = loopback();
-        let mut py = Kill(
-            Command::new("python3")
-                .args([
-                    "-m",
-                    "http.server",
-                    &plain.port().to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn python3 -m http.server"),
-        );
-        wait_ready(&mut py.0, plain, "/", "", "python3 -m http.server");
+    let Some(_m) = root_or_skip("daemon_metrics") else {
+        return;
+    };
+    // The sim in a namespace of its own, listening on 0.0.0.0 there.
+    let ns = NetNs::create_in("dm", [10, 213, 61]);
+    let port = free_port();
+    let mut sim = Command::new("ip");
+    sim.args(["netns", "exec", &ns.name])
+        .arg(inferscope_bin())
+        .args(["sim", "--profile", "healthy", "--corpus-size", "200"])
+        .args(["--listen", &format!("0.0.0.0:{port}")])
+        .stdout(Stdio::null());
+    let mut sim = Kill(sim.spawn().expect("spawn the sim in its namespace"));
+    let in_ns = SocketAddr::from(([10, 213, 61, 2], port));
+    wait_ready(
+        &mut sim.0,
+        in_ns,
+        "/metrics",
+        "vllm:",
+        "the sim in its namespace",
+    );
+    // A server without metrics: Python's file server (404 on /metrics).
+    let plain = loopback();
+    let mut py = Kill(
+        Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &plain.port().to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn python3 -m http.server"),
+    );
+    wait_ready(&mut py.0, plain, "/", "", "python3 -m http.server");
 
-        let d = Daemon::start(&[
-            "--pid",
-            &py.0.id().to_string(),
-            "--pid",
-            &sim.0.id().to_string(),
-        ]);
-        let url = format!("http://{in_ns}/metrics");
-        let log = wait_scraped(&d, &url);
-        assert!(
-            log.contains(&format!("server {}", sim.0.id())) && log.contains("(Vllm)"),
-            "{log}"
-        );
-        assert!(
-            log.contains(&format!("server {}", py.0.id()))
-                && log.contains(&format!("no /metrics on {plain}")),
-            "the server without metrics is said: {log}"
-        );
-        d.stop();
+    let d = Daemon::start(&[
+        "--pid",
+        &py.0.id().to_string(),
+        "--pid",
+        &sim.0.id().to_string(),
+    ]);
+    let url = format!("http://{in_ns}/metrics");
+    let log = wait_scraped(&d, &url);
+    assert!(
+        log.contains(&format!("server {}", sim.0.id())) && log.contains("(Vllm)"),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("server {}", py.0.id()))
+            && log.contains(&format!("no /metrics on {plain}")),
+        "the server without metrics is said: {log}"
+    );
+    d.stop();
 
-        if !engine::built_or_skip("daemon_metrics (llama-server)") {
-            return;
-        }
-        let llama = LlamaServer::start(&[], loopback(), &engine::Config::slots(2));
-        let d = Daemon::start(&["--pid", &llama.pid().to_string()]);
-        let log = wait_scraped(&d, &format!("http://{}/metrics", llama.addr));
-        assert!(log.contains("(LlamaCpp)"), "{log}");
-        d.stop();
-    });
+    if !engine::built_or_skip("daemon_metrics (llama-server)") {
+        return;
+    }
+    let llama = LlamaServer::start(&[], loopback(), &engine::Config::slots(2));
+    let d = Daemon::start(&["--pid", &llama.pid().to_string()]);
+    let log = wait_scraped(&d, &format!("http://{}/metrics", llama.addr));
+    assert!(log.contains("(LlamaCpp)"), "{log}");
+    d.stop();
 }

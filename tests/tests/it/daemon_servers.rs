@@ -21,7 +21,7 @@ use inferscope_tests::{
     daemon::Daemon,
     explain::loopback,
     faults::{NoMetricsServer, Writes},
-    free_port, retry_once, root_or_skip, wait_ready, webhook_server,
+    free_port, root_or_skip, wait_ready, webhook_server,
 };
 use serde_json::Value;
 
@@ -306,91 +306,89 @@ fn check_triggers(d: &Daemon, k: &Keys, fired: &std::path::Path, hooks: &Receive
 
 #[test]
 fn three_servers_on_one_node_each_get_their_own_verdict() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("three_servers_on_one_node_each_get_their_own_verdict")
-        else {
-            return;
-        };
-        let (_kubelet, pods_url, dir) = kubelet_pods_double();
-        let (hook_url, hooks) = webhook_server();
-        let fired = dir.path().join("fired");
-        let rules = triggers_file(dir.path(), &fired, &hook_url);
-        let port = free_port();
-        let c_addr = loopback();
-        let d = Daemon::start(&[
-            "--port",
-            &port.to_string(),
-            "--port",
-            &c_addr.port().to_string(),
-            "--pods-url",
-            &pods_url,
-            "--triggers",
-            &rules.to_string_lossy(),
-        ]);
+    let Some(_machine) = root_or_skip("three_servers_on_one_node_each_get_their_own_verdict")
+    else {
+        return;
+    };
+    let (_kubelet, pods_url, dir) = kubelet_pods_double();
+    let (hook_url, hooks) = webhook_server();
+    let fired = dir.path().join("fired");
+    let rules = triggers_file(dir.path(), &fired, &hook_url);
+    let port = free_port();
+    let c_addr = loopback();
+    let d = Daemon::start(&[
+        "--port",
+        &port.to_string(),
+        "--port",
+        &c_addr.port().to_string(),
+        "--pods-url",
+        &pods_url,
+        "--triggers",
+        &rules.to_string_lossy(),
+    ]);
 
-        // A: the pod, in a network namespace of its own, under KV pressure.
-        let ns_a = NetNs::create_in("srva", [10, 213, 81]);
-        let ns_b = NetNs::create_in("srvb", [10, 213, 82]);
-        let pod = PodCgroup::create();
-        let mut prefix_a = pod.join();
-        prefix_a.extend(["nice", "-n", "-10", "ip", "netns", "exec", &ns_a.name].map(String::from));
-        let prefix_a: Vec<&str> = prefix_a.iter().map(String::as_str).collect();
-        let a_addr = SocketAddr::from(([10, 213, 81, 2], port));
-        let sim_a = Sim::start(
-            &prefix_a,
-            "kv-pressure",
-            a_addr,
-            &["--num-gpu-blocks", "256"],
-        );
-        // B: healthy, on the same port in another namespace; first on the CPUs, so that A's peak
-        // on the same two CPUs does not slow it (it is not what this test is about).
-        let b_addr = SocketAddr::from(([10, 213, 82, 2], port));
-        let sim_b = Sim::start(
-            &["nice", "-n", "-15", "ip", "netns", "exec", &ns_b.name],
-            "healthy",
-            b_addr,
-            &[],
-        );
-        // C: no metrics, 2 requests at a time.
-        let c = NoMetricsServer::start(&[], c_addr, 2, 4.0, Writes::NoDelay);
+    // A: the pod, in a network namespace of its own, under KV pressure.
+    let ns_a = NetNs::create_in("srva", [10, 213, 81]);
+    let ns_b = NetNs::create_in("srvb", [10, 213, 82]);
+    let pod = PodCgroup::create();
+    let mut prefix_a = pod.join();
+    prefix_a.extend(["nice", "-n", "-10", "ip", "netns", "exec", &ns_a.name].map(String::from));
+    let prefix_a: Vec<&str> = prefix_a.iter().map(String::as_str).collect();
+    let a_addr = SocketAddr::from(([10, 213, 81, 2], port));
+    let sim_a = Sim::start(
+        &prefix_a,
+        "kv-pressure",
+        a_addr,
+        &["--num-gpu-blocks", "256"],
+    );
+    // B: healthy, on the same port in another namespace; first on the CPUs, so that A's peak
+    // on the same two CPUs does not slow it (it is not what this test is about).
+    let b_addr = SocketAddr::from(([10, 213, 82, 2], port));
+    let sim_b = Sim::start(
+        &["nice", "-n", "-15", "ip", "netns", "exec", &ns_b.name],
+        "healthy",
+        b_addr,
+        &[],
+    );
+    // C: no metrics, 2 requests at a time.
+    let c = NoMetricsServer::start(&[], c_addr, 2, 4.0, Writes::NoDelay);
 
-        let netns_b = std::fs::read_link(format!("/proc/{}/ns/net", sim_b.pid())).unwrap();
-        let netns_b = netns_b.to_string_lossy();
-        let inode_b = netns_b.trim_start_matches("net:[").trim_end_matches(']');
-        let keys = Keys {
-            a: format!("pod:{POD_UID}"),
-            b: format!("port:{port}@netns:{inode_b}"),
-            c: format!("port:{}", c_addr.port()),
-            a_addr,
-            b_addr,
-        };
-        wait_found(&d, &keys);
+    let netns_b = std::fs::read_link(format!("/proc/{}/ns/net", sim_b.pid())).unwrap();
+    let netns_b = netns_b.to_string_lossy();
+    let inode_b = netns_b.trim_start_matches("net:[").trim_end_matches(']');
+    let keys = Keys {
+        a: format!("pod:{POD_UID}"),
+        b: format!("port:{port}@netns:{inode_b}"),
+        c: format!("port:{}", c_addr.port()),
+        a_addr,
+        b_addr,
+    };
+    wait_found(&d, &keys);
 
-        let mut gens = [
-            generator(
-                &sim_a.url(),
-                &d,
-                &["baseline:10:2", "peak:14:16", "cooldown:3:2"],
-                384,
-            ),
-            generator(
-                &sim_b.url(),
-                &d,
-                &["baseline:10:2", "peak:14:2", "cooldown:3:2"],
-                32,
-            ),
-            generator(
-                &format!("http://{}", c.addr),
-                &d,
-                &["baseline:10:2", "peak:14:30", "cooldown:3:2"],
-                32,
-            ),
-        ];
-        let seen_kv_a = watch_load(&d, &keys, &mut gens);
-        check_reports(&d, &keys);
-        assert!(seen_kv_a, "/metrics never showed kv_cache for {}", keys.a);
-        check_triggers(&d, &keys, &fired, &hooks);
-        drop((sim_a, sim_b, c));
-        d.stop();
-    });
+    let mut gens = [
+        generator(
+            &sim_a.url(),
+            &d,
+            &["baseline:10:2", "peak:14:16", "cooldown:3:2"],
+            384,
+        ),
+        generator(
+            &sim_b.url(),
+            &d,
+            &["baseline:10:2", "peak:14:2", "cooldown:3:2"],
+            32,
+        ),
+        generator(
+            &format!("http://{}", c.addr),
+            &d,
+            &["baseline:10:2", "peak:14:30", "cooldown:3:2"],
+            32,
+        ),
+    ];
+    let seen_kv_a = watch_load(&d, &keys, &mut gens);
+    check_reports(&d, &keys);
+    assert!(seen_kv_a, "/metrics never showed kv_cache for {}", keys.a);
+    check_triggers(&d, &keys, &fired, &hooks);
+    drop((sim_a, sim_b, c));
+    d.stop();
 }

@@ -10,9 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use inferscope_tests::{
-    Sim, daemon::Daemon, explain::loopback, free_port, retry_once, root_or_skip,
-};
+use inferscope_tests::{Sim, daemon::Daemon, explain::loopback, free_port, root_or_skip};
 use serde_json::Value;
 
 const SIM_FLAGS: &[&str] = &["--num-gpu-blocks", "256"];
@@ -111,27 +109,25 @@ fn assert_verdicts(d: &Daemon) {
 
 #[test]
 fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
-    retry_once(|| {
-        let Some(_machine) =
-            root_or_skip("an_external_generator_marks_phases_and_the_peak_is_kv_cache")
-        else {
-            return;
-        };
-        let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", loopback(), SIM_FLAGS);
-        let d = Daemon::start(&["--port", &sim.addr.port().to_string()]);
-        // A warm-up first: the cold sim's first requests are slow, and one such window of eight
-        // is a quarter of a baseline phase, enough to call it `unexplained`.
-        let mut g = generator(
-            &sim,
-            &d,
-            &["warmup:2:2", "baseline:8:2", "peak:12:16", "cooldown:3:2"],
-            &[],
-        );
-        let seen = watch_for_kv_in_peak(&d, &mut g, sim.addr.port());
-        assert!(seen, "/metrics never showed kv_cache during the peak");
-        assert_verdicts(&d);
-        d.stop();
-    });
+    let Some(_machine) =
+        root_or_skip("an_external_generator_marks_phases_and_the_peak_is_kv_cache")
+    else {
+        return;
+    };
+    let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", loopback(), SIM_FLAGS);
+    let d = Daemon::start(&["--port", &sim.addr.port().to_string()]);
+    // A warm-up first: the cold sim's first requests are slow, and one such window of eight
+    // is a quarter of a baseline phase, enough to call it `unexplained`.
+    let mut g = generator(
+        &sim,
+        &d,
+        &["warmup:2:2", "baseline:8:2", "peak:12:16", "cooldown:3:2"],
+        &[],
+    );
+    let seen = watch_for_kv_in_peak(&d, &mut g, sim.addr.port());
+    assert!(seen, "/metrics never showed kv_cache during the peak");
+    assert_verdicts(&d);
+    d.stop();
 }
 
 /// A vector service the daemon only watches: an external generator's searches at 40/s and an
@@ -139,79 +135,75 @@ fn an_external_generator_marks_phases_and_the_peak_is_kv_cache() {
 /// timing of the sim's exchanges, and the sim's own search and rebuild counters, name it.
 #[test]
 fn an_index_rebuild_under_an_external_generator_is_vector_index() {
-    retry_once(|| {
-        let Some(_machine) =
-            root_or_skip("an_index_rebuild_under_an_external_generator_is_vector_index")
-        else {
-            return;
-        };
-        let sim = Sim::start(&["nice", "-n", "-10"], "healthy", loopback(), &[]);
-        let d = Daemon::start(&["--port", &sim.addr.port().to_string()]);
-        let mut g = generator(
-            &sim,
-            &d,
-            &[
-                "warmup:2:40",
-                "baseline:8:40",
-                "peak:10:40",
-                "cooldown:3:40",
-            ],
-            &["--vector", "--event", "peak:1:/v1/vector/rebuild"],
-        );
-        let (status, out) = g.wait_with_output_ref();
-        assert!(status.success(), "the Python generator failed: {out}");
-        assert!(out.contains("/v1/vector/rebuild: HTTP 202"), "{out}");
-        std::thread::sleep(Duration::from_secs(2));
-        let peak = d.report("peak");
-        let p = peak["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "peak")
-            .unwrap();
-        assert_eq!(p["dominant"], "vector_index", "{p:#}\n{}", d.log());
-        let evidence = p["evidence"].to_string();
-        assert!(evidence.contains("kernel_exchange_p99_ms"), "{evidence}");
-        assert!(evidence.contains("index_rebuild"), "{evidence}");
-        let base = d.report("baseline");
-        assert_eq!(dominant(&base, "baseline"), "none", "{base:#}");
-        d.stop();
-    });
+    let Some(_machine) =
+        root_or_skip("an_index_rebuild_under_an_external_generator_is_vector_index")
+    else {
+        return;
+    };
+    let sim = Sim::start(&["nice", "-n", "-10"], "healthy", loopback(), &[]);
+    let d = Daemon::start(&["--port", &sim.addr.port().to_string()]);
+    let mut g = generator(
+        &sim,
+        &d,
+        &[
+            "warmup:2:40",
+            "baseline:8:40",
+            "peak:10:40",
+            "cooldown:3:40",
+        ],
+        &["--vector", "--event", "peak:1:/v1/vector/rebuild"],
+    );
+    let (status, out) = g.wait_with_output_ref();
+    assert!(status.success(), "the Python generator failed: {out}");
+    assert!(out.contains("/v1/vector/rebuild: HTTP 202"), "{out}");
+    std::thread::sleep(Duration::from_secs(2));
+    let peak = d.report("peak");
+    let p = peak["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "peak")
+        .unwrap();
+    assert_eq!(p["dominant"], "vector_index", "{p:#}\n{}", d.log());
+    let evidence = p["evidence"].to_string();
+    assert!(evidence.contains("kernel_exchange_p99_ms"), "{evidence}");
+    assert!(evidence.contains("index_rebuild"), "{evidence}");
+    let base = d.report("baseline");
+    assert_eq!(dominant(&base, "baseline"), "none", "{base:#}");
+    d.stop();
 }
 
 #[test]
 fn the_daemon_before_the_server_and_the_server_restarted() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("the_daemon_before_the_server_and_the_server_restarted")
-        else {
-            return;
-        };
-        let addr = loopback();
-        let d = Daemon::start(&["--port", &addr.port().to_string()]);
-        std::thread::sleep(Duration::from_secs(2));
-        let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
-        let mut g = generator(&sim, &d, &["baseline:8:2"], &[]);
-        assert!(g.wait_with_output_ref().0.success());
-        let first = sim.pid();
-        drop(sim);
-        let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
-        assert_ne!(first, sim.pid());
-        // Rediscovery (every 10 windows) finds the new process; the peak starts once it has, so
-        // that what is judged is a peak the daemon watched, not the seconds before it looked.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !watched(&d).contains(&u64::from(sim.pid())) {
-            assert!(
-                Instant::now() < deadline,
-                "the daemon never found the restarted server"
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        let mut g = generator(&sim, &d, &["peak:14:16", "cooldown:3:2"], &[]);
-        let seen = watch_for_kv_in_peak(&d, &mut g, sim.addr.port());
-        assert!(seen, "/metrics never showed kv_cache during the peak");
-        assert_verdicts(&d);
-        d.stop();
-    });
+    let Some(_machine) = root_or_skip("the_daemon_before_the_server_and_the_server_restarted")
+    else {
+        return;
+    };
+    let addr = loopback();
+    let d = Daemon::start(&["--port", &addr.port().to_string()]);
+    std::thread::sleep(Duration::from_secs(2));
+    let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
+    let mut g = generator(&sim, &d, &["baseline:8:2"], &[]);
+    assert!(g.wait_with_output_ref().0.success());
+    let first = sim.pid();
+    drop(sim);
+    let sim = Sim::start(&["nice", "-n", "-10"], "kv-pressure", addr, SIM_FLAGS);
+    assert_ne!(first, sim.pid());
+    // Rediscovery (every 10 windows) finds the new process; the peak starts once it has, so
+    // that what is judged is a peak the daemon watched, not the seconds before it looked.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !watched(&d).contains(&u64::from(sim.pid())) {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never found the restarted server"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let mut g = generator(&sim, &d, &["peak:14:16", "cooldown:3:2"], &[]);
+    let seen = watch_for_kv_in_peak(&d, &mut g, sim.addr.port());
+    assert!(seen, "/metrics never showed kv_cache during the peak");
+    assert_verdicts(&d);
+    d.stop();
 }
 
 /// The processes the daemon watches now.
@@ -227,16 +219,13 @@ fn watched(d: &Daemon) -> Vec<u64> {
 
 #[test]
 fn port_discovery_sees_a_server_in_another_network_namespace() {
-    retry_once(|| {
-        let Some(_machine) =
-            root_or_skip("port_discovery_sees_a_server_in_another_network_namespace")
-        else {
-            return;
-        };
-        let ns = inferscope_tests::NetNs::create_in("disc", [10, 213, 57]);
-        let addr = SocketAddr::from(([10, 213, 57, 2], free_port()));
-        let sim = Sim::start(&["ip", "netns", "exec", &ns.name], "healthy", addr, &[]);
-        let pids = inferscope::collect::discover::pids_listening_on(addr.port());
-        assert!(pids.contains(&sim.pid()), "{pids:?} lacks {}", sim.pid());
-    });
+    let Some(_machine) = root_or_skip("port_discovery_sees_a_server_in_another_network_namespace")
+    else {
+        return;
+    };
+    let ns = inferscope_tests::NetNs::create_in("disc", [10, 213, 57]);
+    let addr = SocketAddr::from(([10, 213, 57, 2], free_port()));
+    let sim = Sim::start(&["ip", "netns", "exec", &ns.name], "healthy", addr, &[]);
+    let pids = inferscope::collect::discover::pids_listening_on(addr.port());
+    assert!(pids.contains(&sim.pid()), "{pids:?} lacks {}", sim.pid());
 }

@@ -19,93 +19,136 @@ use inferscope_tests::{
         BASELINE, FIRST, LOADGEN_CPU, Load, PEAK, SIM_CPU, Stress, assert_peak, describe, loopback,
         run, scenario,
     },
-    retry_once, root_or_skip,
+    root_or_skip,
 };
 use serde_json::Value;
 
 #[test]
 fn kv_pressure_is_kv_cache() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("kv_pressure_is_kv_cache") else {
-            return;
-        };
-        // 256 blocks of 16 tokens: a request of 128 + 384 tokens grows from 8 blocks at admission
-        // (vLLM admits on the prompt's blocks) to 32, so at low load the cache has room and at
-        // the peak it admits more than fit once they decode: running sequences get preempted and
-        // the rest wait with the cache full (more blocks than the profile's 64, so that one
-        // finishing request does not empty half the cache between two scrapes).
-        let report = run(
-            "kv",
-            "kv-pressure",
-            &inferscope_tests::cases::KV_PRESSURE_SIM,
-            &inferscope_tests::cases::kv_pressure_load(),
+    let Some(_machine) = root_or_skip("kv_pressure_is_kv_cache") else {
+        return;
+    };
+    // 256 blocks of 16 tokens: a request of 128 + 384 tokens grows from 8 blocks at admission
+    // (vLLM admits on the prompt's blocks) to 32, so at low load the cache has room and at
+    // the peak it admits more than fit once they decode: running sequences get preempted and
+    // the rest wait with the cache full (more blocks than the profile's 64, so that one
+    // finishing request does not empty half the cache between two scrapes).
+    let report = run(
+        "kv",
+        "kv-pressure",
+        &inferscope_tests::cases::KV_PRESSURE_SIM,
+        &inferscope_tests::cases::kv_pressure_load(),
+    );
+    assert_peak(&report, "kv_cache", &[], &["kv_usage", "preemptions_per_s"]);
+    // The scrape recognised the sim's vLLM metrics: what to do speaks vLLM's terms.
+    let hint = inferscope_tests::explain::peak(&report)["hint"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(hint.contains("gpu_memory_utilization"), "{hint}");
+    // Admitting more would need room the cache does not have.
+    assert!(!hint.contains("raise max_num_seqs"), "{hint}");
+}
+
+/// A KV cache full from the baseline on: 64 blocks of 16 tokens hold two 512-token requests,
+/// and the baseline's 4 req/s of ~1 s answers keep three to four of them wanting room. No
+/// rise over such a baseline shows the peak's cause; what is full and who waits for it does:
+/// every phase that sends is `kv_cache`, and the baseline is named as no healthy reference.
+/// The run's time line is the unit fixture `sim_saturated_baseline.json`.
+#[test]
+fn a_kv_cache_full_from_the_baseline_on_is_kv_cache_in_every_phase() {
+    let Some(_machine) = root_or_skip("a_kv_cache_full_from_the_baseline_on") else {
+        return;
+    };
+    let report = run(
+        "kvsat",
+        "kv-pressure",
+        &[],
+        &inferscope_tests::cases::llm(4.0, 12.0, 384),
+    );
+    let phases = report["phases"].as_array().expect("phases");
+    let named = |name: &str| {
+        phases
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no phase {name}: {:#}", report["phases"]))
+    };
+    let notes = |p: &Value| p["notes"].to_string();
+    let base = named("baseline");
+    assert_eq!(base["dominant"], "kv_cache", "{}", describe(base));
+    assert!(
+        notes(base).contains("the baseline is not a healthy reference"),
+        "{}",
+        notes(base)
+    );
+    let peak = named("peak");
+    assert_eq!(peak["dominant"], "kv_cache", "{}", describe(peak));
+    assert!(
+        notes(peak).contains("compared against a saturated baseline"),
+        "{}",
+        notes(peak)
+    );
+    for p in phases {
+        assert_ne!(p["dominant"], "duplicate_prefill", "{}", describe(p));
+        let hint = p["hint"].as_str().unwrap_or_default();
+        assert!(
+            !hint.contains("raise max_num_seqs"),
+            "{}: {hint}",
+            p["name"]
         );
-        assert_peak(&report, "kv_cache", &[], &["kv_usage", "preemptions_per_s"]);
-        // The scrape recognised the sim's vLLM metrics: what to do speaks vLLM's terms.
-        let hint = inferscope_tests::explain::peak(&report)["hint"]
-            .as_str()
-            .unwrap_or_default();
-        assert!(hint.contains("gpu_memory_utilization"), "{hint}");
-        // Admitting more would need room the cache does not have.
-        assert!(!hint.contains("raise max_num_seqs"), "{hint}");
-    });
+    }
 }
 
 #[test]
 fn queue_bound_is_queue() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("queue_bound_is_queue") else {
-            return;
-        };
-        // 4 sequences at a time, each ~256 steps of ~2 ms: ~7 req/s at most.
-        let report = run(
-            "queue",
-            "queue-bound",
-            &[],
-            &Load {
-                baseline_rps: 2.0,
-                peak_rps: 12.0,
-                input_tokens: 128,
-                output_tokens: 256,
-                peak_input_tokens: None,
-                peak_output_tokens: None,
-            },
-        );
-        let p = assert_peak(
-            &report,
-            "queue",
-            &[],
-            &["waiting", "queue_time_p95_ms", "queue_share_of_ttft"],
-        );
-        // The sim exports no slot cap: the ceiling its running count held while requests
-        // waited is the cap, every slot taken, the cache with room; raising the cap is advice.
-        let saturated = p["saturated"].as_str().unwrap_or_default();
-        assert!(
-            saturated.contains("every admission slot taken"),
-            "{saturated}"
-        );
-        let hint = p["hint"].as_str().unwrap_or_default();
-        assert!(hint.contains("raise max_num_seqs"), "{hint}");
-        assert!(!hint.contains("if the KV cache has room"), "{hint}");
-    });
+    let Some(_machine) = root_or_skip("queue_bound_is_queue") else {
+        return;
+    };
+    // 4 sequences at a time, each ~256 steps of ~2 ms: ~7 req/s at most.
+    let report = run(
+        "queue",
+        "queue-bound",
+        &[],
+        &Load {
+            baseline_rps: 2.0,
+            peak_rps: 12.0,
+            input_tokens: 128,
+            output_tokens: 256,
+            peak_input_tokens: None,
+            peak_output_tokens: None,
+        },
+    );
+    let p = assert_peak(
+        &report,
+        "queue",
+        &[],
+        &["waiting", "queue_time_p95_ms", "queue_share_of_ttft"],
+    );
+    // The sim exports no slot cap: the ceiling its running count held while requests
+    // waited is the cap, every slot taken, the cache with room; raising the cap is advice.
+    let saturated = p["saturated"].as_str().unwrap_or_default();
+    assert!(
+        saturated.contains("every admission slot taken"),
+        "{saturated}"
+    );
+    let hint = p["hint"].as_str().unwrap_or_default();
+    assert!(hint.contains("raise max_num_seqs"), "{hint}");
+    assert!(!hint.contains("if the KV cache has room"), "{hint}");
 }
 
 #[test]
 fn healthy_at_low_load_is_none() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("healthy_at_low_load_is_none") else {
-            return;
-        };
-        let report = run(
-            "none",
-            "healthy",
-            &[],
-            &inferscope_tests::cases::llm(2.0, 4.0, 32),
-        );
-        let p = assert_peak(&report, "none", &[], &[]);
-        assert_eq!(p["untrustworthy"], false, "{}", describe(p));
-        assert_kernel_times_inside_the_clients(&report);
-    });
+    let Some(_machine) = root_or_skip("healthy_at_low_load_is_none") else {
+        return;
+    };
+    let report = run(
+        "none",
+        "healthy",
+        &[],
+        &inferscope_tests::cases::llm(2.0, 4.0, 32),
+    );
+    let p = assert_peak(&report, "none", &[], &[]);
+    assert_eq!(p["untrustworthy"], false, "{}", describe(p));
+    assert_kernel_times_inside_the_clients(&report);
 }
 
 /// Each sampled request's server-side times (the kernel's read of the request, first write,
@@ -199,65 +242,60 @@ fn run_with_peak_hogs(name: &str, load: &Load, hogs: usize, hog_cpu: usize) -> V
 
 #[test]
 fn cpu_hogs_on_the_engine_cpu_are_cpu_runqueue() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("cpu_hogs_on_the_engine_cpu_are_cpu_runqueue") else {
-            return;
-        };
-        let report = run_with_peak_hogs(
-            "cpu",
-            &Load {
-                baseline_rps: 8.0,
-                peak_rps: 8.0,
-                input_tokens: 128,
-                output_tokens: 32,
-                peak_input_tokens: None,
-                peak_output_tokens: None,
-            },
-            2,
-            SIM_CPU,
-        );
-        assert_peak(
-            &report,
-            "cpu_runqueue",
-            &[],
-            &["runq_p99_us", "runq_mean_us"],
-        );
-    });
+    let Some(_machine) = root_or_skip("cpu_hogs_on_the_engine_cpu_are_cpu_runqueue") else {
+        return;
+    };
+    let report = run_with_peak_hogs(
+        "cpu",
+        &Load {
+            baseline_rps: 8.0,
+            peak_rps: 8.0,
+            input_tokens: 128,
+            output_tokens: 32,
+            peak_input_tokens: None,
+            peak_output_tokens: None,
+        },
+        2,
+        SIM_CPU,
+    );
+    assert_peak(
+        &report,
+        "cpu_runqueue",
+        &[],
+        &["runq_p99_us", "runq_mean_us"],
+    );
 }
 
 #[test]
 fn starved_load_generator_is_loadgen_and_untrustworthy() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("starved_load_generator_is_loadgen_and_untrustworthy")
-        else {
-            return;
-        };
-        let report = run_with_peak_hogs(
-            "loadgen",
-            &Load {
-                baseline_rps: 20.0,
-                peak_rps: 20.0,
-                input_tokens: 128,
-                output_tokens: 32,
-                peak_input_tokens: None,
-                peak_output_tokens: None,
-            },
-            2,
-            LOADGEN_CPU,
-        );
-        let p = assert_peak(
-            &report,
-            "loadgen",
-            &[],
-            &["send_lag_p95_ms", "loadgen_runq_p99_us"],
-        );
-        assert_eq!(
-            p["untrustworthy"],
-            true,
-            "latencies of a starved generator are marked untrustworthy: {}",
-            describe(p)
-        );
-    });
+    let Some(_machine) = root_or_skip("starved_load_generator_is_loadgen_and_untrustworthy") else {
+        return;
+    };
+    let report = run_with_peak_hogs(
+        "loadgen",
+        &Load {
+            baseline_rps: 20.0,
+            peak_rps: 20.0,
+            input_tokens: 128,
+            output_tokens: 32,
+            peak_input_tokens: None,
+            peak_output_tokens: None,
+        },
+        2,
+        LOADGEN_CPU,
+    );
+    let p = assert_peak(
+        &report,
+        "loadgen",
+        &[],
+        &["send_lag_p95_ms", "loadgen_runq_p99_us"],
+    );
+    assert_eq!(
+        p["untrustworthy"],
+        true,
+        "latencies of a starved generator are marked untrustworthy: {}",
+        describe(p)
+    );
 }
 
 /// The most extreme `loadgen`: the generator stopped (`SIGSTOP`, as a debugger or a frozen
@@ -339,102 +377,98 @@ fn a_generator_stopped_through_a_whole_phase_is_loadgen_with_its_unsent_count() 
 
 #[test]
 fn gpu_memory_profile_is_gpu_memory() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("gpu_memory_profile_is_gpu_memory") else {
-            return;
-        };
-        // Device memory leaves workspace for a 512-token step: the baseline's 128-token prompts
-        // fit, the peak's ~640-token prefills do not (out-of-memory, as a long prompt's
-        // activations can be on a real GPU sized for its KV cache).
-        let report = run(
-            "gpu",
-            "gpu-memory",
-            &[],
-            &Load {
-                baseline_rps: 1.0,
-                peak_rps: 30.0,
-                input_tokens: 128,
-                output_tokens: 32,
-                peak_input_tokens: Some(640),
-                peak_output_tokens: None,
-            },
-        );
-        assert_peak(
-            &report,
-            "gpu_memory",
-            &[],
-            &["gpu_oom", "gpu_mem_used_frac"],
-        );
-    });
+    let Some(_machine) = root_or_skip("gpu_memory_profile_is_gpu_memory") else {
+        return;
+    };
+    // Device memory leaves workspace for a 512-token step: the baseline's 128-token prompts
+    // fit, the peak's ~640-token prefills do not (out-of-memory, as a long prompt's
+    // activations can be on a real GPU sized for its KV cache).
+    let report = run(
+        "gpu",
+        "gpu-memory",
+        &[],
+        &Load {
+            baseline_rps: 1.0,
+            peak_rps: 30.0,
+            input_tokens: 128,
+            output_tokens: 32,
+            peak_input_tokens: Some(640),
+            peak_output_tokens: None,
+        },
+    );
+    assert_peak(
+        &report,
+        "gpu_memory",
+        &[],
+        &["gpu_oom", "gpu_mem_used_frac"],
+    );
 }
 
 #[test]
 fn congested_link_is_network() {
-    retry_once(|| {
-        let Some(_machine) = root_or_skip("congested_link_is_network") else {
-            return;
-        };
-        let ns = NetNs::create("net");
-        let cpu = SIM_CPU.to_string();
-        let sim = Sim::start(
-            &["ip", "netns", "exec", &ns.name, "taskset", "-c", &cpu],
-            "healthy",
-            std::net::SocketAddr::from((NetNs::NS_ADDR, 8000)),
-            &[],
-        );
-        let load = Load {
-            baseline_rps: 4.0,
-            peak_rps: 4.0,
-            input_tokens: 128,
-            output_tokens: 32,
-            peak_input_tokens: None,
-            peak_output_tokens: None,
-        };
-        let pid = sim.pid().to_string();
-        // The sim is in another network namespace: name its pid (the port is not ours to see).
-        let stress = Stress::start(
-            "net",
-            &scenario("net", &sim.url(), &load),
-            None,
-            FIRST,
-            &["--allow-remote", "--pid", &pid],
-        );
-        sim.wait_for_load(Duration::from_mins(1));
-        std::thread::sleep(BASELINE);
-        // The peak: 2 Mbit/s each way, and a bulk flow from the namespace (the direction the
-        // answers travel) that keeps the bottleneck queue full.
-        ns.shape("2mbit");
-        let stop = Arc::new(AtomicBool::new(false));
-        let sink =
-            std::net::TcpListener::bind(std::net::SocketAddr::from((NetNs::HOST_ADDR, 0))).unwrap();
-        let sink_addr = sink.local_addr().unwrap();
-        let reader = std::thread::spawn(move || {
-            if let Ok((mut s, _)) = sink.accept() {
-                let _ = std::io::copy(&mut s, &mut std::io::sink());
-            }
-        });
-        let s = Arc::clone(&stop);
-        let writer = ns.spawn_inside(move || {
-            use std::io::Write as _;
-            let mut c = std::net::TcpStream::connect(sink_addr).unwrap();
-            let chunk = vec![0u8; 64 * 1024];
-            while !s.load(Ordering::Relaxed) {
-                if c.write_all(&chunk).is_err() {
-                    break;
-                }
-            }
-        });
-        std::thread::sleep(PEAK);
-        stop.store(true, Ordering::Relaxed);
-        writer.join().unwrap();
-        reader.join().unwrap();
-        let report = stress.finish();
-        assert_peak(
-            &report,
-            "network",
-            &[],
-            &["srtt_mean_us", "retransmits", "client_server_gap_ms"],
-        );
-        drop(sim);
+    let Some(_machine) = root_or_skip("congested_link_is_network") else {
+        return;
+    };
+    let ns = NetNs::create("net");
+    let cpu = SIM_CPU.to_string();
+    let sim = Sim::start(
+        &["ip", "netns", "exec", &ns.name, "taskset", "-c", &cpu],
+        "healthy",
+        std::net::SocketAddr::from((NetNs::NS_ADDR, 8000)),
+        &[],
+    );
+    let load = Load {
+        baseline_rps: 4.0,
+        peak_rps: 4.0,
+        input_tokens: 128,
+        output_tokens: 32,
+        peak_input_tokens: None,
+        peak_output_tokens: None,
+    };
+    let pid = sim.pid().to_string();
+    // The sim is in another network namespace: name its pid (the port is not ours to see).
+    let stress = Stress::start(
+        "net",
+        &scenario("net", &sim.url(), &load),
+        None,
+        FIRST,
+        &["--allow-remote", "--pid", &pid],
+    );
+    sim.wait_for_load(Duration::from_mins(1));
+    std::thread::sleep(BASELINE);
+    // The peak: 2 Mbit/s each way, and a bulk flow from the namespace (the direction the
+    // answers travel) that keeps the bottleneck queue full.
+    ns.shape("2mbit");
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink =
+        std::net::TcpListener::bind(std::net::SocketAddr::from((NetNs::HOST_ADDR, 0))).unwrap();
+    let sink_addr = sink.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        if let Ok((mut s, _)) = sink.accept() {
+            let _ = std::io::copy(&mut s, &mut std::io::sink());
+        }
     });
+    let s = Arc::clone(&stop);
+    let writer = ns.spawn_inside(move || {
+        use std::io::Write as _;
+        let mut c = std::net::TcpStream::connect(sink_addr).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while !s.load(Ordering::Relaxed) {
+            if c.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(PEAK);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    reader.join().unwrap();
+    let report = stress.finish();
+    assert_peak(
+        &report,
+        "network",
+        &[],
+        &["srtt_mean_us", "retransmits", "client_server_gap_ms"],
+    );
+    drop(sim);
 }

@@ -7,7 +7,7 @@
 use inferscope_tests::{
     cases,
     explain::{assert_peak, describe},
-    retry_once, root_or_skip,
+    root_or_skip,
 };
 
 /// Runs case `name` and asserts its peak's verdict, with at least one of `any` in the evidence.
@@ -22,9 +22,7 @@ fn check(name: &str, any: &[&str]) {
 
 #[test]
 fn server_without_metrics_that_queues_is_queue_from_the_kernel() {
-    retry_once(|| {
-        check("queue-nometrics", &["kernel_first_token_p50_ms"]);
-    });
+    check("queue-nometrics", &["kernel_first_token_p50_ms"]);
 }
 
 /// Ten times a metric-less server's capacity with a 300-prompt dataset: every phase judged.
@@ -76,73 +74,55 @@ fn overload_with_a_finite_dataset_is_queue_never_a_stampede() {
 
 #[test]
 fn server_that_leaves_requests_unread_is_queue_from_the_backlog() {
-    retry_once(|| {
-        check("queue-backlog-nometrics", &["read_delay_ms"]);
-    });
+    check("queue-backlog-nometrics", &["read_delay_ms"]);
 }
 
 #[test]
 fn healthy_server_without_metrics_is_none() {
-    retry_once(|| {
-        check("healthy-nometrics", &[]);
-    });
+    check("healthy-nometrics", &[]);
 }
 
 #[test]
 fn random_loss_on_loopback_is_network_with_retransmits() {
-    retry_once(|| {
-        check("loss-loopback", &["loss_hit_share", "retransmits"]);
-    });
+    check("loss-loopback", &["loss_hit_share", "retransmits"]);
 }
 
 #[test]
 fn random_loss_in_a_namespace_without_metrics_is_network() {
-    retry_once(|| {
-        // Loss shows as requests hit by retransmits, or as the transit stalls it causes: a first
-        // token written by the server and read late, behind a lost segment or its delayed ACK.
-        check(
-            "loss-netns-nometrics",
-            &["loss_hit_share", "retransmits", "client_server_gap_ms"],
-        );
-    });
+    // Loss shows as requests hit by retransmits, or as the transit stalls it causes: a first
+    // token written by the server and read late, behind a lost segment or its delayed ACK.
+    check(
+        "loss-netns-nometrics",
+        &["loss_hit_share", "retransmits", "client_server_gap_ms"],
+    );
 }
 
 #[test]
 fn vector_index_rebuild_is_vector_index() {
-    retry_once(|| {
-        // The client's tail or recall, or the kernel's timing of the sim's answers beside the sim's
-        // own rebuild counter (`server tail`, what the node agent uses without records).
-        check(
-            "vector-rebuild",
-            &["e2e_p99_ms", "recall_mean", "kernel_exchange_p99_ms"],
-        );
-    });
+    // The client's tail or recall, or the kernel's timing of the sim's answers beside the sim's
+    // own rebuild counter (`server tail`, what the node agent uses without records).
+    check(
+        "vector-rebuild",
+        &["e2e_p99_ms", "recall_mean", "kernel_exchange_p99_ms"],
+    );
 }
 
 #[test]
 fn a_peak_of_failing_requests_is_errors() {
-    retry_once(|| {
-        check("errors", &["error_rate"]);
-    });
+    check("errors", &["error_rate"]);
 }
 
 #[test]
 fn a_cpu_quota_on_the_server_is_cpu_runqueue() {
-    retry_once(|| {
-        check("cpu-quota", &["runq_p99_us", "runq_mean_us"]);
-    });
+    check("cpu-quota", &["runq_p99_us", "runq_mean_us"]);
 }
 
 #[test]
 fn a_server_killed_mid_run_is_errors_and_the_report_is_written() {
-    retry_once(|| {
-        check("errors-server-killed", &["error_rate"]);
-    });
+    check("errors-server-killed", &["error_rate"]);
 }
 
 #[test]
 fn a_first_token_held_in_the_servers_socket_is_network() {
-    retry_once(|| {
-        check("nagle-nometrics", &["client_server_gap_ms"]);
-    });
+    check("nagle-nometrics", &["client_server_gap_ms"]);
 }

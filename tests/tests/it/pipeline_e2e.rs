@@ -4,7 +4,7 @@
 //! gateway is `orchestration`, and a healthy pipeline at two loads names no hop. The cases are
 //! the bench's (`cargo xtask bench attribution`), judged the same way.
 
-use inferscope_tests::{explain::describe, pipeline, retry_once, root_or_skip, scorecard};
+use inferscope_tests::{explain::describe, pipeline, root_or_skip, scorecard};
 use serde_json::Value;
 
 /// The peak phase of `report`.
@@ -65,35 +65,25 @@ fn check(name: &str) {
 
 #[test]
 fn an_index_rebuild_is_the_search_hops_vector_index() {
-    retry_once(|| {
-        check("pipeline-index-rebuild");
-    });
+    check("pipeline-index-rebuild");
 }
 
 #[test]
 fn kv_pressure_is_the_chat_hops_kv_cache() {
-    retry_once(|| {
-        check("pipeline-kv-pressure");
-    });
+    check("pipeline-kv-pressure");
 }
 
 #[test]
 fn a_cpu_quota_on_the_reranker_is_its_cpu_runqueue() {
-    retry_once(|| {
-        check("pipeline-rerank-quota");
-    });
+    check("pipeline-rerank-quota");
 }
 
 #[test]
 fn a_lock_in_the_gateway_is_orchestration() {
-    retry_once(|| {
-        check("pipeline-gateway-lock");
-    });
+    check("pipeline-gateway-lock");
 }
 
 #[test]
 fn a_healthy_pipeline_at_two_loads_names_no_hop() {
-    retry_once(|| {
-        check("pipeline-healthy");
-    });
+    check("pipeline-healthy");
 }

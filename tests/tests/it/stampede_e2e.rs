@@ -5,7 +5,7 @@
 //! spread out, is `none`. The cases are the bench's (`cargo xtask bench attribution`), judged
 //! the same way.
 
-use inferscope_tests::{explain::describe, retry_once, root_or_skip, scorecard, stampede};
+use inferscope_tests::{explain::describe, root_or_skip, scorecard, stampede};
 use serde_json::Value;
 
 /// The phase `name` of `report`.
@@ -51,41 +51,35 @@ fn duplicate_shares(report: &Value, name: &str) -> Vec<f64> {
 
 #[test]
 fn a_stampede_after_a_reset_is_duplicate_prefill() {
-    retry_once(|| {
-        let Some(report) = check("stampede") else {
-            return;
-        };
-        // The bursts were sent (9 bursts of 24 on top of 40 requests at 4 req/s) and counted as
-        // duplicates.
-        let load = &phase(&report, "peak")["load"];
-        assert!(load["requests"].as_u64().unwrap() >= 200, "{load}");
-        let peak = duplicate_shares(&report, "peak");
-        assert!(
-            peak.iter().filter(|s| **s >= 0.5).count() >= 7,
-            "{peak:?} {load}"
-        );
-        assert!(
-            duplicate_shares(&report, "baseline")
-                .iter()
-                .all(|s| *s == 0.0)
-        );
-    });
+    let Some(report) = check("stampede") else {
+        return;
+    };
+    // The bursts were sent (9 bursts of 24 on top of 40 requests at 4 req/s) and counted as
+    // duplicates.
+    let load = &phase(&report, "peak")["load"];
+    assert!(load["requests"].as_u64().unwrap() >= 200, "{load}");
+    let peak = duplicate_shares(&report, "peak");
+    assert!(
+        peak.iter().filter(|s| **s >= 0.5).count() >= 7,
+        "{peak:?} {load}"
+    );
+    assert!(
+        duplicate_shares(&report, "baseline")
+            .iter()
+            .all(|s| *s == 0.0)
+    );
 }
 
 #[test]
 fn a_stampede_on_a_server_without_metrics_is_duplicate_prefill() {
-    retry_once(|| {
-        check("stampede-nometrics");
-    });
+    check("stampede-nometrics");
 }
 
 #[test]
 fn the_same_prompt_spread_out_is_none() {
-    retry_once(|| {
-        let Some(report) = check("hot-prompt-spread") else {
-            return;
-        };
-        let peak = duplicate_shares(&report, "peak");
-        assert!(peak.iter().all(|s| *s < 0.3), "{peak:?}");
-    });
+    let Some(report) = check("hot-prompt-spread") else {
+        return;
+    };
+    let peak = duplicate_shares(&report, "peak");
+    assert!(peak.iter().all(|s| *s < 0.3), "{peak:?}");
 }

@@ -254,10 +254,19 @@
       d.forEach(function (p) { if (p) { runs[runs.length - 1].push(p); } else if (runs[runs.length - 1].length) { runs.push([]); } });
       runs.forEach(function (run) {
         if (!run.length) { return; }
-        sv('polyline', { points: run.map(function (p) { return x(p[0]).toFixed(1) + ',' + y(p[1]).toFixed(1); }).join(' '),
+        var line = sv('polyline', { points: run.map(function (p) { return x(p[0]).toFixed(1) + ',' + y(p[1]).toFixed(1); }).join(' '),
           fill: 'none', stroke: series[si].color, 'stroke-width': 2, 'class': 'series', 'data-series': series[si].name }, svg);
+        if (series[si].dash) { line.setAttribute('stroke-dasharray', series[si].dash); }
         if (run.length === 1) { sv('circle', { cx: x(run[0][0]), cy: y(run[0][1]), r: 3, fill: series[si].color }, svg); }
       });
+      // A series that explains its points (how many a censored point stands for) titles each.
+      if (series[si].title) {
+        d.forEach(function (p, wi) {
+          if (!p) { return; }
+          var c = sv('circle', { cx: x(p[0]), cy: y(p[1]), r: 3, fill: series[si].color, 'class': 'censored' }, svg);
+          sv('title', {}, c).textContent = series[si].title(windows[wi]);
+        });
+      }
     });
     if (opts.markers) { opts.markers(svg, x, y, yMax); }
     fig.appendChild(svg);
@@ -293,7 +302,15 @@
     { name: 'TTFT p50', color: '#1f77b4', get: function (w) { return q(w, 'ttft_ms', 'p50'); } },
     { name: 'TTFT p99', color: '#d62728', get: function (w) { return q(w, 'ttft_ms', 'p99'); } },
     { name: 'ITL p99', color: '#2ca02c', get: function (w) { return q(w, 'itl_ms', 'p99'); } },
-    { name: 'send lag p99', color: '#555555', get: function (w) { return q(w, 'send_lag_ms', 'p99'); } }
+    { name: 'send lag p99', color: '#555555', get: function (w) { return q(w, 'send_lag_ms', 'p99'); } },
+    // Requests that timed out have no first token to plot: censored at the timeout, they waited
+    // at least as long as their whole exchange (its p99 in a window where they time out).
+    { name: 'timed out (waited at least)', color: '#7f7f7f', dash: '6 4', get: function (w) {
+      var t = w.load && w.load.error_classes && w.load.error_classes.timeout;
+      return t ? q(w, 'e2e_ms', 'p99') : null;
+    }, title: function (w) {
+      return w.load.error_classes.timeout + ' of ' + w.load.requests + ' requests timed out, no answer before the timeout';
+    } }
   ], { why: 'no load generator records' });
 
   // Vector search and plain HTTP have no tokens: their latency is end to end, per endpoint.

@@ -1,8 +1,9 @@
-//! The time lines a real GPU engine produced (`daemon/tests/fixtures/timelines/h200_*.json`,
-//! recorded on an NVIDIA H200: a `PyTorch` engine whose admission is bound by its KV budget, 64
-//! slots, 2 req/s then 80 req/s). Every phase is judged: the baseline was saturated from its
-//! eighth second, the peak asked 80 req/s of a server that completed a few, and drained to the
-//! 60 s timeout.
+//! Time lines saturated from their baseline on, judged in every phase: two a real GPU engine
+//! produced (`daemon/tests/fixtures/timelines/h200_*.json`, recorded on an NVIDIA H200: a
+//! `PyTorch` engine whose admission is bound by its KV budget, 64 slots, 2 req/s then 80 req/s;
+//! the baseline was saturated from its eighth second, the peak asked 80 req/s of a server that
+//! completed a few, and drained to the 60 s timeout) and one the sim produced
+//! (`sim_saturated_baseline.json`).
 
 use super::tests::fixture;
 use super::*;
@@ -118,4 +119,49 @@ fn without_metrics_the_overloaded_peak_is_queue_never_a_stampede() {
     for p in &a.phases {
         assert!(p.saturated.is_none(), "{}: {:?}", p.name, p.saturated);
     }
+}
+
+/// Recorded on the sim (`sim_saturated_baseline.json`, the time line of the root test
+/// `a_kv_cache_full_from_the_baseline_on_is_kv_cache_in_every_phase`): 64 KV blocks, 4 req/s of
+/// 128 + 384 tokens in the baseline, 12 in the peak, 4 in the cooldown. The cache is full (by
+/// its gauge or by its evictions) with requests waiting from the baseline on; each phase that
+/// sent is `kv_cache`, the baseline is named as no healthy reference, and no advice raises the
+/// slot cap.
+#[test]
+fn a_sim_saturated_from_its_baseline_is_kv_cache_in_every_phase() {
+    let a = attribute(&fixture("sim_saturated_baseline"));
+    never_a_stampede(&a);
+    for p in &a.phases {
+        assert_eq!(p.dominant, Cause::KvCache, "{}: {:#?}", p.name, p.shares);
+        assert!(
+            !p.hint.contains("raise max_num_seqs"),
+            "{}: {}",
+            p.name,
+            p.hint
+        );
+        assert!(
+            p.saturated
+                .as_deref()
+                .is_some_and(|s| s.contains("KV cache full")),
+            "{}: {:?}",
+            p.name,
+            p.saturated
+        );
+    }
+    let base = phase(&a, "baseline");
+    assert!(
+        base.notes
+            .iter()
+            .any(|n| n.starts_with("the baseline is not a healthy reference: KV cache full")),
+        "{:?}",
+        base.notes
+    );
+    let peak = phase(&a, "peak");
+    assert!(
+        peak.notes
+            .iter()
+            .any(|n| n.starts_with("compared against a saturated baseline")),
+        "{:?}",
+        peak.notes
+    );
 }
