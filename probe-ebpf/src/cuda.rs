@@ -1,9 +1,9 @@
 //! CUDA driver API uprobes (`libcuda.so.1`, or the simulated device's symbols) and the
 //! `nvidia:nvidia_dev_xid` tracepoint. The API id of each attachment arrives as its cookie.
 //!
-//! Allocation and synchronisation calls are matched entry -> return by thread id (a process
-//! has many threads in the driver at once); frees are reported on entry; launches are only
-//! counted, on entry, because they are the hot path.
+//! Allocation, map and synchronisation calls are matched entry -> return by thread id (a
+//! process has many threads in the driver at once); frees and unmaps are reported on entry;
+//! launches and async copies are only counted, on entry, because they are the hot path.
 
 use aya_ebpf::{
     helpers::{bpf_get_attach_cookie, bpf_ktime_get_ns, bpf_probe_read_user},
@@ -12,8 +12,8 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use probe_common::cuda::{
-    CudaEvent, DROP_KINDS, DROP_LAUNCHES_FULL, DROP_PENDING_FULL, DROP_RINGBUF, EVENTS_BYTES,
-    HOOKS, Launches, Pending, api,
+    CudaEvent, DROP_COUNTS_FULL, DROP_KINDS, DROP_PENDING_FULL, DROP_RINGBUF, EVENTS_BYTES,
+    EntryCounts, HOOKS, Pending, api,
 };
 use probe_common::drop_slot;
 
@@ -28,7 +28,7 @@ static XID_CODE_OFF: u32 = 0;
 #[map]
 static CUDA_PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(16_384, 0);
 #[map]
-static CUDA_LAUNCHES: HashMap<u32, Launches> = HashMap::with_max_entries(4096, 0);
+static CUDA_COUNTS: HashMap<u32, EntryCounts> = HashMap::with_max_entries(4096, 0);
 #[map]
 static CUDA_EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
 #[map]
@@ -67,6 +67,14 @@ pub fn cuda_alloc(ctx: ProbeContext) -> u32 {
         ctx.arg::<u64>(1).unwrap_or(0),
     );
     park(cookie(&ctx), out_ptr, size);
+    0
+}
+
+/// `(ptr, size, offset, handle, flags)`: cuMemMap, parked for its return (`cuda_alloc_ret`,
+/// which reads no out-pointer for it).
+#[uprobe]
+pub fn cuda_map(ctx: ProbeContext) -> u32 {
+    park(cookie(&ctx), 0, ctx.arg::<u64>(1).unwrap_or(0));
     0
 }
 
@@ -119,70 +127,118 @@ pub fn cuda_alloc_ret(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// `(ptr_or_handle, ...)`: cuMemFree_v2, cuMemFreeAsync, cuMemRelease.
+/// `(ptr_or_handle, ...)`: cuMemFree_v2, cuMemFreeAsync(_ptsz), cuMemRelease; `(ptr, size)`:
+/// cuMemUnmap.
 #[uprobe]
 pub fn cuda_free(ctx: ProbeContext) -> u32 {
     let (tgid, tid) = current();
     if !watched(tgid) {
         return 0;
     }
+    let api = cookie(&ctx);
     let ptr = ctx.arg::<u64>(0).unwrap_or(0);
+    let size = if api == api::MEM_UNMAP {
+        ctx.arg::<u64>(1).unwrap_or(0)
+    } else {
+        0
+    };
     let now = unsafe { bpf_ktime_get_ns() };
     emit(CudaEvent {
-        api: cookie(&ctx),
+        api,
         tgid,
         tid,
         ret: 0,
         ts_ns: now,
         duration_ns: 0,
         ptr,
-        size: 0,
+        size,
     });
     0
 }
 
-/// cuLaunchKernel(_ptsz), cuGraphLaunch(_ptsz): counted on entry.
+/// The watched process's hot-path counters, created on its first call; `None` (counted as a
+/// drop of hook `api`) when the map is full.
+#[inline(always)]
+fn counts(tgid: u32, api: u32) -> Option<*mut EntryCounts> {
+    if let Some(c) = CUDA_COUNTS.get_ptr_mut(&tgid) {
+        return Some(c);
+    }
+    let _ = CUDA_COUNTS.insert(&tgid, &EntryCounts::default(), BPF_NOEXIST);
+    let c = CUDA_COUNTS.get_ptr_mut(&tgid);
+    if c.is_none() {
+        count_drop(&CUDA_DROPS, drop_slot(api, DROP_COUNTS_FULL, DROP_KINDS));
+    }
+    c
+}
+
+/// cuLaunchKernel(_ptsz) `(f, gx, gy, gz, ...)`, cuLaunchKernelEx(_ptsz) `(config, ...)` (the
+/// config starts with `gridDimX, gridDimY, gridDimZ`), cuGraphLaunch(_ptsz): counted on entry.
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
     let (tgid, _) = current();
     if !watched(tgid) {
         return 0;
     }
-    let counts = match CUDA_LAUNCHES.get_ptr_mut(&tgid) {
-        Some(c) => c,
-        None => {
-            let _ = CUDA_LAUNCHES.insert(&tgid, &Launches::default(), BPF_NOEXIST);
-            match CUDA_LAUNCHES.get_ptr_mut(&tgid) {
-                Some(c) => c,
-                None => {
-                    count_drop(
-                        &CUDA_DROPS,
-                        drop_slot(cookie(&ctx), DROP_LAUNCHES_FULL, DROP_KINDS),
-                    );
-                    return 0;
+    let api = cookie(&ctx);
+    let Some(c) = counts(tgid, api) else {
+        return 0;
+    };
+    let grid = |x: u32, y: u32, z: u32| u64::from(x) * u64::from(y) * u64::from(z);
+    // SAFETY: live map value shared across CPUs: atomic adds; the config is a user pointer
+    // read with the helper (a failed read counts no blocks).
+    unsafe {
+        match api {
+            api::GRAPH_LAUNCH => atomic_add(&raw mut (*c).graphs, 1),
+            api::LAUNCH_KERNEL_EX => {
+                atomic_add(&raw mut (*c).kernels, 1);
+                atomic_add(&raw mut (*c).kernels_ex, 1);
+                let config = ctx.arg::<u64>(0).unwrap_or(0) as *const [u32; 3];
+                if let Ok([x, y, z]) = bpf_probe_read_user(config) {
+                    atomic_add(&raw mut (*c).blocks, grid(x, y, z));
                 }
             }
-        }
-    };
-    // SAFETY: live map value shared across CPUs: atomic adds.
-    unsafe {
-        if cookie(&ctx) == api::GRAPH_LAUNCH {
-            atomic_add(&raw mut (*counts).graphs, 1);
-        } else {
-            atomic_add(&raw mut (*counts).kernels, 1);
+            _ => {
+                atomic_add(&raw mut (*c).kernels, 1);
+                let dim = |i: usize| ctx.arg::<u32>(i).unwrap_or(0);
+                atomic_add(&raw mut (*c).blocks, grid(dim(1), dim(2), dim(3)));
+            }
         }
     }
     0
 }
 
-/// cuStreamSynchronize(_ptsz), cuCtxSynchronize: entry.
+/// cuMemcpyHtoDAsync_v2(_ptsz), cuMemcpyDtoHAsync_v2(_ptsz) `(dst, src, bytes, stream)`: bytes
+/// counted on entry (the evidence of KV offloading and swapping).
+#[uprobe]
+pub fn cuda_copy(ctx: ProbeContext) -> u32 {
+    let (tgid, _) = current();
+    if !watched(tgid) {
+        return 0;
+    }
+    let api = cookie(&ctx);
+    let Some(c) = counts(tgid, api) else {
+        return 0;
+    };
+    let bytes = ctx.arg::<u64>(2).unwrap_or(0);
+    // SAFETY: live map value shared across CPUs: atomic adds.
+    unsafe {
+        if api == api::MEMCPY_HTOD_ASYNC {
+            atomic_add(&raw mut (*c).h2d_bytes, bytes);
+        } else {
+            atomic_add(&raw mut (*c).d2h_bytes, bytes);
+        }
+    }
+    0
+}
+
+/// cuStreamSynchronize(_ptsz), cuCtxSynchronize(_v2), cuEventSynchronize: entry.
 #[uprobe]
 pub fn cuda_sync(ctx: ProbeContext) -> u32 {
     park(cookie(&ctx), 0, 0);
     0
 }
 
-/// cuStreamSynchronize(_ptsz), cuCtxSynchronize: return.
+/// cuStreamSynchronize(_ptsz), cuCtxSynchronize(_v2), cuEventSynchronize: return.
 #[uretprobe]
 pub fn cuda_sync_ret(ctx: RetProbeContext) -> u32 {
     let key = pid_tgid();

@@ -46,13 +46,8 @@ pub struct PhaseLoad {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub error_classes: BTreeMap<ErrorClass, u64>,
     /// Arrivals the schedule asked for and the generator never sent (a phase that sent none).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::measure::report::is_zero")]
     pub unsent: u64,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// Phase latencies, ms. Attribution fills them from the windows (each quantile the

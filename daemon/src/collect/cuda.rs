@@ -22,6 +22,13 @@ pub struct GpuMemStats {
     pub oom: u64,
     /// Allocation calls that failed otherwise.
     pub alloc_errors: u64,
+    /// Bytes of physical memory mapped into virtual reservations (`cuMemMap`) and not yet
+    /// unmapped: what PyTorch's expandable segments and vLLM's sleep mode hold.
+    pub mapped_bytes: u64,
+    /// Successful map calls.
+    pub maps: u64,
+    /// Unmap calls.
+    pub unmaps: u64,
     /// Synchronisation calls completed.
     pub syncs: u64,
     /// Time blocked in synchronisation, ns.
@@ -58,12 +65,23 @@ impl GpuMemAccount {
                     s.live_bytes = s.live_bytes.saturating_sub(size);
                 }
             }
+            Some(CudaCall::Map(AllocOutcome::Ok)) => {
+                s.maps += 1;
+                s.mapped_bytes += ev.size;
+            }
+            Some(CudaCall::Map(AllocOutcome::OutOfMemory)) => s.oom += 1,
+            Some(CudaCall::Map(AllocOutcome::Failed)) => s.alloc_errors += 1,
+            Some(CudaCall::Unmap) => {
+                s.unmaps += 1;
+                // Unmaps of mappings made before the probe attached.
+                s.mapped_bytes = s.mapped_bytes.saturating_sub(ev.size);
+            }
             Some(CudaCall::Sync) => {
                 s.syncs += 1;
                 s.sync_ns += ev.duration_ns;
             }
             Some(CudaCall::Xid) => s.xids += 1,
-            Some(CudaCall::Launch) | None => {}
+            Some(CudaCall::Counted) | None => {}
         }
     }
 

@@ -9,7 +9,7 @@ use std::{
 };
 
 use probe_common::{
-    cuda::{AllocOutcome, CudaCall, CudaEvent},
+    cuda::{AllocOutcome, CudaCall, CudaEvent, EntryCounts},
     sockets::{Conn, PHASE_RESPONDING, ROLE_CLIENT, SockEvent, SockEventKind},
 };
 use serde::Serialize;
@@ -17,7 +17,7 @@ use tokio::sync::mpsc::Receiver;
 
 use super::{
     accepts::Accepts,
-    cuda::GpuMemAccount,
+    cuda::{GpuMemAccount, GpuMemStats},
     runq::RunqHist,
     stats::quantile,
     timeline::{GpuSignals, NetSignals, Part, RunqSignals, XidEvent, XidSource},
@@ -229,8 +229,8 @@ pub struct KernelCollector {
     closed: HashMap<u32, Path>,
     /// On-CPU ms of each server process at the previous window's close.
     last_cpu: HashMap<u32, f64>,
-    /// Kernel and graph launches of each server process at the previous window's close.
-    last_launches: HashMap<u32, u64>,
+    /// Launch and async-copy counts of each server process at the previous window's close.
+    last_counts: HashMap<u32, EntryCounts>,
     account: GpuMemAccount,
     /// Each server process's events since the previous window.
     pending: HashMap<u32, Pending>,
@@ -274,7 +274,7 @@ impl KernelCollector {
             closed: HashMap::new(),
             callers: HashMap::new(),
             last_cpu: HashMap::new(),
-            last_launches: HashMap::new(),
+            last_counts: HashMap::new(),
             account: GpuMemAccount::default(),
             pending: HashMap::new(),
             shared: Pending::default(),
@@ -398,7 +398,7 @@ impl KernelCollector {
         Ok(Losses {
             runq: r.start_full + r.hist_full,
             sockets: s.ringbuf_full + s.conns_full + self.accepts.dropped,
-            cuda: c.ringbuf_full + c.pending_full + c.launches_full,
+            cuda: c.ringbuf_full + c.pending_full + c.counts_full,
             hooks: self.probes.hook_losses()?,
             channels: ch(self.sock.as_ref().map(|r| &r.drops))
                 + ch(self.cuda.as_ref().map(|r| &r.drops)),
@@ -561,7 +561,14 @@ impl KernelCollector {
                     source: XidSource::Kernel,
                 });
             }
-            Some(CudaCall::Alloc(AllocOutcome::Failed) | CudaCall::Launch) | None => {}
+            Some(CudaCall::Map(AllocOutcome::OutOfMemory)) => g.oom += 1,
+            Some(
+                CudaCall::Alloc(AllocOutcome::Failed)
+                | CudaCall::Map(_)
+                | CudaCall::Unmap
+                | CudaCall::Counted,
+            )
+            | None => {}
         }
     }
 
@@ -576,10 +583,9 @@ impl KernelCollector {
         let shared = std::mem::take(&mut self.shared);
         let runq = self.runq_window(parts)?;
         let net = self.rtt_window(parts)?;
-        let launches = self.launches_window(parts)?;
+        let counts = self.counts_window(parts)?;
         let one = parts.len() == 1;
-        for (((part, runq), mut net), launches) in parts.iter_mut().zip(runq).zip(net).zip(launches)
-        {
+        for (((part, runq), mut net), counts) in parts.iter_mut().zip(runq).zip(net).zip(counts) {
             let mut p = Pending::default();
             for pid in part.pids {
                 if let Some(q) = pending.remove(pid) {
@@ -594,13 +600,18 @@ impl KernelCollector {
             }
             let mut gpu = std::mem::take(&mut p.gpu);
             fill_net(&mut net, p);
-            gpu.live_bytes = part
-                .pids
-                .iter()
-                .filter_map(|t| self.account.get(*t))
-                .map(|s| s.live_bytes)
-                .sum();
-            gpu.launches = launches;
+            let held = |f: fn(&GpuMemStats) -> u64| -> u64 {
+                part.pids
+                    .iter()
+                    .filter_map(|t| self.account.get(*t))
+                    .map(f)
+                    .sum()
+            };
+            gpu.live_bytes = held(|s| s.live_bytes);
+            gpu.mapped_bytes = held(|s| s.mapped_bytes);
+            gpu.launches = counts.kernels + counts.graphs;
+            gpu.h2d_bytes = counts.h2d_bytes;
+            gpu.d2h_bytes = counts.d2h_bytes;
             let w = &mut *part.window;
             w.runq = Some(runq);
             w.net = Some(net);
@@ -609,14 +620,13 @@ impl KernelCollector {
         Ok(())
     }
 
-    /// Kernel and graph launches of each part's processes since the previous call.
-    fn launches_window(&mut self, parts: &[Part<'_>]) -> Result<Vec<u64>, ProbeError> {
-        let now: HashMap<u32, u64> = self
+    /// Launches and async-copy bytes of each part's processes since the previous call.
+    fn counts_window(&mut self, parts: &[Part<'_>]) -> Result<Vec<EntryCounts>, ProbeError> {
+        let now: HashMap<u32, EntryCounts> = self
             .probes
-            .cuda_launches()?
-            .iter()
-            .filter(|(t, _)| self.is_server(**t))
-            .map(|(t, l)| (*t, l.kernels + l.graphs))
+            .cuda_counts()?
+            .into_iter()
+            .filter(|(t, _)| self.is_server(*t))
             .collect();
         let out = parts
             .iter()
@@ -625,12 +635,15 @@ impl KernelCollector {
                     .iter()
                     .filter_map(|t| {
                         let n = now.get(t)?;
-                        Some(n.saturating_sub(self.last_launches.get(t).copied().unwrap_or(0)))
+                        let before = self.last_counts.get(t).copied().unwrap_or_default();
+                        Some(n.zip(&before, u64::saturating_sub))
                     })
-                    .sum()
+                    .fold(EntryCounts::default(), |a, d| {
+                        a.zip(&d, u64::saturating_add)
+                    })
             })
             .collect();
-        self.last_launches = now;
+        self.last_counts = now;
         Ok(out)
     }
 

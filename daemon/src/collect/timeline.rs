@@ -238,6 +238,17 @@ pub struct GpuSignals {
     pub sync_ms: f64,
     /// Kernel and graph launches.
     pub launches: u64,
+    /// Bytes copied host -> device by async copies (`cuMemcpyHtoDAsync`): with the copies the
+    /// other way, the evidence of KV offloading and swapping.
+    #[serde(default, skip_serializing_if = "crate::measure::report::is_zero")]
+    pub h2d_bytes: u64,
+    /// Bytes copied device -> host by async copies (`cuMemcpyDtoHAsync`).
+    #[serde(default, skip_serializing_if = "crate::measure::report::is_zero")]
+    pub d2h_bytes: u64,
+    /// Physical memory the server mapped into virtual reservations (`cuMemMap`) and holds at
+    /// the window's close, bytes: device memory that `live_bytes` (allocations) does not see.
+    #[serde(default, skip_serializing_if = "crate::measure::report::is_zero")]
+    pub mapped_bytes: u64,
     /// NVML memory used / total, when a driver is present.
     pub mem_used_frac: Option<f64>,
     /// XID errors the kernel's `nvidia:nvidia_dev_xid` tracepoint counted.

@@ -223,8 +223,9 @@ pub struct StressReport {
     pub records_overflow: u64,
 }
 
+/// For `skip_serializing_if`: a counter that stayed at zero.
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_zero(n: &u64) -> bool {
+pub(crate) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 

@@ -17,12 +17,13 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use probe_common::cuda::{self as cu, CudaEvent, Launches, api};
+use probe_common::cuda::{self as cu, CudaEvent, EntryCounts, api};
 
 use super::{Global, ProbeError, Probes, reader::Reader, tracefs::Format};
 
-/// `(symbol, program, api id)`: every driver entry point inferscope hooks.
-pub const SYMBOLS: [(&str, &str, u32); 21] = [
+/// `(symbol, program, api id)`: every driver entry point inferscope hooks. The `_ptsz` exports
+/// are what the runtime resolves with the per-thread default stream.
+pub const SYMBOLS: [(&str, &str, u32); 35] = [
     ("cuMemAlloc_v2", "cuda_alloc", api::MEM_ALLOC),
     ("cuMemAlloc_v2", "cuda_alloc_ret", api::MEM_ALLOC),
     ("cuMemAllocAsync", "cuda_alloc", api::MEM_ALLOC_ASYNC),
@@ -37,11 +38,33 @@ pub const SYMBOLS: [(&str, &str, u32); 21] = [
     ("cuMemCreate", "cuda_alloc_ret", api::MEM_CREATE),
     ("cuMemFree_v2", "cuda_free", api::MEM_FREE),
     ("cuMemFreeAsync", "cuda_free", api::MEM_FREE_ASYNC),
+    ("cuMemFreeAsync_ptsz", "cuda_free", api::MEM_FREE_ASYNC),
     ("cuMemRelease", "cuda_free", api::MEM_RELEASE),
+    ("cuMemMap", "cuda_map", api::MEM_MAP),
+    ("cuMemMap", "cuda_alloc_ret", api::MEM_MAP),
+    ("cuMemUnmap", "cuda_free", api::MEM_UNMAP),
     ("cuLaunchKernel", "cuda_launch", api::LAUNCH_KERNEL),
     ("cuLaunchKernel_ptsz", "cuda_launch", api::LAUNCH_KERNEL),
+    ("cuLaunchKernelEx", "cuda_launch", api::LAUNCH_KERNEL_EX),
+    (
+        "cuLaunchKernelEx_ptsz",
+        "cuda_launch",
+        api::LAUNCH_KERNEL_EX,
+    ),
     ("cuGraphLaunch", "cuda_launch", api::GRAPH_LAUNCH),
     ("cuGraphLaunch_ptsz", "cuda_launch", api::GRAPH_LAUNCH),
+    ("cuMemcpyHtoDAsync_v2", "cuda_copy", api::MEMCPY_HTOD_ASYNC),
+    (
+        "cuMemcpyHtoDAsync_v2_ptsz",
+        "cuda_copy",
+        api::MEMCPY_HTOD_ASYNC,
+    ),
+    ("cuMemcpyDtoHAsync_v2", "cuda_copy", api::MEMCPY_DTOH_ASYNC),
+    (
+        "cuMemcpyDtoHAsync_v2_ptsz",
+        "cuda_copy",
+        api::MEMCPY_DTOH_ASYNC,
+    ),
     ("cuStreamSynchronize", "cuda_sync", api::STREAM_SYNC),
     ("cuStreamSynchronize", "cuda_sync_ret", api::STREAM_SYNC),
     ("cuStreamSynchronize_ptsz", "cuda_sync", api::STREAM_SYNC),
@@ -52,6 +75,13 @@ pub const SYMBOLS: [(&str, &str, u32); 21] = [
     ),
     ("cuCtxSynchronize", "cuda_sync", api::CTX_SYNC),
     ("cuCtxSynchronize", "cuda_sync_ret", api::CTX_SYNC),
+    // CUDA 13's `cudaDeviceSynchronize` (what `torch.cuda.synchronize()` calls) reaches the
+    // driver here, not through `cuCtxSynchronize`: hooking only the latter read 0 s of sync
+    // behind 100 synchronizes on an H200 (driver 580, CUDA 13 runtime).
+    ("cuCtxSynchronize_v2", "cuda_sync", api::CTX_SYNC),
+    ("cuCtxSynchronize_v2", "cuda_sync_ret", api::CTX_SYNC),
+    ("cuEventSynchronize", "cuda_sync", api::EVENT_SYNC),
+    ("cuEventSynchronize", "cuda_sync_ret", api::EVENT_SYNC),
 ];
 
 /// Counters of what the CUDA programs could not record; they only grow.
@@ -61,8 +91,8 @@ pub struct Drops {
     pub ringbuf_full: u64,
     /// Calls whose return could not be matched (pending map full).
     pub pending_full: u64,
-    /// Processes whose launches could not be counted (map full).
-    pub launches_full: u64,
+    /// Calls of processes whose launches and copies could not be counted (map full).
+    pub counts_full: u64,
 }
 
 pub(crate) fn xid_globals(tracefs: &Path) -> Result<Vec<Global>, ProbeError> {
@@ -183,11 +213,11 @@ impl Probes {
         self.events(cu::MAP_EVENTS, capacity)
     }
 
-    /// Cumulative launch counts per tgid.
-    pub fn cuda_launches(&self) -> Result<BTreeMap<u32, Launches>, ProbeError> {
-        let err = |e| ProbeError::ebpf("reading CUDA launch counts", e);
-        let m: HashMap<&MapData, u32, Launches> =
-            HashMap::try_from(self.map(cu::MAP_LAUNCHES)).map_err(err)?;
+    /// Cumulative launch and async-copy counts per tgid.
+    pub fn cuda_counts(&self) -> Result<BTreeMap<u32, EntryCounts>, ProbeError> {
+        let err = |e| ProbeError::ebpf("reading CUDA launch and copy counts", e);
+        let m: HashMap<&MapData, u32, EntryCounts> =
+            HashMap::try_from(self.map(cu::MAP_COUNTS)).map_err(err)?;
         Ok(m.iter().filter_map(Result::ok).collect())
     }
 
@@ -206,9 +236,9 @@ impl Probes {
                 cu::DROP_KINDS,
                 cu::HOOKS,
             )?,
-            launches_full: self.drop_kind_sum(
+            counts_full: self.drop_kind_sum(
                 cu::MAP_DROPS,
-                cu::DROP_LAUNCHES_FULL,
+                cu::DROP_COUNTS_FULL,
                 cu::DROP_KINDS,
                 cu::HOOKS,
             )?,
@@ -263,6 +293,8 @@ mod tests {
             "cuda_alloc_ret",
             "cuda_free",
             "cuda_launch",
+            "cuda_copy",
+            "cuda_map",
             "cuda_sync",
             "cuda_sync_ret",
         ];

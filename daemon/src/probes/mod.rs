@@ -473,10 +473,10 @@ mod loss_tests {
         assert!(cuda.contains(&HookLoss {
             family: "cuda",
             hook: "cuLaunchKernel",
-            reason: "launches_full",
+            reason: "counts_full",
             count: u64::from(probe_common::drop_slot(
                 cu::api::LAUNCH_KERNEL,
-                cu::DROP_LAUNCHES_FULL,
+                cu::DROP_COUNTS_FULL,
                 cu::DROP_KINDS
             )),
         }));

@@ -81,6 +81,9 @@ pub fn window(i: u64) -> Window {
             live_bytes: 8 << 30,
             sync_ms: 12.0,
             launches: 500,
+            h2d_bytes: 1 << 20,
+            d2h_bytes: 2 << 20,
+            mapped_bytes: 4 << 30,
             mem_used_frac: Some(0.97),
             xids: 0,
             // One GPU as NVML sampled it: every per-GPU gauge has a point (`gpu` attribute).
