@@ -109,7 +109,7 @@ pub mod api {
     /// CUTLASS- and DeepGEMM-style kernels.
     pub const LAUNCH_KERNEL_EX: u32 = 12;
     /// `cuMemMap(ptr, size, offset, handle, flags)`: physical memory behind a virtual
-    /// reservation (PyTorch's expandable segments, vLLM's sleep mode).
+    /// reservation (`PyTorch`'s expandable segments, vLLM's sleep mode).
     pub const MEM_MAP: u32 = 13;
     /// `cuMemUnmap(ptr, size)`.
     pub const MEM_UNMAP: u32 = 14;

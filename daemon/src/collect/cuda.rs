@@ -23,7 +23,7 @@ pub struct GpuMemStats {
     /// Allocation calls that failed otherwise.
     pub alloc_errors: u64,
     /// Bytes of physical memory mapped into virtual reservations (`cuMemMap`) and not yet
-    /// unmapped: what PyTorch's expandable segments and vLLM's sleep mode hold.
+    /// unmapped: what `PyTorch`'s expandable segments and vLLM's sleep mode hold.
     pub mapped_bytes: u64,
     /// Successful map calls.
     pub maps: u64,
@@ -55,8 +55,13 @@ impl GpuMemAccount {
                 s.live_bytes += ev.size;
                 self.live.insert((ev.tgid, ev.ptr), ev.size);
             }
-            Some(CudaCall::Alloc(AllocOutcome::OutOfMemory)) => s.oom += 1,
-            Some(CudaCall::Alloc(AllocOutcome::Failed)) => s.alloc_errors += 1,
+            Some(
+                CudaCall::Alloc(AllocOutcome::OutOfMemory)
+                | CudaCall::Map(AllocOutcome::OutOfMemory),
+            ) => s.oom += 1,
+            Some(CudaCall::Alloc(AllocOutcome::Failed) | CudaCall::Map(AllocOutcome::Failed)) => {
+                s.alloc_errors += 1;
+            }
             Some(CudaCall::Free) => {
                 s.frees += 1;
                 // Frees of allocations made before the probe attached have no known size.
@@ -69,8 +74,6 @@ impl GpuMemAccount {
                 s.maps += 1;
                 s.mapped_bytes += ev.size;
             }
-            Some(CudaCall::Map(AllocOutcome::OutOfMemory)) => s.oom += 1,
-            Some(CudaCall::Map(AllocOutcome::Failed)) => s.alloc_errors += 1,
             Some(CudaCall::Unmap) => {
                 s.unmaps += 1;
                 // Unmaps of mappings made before the probe attached.

@@ -547,7 +547,10 @@ impl KernelCollector {
         };
         match call {
             Some(CudaCall::Alloc(AllocOutcome::Ok)) => g.allocs += 1,
-            Some(CudaCall::Alloc(AllocOutcome::OutOfMemory)) => g.oom += 1,
+            Some(
+                CudaCall::Alloc(AllocOutcome::OutOfMemory)
+                | CudaCall::Map(AllocOutcome::OutOfMemory),
+            ) => g.oom += 1,
             Some(CudaCall::Free) => g.frees += 1,
             Some(CudaCall::Sync) => g.sync_ms += ev.duration_ns as f64 / 1e6,
             Some(CudaCall::Xid) => {
@@ -561,7 +564,6 @@ impl KernelCollector {
                     source: XidSource::Kernel,
                 });
             }
-            Some(CudaCall::Map(AllocOutcome::OutOfMemory)) => g.oom += 1,
             Some(
                 CudaCall::Alloc(AllocOutcome::Failed)
                 | CudaCall::Map(_)

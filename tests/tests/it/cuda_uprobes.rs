@@ -148,35 +148,7 @@ async fn uprobes_count_allocs_frees_oom_and_syncs_per_thread() {
     assert_eq!(allocs.len(), 201, "200 allocations + 1 OOM");
     assert_eq!(frees, 200);
     assert_eq!(syncs.len(), 3);
-    // 100 short synchronizes: each counted, each with its time (the spin's ~20 us), in ns
-    // (`CudaEvent::duration_ns`, summed as f64 ms per window: no rounding to whole units).
-    let short: Vec<&CudaEvent> = events
-        .iter()
-        .filter(|e| e.api == api::CTX_SYNC || e.api == api::EVENT_SYNC)
-        .collect();
-    assert_eq!(short.len(), 100, "60 context + 40 event synchronizes");
-    assert_eq!(
-        short.iter().filter(|e| e.api == api::EVENT_SYNC).count(),
-        40
-    );
-    assert!(
-        short.iter().all(|s| s.duration_ns >= 20_000),
-        "each short sync carries its ~20 us"
-    );
-    let short_ns: u64 = short.iter().map(|s| s.duration_ns).sum();
-    assert!(
-        (2_000_000..200_000_000).contains(&short_ns),
-        "{short_ns} ns"
-    );
-    let async_allocs = events
-        .iter()
-        .filter(|e| e.api == api::MEM_ALLOC_ASYNC && e.ret == 0)
-        .count();
-    let async_frees = events
-        .iter()
-        .filter(|e| e.api == api::MEM_FREE_ASYNC)
-        .count();
-    assert_eq!((async_allocs, async_frees), (1, 1), "cuMemFreeAsync_ptsz");
+    assert_short_syncs_and_async_calls(&events);
     assert!(
         syncs.iter().all(|s| s.duration_ns >= 2_000_000),
         "sync time includes the 2 ms wait"
@@ -241,4 +213,37 @@ async fn uprobes_count_allocs_frees_oom_and_syncs_per_thread() {
     let d = probes.cuda_drops().unwrap();
     assert_eq!(d.ringbuf_full + d.pending_full + d.counts_full, 0);
     assert_eq!(reader.drops.get(), 0);
+}
+
+/// The 100 short synchronizes: each counted, each with its time (the spin's ~20 us), in ns
+/// (`CudaEvent::duration_ns`, summed as f64 ms per window: no rounding to whole units); the
+/// stream-ordered allocation and its `_ptsz` free.
+fn assert_short_syncs_and_async_calls(events: &[CudaEvent]) {
+    let short: Vec<&CudaEvent> = events
+        .iter()
+        .filter(|e| e.api == api::CTX_SYNC || e.api == api::EVENT_SYNC)
+        .collect();
+    assert_eq!(short.len(), 100, "60 context + 40 event synchronizes");
+    assert_eq!(
+        short.iter().filter(|e| e.api == api::EVENT_SYNC).count(),
+        40
+    );
+    assert!(
+        short.iter().all(|s| s.duration_ns >= 20_000),
+        "each short sync carries its ~20 us"
+    );
+    let short_ns: u64 = short.iter().map(|s| s.duration_ns).sum();
+    assert!(
+        (2_000_000..200_000_000).contains(&short_ns),
+        "{short_ns} ns"
+    );
+    let async_allocs = events
+        .iter()
+        .filter(|e| e.api == api::MEM_ALLOC_ASYNC && e.ret == 0)
+        .count();
+    let async_frees = events
+        .iter()
+        .filter(|e| e.api == api::MEM_FREE_ASYNC)
+        .count();
+    assert_eq!((async_allocs, async_frees), (1, 1), "cuMemFreeAsync_ptsz");
 }
