@@ -22,6 +22,7 @@ pub mod baseline;
 pub mod causes;
 pub mod confirm;
 pub mod decompose;
+pub mod energy;
 mod evaluate;
 pub mod hops;
 pub mod phase;

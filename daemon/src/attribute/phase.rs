@@ -154,6 +154,10 @@ pub struct PhaseSummary {
     /// reference, a comparison against one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The energy the server's GPUs used over the phase and its drain, per output token and
+    /// per request (NVML's energy counter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<super::energy::PhaseEnergy>,
 }
 
 /// A phase that asked more than the server completed: a finding, not a footnote.
@@ -267,6 +271,7 @@ pub fn summarise(
             .collect();
         let all: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
         p.overload = overload(&p, &all);
+        p.energy = super::energy::PhaseEnergy::of(&all);
         out.push(p);
         if !drain.is_empty() {
             let mut d = summary(format!("{name} (drain)"), drain);
@@ -279,10 +284,10 @@ pub fn summarise(
 }
 
 /// The phase's windows and its drain: the windows after the last one it sent in or meant to
-/// (no request of the phase intended to start in them, none left unsent there), apart when they are at least [`MIN_CAUSE_WINDOWS`] and
-/// [`DOMINANT_MIN_SHARE`] of the phase, so many that they could decide its verdict (an
-/// overloaded phase drains to its timeout: 60 of 90 windows on the H200). A shorter tail stays
-/// with the phase.
+/// (no request of the phase intended to start in them, none left unsent there), apart when
+/// they are at least [`MIN_CAUSE_WINDOWS`] and [`DOMINANT_MIN_SHARE`] of the phase, so many
+/// that they could decide its verdict (an overloaded phase drains to its timeout: 60 of 90
+/// windows on the H200). A shorter tail stays with the phase.
 fn split_drain<'a>(idx: &'a [usize], windows: &[Window]) -> (&'a [usize], &'a [usize]) {
     let sends = |i: usize| {
         windows[i]
@@ -497,6 +502,7 @@ fn summarise_one(
         saturated: None,
         overload: None,
         notes: Vec::new(),
+        energy: None,
         name,
     }
 }

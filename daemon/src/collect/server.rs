@@ -180,13 +180,18 @@ impl NvmlCollector {
                 samples.push(s);
             }
         }
-        if let Some(last) = samples.last() {
-            self.devices.clone_from(&last.devices);
-        }
+        let before = samples
+            .last()
+            .map(|last| std::mem::replace(&mut self.devices, last.devices.clone()));
         for part in parts {
-            let Some(g) = gpu_window(&samples, &self.devices, part.pids) else {
+            let Some(mut g) = gpu_window(&samples, &self.devices, part.pids) else {
                 continue;
             };
+            if let Some(before) = &before {
+                for d in &mut g.devices {
+                    d.energy_j = energy_j(before, &samples, d.index);
+                }
+            }
             let gpu = part.window.gpu.get_or_insert_with(GpuSignals::default);
             gpu.mem_used_frac = g.mem_used_frac;
             gpu.devices = g.devices;
@@ -246,6 +251,21 @@ pub fn gpu_window(
         xid_events,
         ..GpuSignals::default()
     })
+}
+
+/// Joules GPU `index` used since the newest sample of the previous window (`before`): the
+/// difference of NVML's energy counter to the window's newest sample; `None` without a counter
+/// (a GPU older than Volta, or no sample before).
+fn energy_j(before: &[DeviceSample], samples: &[GpuSample], index: u32) -> Option<f64> {
+    let at = |devices: &[DeviceSample]| {
+        devices
+            .iter()
+            .find(|d| d.index == index)
+            .and_then(|d| d.energy_mj)
+    };
+    let from = at(before)?;
+    let to = samples.iter().rev().find_map(|s| at(&s.devices))?;
+    Some(to.saturating_sub(from) as f64 / 1e3)
 }
 
 /// The indices of the GPUs NVML lists one of `pids` on; every GPU when NVML lists no process
@@ -324,6 +344,8 @@ pub fn device_window(seen: &[&DeviceSample]) -> GpuDevice {
                 .map(|mw| f64::from(mw) / 1e3),
         ),
         power_limit_w: last(|d| d.power_limit_mw.map(u64::from)).map(|mw| mw as f64 / 1e3),
+        // Across windows: `NvmlCollector::close_windows` fills it.
+        energy_j: None,
         sm_clock_mhz: mean(seen.iter().filter_map(|d| d.sm_clock_mhz).map(f64::from)),
         throttle_reasons: reasons,
         throttle_share: (!with_reasons.is_empty())
@@ -370,6 +392,7 @@ mod tests {
             sm_clock_mhz: None,
             power_mw: None,
             power_limit_mw: None,
+            energy_mj: None,
             pcie_tx_kbps: None,
             pcie_rx_kbps: None,
             clock_event_reasons: None,
@@ -461,6 +484,38 @@ mod tests {
         assert!(!g.xid_events.is_empty());
         assert_eq!(g.mem_used_frac, Some(0.5));
         assert_eq!(c.dropped(), 0);
+    }
+
+    /// NVML's energy counter through the test double (each tick adds its power over a second):
+    /// the first window has no reading before it, the second the counter's difference since
+    /// the first window's newest sample, its samples times 420 J (the thermal state's 420 W).
+    #[test]
+    fn each_window_carries_the_joules_its_gpu_used() {
+        use crate::collect::timeline::Window;
+        use crate::gpu::nvml::{NvmlConfig, spawn_source};
+        use crate::gpu::nvml_double::{NvmlTestDouble, thermal, tick};
+        let double = NvmlTestDouble::new(vec![tick(vec![thermal(0, &[10])])]);
+        let status = double.status();
+        let config = NvmlConfig {
+            interval: Duration::from_millis(1),
+            capacity: 1024,
+            lib_path: None,
+        };
+        let mut c = NvmlCollector::with_task(spawn_source(double, status, &config));
+        let mut close = || {
+            std::thread::sleep(Duration::from_millis(30));
+            let mut w = Window::default();
+            c.close_windows(&mut [Part {
+                pids: &[10],
+                window: &mut w,
+            }]);
+            w.gpu.expect("the server's GPU").devices.remove(0)
+        };
+        let first = close();
+        assert_eq!(first.energy_j, None, "no reading before the first window");
+        let second = close();
+        assert!(second.samples > 0);
+        assert_eq!(second.energy_j, Some(f64::from(second.samples) * 420.0));
     }
 
     /// Means over the samples, the last sample's gauges, every reason seen.

@@ -287,6 +287,10 @@ pub struct GpuDevice {
     pub power_w: Option<f64>,
     /// Power limit the driver enforces, W (last sample).
     pub power_limit_w: Option<f64>,
+    /// Energy the device used in the window, J: NVML's energy counter at the window's newest
+    /// sample less the previous window's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_j: Option<f64>,
     /// SM clock, MHz, mean.
     pub sm_clock_mhz: Option<f64>,
     /// Every clock event (throttle) reason seen in the window.

@@ -227,6 +227,9 @@ pub struct DeviceSample {
     pub power_mw: Option<u32>,
     /// The power limit the driver enforces (the cap), milliwatts.
     pub power_limit_mw: Option<u32>,
+    /// Energy the device used since the driver loaded, millijoules (NVML's total energy
+    /// counter, Volta and later): a window's joules are its difference.
+    pub energy_mj: Option<u64>,
     /// `PCIe` transmit throughput (device to host), KB/s over NVML's 20 ms window.
     pub pcie_tx_kbps: Option<u32>,
     /// `PCIe` receive throughput (host to device), KB/s.
@@ -561,6 +564,7 @@ fn sample_device(index: u32, d: &Device<'_>) -> DeviceSample {
         sm_clock_mhz: d.clock_info(Clock::SM).ok(),
         power_mw: d.power_usage().ok(),
         power_limit_mw: d.enforced_power_limit().ok(),
+        energy_mj: d.total_energy_consumption().ok(),
         pcie_tx_kbps: d.pcie_throughput(PcieUtilCounter::Send).ok(),
         pcie_rx_kbps: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
         clock_event_reasons: d

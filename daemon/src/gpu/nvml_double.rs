@@ -33,6 +33,9 @@ pub struct Tick {
 pub struct NvmlTestDouble {
     trace: Vec<Tick>,
     next: usize,
+    /// Each device's energy counter, mJ: every tick adds its power draw over one second, as
+    /// if the ticks were a second apart.
+    energy_mj: Vec<u64>,
 }
 
 impl NvmlTestDouble {
@@ -40,7 +43,11 @@ impl NvmlTestDouble {
     #[must_use]
     pub fn new(trace: Vec<Tick>) -> Self {
         assert!(!trace.is_empty(), "a trace needs a tick");
-        Self { trace, next: 0 }
+        Self {
+            trace,
+            next: 0,
+            energy_mj: Vec::new(),
+        }
     }
 
     /// The status NVML would report for the trace's devices.
@@ -57,10 +64,16 @@ impl GpuSource for NvmlTestDouble {
     fn sample(&mut self) -> GpuSample {
         let tick = &self.trace[self.next.min(self.trace.len() - 1)];
         self.next += 1;
+        let mut devices = tick.devices.clone();
+        self.energy_mj.resize(devices.len(), 0);
+        for (d, e) in devices.iter_mut().zip(&mut self.energy_mj) {
+            *e += u64::from(d.power_mw.unwrap_or(0));
+            d.energy_mj = d.energy_mj.or(Some(*e));
+        }
         GpuSample {
             at: SystemTime::now(),
             instant: Instant::now(),
-            devices: tick.devices.clone(),
+            devices,
             xids: tick.xids.clone(),
         }
     }
@@ -83,6 +96,7 @@ pub fn healthy(index: u32, pids: &[u32]) -> DeviceSample {
         sm_clock_mhz: Some(1980),
         power_mw: Some(350_000),
         power_limit_mw: Some(700_000),
+        energy_mj: None,
         pcie_tx_kbps: Some(2_000),
         pcie_rx_kbps: Some(8_000),
         clock_event_reasons: Some(ClockEventReasons(0)),

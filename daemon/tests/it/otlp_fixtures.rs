@@ -97,6 +97,7 @@ pub fn window(i: u64) -> Window {
                 mem_bw_util_percent: Some(55.0),
                 power_w: Some(690.0),
                 power_limit_w: Some(700.0),
+                energy_j: Some(690.0),
                 sm_clock_mhz: Some(1410.0),
                 throttle_share: Some(1.0),
                 pcie_tx_bytes_per_s: Some(2e6),

@@ -78,7 +78,17 @@
     var tr = el('tr', { 'class': 'phase-row', 'data-phase': p.name, 'data-verdict': p.dominant });
     tr.appendChild(el('td', {}, p.name + ' (' + p.windows + ' windows)'));
     var target = (p.load.target_rps === null || p.load.target_rps === undefined) ? '' : ' of ' + num(p.load.target_rps);
-    tr.appendChild(el('td', {}, num(p.load.achieved_rps) + target + ' req/s, ' + p.load.errors + ' errors'));
+    var ltd = el('td', {}, num(p.load.achieved_rps) + target + ' req/s, ' + p.load.errors + ' errors');
+    // Energy per output token and per request where NVML's energy counter was read.
+    if (p.energy) {
+      var e = p.energy, parts = [num(e.joules) + ' J'];
+      if (e.joules_per_output_token !== null && e.joules_per_output_token !== undefined) {
+        parts.push(num(e.joules_per_output_token) + ' J/token (' + num(e.output_tokens_per_joule) + ' tokens/J)');
+      }
+      if (e.joules_per_request !== null && e.joules_per_request !== undefined) { parts.push(num(e.joules_per_request) + ' J/request'); }
+      ltd.appendChild(el('div', { 'class': 'energy' }, parts.join(', ')));
+    }
+    tr.appendChild(ltd);
     var tt = p.latency.ttft_ms, itl = p.latency.itl_ms;
     tr.appendChild(el('td', {}, tt ? num(tt.p50) + ' / ' + num(tt.p99) + ' ms' : 'n/a'));
     tr.appendChild(el('td', {}, itl ? num(itl.p99) + ' ms' : 'n/a'));

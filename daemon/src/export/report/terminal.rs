@@ -188,6 +188,9 @@ fn findings(out: &mut String, p: &PhaseSummary, colour: bool) {
     if let Some(s) = &p.saturated {
         let _ = writeln!(out, "  full, with requests waiting: {s}");
     }
+    if let Some(e) = &p.energy {
+        let _ = writeln!(out, "  {}", e.line());
+    }
 }
 
 /// The verdict line: green for none, yellow for unexplained, bold red for a cause.
