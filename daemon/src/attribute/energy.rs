@@ -2,6 +2,8 @@
 //! `GpuDevice::energy_j`) over the output tokens and requests of the phase, as vLLM's
 //! `gpu_energy_per_output_token_j` and `AIPerf`'s energy per token report it.
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 use crate::collect::timeline::Window;
@@ -61,10 +63,10 @@ impl PhaseEnergy {
     pub fn line(&self) -> String {
         let mut out = format!("energy: {:.0} J", self.joules);
         if let (Some(j), Some(t)) = (self.joules_per_output_token, self.output_tokens_per_joule) {
-            out += &format!(", {j:.3} J per output token ({t:.2} tokens/J)");
+            let _ = write!(out, ", {j:.3} J per output token ({t:.2} tokens/J)");
         }
         if let Some(r) = self.joules_per_request {
-            out += &format!(", {r:.1} J per request");
+            let _ = write!(out, ", {r:.1} J per request");
         }
         out
     }
