@@ -143,6 +143,51 @@ fn steps_that_slow_as_the_batch_grows_are_compute() {
     }
 }
 
+/// The same saturation seen with NVML and the serving threads: a scheduler thread on a whole
+/// CPU beside SMs busy a quarter of the time is host-bound, and the advice says so first;
+/// SMs busy throughout are GPU-bound; without NVML no side is named.
+#[test]
+fn a_compute_phase_says_whether_the_host_or_the_gpu_bounds_its_steps() {
+    use crate::collect::timeline::{GpuDevice, GpuSignals};
+    let with = |thread_ms: f64, sm: f64| {
+        let mut t = saturating(true);
+        for w in &mut t.windows {
+            w.runq
+                .get_or_insert_with(RunqSignals::default)
+                .busiest_thread_ms = Some(thread_ms);
+            w.gpu = Some(GpuSignals {
+                devices: vec![GpuDevice {
+                    sm_util_percent: Some(sm),
+                    ..GpuDevice::default()
+                }],
+                ..GpuSignals::default()
+            });
+        }
+        dominant(&t, "peak")
+    };
+    let host = with(1000.0, 24.0);
+    assert_eq!(host.dominant, Cause::Compute);
+    assert!(
+        matches!(host.bound, Some(bound::Bound::Host { .. })),
+        "{:?}",
+        host.bound
+    );
+    assert!(
+        host.hint
+            .starts_with("host-bound: the GPU waits for the host"),
+        "{}",
+        host.hint
+    );
+    let gpu = with(300.0, 96.0);
+    assert!(
+        matches!(gpu.bound, Some(bound::Bound::Gpu { .. })),
+        "{:?}",
+        gpu.bound
+    );
+    assert!(gpu.hint.starts_with("GPU-bound"), "{}", gpu.hint);
+    assert_eq!(dominant(&saturating(true), "peak").bound, None);
+}
+
 #[test]
 fn a_saturated_engine_that_queues_next_is_queue_and_says_compute_came_first() {
     let mut t = saturating(true);

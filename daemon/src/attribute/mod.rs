@@ -19,6 +19,7 @@
 
 pub mod advice;
 pub mod baseline;
+pub mod bound;
 pub mod causes;
 pub mod confirm;
 pub mod decompose;

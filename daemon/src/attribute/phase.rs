@@ -158,6 +158,9 @@ pub struct PhaseSummary {
     /// per request (NVML's energy counter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy: Option<super::energy::PhaseEnergy>,
+    /// A `compute` phase's step loop: bound by the host (the GPU waits for it) or by the GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<super::bound::Bound>,
 }
 
 /// A phase that asked more than the server completed: a finding, not a footnote.
@@ -257,6 +260,13 @@ pub fn summarise(
         let summary = |name: String, idx: &[usize]| {
             let mut p = summarise_one(name, idx, windows, verdicts, baselines, admission_cap);
             p.saturated = saturated(idx, windows, admission_cap);
+            if p.dominant == Cause::Compute {
+                let ws: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
+                p.bound = super::bound::Bound::of(&ws);
+                if let Some(b) = &p.bound {
+                    p.hint = format!("{}; {}", b.line(), p.hint);
+                }
+            }
             p
         };
         let mut p = summary(name.clone(), sending);
@@ -503,6 +513,7 @@ fn summarise_one(
         overload: None,
         notes: Vec::new(),
         energy: None,
+        bound: None,
         name,
     }
 }

@@ -229,6 +229,8 @@ pub struct KernelCollector {
     closed: HashMap<u32, Path>,
     /// On-CPU ms of each server process at the previous window's close.
     last_cpu: HashMap<u32, f64>,
+    /// On-CPU ms of each server thread at the previous window's close, by thread id.
+    last_thread_cpu: HashMap<u32, f64>,
     /// Launch and async-copy counts of each server process at the previous window's close.
     last_counts: HashMap<u32, EntryCounts>,
     account: GpuMemAccount,
@@ -274,6 +276,7 @@ impl KernelCollector {
             closed: HashMap::new(),
             callers: HashMap::new(),
             last_cpu: HashMap::new(),
+            last_thread_cpu: HashMap::new(),
             last_counts: HashMap::new(),
             account: GpuMemAccount::default(),
             pending: HashMap::new(),
@@ -670,6 +673,16 @@ impl KernelCollector {
             .iter()
             .filter_map(|&p| Some((p, super::procfs::cpu_ms(p)?)))
             .collect();
+        let threads_now: HashMap<u32, (u32, f64)> = self
+            .opts
+            .servers
+            .iter()
+            .flat_map(|&p| {
+                super::procfs::thread_cpu_ms(p)
+                    .into_iter()
+                    .map(move |(tid, ms)| (tid, (p, ms)))
+            })
+            .collect();
         let out = parts
             .iter()
             .map(|part| {
@@ -686,6 +699,13 @@ impl KernelCollector {
                         oncpu_known = true;
                     }
                 }
+                // A thread first seen in this window has no "before" either.
+                let busiest_thread_ms = threads_now
+                    .iter()
+                    .filter(|(_, (p, _))| part.pids.contains(p))
+                    .filter_map(|(tid, (_, now))| Some(now - self.last_thread_cpu.get(tid)?))
+                    .reduce(f64::max)
+                    .map(|ms| ms.max(0.0));
                 RunqSignals {
                     samples: server.count(),
                     p50_us: server.quantile_us(0.5).unwrap_or(0.0),
@@ -696,10 +716,15 @@ impl KernelCollector {
                     loadgen_p99_us: lg.and_then(|h| h.quantile_us(0.99)),
                     loadgen_total_ms: lg.map(|h| h.0.sum_us as f64 / 1000.0),
                     oncpu_ms: oncpu_known.then_some(oncpu_ms.max(0.0)),
+                    busiest_thread_ms,
                 }
             })
             .collect();
         self.last_cpu = cpu_now;
+        self.last_thread_cpu = threads_now
+            .into_iter()
+            .map(|(t, (_, ms))| (t, ms))
+            .collect();
         self.last_runq = now;
         Ok(out)
     }

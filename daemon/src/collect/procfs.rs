@@ -35,6 +35,20 @@ pub fn cpu_ms(pid: u32) -> Option<f64> {
     parse_cpu_ticks(&stat).map(|ticks| ticks as f64 * 1000.0 / clock_ticks_per_s())
 }
 
+/// On-CPU time of each thread of process `pid` so far, ms, by thread id (`/proc/<pid>/task/
+/// <tid>/stat`, as [`cpu_ms`]); empty once the process is gone.
+#[must_use]
+pub fn thread_cpu_ms(pid: u32) -> Vec<(u32, f64)> {
+    threads(pid)
+        .into_iter()
+        .filter_map(|tid| {
+            let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+            let ticks = parse_cpu_ticks(&stat)?;
+            Some((tid, ticks as f64 * 1000.0 / clock_ticks_per_s()))
+        })
+        .collect()
+}
+
 /// The parent of process `pid` (`/proc/<pid>/stat`), `None` once it has exited.
 #[must_use]
 pub fn ppid(pid: u32) -> Option<u32> {

@@ -151,6 +151,10 @@ pub struct RunqSignals {
     /// The server processes' on-CPU time in the window, ms (all threads, procfs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oncpu_ms: Option<f64>,
+    /// The on-CPU time of the server's busiest thread in the window, ms (procfs): an engine's
+    /// scheduler thread near a whole window is a loop the host bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busiest_thread_ms: Option<f64>,
 }
 
 /// TCP signals of the watched server's connections.

@@ -56,6 +56,7 @@ pub fn window(i: u64) -> Window {
             total_ms: 250.0,
             loadgen_p99_us: Some(40.0),
             loadgen_total_ms: Some(2.0),
+            busiest_thread_ms: Some(980.0),
             ..RunqSignals::default()
         }),
         net: Some(NetSignals {
