@@ -156,8 +156,20 @@ pub fn cuda_free(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// The watched process's hot-path counters, created on its first call; `None` (counted as a
-/// drop of hook `api`) when the map is full.
+/// The calling process's hot-path counters and the hook's API id, when it is watched; `None`
+/// otherwise, or (counted as a drop of the hook) when the map is full.
+#[inline(always)]
+fn watched_counts(ctx: &ProbeContext) -> Option<(u32, *mut EntryCounts)> {
+    let (tgid, _) = current();
+    if !watched(tgid) {
+        return None;
+    }
+    let api = cookie(ctx);
+    Some((api, counts(tgid, api)?))
+}
+
+/// The process's hot-path counters, created on its first call; `None` (counted as a drop of
+/// hook `api`) when the map is full.
 #[inline(always)]
 fn counts(tgid: u32, api: u32) -> Option<*mut EntryCounts> {
     if let Some(c) = CUDA_COUNTS.get_ptr_mut(&tgid) {
@@ -175,12 +187,7 @@ fn counts(tgid: u32, api: u32) -> Option<*mut EntryCounts> {
 /// config starts with `gridDimX, gridDimY, gridDimZ`), cuGraphLaunch(_ptsz): counted on entry.
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
-    let (tgid, _) = current();
-    if !watched(tgid) {
-        return 0;
-    }
-    let api = cookie(&ctx);
-    let Some(c) = counts(tgid, api) else {
+    let Some((api, c)) = watched_counts(&ctx) else {
         return 0;
     };
     let grid = |x: u32, y: u32, z: u32| u64::from(x) * u64::from(y) * u64::from(z);
@@ -211,12 +218,7 @@ pub fn cuda_launch(ctx: ProbeContext) -> u32 {
 /// counted on entry (the evidence of KV offloading and swapping).
 #[uprobe]
 pub fn cuda_copy(ctx: ProbeContext) -> u32 {
-    let (tgid, _) = current();
-    if !watched(tgid) {
-        return 0;
-    }
-    let api = cookie(&ctx);
-    let Some(c) = counts(tgid, api) else {
+    let Some((api, c)) = watched_counts(&ctx) else {
         return 0;
     };
     let bytes = ctx.arg::<u64>(2).unwrap_or(0);

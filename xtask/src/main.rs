@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod engine;
+mod gpu_check;
 mod run;
 mod setup;
 
@@ -42,6 +43,13 @@ enum Task {
         /// Which benchmark; all when omitted.
         which: Option<String>,
     },
+    /// Lay out a GPU check in target/gpu-check (release binary, truth workload, engine, scenario,
+    /// run.sh) and print how to run it; `--read DIR` prints that run's truth table.
+    GpuCheck {
+        /// The folder a GPU run wrote ($OUT).
+        #[arg(long)]
+        read: Option<std::path::PathBuf>,
+    },
     /// A workload for the benchmarks (pipe, tcp), run in its own process.
     #[command(hide = true)]
     Workload {
@@ -59,6 +67,10 @@ fn main() -> ExitCode {
         Task::Test { args } => setup::base().and_then(|()| test(&args)),
         Task::Demo { engine } => setup::all().and_then(|()| demo::run(&engine)),
         Task::Man => man(),
+        Task::GpuCheck { read } => match read {
+            Some(dir) => gpu_check::read(&dir),
+            None => gpu_check::prepare(),
+        },
         Task::Bench { which } => setup::all().and_then(|()| bench::run(which.as_deref())),
         Task::Workload { kind, secs } => bench::workload::run(&kind, secs),
     };

@@ -17,6 +17,15 @@ fn names(a: &Attribution) -> Vec<&str> {
     a.phases.iter().map(|p| p.name.as_str()).collect()
 }
 
+fn has_note(p: &PhaseSummary, prefix: &str) {
+    assert!(
+        p.notes.iter().any(|n| n.starts_with(prefix)),
+        "{}: no note {prefix:?} in {:?}",
+        p.name,
+        p.notes
+    );
+}
+
 fn never_a_stampede(a: &Attribution) {
     for w in &a.windows {
         assert_ne!(
@@ -63,24 +72,15 @@ fn with_metrics_the_full_kv_cache_is_named_in_every_phase() {
     assert_eq!(base.hint, "requests wait for admission: add replicas");
     let saturated = base.saturated.as_deref().unwrap_or_default();
     assert!(saturated.contains("KV cache full"), "{saturated}");
-    assert!(
-        base.notes
-            .iter()
-            .any(|n| n.starts_with("the baseline is not a healthy reference: KV cache full")),
-        "{:?}",
-        base.notes
+    has_note(
+        base,
+        "the baseline is not a healthy reference: KV cache full",
     );
     // The peak: KV 0.98-0.999, 23 of 64 slots running, waiting up to 1,977.
     let peak = phase(&a, "peak");
     assert_eq!(peak.dominant, Cause::KvCache, "{:#?}", peak.shares);
     assert!(peak.shares[0].share >= 0.8, "{:#?}", peak.shares);
-    assert!(
-        peak.notes
-            .iter()
-            .any(|n| n.starts_with("compared against a saturated baseline")),
-        "{:?}",
-        peak.notes
-    );
+    has_note(peak, "compared against a saturated baseline");
     // The advice leans on no room the evidence shows full.
     assert!(
         !peak.hint.contains("max_num_seqs / max_num_batched_tokens"),
@@ -149,19 +149,10 @@ fn a_sim_saturated_from_its_baseline_is_kv_cache_in_every_phase() {
         );
     }
     let base = phase(&a, "baseline");
-    assert!(
-        base.notes
-            .iter()
-            .any(|n| n.starts_with("the baseline is not a healthy reference: KV cache full")),
-        "{:?}",
-        base.notes
+    has_note(
+        base,
+        "the baseline is not a healthy reference: KV cache full",
     );
     let peak = phase(&a, "peak");
-    assert!(
-        peak.notes
-            .iter()
-            .any(|n| n.starts_with("compared against a saturated baseline")),
-        "{:?}",
-        peak.notes
-    );
+    has_note(peak, "compared against a saturated baseline");
 }

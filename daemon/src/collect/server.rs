@@ -419,6 +419,18 @@ mod tests {
         assert_eq!(used_frac(&[], &[1]), None);
     }
 
+    /// A collector sampling `double` every millisecond.
+    fn collector(double: crate::gpu::nvml_double::NvmlTestDouble) -> NvmlCollector {
+        use crate::gpu::nvml::{NvmlConfig, spawn_source};
+        let status = double.status();
+        let config = NvmlConfig {
+            interval: Duration::from_millis(1),
+            capacity: 1024,
+            lib_path: None,
+        };
+        NvmlCollector::with_task(spawn_source(double, status, &config))
+    }
+
     /// Through the NVML test double: a trace that goes healthy -> power-capped -> thermal ->
     /// an XID reaches the server's window as each GPU's fields folded over the window, the
     /// throttle reasons seen, the share of throttled samples, the processes, and the XID as an
@@ -426,7 +438,7 @@ mod tests {
     #[test]
     fn nvml_collector_folds_each_gpu_through_the_test_double() {
         use crate::collect::timeline::Window;
-        use crate::gpu::nvml::{ClockEventReason, NvmlConfig, spawn_source};
+        use crate::gpu::nvml::ClockEventReason;
         use crate::gpu::nvml_double::{
             NvmlTestDouble, healthy, power_capped, thermal, tick, tick_with_xid,
         };
@@ -438,13 +450,7 @@ mod tests {
             tick_with_xid(vec![thermal(0, &[10]), other(healthy(1, &[99]))], 0, 79),
         ];
         let double = NvmlTestDouble::new(trace);
-        let status = double.status();
-        let config = NvmlConfig {
-            interval: Duration::from_millis(1),
-            capacity: 1024,
-            lib_path: None,
-        };
-        let mut c = NvmlCollector::with_task(spawn_source(double, status, &config));
+        let mut c = collector(double);
         // Let the double play its trace (it repeats the last tick afterwards).
         std::thread::sleep(Duration::from_millis(60));
         let mut w = Window::default();
@@ -492,16 +498,9 @@ mod tests {
     #[test]
     fn each_window_carries_the_joules_its_gpu_used() {
         use crate::collect::timeline::Window;
-        use crate::gpu::nvml::{NvmlConfig, spawn_source};
         use crate::gpu::nvml_double::{NvmlTestDouble, thermal, tick};
         let double = NvmlTestDouble::new(vec![tick(vec![thermal(0, &[10])])]);
-        let status = double.status();
-        let config = NvmlConfig {
-            interval: Duration::from_millis(1),
-            capacity: 1024,
-            lib_path: None,
-        };
-        let mut c = NvmlCollector::with_task(spawn_source(double, status, &config));
+        let mut c = collector(double);
         let mut close = || {
             std::thread::sleep(Duration::from_millis(30));
             let mut w = Window::default();
