@@ -255,6 +255,17 @@ impl Signal {
                 (n.loss_hit_requests > 0 && n.loss_clean_e2e_p50_ms.is_none()).then_some(())?;
                 Some(n.loss_hit_e2e_max_ms? / ctx.baseline.get(Signal::E2eP50Ms)?.max(0.001))
             }),
+            Signal::TransitShareOfRise => {
+                let (w, b) = (ctx.window, ctx.baseline);
+                let rise = |s: Signal| Some(s.raw(w, ctx.index)? - b.get(s)?);
+                let gap = rise(Signal::ClientServerGapMs)?;
+                let ttft = rise(Signal::TtftP50Ms)?;
+                Some(if ttft <= 1.0 {
+                    0.0
+                } else {
+                    (gap / ttft).clamp(0.0, 1.0)
+                })
+            }
             Signal::ServerWaitShare => {
                 let (w, b) = (ctx.window, ctx.baseline);
                 let rise = |s: Signal| Some(s.raw(w, ctx.index)? - b.get(s)?);

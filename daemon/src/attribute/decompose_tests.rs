@@ -188,6 +188,10 @@ fn kv_pressure_and_a_slow_link_at_once_name_both_with_their_parts() {
         let peak = w.phase.as_deref() == Some("peak");
         let from = if peak { 6 + (i - 6) % 7 } else { i };
         w.net.clone_from(&net.windows[from].net);
+        // The window's transit is its requests' (150 ms up, 350 ms down).
+        if let Some(n) = w.net.as_mut().filter(|_| peak) {
+            n.transit_p50_ms = Some(500.0);
+        }
         w.requests = if peak {
             vec![request(0.1, 150.0, 1000.0, 350.0); 20]
         } else {

@@ -7,6 +7,7 @@
 
 use super::baseline::Ctx;
 use super::baseline::{Level, NOISE_SIGMAS};
+use super::causes::SECOND_CAUSE_MIN_PART;
 use super::signals::Signal;
 use super::verdict::{Cause, Evidence, Missing, fmt_num};
 
@@ -317,6 +318,9 @@ pub const RULES: &[Rule] = &[
             // did not rise, the RTT grew on the hosts (a busy server acking late on loopback:
             // 0.1 -> 2.5 ms while its queue held requests for 19 s), not on the path.
             need(S::ClientServerGapMs, Rises { ratio: 1.5, min_delta: 10.0 }, 3.0),
+            // The path is why latency rose only where its time is a part of the rise a phase
+            // would name: a queue draining seconds of wait beside a 40 ms stall is the queue's.
+            need(S::TransitShareOfRise, AtLeast(SECOND_CAUSE_MIN_PART), 2.0),
             // A congested queue overflows: drops come with the delay.
             supp(S::Retransmits, Above(0.0), 1.0),
             supp(S::TtftP99Ms, Rises { ratio: 1.3, min_delta: 10.0 }, 1.0),
@@ -333,6 +337,7 @@ pub const RULES: &[Rule] = &[
             // ACK (40 ms on Linux).
             trig(S::ClientServerGapMs, Rises { ratio: 1.5, min_delta: 10.0 }, 3.0),
             need(S::ReadDelayMs, Flat { ratio: 1.5, slack: 5.0 }, 2.0),
+            need(S::TransitShareOfRise, AtLeast(SECOND_CAUSE_MIN_PART), 2.0),
             supp(S::TtftP50Ms, LATENCY_UP, 1.0),
             supp(S::TtftP99Ms, LATENCY_UP, 1.0),
         ],

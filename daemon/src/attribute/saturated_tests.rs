@@ -156,3 +156,35 @@ fn a_sim_saturated_from_its_baseline_is_kv_cache_in_every_phase() {
     let peak = phase(&a, "peak");
     has_note(peak, "compared against a saturated baseline");
 }
+
+/// The H200 engine's steps were bound by its host: its one scheduler thread (the engine runs
+/// one: `torch_engine.py`) on a CPU ~1,060 ms per second while the SMs were 6-34% busy. The
+/// time line was recorded before the busiest thread was read per thread; given the process's
+/// on-CPU time as that thread's, the peak is host-bound. Without it no side is named: the SMs
+/// alone are not busy enough to call it GPU-bound.
+#[test]
+fn the_h200_engine_was_host_bound() {
+    let t = fixture("h200_kv_admission");
+    let peak: Vec<&crate::collect::timeline::Window> = t
+        .windows
+        .iter()
+        .filter(|w| w.phase.as_deref() == Some("peak"))
+        .collect();
+    assert_eq!(bound::Bound::of(&peak), None);
+    let mut t = t.clone();
+    for w in &mut t.windows {
+        if let Some(r) = w.runq.as_mut() {
+            r.busiest_thread_ms = r.oncpu_ms;
+        }
+    }
+    let peak: Vec<&crate::collect::timeline::Window> = t
+        .windows
+        .iter()
+        .filter(|w| w.phase.as_deref() == Some("peak"))
+        .collect();
+    let b = bound::Bound::of(&peak).expect("a bound");
+    assert!(
+        matches!(b, bound::Bound::Host { sm_busy_percent, .. } if sm_busy_percent < 30.0),
+        "{b:?}"
+    );
+}

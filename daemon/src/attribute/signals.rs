@@ -125,6 +125,9 @@ pub enum Signal {
     /// Client-seen TTFT minus the server's own first-token time, per request joined with the
     /// kernel's exchange by connection (request transit + first token transit), p50, ms.
     ClientServerGapMs,
+    /// Of the client's TTFT p50 rise over the baseline, the share the client-server gap's rise
+    /// accounts for: time on the wire and in socket queues. 0 when TTFT did not rise.
+    TransitShareOfRise,
     /// Server-side first token (kernel) - the engine's own TTFT (server metric), p50, ms: time
     /// in the API server's frontend (HTTP, tokenisation, detokenisation), CPU-bound.
     FrontendMs,
@@ -232,6 +235,7 @@ impl Signal {
         Signal::LossSlowdown,
         Signal::ReadDelayMs,
         Signal::ClientServerGapMs,
+        Signal::TransitShareOfRise,
         Signal::FrontendMs,
         Signal::GpuOom,
         Signal::GpuAllocsAfterWarmup,
@@ -315,7 +319,7 @@ impl Signal {
             | S::BatchMean
             | S::ServerTpotMs
             | S::IndexRebuild => Source::Server,
-            S::TtftRiseFromQueue | S::ServerWaitShare => Source::Baseline,
+            S::TtftRiseFromQueue | S::ServerWaitShare | S::TransitShareOfRise => Source::Baseline,
             S::LoadgenRunqP99Us
             | S::RunqP99Us
             | S::RunqMeanUs
@@ -363,6 +367,7 @@ impl Signal {
                 | S::TtftPerItl
                 | S::DuplicatePrefillShare
                 | S::ClientServerGapMs
+                | S::TransitShareOfRise
                 | S::ServerTtftP50Ms
                 | S::ServerTtftMeanMs
                 | S::ServerTpotMs
@@ -473,7 +478,7 @@ impl Signal {
                 let s = server?;
                 Some(s.queue_time_mean_ms? / s.ttft_mean_ms.filter(|t| *t > 0.0)?)
             }
-            S::TtftRiseFromQueue | S::ServerWaitShare => None,
+            S::TtftRiseFromQueue | S::ServerWaitShare | S::TransitShareOfRise => None,
             S::ServerCpuPerRequestMs => {
                 let n = net?.exchanges;
                 (n > 0).then_some(())?;
@@ -608,6 +613,7 @@ impl Signal {
             Source::Baseline => {
                 let inputs: &[Signal] = match self {
                     Signal::ServerWaitShare => &[Signal::KernelFirstTokenP50Ms],
+                    Signal::TransitShareOfRise => &[Signal::ClientServerGapMs, Signal::TtftP50Ms],
                     _ => &[Signal::ServerTtftMeanMs, Signal::QueueTimeMeanMs],
                 };
                 return inputs

@@ -190,6 +190,7 @@ impl Metric {
                         | Signal::QueueShareOfTtft
                         | Signal::TtftRiseFromQueue
                         | Signal::ServerWaitShare
+                        | Signal::TransitShareOfRise
                 )
         ) {
             Unit::Ratio
@@ -200,7 +201,7 @@ impl Metric {
 
     /// Its value in window `w` (index `index` of its time line), `None` when the window lacks
     /// it. Signals derived from the attribution's baseline (`ttft_rise_from_queue`,
-    /// `server_wait_share`) are absent here: use `rises_by` on their inputs instead.
+    /// `server_wait_share`, `transit_share_of_rise`) are absent here: use `rises_by` on their inputs instead.
     #[must_use]
     pub fn read(self, w: &Window, index: usize, confidence: f64) -> Option<f64> {
         match self {

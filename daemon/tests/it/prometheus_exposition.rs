@@ -42,6 +42,11 @@ fn exposition() -> String {
         gpu: Some(GpuSignals {
             live_bytes: 1 << 30,
             mem_used_frac: Some(0.5),
+            // NVML's energy counter through the window (as the NVML double's 700 W for 1 s).
+            devices: vec![inferscope::collect::timeline::GpuDevice {
+                energy_j: Some(700.0),
+                ..Default::default()
+            }],
             ..GpuSignals::default()
         }),
         ..Window::default()
@@ -138,6 +143,13 @@ fn promtool_accepts_the_exposition() {
     assert!(
         out.status.success(),
         "promtool rejected the exposition:\n{said}\n---\n{text}"
+    );
+    // Energy on /metrics: a counter per GPU, summed over the two windows.
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("inferscope_gpu_device_energy_joules_total{") && l.ends_with(" 1400")
+        ),
+        "{text}"
     );
     // promtool exits 0 on lint warnings too; there must be none.
     assert!(
