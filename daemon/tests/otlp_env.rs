@@ -71,25 +71,7 @@ fn standard_environment_variables_configure_the_export() {
         ..Window::default()
     };
     exporter.record_window(&window, &Labels::default());
-    let start = SystemTime::now();
-    let req = SampledRequest {
-        start,
-        end: start + Duration::from_millis(50),
-        ttft: None,
-        tpot: None,
-        input_tokens: None,
-        output_tokens: None,
-        error: Some("timeout".into()),
-        stages: vec![Stage {
-            name: "queue".into(),
-            start,
-            end: start + Duration::from_millis(5),
-        }],
-        verdict: None,
-        attributes: Vec::new(),
-        itl: Vec::new(),
-    };
-    exporter.trace_request(&req, &Labels::default());
+    exporter.trace_request(&timed_out(), &Labels::default());
     let stats = exporter.shutdown().unwrap();
     assert_eq!(stats.spans_exported, 2, "{stats:?}");
 
@@ -123,4 +105,28 @@ fn standard_environment_variables_configure_the_export() {
         2,
         "status must be Error"
     );
+}
+
+/// A request that timed out after 50 ms, queued for its first 5.
+fn timed_out() -> SampledRequest {
+    let start = SystemTime::now();
+    SampledRequest {
+        start,
+        end: start + Duration::from_millis(50),
+        ttft: None,
+        tpot: None,
+        input_tokens: None,
+        output_tokens: None,
+        error: Some("timeout".into()),
+        stages: vec![Stage {
+            name: "queue".into(),
+            start,
+            end: start + Duration::from_millis(5),
+        }],
+        verdict: None,
+        attributes: Vec::new(),
+        itl: Vec::new(),
+        ids: None,
+        gen_ai: None,
+    }
 }

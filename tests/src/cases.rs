@@ -11,7 +11,7 @@ use crate::{
     explain::{
         BASELINE, FIRST, Load, NO_SERVER_METRICS, Stress, loopback, run, scenario, streams_scenario,
     },
-    faults::{CpuQuota, NoMetricsServer, RandomLoss, Writes},
+    faults::{Alloc, CpuQuota, NoMetricsServer, RandomLoss, Writes},
 };
 
 /// One case: how the bottleneck is made, and the verdict its peak phase must get.
@@ -147,6 +147,18 @@ fn without_metrics() -> Vec<Case> {
             run: backlog,
         },
         Case {
+            name: "gpu-memory-as-you-go",
+            mechanism: "Python engine on a 1 GiB CUDA stand-in (a libcuda.so.1 hooked as the driver), 512 MiB of weights, each request's KV (256 KiB a token, ~40 MiB) allocated as it comes by a caching allocator, 32 slots, 2 -> 30 req/s: past 12 at once allocations return out-of-memory, the kept blocks are freed and the allocation retried, then the request fails",
+            expected: "gpu_memory",
+            run: || on_device(Alloc::AsYouGo),
+        },
+        Case {
+            name: "gpu-memory-up-front",
+            mechanism: "the same engine reserving the rest of the device as one KV pool at start, as vLLM and SGLang do: past 12 at once requests wait for room, and no allocation fails",
+            expected: "queue",
+            run: || on_device(Alloc::UpFront),
+        },
+        Case {
             name: "healthy-nometrics",
             mechanism: "Python server without /metrics, 16 slots, TCP_NODELAY (as asyncio servers set it), 2 -> 8 req/s",
             expected: "none",
@@ -246,6 +258,16 @@ fn nometrics(slots: u32, peak_rps: f64, writes: Writes) -> Value {
     let yaml = scenario("nometrics", &server.url(), &llm(2.0, peak_rps, 32))
         .replace("model: inferscope-sim", "model: nometrics");
     let r = Stress::start("nometrics", &yaml, None, FIRST, &[]).finish();
+    drop(server);
+    r
+}
+
+/// The engine on the CUDA stand-in (see the two `gpu-memory-*` cases).
+fn on_device(alloc: Alloc) -> Value {
+    let server = NoMetricsServer::start_on_device(loopback(), 32, 20.0, alloc, [1024, 512, 256]);
+    let yaml = scenario("device", &server.url(), &llm(2.0, 30.0, 32))
+        .replace("model: inferscope-sim", "model: nometrics");
+    let r = Stress::start("device", &yaml, None, FIRST, &[]).finish();
     drop(server);
     r
 }

@@ -16,6 +16,16 @@ pub enum Writes {
     NoDelay,
 }
 
+/// How the Python server holds its KV on the CUDA stand-in (`openai_nometrics.py --alloc`).
+#[derive(Clone, Copy, Debug)]
+pub enum Alloc {
+    /// Per request, through a caching allocator that frees what it keeps and retries once on
+    /// out-of-memory (an eager PyTorch engine).
+    AsYouGo,
+    /// One pool reserved at start; requests wait for room in it (vLLM, SGLang).
+    UpFront,
+}
+
 /// The Python server without `/metrics`, killed when dropped.
 pub struct NoMetricsServer {
     child: Child,
@@ -41,6 +51,47 @@ impl NoMetricsServer {
             opts.push("--nodelay");
         }
         Self::start_with(prefix, addr, &opts)
+    }
+
+    /// An engine on a stand-in device (`tests/engine/libcuda_standin.c` built as
+    /// `libcuda.so.1`, which inferscope hooks as the driver) of `device_mib`: `weights_mib` held
+    /// from the start, each request's KV at `kib_per_token` held as `alloc` says; `slots`
+    /// requests at once, `token_ms` per token, `TCP_NODELAY`.
+    #[must_use]
+    pub fn start_on_device(
+        addr: SocketAddr,
+        slots: u32,
+        token_ms: f64,
+        alloc: Alloc,
+        [device_mib, weights_mib, kib_per_token]: [u32; 3],
+    ) -> Self {
+        let lib = standin_libcuda();
+        let n = |v: u32| v.to_string();
+        let alloc = match alloc {
+            Alloc::AsYouGo => "as-you-go",
+            Alloc::UpFront => "up-front",
+        };
+        Self::start_with(
+            &[],
+            addr,
+            &[
+                "--slots",
+                &n(slots),
+                "--token-ms",
+                &token_ms.to_string(),
+                "--nodelay",
+                "--cuda",
+                &lib.display().to_string(),
+                "--device-mib",
+                &n(device_mib),
+                "--weights-mib",
+                &n(weights_mib),
+                "--kib-per-token",
+                &n(kib_per_token),
+                "--alloc",
+                alloc,
+            ],
+        )
     }
 
     /// A synchronous worker: one connection at a time over HTTP/1.0, the other requests wait
@@ -101,6 +152,27 @@ impl Drop for NoMetricsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The CUDA stand-in (`tests/engine/libcuda_standin.c`) built as `libcuda.so.1` in a folder of
+/// this process's, once.
+fn standin_libcuda() -> PathBuf {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("inferscope-standin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        let lib = dir.join("libcuda.so.1");
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("engine/libcuda_standin.c");
+        let st = std::process::Command::new("cc")
+            .args(["-O2", "-shared", "-fPIC", "-pthread", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .expect("cc (gcc) is needed");
+        assert!(st.success(), "building the CUDA stand-in failed");
+        lib
+    })
+    .clone()
 }
 
 /// An nftables table that drops a share of packets at random, deleted when dropped.

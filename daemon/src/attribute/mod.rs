@@ -27,6 +27,7 @@ pub mod energy;
 mod evaluate;
 pub mod hops;
 pub mod phase;
+pub mod prefix;
 mod rank;
 pub mod resources;
 pub mod rolling;

@@ -161,6 +161,10 @@ pub struct PhaseSummary {
     /// A `compute` phase's step loop: bound by the host (the GPU waits for it) or by the GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<super::bound::Bound>,
+    /// A phase replaying a Mooncake trace: the trace's prefix sharing beside the server's
+    /// prefix-cache hit rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<super::prefix::PhasePrefix>,
 }
 
 /// A phase that asked more than the server completed: a finding, not a footnote.
@@ -514,6 +518,7 @@ fn summarise_one(
         notes: Vec::new(),
         energy: None,
         bound: None,
+        prefix: None,
         name,
     }
 }

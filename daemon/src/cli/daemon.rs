@@ -277,7 +277,7 @@ pub async fn serve(
     // Bound first: a refused bind (no token) fails before any probe is attached.
     let marks = Marks::default();
     let stop = CancellationToken::new();
-    let otlp = args.otlp.start()?.map(Arc::new);
+    let otlp = args.otlp.start(&[])?.map(Arc::new);
     let api_task = start_api(
         args,
         tls.clone(),

@@ -143,7 +143,16 @@ pub async fn run(
         eprintln!("search written to {}", path.display());
     }
     if explain.explain && !cancel.is_cancelled() {
-        explain_knee(plan, spec, &outcome, opts, cancel.clone(), explain).await?;
+        // Boxed: the explained pair of runs is a large future, awaited once.
+        Box::pin(explain_knee(
+            plan,
+            spec,
+            &outcome,
+            opts,
+            cancel.clone(),
+            explain,
+        ))
+        .await?;
     }
     let code = match outcome.stopped {
         SearchStop::Interrupted => ExitCode::from(130),

@@ -31,6 +31,11 @@ pub struct Live {
 }
 
 impl LiveOtlpArgs {
+    /// Whether an export is asked for (flag or environment).
+    pub fn wanted(&self) -> bool {
+        self.otlp.wanted()
+    }
+
     /// Refuses what cannot be exported, before anything runs: a knee search (each step is a
     /// run of its own load level), a bad sample ratio.
     pub fn check(&self, find_max: bool) -> anyhow::Result<()> {
@@ -60,11 +65,17 @@ impl LiveOtlpArgs {
         })
     }
 
-    /// Starts the export of `plan`'s run onto `opts` when asked for. Call inside the run's
-    /// tokio runtime.
+    /// Starts the export of `plan`'s run onto `opts` when asked for, the run's provenance
+    /// (`opts.provenance`, when gathered) as resource attributes. Call inside the run's tokio
+    /// runtime.
     pub fn start(&self, plan: &Plan, opts: &mut Options) -> anyhow::Result<Option<Live>> {
         let sampler = self.sampler()?;
-        let Some(exporter) = self.otlp.start()? else {
+        let extra = opts
+            .provenance
+            .as_ref()
+            .map(inferscope::measure::provenance::Provenance::resource_attributes)
+            .unwrap_or_default();
+        let Some(exporter) = self.otlp.start(&extra)? else {
             return Ok(None);
         };
         let exporter = Arc::new(exporter);

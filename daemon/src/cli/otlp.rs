@@ -46,8 +46,9 @@ impl OtlpArgs {
             || std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
     }
 
-    /// Starts the exporter when asked for (flag or environment); `None` otherwise.
-    pub fn start(&self) -> anyhow::Result<Option<OtlpExporter>> {
+    /// Starts the exporter when asked for (flag or environment), its resource carrying `extra`
+    /// attributes besides the environment's; `None` otherwise.
+    pub fn start(&self, extra: &[(String, String)]) -> anyhow::Result<Option<OtlpExporter>> {
         let env = |k: &str| std::env::var(k).ok();
         if !self.wanted() {
             return Ok(None);
@@ -58,7 +59,9 @@ impl OtlpArgs {
             "OTLP: exporting to {} ({:?})",
             cfg.metrics_endpoint, cfg.protocol
         );
-        Ok(Some(OtlpExporter::start(&cfg, &resource_attributes(&env))?))
+        let mut resource = resource_attributes(&env);
+        resource.extend_from_slice(extra);
+        Ok(Some(OtlpExporter::start(&cfg, &resource)?))
     }
 
     /// The configuration the flags and the environment resolve to (checks them).

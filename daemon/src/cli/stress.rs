@@ -41,8 +41,8 @@ pub struct Args {
     /// Scenario file (YAML; see docs/stress.md). Without one, the flags below describe one phase.
     scenario: Option<PathBuf>,
     /// Base URL of the service (over the scenario's `target`). With a scenario file,
-    /// --timeout, --max-in-flight, --seed, --slo and the LLM flags (--model, --max-tokens,
-    /// --temperature, --no-stream) also go over the file's; the flags of the one phase
+    /// --timeout, --max-in-flight, --seed, --no-trace-headers, --slo and the LLM flags (--model,
+    /// --max-tokens, --temperature, --no-stream) also go over the file's; the flags of the one phase
     /// (--rate, --duration, ...) are refused (docs/stress.md, "Flags over a scenario file").
     #[arg(long)]
     target: Option<String>,
@@ -87,6 +87,10 @@ pub struct Args {
     /// Do not stream LLM answers.
     #[arg(long)]
     no_stream: bool,
+    /// Send no W3C `traceparent` and no `x-request-id` with the requests (over the
+    /// scenario's `trace_headers`).
+    #[arg(long)]
+    no_trace_headers: bool,
     /// SLO checked at the end of every phase, e.g. `ttft_p95 < 500ms`; repeat for more (over a
     /// file's SLO on the same metric and side).
     #[arg(long = "slo", value_name = "SLO")]
@@ -175,6 +179,7 @@ fn overrides(args: &Args) -> anyhow::Result<Overrides> {
         max_tokens: args.max_tokens,
         temperature: args.temperature,
         no_stream: args.no_stream,
+        no_trace_headers: args.no_trace_headers,
         slos: args
             .slos
             .iter()
@@ -245,14 +250,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let searched = rt.block_on(async {
             let cancel = CancellationToken::new();
             watch_signals(scenario.grace, cancel.clone(), signalled.clone())?;
-            super::find_max::run(
+            // Boxed: a search's future holds every step's run; it is awaited once.
+            Box::pin(super::find_max::run(
                 &plan,
                 &spec,
                 opts,
                 cancel,
                 &args.explain,
                 args.out.as_deref(),
-            )
+            ))
             .await
         });
         let code = match searched {
@@ -305,6 +311,11 @@ async fn run_load(
     mut opts: loadgen::Options,
     cancel: CancellationToken,
 ) -> anyhow::Result<(loadgen::StressReport, Option<LoadFold>)> {
+    if args.otlp.wanted() {
+        // The exporter's resource carries the run's provenance: gathered before it starts,
+        // and handed to the run.
+        opts.provenance = Some(Box::pin(loadgen::engine::provenance::gather(plan, &opts)).await?);
+    }
     let live = args.otlp.start(plan, &mut opts)?;
     let page = args.html.watch(&mut opts);
     let report = if args.explain.explain {

@@ -113,6 +113,7 @@ pub fn server_signals(w: &WindowSignals) -> ServerSignals {
         kv_usage: w.kv_usage.map(|g| g.max),
         preemptions_per_s: w.preemption_activity(),
         prefix_hit_rate: w.prefix_cache_hit_rate,
+        prefix_queries: w.prefix_cache_queries,
         queue_time_p50_ms: w.queue_time.map(|l| l.p50 * 1000.0),
         queue_time_p95_ms: w.queue_time.map(|l| l.p95 * 1000.0),
         queue_time_mean_ms: w.queue_time.map(|l| l.mean * 1000.0),

@@ -94,6 +94,10 @@ pub struct ServerSignals {
     pub preemptions_per_s: Option<f64>,
     /// Prefix-cache hit rate, 0..1.
     pub prefix_hit_rate: Option<f64>,
+    /// Prompt tokens the server looked up in its prefix cache in the window (vLLM), the hit
+    /// rate's denominator: a phase's hit rate weighs its windows by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_queries: Option<f64>,
     /// Queue time p50 in the window, ms (the TTFT decomposition adds medians).
     pub queue_time_p50_ms: Option<f64>,
     /// Queue time p95 in the window, ms.

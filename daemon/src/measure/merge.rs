@@ -142,6 +142,8 @@ pub fn phase_info(p: &PhaseReport, elapsed_s: f64) -> Result<PhaseInfo, String> 
         retry_t_max_ms: None,
         // Shards' sampled pairs are not in their reports: the joint view is per run.
         vector: None,
+        // Every shard replayed its share of the same trace rows: the sharing is the whole's.
+        prefix: p.prefix.clone(),
     })
 }
 
@@ -211,6 +213,9 @@ pub fn add_phase(m: &mut PhaseMetrics, p: &PhaseReport) -> Result<(), String> {
     m.tasks_ok += p.tasks_succeeded;
     if let Some(v) = &p.pipeline {
         m.pipeline.add_view(v)?;
+    }
+    if let Some(v) = &p.sessions {
+        m.sessions.add_view(v)?;
     }
     Ok(())
 }
@@ -495,10 +500,11 @@ fn merge_checked(reports: &[(String, StressReport)]) -> Result<StressReport, Mer
             .map(|(_, r)| lead(r) + r.elapsed_s)
             .fold(0.0, f64::max),
         stopped,
-        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
+        slo_pass: crate::measure::report::slo_pass(&phases),
         phases,
         events,
         records,
         records_overflow: reports.iter().map(|(_, r)| r.records_overflow).sum(),
+        run: first.1.run.clone(),
     })
 }

@@ -14,6 +14,7 @@ use hdrhistogram::{
 use serde::{Deserialize, Serialize};
 
 use super::{
+    confidence::{PERCENTILES, enough, interval},
     record::{ErrorClass, RequestRecord},
     slo::{Metric, Series, Stat},
 };
@@ -67,15 +68,56 @@ pub struct Summary {
     pub p999: f64,
     /// Maximum.
     pub max: f64,
+    /// The 95% interval of each percentile with enough samples beyond it, by name (`p50` ..
+    /// `p999`; see `confidence.rs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ci95: BTreeMap<String, [f64; 2]>,
+    /// The percentiles with too few samples beyond them to say more than the largest few
+    /// values did: shown as too few samples, never gated on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub too_few: Vec<String>,
 }
 
-fn summarize(h: &Histogram<u64>, div: f64) -> Summary {
+impl Summary {
+    /// Whether percentile `name` (`p50` .. `p999`) had too few samples to be a number.
+    #[must_use]
+    pub fn is_too_few(&self, name: &str) -> bool {
+        self.too_few.iter().any(|n| n == name)
+    }
+
+    /// Percentile `name` (`p50` .. `p999`), `None` for another name.
+    #[must_use]
+    pub fn percentile(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "p50" => self.p50,
+            "p90" => self.p90,
+            "p95" => self.p95,
+            "p99" => self.p99,
+            "p999" => self.p999,
+            _ => return None,
+        })
+    }
+}
+
+/// The summary of `h`, its values divided by `div`.
+pub(crate) fn summarize(h: &Histogram<u64>, div: f64) -> Summary {
     if h.is_empty() {
         return Summary::default();
     }
     let q = |q: f64| h.value_at_quantile(q) as f64 / div;
+    let n = h.len();
+    let mut ci95 = BTreeMap::new();
+    let mut too_few = Vec::new();
+    for (name, p) in PERCENTILES {
+        if enough(p, n) {
+            let (lo, hi) = interval(p, n);
+            ci95.insert(name.to_owned(), [q(lo), q(hi)]);
+        } else {
+            too_few.push(name.to_owned());
+        }
+    }
     Summary {
-        count: h.len(),
+        count: n,
         mean: h.mean() / div,
         p50: q(0.5),
         p90: q(0.9),
@@ -83,6 +125,8 @@ fn summarize(h: &Histogram<u64>, div: f64) -> Summary {
         p99: q(0.99),
         p999: q(0.999),
         max: h.max() as f64 / div,
+        ci95,
+        too_few,
     }
 }
 
@@ -125,6 +169,8 @@ pub struct PhaseMetrics {
     pub vector: super::vector_health::Samples,
     /// Pipeline tasks: their steps, final chat TTFT and tool depth (`pipeline.rs`).
     pub pipeline: super::pipeline::Samples,
+    /// Agentic sessions: their calls by depth, and each ended session (`session.rs`).
+    pub sessions: super::session::Samples,
     /// Requests started during a closed-loop ramp-up, apart from the histograms above.
     pub ramp: RampSamples,
 }
@@ -290,6 +336,7 @@ impl Default for PhaseMetrics {
             start_us: 0,
             vector: super::vector_health::Samples::default(),
             pipeline: super::pipeline::Samples::default(),
+            sessions: super::session::Samples::default(),
             ramp: RampSamples::default(),
         }
     }
@@ -331,6 +378,7 @@ impl PhaseMetrics {
             self.ramp.observe(r);
         }
         self.pipeline.observe(r);
+        self.sessions.observe_call(r);
         if let Some(c) = r.chaos {
             *self.chaos.entry(c).or_default() += 1;
         }
@@ -434,8 +482,25 @@ impl PhaseMetrics {
             ] {
                 *v = h.unshift(*v);
             }
+            for v in s.ci95.values_mut().flatten() {
+                *v = h.unshift(*v);
+            }
         }
         s
+    }
+
+    /// The samples behind a distribution's statistic (latencies, recall, stream rates,
+    /// entropy); `None` for counts and rates.
+    #[must_use]
+    pub fn samples(&self, m: Metric) -> Option<u64> {
+        let h = match m {
+            Metric::Latency(series, _) => series.hist(),
+            Metric::Recall(_) => Hist::Recall,
+            Metric::StreamTokensPerS(_) => Hist::StreamTokensPerS,
+            Metric::Ice(_) => Hist::Ice,
+            _ => return None,
+        };
+        Some(self[h].len())
     }
 
     /// The value an SLO compares (ms, fraction, per second); `elapsed_s` is the phase length.
@@ -451,16 +516,7 @@ impl PhaseMetrics {
         };
         let per_s = |n: u64| (elapsed_s > 0.0).then(|| n as f64 / elapsed_s);
         match m {
-            Metric::Latency(series, s) => stat(
-                match series {
-                    Series::Ttft => Hist::Ttft,
-                    Series::Itl => Hist::Itl,
-                    Series::Tpot => Hist::Tpot,
-                    Series::E2e => Hist::E2e,
-                    Series::SendLag => Hist::SendLag,
-                },
-                s,
-            ),
+            Metric::Latency(series, s) => stat(series.hist(), s),
             Metric::ErrorRate => (self.finished > 0).then(|| self.error_rate()),
             Metric::DropRate => {
                 (self.scheduled > 0).then(|| self.dropped as f64 / self.scheduled as f64)
@@ -493,8 +549,19 @@ impl PhaseMetrics {
     }
 }
 
-/// How a histogram's stored values map to display units: divide by the first, subtract the
-/// second (the +1 that keeps a 0 in an HDR histogram).
+impl Series {
+    /// The histogram of the series.
+    fn hist(self) -> Hist {
+        match self {
+            Series::Ttft => Hist::Ttft,
+            Series::Itl => Hist::Itl,
+            Series::Tpot => Hist::Tpot,
+            Series::E2e => Hist::E2e,
+            Series::SendLag => Hist::SendLag,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -297,20 +297,7 @@ impl Samples {
 }
 
 fn summary_ms(h: &Histogram<u64>) -> Summary {
-    if h.is_empty() {
-        return Summary::default();
-    }
-    let q = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    Summary {
-        count: h.len(),
-        mean: h.mean() / 1000.0,
-        p50: q(0.5),
-        p90: q(0.9),
-        p95: q(0.95),
-        p99: q(0.99),
-        p999: q(0.999),
-        max: h.max() as f64 / 1000.0,
-    }
+    super::metrics::summarize(h, 1000.0)
 }
 
 /// One step of a phase's pipeline in the report.

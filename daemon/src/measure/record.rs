@@ -266,6 +266,10 @@ pub struct RequestRecord {
     /// A pipeline task with a `tools` step: the tool-call rounds its chat went through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_depth: Option<u32>,
+    /// A call of an agentic session (`request.session`): the session, the agent and its
+    /// depth, and the context length it sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<super::session::SessionCall>,
     /// An LLM request's body, hashed: requests with the same key ask the same prompt the same
     /// way (a prefix cache serves the later ones, unless they overlap the first one's prefill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -279,6 +283,10 @@ pub struct RequestRecord {
     /// µs. Part of its TTFT and E2E; the phase's `connect` percentiles are these.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_us: Option<u32>,
+    /// The trace context it was sent with (`traceparent`, `x-request-id`); absent when the run
+    /// sends none (`trace_headers: false`, `--no-trace-headers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<super::trace_context::TraceContext>,
 }
 
 impl RequestRecord {
@@ -313,9 +321,11 @@ impl RequestRecord {
             reconnected: false,
             steps: Vec::new(),
             tool_depth: None,
+            session: None,
             prompt_key: None,
             ramp_up: false,
             connect_us: None,
+            trace: None,
         }
     }
 

@@ -113,10 +113,23 @@ pub struct PhaseReport {
     /// E2E and fallbacks, the final chat's TTFT and the tool-call depth (`pipeline.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<super::pipeline::PipelineView>,
+    /// Agentic sessions (`request.session`): per session its E2E, turns, tokens and where
+    /// its time went (model, tools, think, client); per call depth its TTFT, ITL and context
+    /// length; each session (`session.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<super::session::SessionsView>,
+    /// The span where the phase's load held, and its latencies there (`steady.rs`); absent
+    /// without records, or when no second of it held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady: Option<super::steady::SteadyState>,
     /// A closed-loop phase whose users started over a ramp (`ramp_up:`, or the default of
     /// large user counts): the ramp, and the requests started during it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp: Option<RampView>,
+    /// A phase replaying a Mooncake trace: how much of its prompt text repeats leading blocks
+    /// an earlier request of the replay sent (an infinite prefix cache's hit rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<super::prefix::PrefixSharing>,
 }
 
 /// The ramp-up of a closed-loop phase in its report.
@@ -221,6 +234,19 @@ pub struct StressReport {
     /// the phases' metrics still count them.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub records_overflow: u64,
+    /// What the run ran against and on: the engine and its version, the GPUs, CPU and kernel,
+    /// the scenario's hash, the seed and the trace id (`provenance.rs`). A merged report keeps
+    /// the first shard's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<super::provenance::Provenance>,
+}
+
+/// Whether the SLO gate passes on `phases`: every SLO of every phase held, on enough samples.
+#[must_use]
+pub fn slo_pass(phases: &[PhaseReport]) -> bool {
+    phases
+        .iter()
+        .all(|p| p.slo.iter().all(SloResult::gate_passes))
 }
 
 /// For `skip_serializing_if`: a counter that stayed at zero.
@@ -252,6 +278,8 @@ pub struct PhaseInfo {
     pub retry_t_max_ms: Option<f64>,
     /// Vector phases: what the joint view needs.
     pub vector: Option<VectorInfo>,
+    /// A replayed Mooncake trace's prefix sharing.
+    pub prefix: Option<super::prefix::PrefixSharing>,
 }
 
 /// The vector facts of a phase for its report.
@@ -275,14 +303,7 @@ impl PhaseReport {
         let slo = info
             .slos
             .iter()
-            .map(|s| {
-                let observed = m.value(s.metric, el);
-                SloResult {
-                    slo: s.text.clone(),
-                    observed,
-                    pass: observed.is_some_and(|v| s.holds(v)),
-                }
-            })
+            .map(|s| SloResult::new(s, m.value(s.metric, el), m.samples(s.metric)))
             .collect();
         let errors = ErrorClass::ALL
             .iter()
@@ -346,8 +367,12 @@ impl PhaseReport {
                 .as_ref()
                 .map(|v| vector_view(v, m, info.duration_s)),
             pipeline: m.pipeline.view(),
-            // The ramp's length is the engine's to say (`RampView::new`).
+            sessions: m.sessions.view(),
+            // The ramp's length and the steady state (from the records) are the engine's to
+            // say.
             ramp: None,
+            prefix: info.prefix.clone(),
+            steady: None,
             histograms: Hist::ALL
                 .into_iter()
                 .map(|h| (h.name().to_string(), encode_hist(&m[h])))

@@ -112,8 +112,62 @@ pub struct SloResult {
     pub slo: String,
     /// Observed value in the SLO's unit; `null` when the phase has no such data.
     pub observed: Option<f64>,
-    /// Whether it held (no data counts as a failure: a gate must not pass blind).
+    /// The samples a distribution's statistic came from (latencies, recall, stream rates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// Set when a percentile had fewer samples than it needs (`confidence.rs`): the samples it
+    /// needs. The SLO is then undecided, neither met nor broken, and the gate does not pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_needed: Option<u64>,
+    /// Whether the observed value held (no data counts as a failure: a gate must not pass
+    /// blind).
     pub pass: bool,
+}
+
+impl SloResult {
+    /// The result of `slo` on `observed`, a statistic of `samples` samples where it is one.
+    #[must_use]
+    pub fn new(slo: &Slo, observed: Option<f64>, samples: Option<u64>) -> Self {
+        let samples_needed = match (slo.metric.quantile(), samples) {
+            (Some(q), Some(n)) if !super::confidence::enough(q, n) => {
+                Some(super::confidence::needed(q))
+            }
+            _ => None,
+        };
+        SloResult {
+            slo: slo.text.clone(),
+            observed,
+            samples,
+            samples_needed,
+            pass: observed.is_some_and(|v| slo.holds(v)),
+        }
+    }
+
+    /// Whether the gate passes on it: held, on enough samples.
+    #[must_use]
+    pub fn gate_passes(&self) -> bool {
+        self.pass && self.samples_needed.is_none()
+    }
+
+    /// Whether a percentile had too few samples to decide it.
+    #[must_use]
+    pub fn undecided(&self) -> bool {
+        self.samples_needed.is_some()
+    }
+}
+
+impl Metric {
+    /// The quantile a percentile SLO reads (`ttft_p99` -> 0.99); `None` for the others.
+    #[must_use]
+    pub fn quantile(self) -> Option<f64> {
+        match self {
+            Metric::Latency(_, Stat::Quantile(q))
+            | Metric::Recall(Stat::Quantile(q))
+            | Metric::StreamTokensPerS(Stat::Quantile(q))
+            | Metric::Ice(Stat::Quantile(q)) => Some(q),
+            _ => None,
+        }
+    }
 }
 
 /// An SLO that could not be parsed.

@@ -59,6 +59,9 @@ pub struct WindowSignals {
     /// Prefix-cache hits / queries in this window (vLLM counters), or `SGLang`'s
     /// hit-rate gauge at the last scrape. `None` when nothing was queried.
     pub prefix_cache_hit_rate: Option<f64>,
+    /// Prompt tokens looked up in the prefix cache in this window (vLLM's counter): the hit
+    /// rate's denominator, which weighs windows against each other.
+    pub prefix_cache_queries: Option<f64>,
     /// Prompt tokens per second.
     pub prompt_tokens_per_s: Option<f64>,
     /// Generated tokens per second.
@@ -284,6 +287,7 @@ impl WindowBuilder {
             max_running: last.max_running,
             preemptions_per_s: rate(acc.preemptions),
             prefix_cache_hit_rate,
+            prefix_cache_queries: acc.prefix_queries,
             prompt_tokens_per_s: rate(acc.prompt_tokens),
             generation_tokens_per_s: rate(acc.generation_tokens),
             batch_mean: match (acc.busy_slots, acc.decode_steps) {

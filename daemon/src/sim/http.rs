@@ -29,6 +29,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/v1/models", get(models))
+        .route("/version", get(version))
         .route("/metrics", get(metrics))
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::completions))
@@ -50,6 +51,12 @@ async fn models(State(s): St) -> Response {
         "root": s.cfg.model, "max_model_len": Scheduler::max_len(&s.cfg.engine),
     }]}))
     .into_response()
+}
+
+/// vLLM's `GET /version`: the sim answers with inferscope's (its `/v1/models` says it is the
+/// sim).
+async fn version() -> Response {
+    Json(json!({"version": env!("CARGO_PKG_VERSION")})).into_response()
 }
 
 async fn metrics(State(s): St) -> Response {

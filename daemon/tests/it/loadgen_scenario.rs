@@ -360,6 +360,37 @@ fn error_rate_above_threshold_aborts_the_run() {
 }
 
 #[test]
+fn every_example_scenario_parses() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let plan = Plan::from_file(&path, &Overrides::default())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            names.push((path.file_name().unwrap().to_owned(), plan));
+        }
+    }
+    let plan = |name: &str| {
+        &names
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no examples/{name}"))
+            .1
+    };
+    // The trace replay reads its Mooncake rows; the shared-prefix one makes its prompts.
+    let replay = &plan("trace-replay.yaml").scenario().phases[0];
+    let sharing = replay.load.prefix_sharing().expect("a Mooncake replay");
+    assert_eq!(sharing.requests, 24);
+    assert!(sharing.sharing_ratio > 0.5, "{sharing:?}");
+    let datasets = plan("shared-prefix.yaml").datasets();
+    assert_eq!(datasets.len(), 2);
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+    let row = datasets["support"].pick(&mut rng);
+    assert!(row.prompt.split(' ').count() > 20, "{}", row.prompt);
+}
+
+#[test]
 fn rag_gateway_example_parses() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rag-gateway.yaml");
     let plan = Plan::from_file(&path, &Overrides::default()).unwrap();

@@ -147,6 +147,8 @@ pub fn request(i: u32) -> SampledRequest {
         verdict: Some("kv_cache".into()),
         attributes: vec![("inferscope.request.id".into(), format!("req-{i}"))],
         itl: Vec::new(),
+        ids: None,
+        gen_ai: None,
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use inferscope::loadgen::{
     Plan, client::Target, client::openai::StreamState, client::sse::SseParser,
-    engine::request::PhaseCtx, scenario::arrival,
+    engine::request::PhaseCtx, scenario::arrival, scenario::trace,
 };
 
 use inferscope::measure::{merge, metrics};
@@ -34,7 +34,7 @@ fn through_to_prepared(src: &str) {
     for (i, p) in s.phases.iter().enumerate() {
         if let Ok(ctx) = PhaseCtx::new(i as u32, p, &plan, &target) {
             for seq in 0..3 {
-                let _ = ctx.prepare(&mut rng, seq);
+                let _ = ctx.prepare(&mut rng, seq, Some(seq as usize));
             }
         }
         // A gamma schedule draws its gaps once up front (time O(n)): keep n small here.
@@ -127,11 +127,28 @@ proptest! {
             any::<f64>().prop_map(|f| f.to_string()),
             "[0-9.e+-]{0,12}",
             "\\{\"timestamp(_ms)?\": ?-?[0-9.e]{0,12}\\}",
+            "\\{\"timestamp\": ?-?[0-9.e]{0,8}, \"input_length\": ?-?[0-9]{0,8}, \"output_length\": ?-?[0-9]{0,7}, \"hash_ids\": ?\\[[0-9, -]{0,12}\\]\\}",
             ".{0,12}",
         ], 0..20),
         speed in prop_oneof![Just(1.0), any::<f64>().prop_filter("positive", |s| *s > 0.0 && s.is_finite())],
+        block_size in 1u32..2000,
+        from_ms in 0u64..5000,
+        mooncake in any::<bool>(),
     ) {
-        let _ = arrival::parse_trace(&lines.join("\n"), speed);
+        let spec = trace::TraceSpec {
+            format: if mooncake { trace::TraceFormat::Mooncake } else { trace::TraceFormat::Timestamps },
+            speed,
+            window: trace::Window { from: std::time::Duration::from_millis(from_ms), until: None },
+            block_size,
+        };
+        if let Ok(parsed) = trace::parse(&lines.join("\n"), &spec)
+            && let Some(replay) = parsed.replay
+        {
+            // Building the prompts of what was read never panics either.
+            for i in 0..replay.len().min(3) {
+                let _ = replay.request(i);
+            }
+        }
     }
 
 }

@@ -1,4 +1,4 @@
-//! Flags over a scenario file: a CI gate written as `stress gate.yaml --slo 'ttft_p95 < 1ms'`
+//! Flags over a scenario file: a CI gate written as `stress gate.yaml --slo 'ttft_p50 < 1ms'`
 //! judges the run by the flag's SLO (it used to be ignored, so the gate passed), `--target`
 //! and `--model` go over the file's, and a flag of the file-less single phase is refused in
 //! one line. Against `inferscope sim`; loopback only, no root needed.
@@ -17,7 +17,7 @@ phases:
     duration: 2s
     load: {shape: constant, rate: 10}
     request: {max_tokens: 4}
-    slo: ['error_rate < 1%', 'ttft_p95 < 10s']
+    slo: ['error_rate < 1%', 'ttft_p50 < 10s']
 ";
 
 fn stress(file: &std::path::Path, target: &str) -> Command {
@@ -45,7 +45,7 @@ fn a_slo_flag_over_a_scenario_file_fails_the_gate() {
     let out = dir.path().join("fail.json");
     let (code, err, r) = stress_report(
         stress(&file, &sim.url)
-            .args(["--slo", "ttft_p95 < 1ms", "--out"])
+            .args(["--slo", "ttft_p50 < 1ms", "--out"])
             .arg(&out),
         &out,
     );
@@ -58,8 +58,8 @@ fn a_slo_flag_over_a_scenario_file_fails_the_gate() {
         .collect();
     assert_eq!(
         slos,
-        [("error_rate < 1%", true), ("ttft_p95 < 1ms", false)],
-        "the flag's ttft_p95 bound replaces the file's: {err}"
+        [("error_rate < 1%", true), ("ttft_p50 < 1ms", false)],
+        "the flag's ttft_p50 bound replaces the file's: {err}"
     );
 
     // --model goes over the file too: one the sim does not serve stops before the run.
@@ -78,6 +78,62 @@ fn a_slo_flag_over_a_scenario_file_fails_the_gate() {
         )),
         "{err}"
     );
+}
+
+/// A phase of 20 requests has too few samples for a p99 (it needs 300, `confidence.rs`): the
+/// table shows "too few" in its place and says why, and a p99 SLO on it is undecided, neither
+/// met nor broken, so the gate does not pass (exit 2) even though the observed value holds.
+#[test]
+fn a_p99_of_20_requests_is_too_few_samples_and_its_slo_undecided() {
+    let sim = SimProcess::start(["--ttft-ms", "5", "--itl-ms", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gate.yaml");
+    std::fs::write(&file, GATE).unwrap();
+    let out = dir.path().join("few.json");
+    let mut cmd = crate::cli::inferscope();
+    cmd.arg("stress")
+        .arg(&file)
+        .args(["--target", &sim.url, "--slo", "ttft_p99 < 10s", "--out"])
+        .arg(&out);
+    let o = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let text = std::fs::read(&out).unwrap();
+    let r: inferscope::loadgen::StressReport = serde_json::from_slice(&text).unwrap();
+    assert_eq!(o.status.code(), Some(2), "{stdout}");
+    assert!(!r.slo_pass);
+    let phase = &r.phases[0];
+    assert!(phase.counts.finished <= 21, "{}", phase.counts.finished);
+    let p99 = phase
+        .slo
+        .iter()
+        .find(|s| s.slo == "ttft_p99 < 10s")
+        .unwrap();
+    assert!(p99.pass, "the value itself held: {p99:?}");
+    assert!(p99.undecided(), "{p99:?}");
+    assert_eq!(p99.samples_needed, Some(300), "{p99:?}");
+    assert!(p99.samples.is_some_and(|n| n < 300), "{p99:?}");
+    // The p50 beside it had enough samples and decides.
+    assert!(
+        phase.slo.iter().any(|s| s.slo == "ttft_p50 < 10s" && s.gate_passes()),
+        "{:?}",
+        phase.slo
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("main "))
+        .unwrap_or_else(|| panic!("no row for the phase: {stdout}"));
+    assert!(row.contains("too few"), "{row}");
+    assert!(row.trim_end().ends_with("few"), "{row}");
+    assert!(
+        stdout.contains("too few samples for a p99 (ttft from "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("SLO undecided: ttft_p99 < 10s: too few samples ("),
+        "{stdout}"
+    );
+    // Said the same way in the report the table came from.
+    assert!(phase.latency_ms["ttft"].is_too_few("p99"));
 }
 
 /// Runs a `stress` expected to stop before its run: its exit code and stderr.

@@ -38,6 +38,14 @@ fn stress_html_charts_vector_and_http_latency() {
     assert!(err.contains("HTML report written to"), "{err}");
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("load only (stress without --explain)"));
+    // The header says what the run ran on (no LLM phase: no engine asked).
+    let head = html.split("id=\"run-provenance\">").nth(1).unwrap();
+    let head = &head[..head.find("</div>").unwrap()];
+    assert!(
+        head.contains(" CPUs") && head.contains(" · Linux "),
+        "{head}"
+    );
+    assert!(!head.contains("inferscope-sim"), "{head}");
     let (dom, stderr) = dump_dom(&html, "stress-html");
     assert_no_errors(&dom, &stderr);
     // About 2 windows per phase, each with a p50 and a p99 of its endpoint.

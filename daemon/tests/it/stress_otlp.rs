@@ -1,10 +1,13 @@
 //! Live OTLP from `inferscope stress`: a two-phase run against `inferscope sim` exports every
-//! request into the `http.client.*` / `gen_ai.*` histograms and sampled request spans, labelled
-//! `scenario`, `phase`, `endpoint` and `load_level`, to the collector test double; the numbers
-//! match the run's own JSON report. Loopback only; no root needed.
+//! request into the `http.client.*` / `gen_ai.*` histograms (the generative-AI client metrics with
+//! their operation, provider, model and server) and sampled request spans (with the ids the
+//! requests' `traceparent` carried), labelled `scenario`, `phase`, `endpoint` and
+//! `load_level`, to the collector test double, the run's provenance on the resource; the
+//! numbers match the run's own JSON report. Loopback only; no root needed.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
+    fmt::Write as _,
     path::Path,
 };
 
@@ -103,6 +106,7 @@ async fn stress_exports_labelled_histograms_and_spans_live() {
     let file = dir.path().join("live.yaml");
     std::fs::write(&file, SCENARIO.replace("TARGET", &sim.url)).unwrap();
     let d = dir.path().to_owned();
+    let text = SCENARIO.replace("TARGET", &sim.url);
     let (code, err, report) = tokio::task::spawn_blocking(move || {
         stress(
             &d,
@@ -112,6 +116,8 @@ async fn stress_exports_labelled_histograms_and_spans_live() {
                 &endpoint,
                 "--otlp-sample",
                 "1",
+                "--seed",
+                "42",
             ],
             &[],
         )
@@ -119,6 +125,7 @@ async fn stress_exports_labelled_histograms_and_spans_live() {
     .await
     .unwrap();
     assert_eq!(code, Some(0), "{err}");
+    check_provenance(&collector, &report, &text);
     let (warm, peak) = (&report.phases[0], &report.phases[1]);
     let finished = warm.counts.finished + peak.counts.finished;
     assert!(warm.counts.finished >= 15, "{:?}", warm.counts);
@@ -175,8 +182,95 @@ async fn stress_exports_labelled_histograms_and_spans_live() {
         .map(|p| p.sum.unwrap())
         .sum();
     assert_eq!(output as u64, warm.output_tokens + peak.output_tokens);
+    check_gen_ai_client(&metrics, &report);
 
     check_spans(&collector, &report, finished);
+}
+
+/// The generative-AI client metrics: every call's duration, every streamed one's first chunk and each
+/// gap after it, with the conventions' attributes.
+fn check_gen_ai_client(metrics: &HashMap<String, Metric>, report: &StressReport) {
+    let (warm, peak) = (&report.phases[0], &report.phases[1]);
+    let duration = histogram(metrics, "gen_ai.client.operation.duration");
+    assert_eq!(
+        by_labels(duration),
+        BTreeMap::from([
+            (
+                labels("baseline", "warm", "chat", "rate=10/s"),
+                warm.counts.finished
+            ),
+            (
+                labels("burst", "peak", "completions", "concurrency=2"),
+                peak.counts.finished
+            ),
+        ])
+    );
+    let port = report.target.rsplit(':').next().unwrap().to_owned();
+    for p in duration {
+        let a = attrs(&p.attributes);
+        let op = if a["phase"] == "warm" {
+            "chat"
+        } else {
+            "text_completion"
+        };
+        assert_eq!(a["gen_ai.operation.name"], op, "{a:?}");
+        assert_eq!(a["gen_ai.provider.name"], "openai");
+        assert_eq!(a["gen_ai.request.model"], "inferscope-sim");
+        assert_eq!(a["server.address"], "127.0.0.1");
+        assert_eq!(a["server.port"], port);
+    }
+    // Streamed answers (the default): a first chunk per successful call and one gap per chunk
+    // after it, in seconds; the sim sends a chunk every 2 ms.
+    let first = histogram(metrics, "gen_ai.client.operation.time_to_first_chunk");
+    let first_count: u64 = first.iter().map(|p| p.count).sum();
+    let streamed = report
+        .records
+        .iter()
+        .filter(|r| !r.token_us.is_empty())
+        .count() as u64;
+    assert_eq!(first_count, streamed);
+    let gaps: u64 = report
+        .records
+        .iter()
+        .map(|r| r.token_us.len().saturating_sub(1) as u64)
+        .sum();
+    let per_chunk = histogram(metrics, "gen_ai.client.operation.time_per_output_chunk");
+    assert_eq!(per_chunk.iter().map(|p| p.count).sum::<u64>(), gaps);
+    let mean = per_chunk.iter().map(|p| p.sum.unwrap()).sum::<f64>() / gaps as f64;
+    assert!((0.0005..0.1).contains(&mean), "mean gap {mean} s");
+    let tokens = histogram(metrics, "gen_ai.client.token.usage");
+    assert!(
+        tokens
+            .iter()
+            .all(|p| attrs(&p.attributes)["gen_ai.provider.name"] == "openai")
+    );
+}
+
+/// The run's provenance in its report and on the OTLP resource: the sim says what it is, the
+/// seed is `--seed`'s, the scenario's hash is of the file's text.
+fn check_provenance(collector: &CollectorDouble, report: &StressReport, text: &str) {
+    let run = report.run.as_ref().expect("the report's run");
+    let engine = run.engine.as_ref().expect("the engine");
+    assert_eq!(engine.name, "inferscope-sim");
+    assert_eq!(engine.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+    assert_eq!(engine.from, "/v1/models");
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let sha: String = digest.as_ref().iter().fold(String::new(), |mut hex, b| {
+        let _ = write!(hex, "{b:02x}");
+        hex
+    });
+    assert_eq!(run.scenario_sha256.as_deref(), Some(sha.as_str()));
+    assert_eq!(run.seed, Some(42));
+    assert!(run.cpu.as_ref().unwrap().cores >= 1);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(run.kernel.as_deref(), Some(kernel.trim()));
+    let r = collector.resource();
+    assert_eq!(r["inferscope.engine.name"], "inferscope-sim");
+    assert_eq!(r["inferscope.engine.version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(r["inferscope.scenario.sha256"], sha);
+    assert_eq!(r["inferscope.seed"], "42");
+    assert_eq!(r["os.version"], kernel.trim());
+    assert_eq!(r["inferscope.trace_id"], run.trace_id.unwrap().to_string());
 }
 
 /// `--otlp-sample 1`: one span per request, labelled, at the request's wall-clock time, with
@@ -198,6 +292,11 @@ fn check_spans(collector: &CollectorDouble, report: &StressReport, finished: u64
             a["endpoint"].clone(),
         ));
         let r = records[&a["inferscope.request.id"]];
+        // The span is the request as it went out: its traceparent's ids.
+        let t = r.trace.unwrap();
+        assert_eq!(s.trace_id, t.trace_id().get().to_be_bytes());
+        assert_eq!(s.span_id, t.span_id().get().to_be_bytes());
+        assert_eq!(a["http.request.header.x-request-id"], t.request_id());
         let want = report.started_unix_ns + r.intended_us * 1000;
         let off_ms = (s.start_time_unix_nano as i64 - want as i64).abs() / 1_000_000;
         assert!(off_ms < 50, "span starts {off_ms} ms off its request");
@@ -240,7 +339,15 @@ async fn the_standard_environment_turns_it_on_and_samples() {
     let (code, err, report) = tokio::task::spawn_blocking(move || {
         stress(
             &d,
-            &["--target", &sim.url, "--rate", "20", "--duration", "2s"],
+            &[
+                "--target",
+                &sim.url,
+                "--rate",
+                "20",
+                "--duration",
+                "2s",
+                "--no-trace-headers",
+            ],
             &[
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
                 ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
@@ -264,6 +371,12 @@ async fn the_standard_environment_turns_it_on_and_samples() {
     let spans = request_spans(&collector);
     let want = (finished as f64 * 0.1).floor() as usize;
     assert_eq!(spans.len(), want, "{finished} requests");
+    // --no-trace-headers: no request carried a trace context; a run from flags has no
+    // scenario text to hash.
+    assert!(report.records.iter().all(|r| r.trace.is_none()));
+    let run = report.run.unwrap();
+    assert_eq!((run.trace_id, run.scenario_sha256), (None, None));
+    assert!(!collector.resource().contains_key("inferscope.trace_id"));
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! Verdicts from kernel evidence on targets and faults the simulator does not make: a server
 //! without `/metrics` that queues, random packet loss on loopback and in a namespace, a vector
-//! index rebuilt under load, a peak whose requests all fail, and a healthy server without
-//! metrics. Each case is defined once in `inferscope_tests::cases` (the attribution benchmark
-//! runs the same ones). Needs root (eBPF), `python3`, `nft` and `cargo build -p inferscope`.
+//! index rebuilt under load, a peak whose requests all fail, an engine on a stand-in CUDA
+//! device that allocates as it goes or reserves up front, and a healthy server without metrics.
+//! Each case is defined once in `inferscope_tests::cases` (the attribution benchmark runs the
+//! same ones). Needs root (eBPF), `python3`, `nft` and `cargo build -p inferscope`.
 
 use inferscope_tests::{
     cases,
@@ -70,6 +71,29 @@ fn overload_with_a_finite_dataset_is_queue_never_a_stampede() {
         "{}",
         describe(phase("cooldown"))
     );
+}
+
+/// An engine that allocates its KV as requests come, near the device's capacity: its
+/// allocations return out-of-memory (the CUDA uprobes on the stand-in driver see each), it frees
+/// what its allocator kept and retries, then fails the request.
+#[test]
+fn an_engine_allocating_as_it_goes_past_the_device_is_gpu_memory() {
+    check("gpu-memory-as-you-go", &["gpu_oom"]);
+}
+
+/// The same engine and load with its KV reserved up front: requests wait for room in the pool,
+/// no allocation fails, and no window names GPU memory.
+#[test]
+fn an_engine_that_reserves_up_front_waits_and_is_queue_never_gpu_memory() {
+    let name = "gpu-memory-up-front";
+    let Some(_machine) = root_or_skip(name) else {
+        return;
+    };
+    let report = (cases::named(name).run)();
+    assert_peak(&report, "queue", &[], &["kernel_first_token_p50_ms"]);
+    for w in report["verdicts"].as_array().unwrap() {
+        assert_ne!(w["verdict"]["cause"], "gpu_memory", "{w}");
+    }
 }
 
 #[test]

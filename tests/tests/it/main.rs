@@ -12,6 +12,7 @@ mod guardrail;
 mod kernel_first_e2e;
 mod knee_search;
 mod llamacpp_e2e;
+mod llamacpp_sessions;
 mod loadgen_pipeline;
 mod pipeline_e2e;
 mod ringbuf_flood;

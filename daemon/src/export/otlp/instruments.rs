@@ -1,9 +1,13 @@
 //! The metric instruments: one per time-line signal (from the shared catalogue) plus the
-//! per-request histograms that have OpenTelemetry semantic-convention names.
+//! per-request histograms that have OpenTelemetry semantic-convention names: HTTP's request
+//! duration, the generative-AI client metrics of LLM calls (`gen_ai.client.operation.duration`,
+//! `.time_to_first_chunk`, `.time_per_output_chunk`, `gen_ai.client.token.usage`) and the
+//! server-side TTFT and TPOT as the load generator measured them.
 //!
 //! Every attribute set is bounded: the time-line labels (scenario, phase, endpoint, load level),
-//! a `stat` out of four, `error.type` and `gen_ai.token.type`. Nothing per request, so the
-//! SDK's aggregation state (and so memory) does not grow with the number of requests.
+//! a `stat` out of four, `error.type`, `gen_ai.token.type`, and an LLM call's operation,
+//! provider, model and server (one per phase). Nothing per request, so the SDK's aggregation
+//! state (and so memory) does not grow with the number of requests.
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
@@ -11,7 +15,7 @@ use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 use crate::attribute::{Cause, Verdict};
 use crate::collect::catalog::{Kind, Labels, SIGNALS, Signal};
 use crate::collect::timeline::Window;
-use crate::export::otlp::spans::SampledRequest;
+use crate::export::otlp::spans::{GenAiCall, SampledRequest};
 
 /// Semantic-convention name of the per-request duration histogram.
 pub const HTTP_CLIENT_DURATION: &str = "http.client.request.duration";
@@ -21,6 +25,13 @@ pub const GEN_AI_TTFT: &str = "gen_ai.server.time_to_first_token";
 pub const GEN_AI_TPOT: &str = "gen_ai.server.time_per_output_token";
 /// Semantic-convention name of the token-usage histogram.
 pub const GEN_AI_TOKENS: &str = "gen_ai.client.token.usage";
+/// Semantic-convention name of the LLM call duration histogram (from the send).
+pub const GEN_AI_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+/// Semantic-convention name of a streamed call's time to its first chunk (from the send).
+pub const GEN_AI_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
+/// Semantic-convention name of the time between a streamed call's chunks (one per chunk
+/// after the first).
+pub const GEN_AI_TIME_PER_OUTPUT_CHUNK: &str = "gen_ai.client.operation.time_per_output_chunk";
 
 // Bucket boundaries advised by the semantic conventions for each instrument.
 const HTTP_BUCKETS: [f64; 14] = [
@@ -31,6 +42,11 @@ const TTFT_BUCKETS: [f64; 16] = [
 ];
 const TPOT_BUCKETS: [f64; 13] = [
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+];
+/// The generative-AI client conventions' boundaries for durations, time to first chunk and time per
+/// output chunk alike.
+const GEN_AI_CLIENT_BUCKETS: [f64; 14] = [
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 ];
 const TOKEN_BUCKETS: [f64; 14] = [
     1.0,
@@ -61,6 +77,9 @@ pub(crate) struct Instruments {
     ttft: Histogram<f64>,
     tpot: Histogram<f64>,
     tokens: Histogram<u64>,
+    operation: Histogram<f64>,
+    first_chunk: Histogram<f64>,
+    per_chunk: Histogram<f64>,
     verdict: Gauge<f64>,
     confidence: Gauge<f64>,
 }
@@ -121,6 +140,28 @@ impl Instruments {
                 .with_unit("{token}")
                 .with_description("Number of input and output tokens used per request.")
                 .with_boundaries(TOKEN_BUCKETS.to_vec())
+                .build(),
+            operation: meter
+                .f64_histogram(GEN_AI_OPERATION_DURATION)
+                .with_unit("s")
+                .with_description("GenAI operation duration.")
+                .with_boundaries(GEN_AI_CLIENT_BUCKETS.to_vec())
+                .build(),
+            first_chunk: meter
+                .f64_histogram(GEN_AI_TIME_TO_FIRST_CHUNK)
+                .with_unit("s")
+                .with_description(
+                    "Time to receive the first chunk, from when the request was issued.",
+                )
+                .with_boundaries(GEN_AI_CLIENT_BUCKETS.to_vec())
+                .build(),
+            per_chunk: meter
+                .f64_histogram(GEN_AI_TIME_PER_OUTPUT_CHUNK)
+                .with_unit("s")
+                .with_description(
+                    "Time per output chunk, recorded for each chunk received after the first one.",
+                )
+                .with_boundaries(GEN_AI_CLIENT_BUCKETS.to_vec())
                 .build(),
             verdict: meter
                 .f64_gauge(VERDICT)
@@ -188,6 +229,10 @@ impl Instruments {
             .into_iter()
             .map(|(k, v)| KeyValue::new(k, v))
             .collect();
+        if let Some(call) = &req.gen_ai {
+            self.record_call(call, &req.itl, &attrs, req.error.as_deref());
+            attrs.extend(call.attributes());
+        }
         if let Some(e) = &req.error {
             attrs.push(KeyValue::new("error.type", e.clone()));
         }
@@ -208,5 +253,28 @@ impl Instruments {
                 self.tokens.record(n, &a);
             }
         }
+    }
+
+    /// Records an LLM call into the generative-AI client histograms: its duration (with `error.type`
+    /// when it failed), and, streamed, its first chunk and each gap between chunks (`itl`).
+    fn record_call(
+        &self,
+        call: &GenAiCall,
+        itl: &[std::time::Duration],
+        labels: &[KeyValue],
+        error: Option<&str>,
+    ) {
+        let mut attrs = labels.to_vec();
+        attrs.extend(call.attributes());
+        if let Some(t) = call.first_chunk {
+            self.first_chunk.record(t.as_secs_f64(), &attrs);
+            for gap in itl {
+                self.per_chunk.record(gap.as_secs_f64(), &attrs);
+            }
+        }
+        if let Some(e) = error {
+            attrs.push(KeyValue::new("error.type", e.to_owned()));
+        }
+        self.operation.record(call.duration.as_secs_f64(), &attrs);
     }
 }

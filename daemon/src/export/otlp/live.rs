@@ -1,9 +1,10 @@
 //! Live OTLP export of a load-generator run (`stress --otlp-endpoint`, runs posted to the
 //! control API): as each request finishes it goes into the `http.client.request.duration` /
-//! `gen_ai.*` histograms, and a sample of the requests leave as request spans (first-token and
-//! last-token events, a child span per stage), labelled with the run's semantic dimensions:
-//! `scenario` (the phase's label), `phase`, `endpoint` and `load_level`, the same values as
-//! the JSON report's phases.
+//! `gen_ai.*` histograms (an LLM call into the generative-AI client ones too, with its operation,
+//! model and server), and a sample of the requests leave as request spans (with the trace id
+//! and span id of the request's `traceparent`, first-token and last-token events, a child span
+//! per stage), labelled with the run's semantic dimensions: `scenario` (the phase's label),
+//! `phase`, `endpoint` and `load_level`, the same values as the JSON report's phases.
 //!
 //! Records carry times relative to the run's start; the wall-clock start is estimated from
 //! the records themselves (the earliest `now - end` seen, a few microseconds late at most:
@@ -15,10 +16,13 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::{OtlpError, OtlpExporter, SampledRequest, Stage};
+use super::{GenAiCall, OtlpError, OtlpExporter, SampledRequest, Stage};
 use crate::collect::catalog::Labels;
-use crate::loadgen::{Options, Plan, Scenario, engine::observe};
-use crate::measure::{ErrorClass, RequestRecord};
+use crate::loadgen::{
+    Options, Plan, Scenario,
+    engine::{models, models::Discovery, observe},
+};
+use crate::measure::{Endpoint, ErrorClass, RequestRecord};
 
 /// Records waiting for the export task; a full queue slows the run's record collector, never
 /// its requests (recording itself never blocks).
@@ -89,10 +93,17 @@ impl Sampler {
     }
 }
 
-/// The labels of each phase of a scenario, by index.
+/// The labels of each phase of a scenario, by index, and what the generative-AI conventions say of
+/// its LLM calls.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunLabels {
     phases: Vec<Labels>,
+    /// Per phase, `gen_ai.operation.name` of its requests (`None`: not LLM calls).
+    operations: Vec<Option<&'static str>>,
+    /// Per phase, the model its requests ask for ([`RunLabels::resolve_models`]).
+    models: Vec<Option<String>>,
+    /// The target's host and port.
+    server: Option<(String, u16)>,
 }
 
 impl RunLabels {
@@ -111,7 +122,58 @@ impl RunLabels {
                 server: None,
             })
             .collect();
-        Self { phases }
+        let operations = scenario
+            .phases
+            .iter()
+            .map(|p| {
+                // A pipeline task is several calls; a session's calls are each a chat.
+                if p.request.pipeline.is_some() {
+                    return None;
+                }
+                match p.request.endpoint.unwrap_or(Endpoint::Chat) {
+                    Endpoint::Chat => Some("chat"),
+                    Endpoint::Completions => Some("text_completion"),
+                    Endpoint::VectorSearch | Endpoint::Http => None,
+                }
+            })
+            .collect();
+        let server = scenario.target.parse::<hyper::Uri>().ok().and_then(|u| {
+            let port = u.port_u16().unwrap_or(crate::dial::default_port(&u));
+            Some((u.host()?.trim_matches(['[', ']']).to_owned(), port))
+        });
+        let mut labels = Self {
+            phases,
+            operations,
+            models: Vec::new(),
+            server,
+        };
+        labels.resolve_models(scenario, None);
+        labels
+    }
+
+    /// Sets each LLM phase's model: its own, the one model discovery chose (`found`, once the
+    /// run has asked), or the fallback the requests then send.
+    pub fn resolve_models(&mut self, scenario: &Scenario, found: Option<&Discovery>) {
+        self.models = scenario
+            .phases
+            .iter()
+            .map(|p| models::requested_model(p, found))
+            .collect();
+    }
+
+    /// Record `r` as the generative-AI conventions' LLM call; `None` when it is not one.
+    #[must_use]
+    pub fn call(&self, r: &RequestRecord) -> Option<GenAiCall> {
+        let i = r.phase as usize;
+        let operation = (*self.operations.get(i)?)?;
+        let from_send = |us: u64| Duration::from_micros(us.saturating_sub(r.actual_us));
+        Some(GenAiCall {
+            operation,
+            model: self.models.get(i).cloned().flatten(),
+            server: self.server.clone(),
+            duration: from_send(r.end_us),
+            first_chunk: r.token_us.first().map(|&t| from_send(t)),
+        })
     }
 
     /// The labels of record `r`: its phase's, with its endpoint.
@@ -186,6 +248,9 @@ pub fn sampled_request(r: &RequestRecord, start: SystemTime) -> SampledRequest {
         );
     }
     let mut attributes = vec![("inferscope.request.id".to_owned(), r.id.to_string())];
+    if let Some(t) = r.trace {
+        attributes.push(("http.request.header.x-request-id".into(), t.request_id()));
+    }
     if let Some(s) = r.status {
         attributes.push(("http.response.status_code".into(), s.to_string()));
     }
@@ -210,6 +275,8 @@ pub fn sampled_request(r: &RequestRecord, start: SystemTime) -> SampledRequest {
         verdict: None,
         attributes,
         itl: r.itl_us().map(Duration::from_micros).collect(),
+        ids: r.trace.map(|t| (t.trace_id().get(), t.span_id().get())),
+        gen_ai: None,
     }
 }
 
@@ -236,15 +303,23 @@ pub fn attach(
     sampler: Sampler,
     opts: &mut Options,
 ) -> LiveExport {
-    let labels = RunLabels::new(plan.scenario());
+    let mut labels = RunLabels::new(plan.scenario());
     let (tx, mut rx) = mpsc::channel::<RequestRecord>(QUEUE);
     observe::add(opts, tx);
+    // The model discovery is done by the first record (the run's setup does it).
+    let plan = plan.clone();
     let task = tokio::spawn(async move {
         let mut anchor = Anchor::default();
         let mut counts = LiveCounts::default();
+        let mut resolved = false;
         while let Some(r) = rx.recv().await {
+            if !resolved {
+                labels.resolve_models(plan.scenario(), plan.models().get());
+                resolved = true;
+            }
             let start = anchor.update(SystemTime::now(), r.end_us);
-            let req = sampled_request(&r, start);
+            let mut req = sampled_request(&r, start);
+            req.gen_ai = labels.call(&r);
             let l = labels.of(&r);
             exporter.record_request(&req, &l);
             counts.requests += 1;
@@ -268,7 +343,6 @@ impl LiveExport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::Endpoint;
 
     fn rec(id: u64) -> RequestRecord {
         RequestRecord::new(id, 0, Endpoint::Chat, 0)
@@ -405,6 +479,58 @@ mod tests {
                 ("pipeline.chat".to_owned(), Duration::from_millis(4)),
             ]
         );
+    }
+
+    #[test]
+    fn an_llm_record_is_a_gen_ai_call_timed_from_its_send_with_its_own_ids() {
+        use crate::measure::trace_context::{TraceContext, TraceId};
+        let plan = Plan::from_yaml(
+            "name: t\ntarget: http://127.0.0.1:8000\nphases:\n  - name: c\n    duration: 1s\n    load: {shape: constant, rate: 5}\n    request: {endpoint: completions, model: m}\n  - name: d\n    duration: 1s\n    load: {shape: constant, rate: 5}\n  - name: h\n    duration: 1s\n    load: {shape: constant, rate: 5}\n    request: {endpoint: http, path: /}\n",
+            "t.yaml",
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let mut labels = RunLabels::new(plan.scenario());
+        let mut rec = RequestRecord::new(1, 0, Endpoint::Completions, 1_000);
+        rec.actual_us = 3_000;
+        rec.token_us = vec![8_000, 9_000];
+        rec.end_us = 10_000;
+        let call = labels.call(&rec).unwrap();
+        assert_eq!(call.operation, "text_completion");
+        assert_eq!(call.model.as_deref(), Some("m"));
+        assert_eq!(call.server, Some(("127.0.0.1".to_owned(), 8000)));
+        assert_eq!(call.duration, Duration::from_millis(7));
+        assert_eq!(call.first_chunk, Some(Duration::from_millis(5)));
+        // A whole answer has no chunks; a phase without a model asks discovery's.
+        rec.phase = 1;
+        rec.endpoint = Endpoint::Chat;
+        rec.token_us.clear();
+        let call = labels.call(&rec).unwrap();
+        assert_eq!((call.operation, call.first_chunk), ("chat", None));
+        assert_eq!(call.model.as_deref(), Some(models::FALLBACK_MODEL));
+        let chosen = Discovery::Chosen {
+            model: "served".into(),
+            served: 1,
+            url: "u".into(),
+            owned_by: None,
+        };
+        labels.resolve_models(plan.scenario(), Some(&chosen));
+        assert_eq!(labels.call(&rec).unwrap().model.as_deref(), Some("served"));
+        rec.phase = 2;
+        rec.endpoint = Endpoint::Http;
+        assert_eq!(labels.call(&rec), None);
+
+        let trace = TraceContext::new_span(TraceId::random());
+        rec.trace = Some(trace);
+        let req = sampled_request(&rec, SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            req.ids,
+            Some((trace.trace_id().get(), trace.span_id().get()))
+        );
+        assert!(req.attributes.contains(&(
+            "http.request.header.x-request-id".into(),
+            trace.request_id()
+        )));
     }
 
     #[test]

@@ -24,6 +24,7 @@
 
 mod accounting;
 pub mod config;
+mod ids;
 mod instruments;
 pub mod live;
 pub mod phases;
@@ -49,10 +50,11 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 pub use accounting::ExportStats;
 pub use config::{OtlpConfig, OtlpOptions, Protocol};
 pub use instruments::{
+    GEN_AI_OPERATION_DURATION, GEN_AI_TIME_PER_OUTPUT_CHUNK, GEN_AI_TIME_TO_FIRST_CHUNK,
     GEN_AI_TOKENS, GEN_AI_TPOT, GEN_AI_TTFT, HTTP_CLIENT_DURATION, VERDICT, VERDICT_CONFIDENCE,
 };
 pub use live::{LiveCounts, LiveExport, Sampler};
-pub use spans::{LAST_TOKEN_EVENT, REQUEST_SPAN, SampledRequest, Stage};
+pub use spans::{GenAiCall, LAST_TOKEN_EVENT, REQUEST_SPAN, SampledRequest, Stage};
 
 use crate::collect::catalog::Labels;
 use crate::collect::timeline::Window;
@@ -163,6 +165,8 @@ impl OtlpExporter {
             // Which requests become spans is decided before a span is made (`live::Sampler`,
             // which reads OTEL_TRACES_SAMPLER itself): the SDK must not sample them again.
             .with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn)
+            // A request span takes the ids its request's `traceparent` carried.
+            .with_id_generator(ids::PresetIds::default())
             .with_span_processor(CountingProcessor {
                 inner: processor,
                 counters: counters.clone(),
@@ -212,8 +216,9 @@ impl OtlpExporter {
         self.instruments.record_request(req, labels);
     }
 
-    /// Emits a sampled request as a span with its waterfall stages. Never blocks: a full queue
-    /// drops the span and counts it.
+    /// Emits a sampled request as a span with its waterfall stages, with the request's own
+    /// trace id and span id when it has them ([`SampledRequest::ids`]). Never blocks: a full
+    /// queue drops the span and counts it.
     pub fn trace_request(&self, req: &SampledRequest, labels: &Labels) {
         spans::emit(&self.tracer, req, labels);
     }

@@ -1,6 +1,8 @@
-//! One load-generator request as a trace: a client span for the whole request, a child span per
-//! waterfall stage (queue, server first byte, GPU sync, run-queue delay) and per pipeline step,
-//! a `first_token` event, and the verdict of the request's time window as an attribute.
+//! One load-generator request as a trace: a client span for the whole request (with the trace
+//! id and span id its `traceparent` carried, and the generative-AI conventions' `gen_ai.*` attributes
+//! of an LLM call), a child span per waterfall stage (queue, server first byte, GPU sync,
+//! run-queue delay) and per pipeline step, a `first_token` event, and the verdict of the
+//! request's time window as an attribute.
 
 use std::time::{Duration, SystemTime};
 
@@ -8,6 +10,7 @@ use opentelemetry::trace::{Event, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracer;
 
+use super::ids;
 use crate::collect::catalog::Labels;
 
 /// One stage of a request's waterfall, e.g. `queue` or `gpu_sync`.
@@ -49,6 +52,51 @@ pub struct SampledRequest {
     /// Gaps between consecutive tokens (inter-token latency); empty when not streamed. With
     /// `ttft`, gives the span a `last_token` event carrying the gaps' p50, p99 and max.
     pub itl: Vec<Duration>,
+    /// The trace id and span id the request was sent with (its `traceparent`): the request
+    /// span takes them, so that the server's own spans join it. `None`: random ones.
+    pub ids: Option<(u128, u64)>,
+    /// An LLM call: what the `gen_ai.client.*` metrics and the span's `gen_ai.*` attributes
+    /// need. `None` for vector searches, plain HTTP and pipeline tasks.
+    pub gen_ai: Option<GenAiCall>,
+}
+
+/// An LLM call as the generative-AI semantic conventions describe it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenAiCall {
+    /// `gen_ai.operation.name`: `chat` or `text_completion`.
+    pub operation: &'static str,
+    /// `gen_ai.request.model`, when known (not a templated one).
+    pub model: Option<String>,
+    /// `server.address` and `server.port` of the target.
+    pub server: Option<(String, u16)>,
+    /// From the send to the last byte (the conventions time the client's call, not the
+    /// schedule: unlike `duration`, no send lag).
+    pub duration: Duration,
+    /// From the send to the first chunk of a streamed answer; `None` when not streamed.
+    pub first_chunk: Option<Duration>,
+}
+
+impl GenAiCall {
+    /// The `gen_ai.provider.name` of every call: `openai`, the API inferscope speaks (the
+    /// engine behind it is the resource's `inferscope.engine.name`).
+    pub const PROVIDER: &'static str = "openai";
+
+    /// The conventions' attributes: operation, provider, model, server address and port.
+    #[must_use]
+    pub fn attributes(&self) -> Vec<KeyValue> {
+        let mut out = vec![
+            KeyValue::new("gen_ai.operation.name", self.operation),
+            KeyValue::new("gen_ai.provider.name", Self::PROVIDER),
+        ];
+        if let Some(m) = &self.model {
+            out.push(KeyValue::new("gen_ai.request.model", m.clone()));
+        }
+        if let Some((host, port)) = &self.server {
+            out.push(KeyValue::new("server.address", host.clone()));
+            out.push(KeyValue::new("server.port", i64::from(*port)));
+        }
+        out
+    }
 }
 
 impl SampledRequest {
@@ -87,6 +135,9 @@ pub(crate) fn emit(tracer: &SdkTracer, req: &SampledRequest, labels: &Labels) {
     if let Some(e) = &req.error {
         attrs.push(KeyValue::new("error.type", e.clone()));
     }
+    if let Some(call) = &req.gen_ai {
+        attrs.extend(call.attributes());
+    }
     attrs.extend(
         req.attributes
             .iter()
@@ -106,13 +157,15 @@ pub(crate) fn emit(tracer: &SdkTracer, req: &SampledRequest, labels: &Labels) {
             ));
         }
     }
-    let span = tracer
-        .span_builder(REQUEST_SPAN)
-        .with_kind(SpanKind::Client)
-        .with_start_time(req.start)
-        .with_attributes(attrs)
-        .with_events(events)
-        .start_with_context(tracer, &Context::new());
+    let span = ids::with_ids(req.ids, || {
+        tracer
+            .span_builder(REQUEST_SPAN)
+            .with_kind(SpanKind::Client)
+            .with_start_time(req.start)
+            .with_attributes(attrs)
+            .with_events(events)
+            .start_with_context(tracer, &Context::new())
+    });
     let cx = Context::new().with_span(span);
     if let Some(e) = &req.error {
         cx.span().set_status(Status::error(e.clone()));

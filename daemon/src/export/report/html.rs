@@ -29,12 +29,16 @@ const ERROR_TRAP: &str = r"(function () {
 pub fn render(report: &Report) -> Result<String, ReportError> {
     let data = escape_script_json(&serde_json::to_string(report)?);
     let title = escape_text(&format!("inferscope report: {}", report.run.scenario));
+    // What the run ran against and on, one line under the run's own (`measure::provenance`).
+    let provenance = escape_text(&report.run.provenance.summary());
     Ok(format!(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{title}</title>\n<style>\n{CSS}</style>\n<script>\n{ERROR_TRAP}\n</script>\n\
          </head>\n<body data-rendered=\"no\">\n<header><h1>{title}</h1>\
-         <div class=\"meta\" id=\"run-meta\"></div></header>\n<main id=\"app\"></main>\n\
+         <div class=\"meta\" id=\"run-meta\"></div>\
+         <div class=\"meta\" id=\"run-provenance\">{provenance}</div></header>\n\
+         <main id=\"app\"></main>\n\
          <script type=\"application/json\" id=\"report-data\">{data}</script>\n\
          <script>\n{JS}</script>\n</body>\n</html>\n"
     ))

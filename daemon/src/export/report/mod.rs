@@ -73,6 +73,10 @@ pub struct RunMeta {
     pub window_ms: u64,
     /// inferscope version that wrote the report.
     pub inferscope_version: String,
+    /// What the load ran against and on (engine, GPUs, CPU, kernel, scenario hash, seed, trace
+    /// id), as in the load's own report; none of it for a daemon's report.
+    #[serde(flatten)]
+    pub provenance: crate::measure::provenance::Provenance,
 }
 
 impl RunMeta {
@@ -92,6 +96,7 @@ impl RunMeta {
             end_unix_ms,
             window_ms,
             inferscope_version: env!("CARGO_PKG_VERSION").to_owned(),
+            provenance: crate::measure::provenance::Provenance::default(),
         }
     }
 }
@@ -173,6 +178,24 @@ impl Report {
         match self.phases.iter_mut().find(|p| p.name == phase) {
             Some(p) => {
                 p.latency = latency;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets a replayed trace's prefix sharing (from the load generator's report of phase
+    /// `phase`) beside the server's hit rate in the phase's windows; `false` when there is no
+    /// such phase.
+    pub fn set_phase_prefix(
+        &mut self,
+        phase: &str,
+        trace: &crate::measure::prefix::PrefixSharing,
+    ) -> bool {
+        let prefix = attribute::prefix::PhasePrefix::of_phase(&self.timeline, phase, trace.clone());
+        match self.phases.iter_mut().find(|p| p.name == phase) {
+            Some(p) => {
+                p.prefix = Some(prefix);
                 true
             }
             None => false,

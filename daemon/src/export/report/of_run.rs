@@ -79,13 +79,17 @@ impl Report {
         let missing = missing.into_iter().map(Into::<String>::into).chain(cut);
         let start_ms = start_ms(lg);
         let end_ms = start_ms + (lg.elapsed_s * 1000.0) as u64;
-        let meta = RunMeta::new(&lg.scenario, &lg.target, start_ms, end_ms, timeline.len_ms);
+        let mut meta = RunMeta::new(&lg.scenario, &lg.target, start_ms, end_ms, timeline.len_ms);
+        meta.provenance = lg.run.clone().unwrap_or_default();
         let waterfalls = waterfall::build(lg, &server_side.exchanges, &timeline);
         let mut report = Report::new(meta, timeline)
             .with_waterfalls(waterfalls)
             .with_missing_evidence(missing);
         for p in &lg.phases {
             report.set_phase_latency(&p.name, exact_latency(p));
+            if let Some(trace) = &p.prefix {
+                report.set_phase_prefix(&p.name, trace);
+            }
         }
         report
     }

@@ -101,6 +101,9 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
         quantiles(lat.itl_ms.as_ref()),
         quantiles(lat.e2e_ms.as_ref())
     );
+    if let Some(prefix) = &p.prefix {
+        let _ = writeln!(out, "  prefix: {}", prefix.line());
+    }
     findings(out, p, colour);
     if p.untrustworthy {
         let lagging = p

@@ -4,6 +4,7 @@
 
 mod h1;
 pub mod openai;
+mod propagate;
 pub mod rag;
 pub mod sse;
 
@@ -522,14 +523,15 @@ impl Via<'_> {
     }
 }
 
-/// Sends `req`, fills `actual_us`, `first_byte_us`, `status`, `reconnected`, `connect_us` and
-/// the socket addresses.
+/// Sends `req` with `rec`'s trace headers (`traceparent`, `x-request-id`), fills `actual_us`,
+/// `first_byte_us`, `status`, `reconnected`, `connect_us` and the socket addresses.
 pub async fn send(
     via: &mut Via<'_>,
-    req: Request<Full<Bytes>>,
+    mut req: Request<Full<Bytes>>,
     rec: &mut RequestRecord,
     t0: Instant,
 ) -> Result<Response<Incoming>, ()> {
+    propagate::stamp(req.headers_mut(), rec);
     rec.actual_us = us_since(t0);
     match via.request(req).await {
         Ok(Sent {
@@ -628,7 +630,7 @@ pub fn fail_status(rec: &mut RequestRecord, status: u16, body: &[u8]) {
 /// boxed. The engine moves a request's future several times per request; this keeps it small.
 pub fn plain<'a>(
     via: &'a mut Via<'_>,
-    req: Request<Full<Bytes>>,
+    mut req: Request<Full<Bytes>>,
     rec: &'a mut RequestRecord,
     t0: Instant,
 ) -> impl Future<Output = ()> + Send + 'a {
@@ -636,6 +638,8 @@ pub fn plain<'a>(
     if matches!(via, Via::Own(conn) if conn.tls.is_none())
         && let Via::Own(conn) = via
     {
+        // Hyper's path stamps the trace headers in `send`.
+        propagate::stamp(req.headers_mut(), rec);
         return Either::Left(h1::plain(conn, req, rec, t0));
     }
     Either::Right(Box::pin(plain_hyper(via, req, rec, t0)))

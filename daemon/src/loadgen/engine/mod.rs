@@ -14,7 +14,9 @@ pub mod models;
 pub mod observe;
 pub mod pipeline;
 pub mod progress;
+pub mod provenance;
 pub mod request;
+pub mod session;
 mod stampede;
 pub mod tally;
 pub mod vector;
@@ -53,15 +55,18 @@ use crate::loadgen::{
     scenario::plan::Plan,
     scenario::{Load, Phase, Scenario},
 };
+use crate::measure::steady;
 use crate::measure::vector_health as health;
 
 use crate::measure::{
+    provenance::Provenance,
     record::{Endpoint, ErrorClass, RequestRecord},
     report::{
         EventRecord, PhaseInfo, PhaseReport, RampView, SCHEMA, Stop, StopKind, StressReport,
         VERSION, VectorInfo,
     },
     shard::Shard,
+    trace_context::{TraceContext, TraceId},
 };
 
 /// How late after its phase's end an arrival due before it may still be sent (timer and
@@ -99,6 +104,9 @@ pub struct Options {
     pub notes: Notes,
     /// A common start with other shards (`--start-at`): the run waits for it after its setup.
     pub start_at: Option<barrier::StartAt>,
+    /// The run's provenance, gathered beforehand ([`provenance::gather`]) by a caller that
+    /// needs it before the run (the OTLP resource); the run gathers it itself otherwise.
+    pub provenance: Option<Provenance>,
 }
 
 /// Where a run's notes go: what it chose for the user (the model when none was given), said
@@ -145,6 +153,7 @@ impl Default for Options {
             fault: None,
             notes: Notes::Log,
             start_at: None,
+            provenance: None,
         }
     }
 }
@@ -192,6 +201,16 @@ struct Shared {
     truth: Option<Truth>,
     /// [`Options::fault`].
     fault: Option<Fault>,
+    /// The trace id of the requests outside a conversation; `None`: no trace headers.
+    trace: Option<TraceId>,
+}
+
+impl Shared {
+    /// A new trace id for a conversation (or a session) of the run: `None` when the run sends
+    /// no trace headers.
+    fn new_trace(&self) -> Option<TraceId> {
+        self.trace.map(|_| TraceId::random())
+    }
 }
 
 /// Runs every phase of `plan` and returns the report. Cancelling `cancel` stops sending at
@@ -212,7 +231,7 @@ pub async fn run(
     }
     let share = opts.shard;
     say_default_ramps(scenario, opts.notes);
-    let mut rng = SmallRng::seed_from_u64(share.seed(scenario.seed.unwrap_or_else(clock::unix_ns)));
+    let mut rng = SmallRng::seed_from_u64(share.seed(setup.seed));
     // Bounded: a tally that falls behind slows the senders instead of queueing records
     // without limit.
     let (tx, rx) = mpsc::channel(MSG_QUEUE);
@@ -235,6 +254,7 @@ pub async fn run(
         tx,
         global: Arc::new(Semaphore::new(scenario.max_in_flight)),
         seq: AtomicU64::new(0),
+        trace: setup.provenance.trace_id,
     });
     let tracker = TaskTracker::new();
     let mut elapsed = vec![0.0; scenario.phases.len()];
@@ -266,21 +286,7 @@ pub async fn run(
     let tallied = tally
         .await
         .map_err(|e| RunError::Internal(format!("the tally failed: {e}")))?;
-    let phases: Vec<PhaseReport> = scenario
-        .phases
-        .iter()
-        .zip(&tallied.metrics)
-        .zip(&elapsed)
-        .zip(&setup.ctxs)
-        .map(|(((p, m), el), ctx)| {
-            let mut r = PhaseReport::build(&phase_info(p, ctx, *el, share), m);
-            r.ramp = p.ramp().map(|(ramp, default)| {
-                let secs = ramp.duration.as_secs_f64();
-                RampView::new(secs, ramp.strategy.name(), default, ramp.count, m)
-            });
-            r
-        })
-        .collect();
+    let phases = phase_reports(scenario, &tallied, &elapsed, &setup.ctxs, share);
     let stopped = failed.or(tallied.abort).or_else(|| {
         cancel.is_cancelled().then(|| {
             Stop::new(
@@ -298,13 +304,50 @@ pub async fn run(
         started_unix_ns: started.unix_ns,
         started_monotonic_ns: started.monotonic_ns,
         elapsed_s: run_elapsed,
-        slo_pass: phases.iter().all(|p| p.slo.iter().all(|r| r.pass)),
+        slo_pass: crate::measure::report::slo_pass(&phases),
         stopped,
         phases,
         events: tallied.events,
         records: tallied.records,
         records_overflow: tallied.records_overflow,
+        run: Some(setup.provenance),
     })
+}
+
+/// The report of each phase: its metrics (`tallied`), its ramp and its steady state.
+fn phase_reports(
+    scenario: &Scenario,
+    tallied: &tally::Collected,
+    elapsed: &[f64],
+    ctxs: &[Arc<PhaseCtx>],
+    share: Shard,
+) -> Vec<PhaseReport> {
+    scenario
+        .phases
+        .iter()
+        .zip(&tallied.metrics)
+        .zip(elapsed)
+        .zip(ctxs)
+        .enumerate()
+        .map(|(i, (((p, m), el), ctx))| {
+            let mut r = PhaseReport::build(&phase_info(p, ctx, *el, share), m);
+            r.ramp = p.ramp().map(|(ramp, default)| {
+                let secs = ramp.duration.as_secs_f64();
+                RampView::new(secs, ramp.strategy.name(), default, ramp.count, m)
+            });
+            let mine: Vec<&RequestRecord> = tallied
+                .records
+                .iter()
+                .filter(|r| r.phase as usize == i)
+                .collect();
+            let users = match p.load {
+                Load::Concurrency { users } => Some(users),
+                _ => None,
+            };
+            r.steady = steady::of_phase(&mine, users);
+            r
+        })
+        .collect()
 }
 
 /// Says, for each closed-loop phase that gets the default ramp of large user counts, that it
@@ -333,6 +376,10 @@ struct Setup {
     ctxs: Vec<Arc<PhaseCtx>>,
     /// The client-side recall ground truth (phases with a corpus).
     truth: Option<Truth>,
+    /// The run's provenance: the caller's ([`Options::provenance`]), else gathered here.
+    provenance: Provenance,
+    /// The seed of the run's draws (the provenance's).
+    seed: u64,
 }
 
 impl Setup {
@@ -346,16 +393,7 @@ impl Setup {
         }
         // Once per plan (a knee search's steps share their base's): a model the target does
         // not serve ends the run here, not in N failed requests.
-        let models = plan
-            .models()
-            .get_or_try_init(|| async {
-                let found = models::discover(scenario, opts).await?;
-                if let Some(line) = found.note() {
-                    opts.notes.say(&line);
-                }
-                Ok::<_, models::ModelNotServed>(found)
-            })
-            .await?;
+        let models = models::discover_once(plan, opts).await?;
         let target = Target::new(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
         let event_uris = scenario
             .phases
@@ -384,6 +422,11 @@ impl Setup {
                 .iter()
                 .filter_map(|c| c.pipeline.as_ref())
                 .flat_map(pipeline::Pipeline::hosts)
+                .chain(
+                    ctxs.iter()
+                        .filter_map(|c| c.session.as_deref())
+                        .flat_map(session::SessionPlan::hosts),
+                )
                 .find(|(host, _)| !is_loopback(host));
             if let Some((_, url)) = remote {
                 return Err(RunError::Remote(url));
@@ -401,12 +444,19 @@ impl Setup {
         } else {
             None
         };
+        let provenance = match &opts.provenance {
+            Some(p) => p.clone(),
+            // Boxed: probes and NVML make a large future, which runs once per run.
+            None => Box::pin(provenance::gather(plan, opts)).await?,
+        };
         Ok(Self {
             target,
             client,
             event_uris,
             ctxs: ctxs.into_iter().map(Arc::new).collect(),
             truth,
+            seed: provenance.seed.unwrap_or_else(clock::unix_ns),
+            provenance,
         })
     }
 }
@@ -596,6 +646,7 @@ fn phase_info(p: &Phase, ctx: &PhaseCtx, elapsed_s: f64, shard: Shard) -> PhaseI
             low_recall: p.request.low_recall.unwrap_or(health::LOW_RECALL),
             rebuild_below: p.request.rebuild_below.unwrap_or(health::REBUILD_BELOW),
         }),
+        prefix: p.load.prefix_sharing(),
     }
 }
 
@@ -673,7 +724,7 @@ async fn vector_setup(
         if v.api == ApiKind::Sim {
             continue;
         }
-        let probe = ctx.prepare(&mut SmallRng::seed_from_u64(0), 0);
+        let probe = ctx.prepare(&mut SmallRng::seed_from_u64(0), 0, None);
         if let Some(v) = &ctx.vector {
             setup::preflight(v, &http, probe.body).await?;
         }
@@ -716,7 +767,8 @@ async fn open_loop(
         let off = match &mut shaper {
             Some(shaper) => {
                 let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-                let Some((conv, prepared)) = first_request(ctx, rng, seq) else {
+                let Some((conv, prepared)) = first_request(ctx, rng, seq, Some(offsets.taken()))
+                else {
                     continue;
                 };
                 let score = complexity::of_request(&prepared.body).score;
@@ -735,6 +787,21 @@ async fn open_loop(
             overrun(offsets.remaining(), &mut scheduled).await;
             break;
         }
+        if ctx.session.is_some() {
+            // A session counts its calls as scheduled as it sends them (`session.rs`).
+            scheduled -= 1;
+            let rng = SmallRng::seed_from_u64(rng.next_u64());
+            let run = session::arrival(
+                shared.clone(),
+                ctx.clone(),
+                caps.clone(),
+                rng,
+                deadline,
+                cancel.clone(),
+            );
+            tracker.spawn(run);
+            continue;
+        }
         let (seq, conv, prepared) = if let Some(e) = early {
             e
         } else {
@@ -742,7 +809,7 @@ async fn open_loop(
             if let Some(Fault::DispatcherPanic { request }) = shared.fault {
                 assert!(!(ctx.index == 0 && seq == request), "injected panic");
             }
-            let Some((conv, prepared)) = first_request(ctx, rng, seq) else {
+            let Some((conv, prepared)) = first_request(ctx, rng, seq, Some(offsets.taken())) else {
                 continue;
             };
             (seq, conv, prepared)
@@ -763,7 +830,10 @@ async fn open_loop(
             .into_std()
             .saturating_duration_since(shared.t0)
             .as_micros() as u64;
-        let rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, intended);
+        let mut rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, intended);
+        // A conversation's turns share a trace of their own.
+        let trace = conv.as_ref().and_then(|_| shared.new_trace());
+        rec.trace = trace.map(TraceContext::new_span);
         let end = caps.end();
         let sent = one(
             shared.clone(),
@@ -785,6 +855,7 @@ async fn open_loop(
             caps: caps.clone(),
             rng: SmallRng::seed_from_u64(rng.next_u64()),
             ramp: None,
+            trace,
         };
         let (shared, ctx, cancel) = (shared.clone(), ctx.clone(), cancel.clone());
         tracker.spawn(async move {
@@ -796,18 +867,19 @@ async fn open_loop(
     scheduled
 }
 
-/// The request of an arrival: the first turn of a new conversation (`None` when it has no
-/// turn to send), or a single request.
+/// The request of an arrival (the phase's arrival number `arrival`, when open loop): the
+/// first turn of a new conversation (`None` when it has no turn to send), or a single request.
 fn first_request(
     ctx: &PhaseCtx,
     rng: &mut SmallRng,
     seq: u64,
+    arrival: Option<usize>,
 ) -> Option<(Option<Conversation>, Prepared)> {
     // A conversation starts here; its later turns follow its answers.
     let mut conv = ctx.start_conversation(rng, seq);
     let prepared = match conv.as_mut() {
         Some(c) => ctx.prepare_turn(rng, seq, c)?,
-        None => ctx.prepare(rng, seq),
+        None => ctx.prepare(rng, seq, arrival),
     };
     Some((conv, prepared))
 }
@@ -822,6 +894,9 @@ struct Answered {
     text: Option<String>,
     /// Mean token entropy of the answer (when logprobs were asked).
     entropy: Option<f64>,
+    /// Prompt and output tokens (an agentic session's context counts them).
+    input_tokens: Option<u32>,
+    output_tokens: Option<u32>,
 }
 
 /// The turns of a conversation after its first: each after the previous answer and the
@@ -833,6 +908,8 @@ struct Turns {
     rng: SmallRng,
     /// A closed-loop user's start: its turns during the ramp are marked as its first was.
     ramp: Option<Start>,
+    /// The conversation's trace id (`None`: no trace headers).
+    trace: Option<TraceId>,
 }
 
 impl Turns {
@@ -883,6 +960,7 @@ impl Turns {
             // A follow-up turn is closed loop: it is due when it is sent.
             let mut rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
             rec.ramp_up = self.ramp.is_some_and(|s| s.in_ramp());
+            rec.trace = self.trace.map(TraceContext::new_span);
             sent += 1;
             let end = self.caps.end();
             let Some(next) = one(
@@ -936,6 +1014,9 @@ async fn user(
     start: Start,
     cancel: CancellationToken,
 ) {
+    if ctx.session.is_some() {
+        return session::user(shared, ctx, caps, rng, start, cancel).await;
+    }
     if start.at > Instant::now() {
         tokio::select! { () = tokio::time::sleep_until(start.at) => {}, () = cancel.cancelled() => return }
     }
@@ -945,7 +1026,7 @@ async fn user(
     while Instant::now() < caps.end() && !cancel.is_cancelled() {
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
         // A user runs one conversation at a time, turn after turn.
-        let Some((conv, prepared)) = first_request(&ctx, &mut rng, seq) else {
+        let Some((conv, prepared)) = first_request(&ctx, &mut rng, seq, None) else {
             break;
         };
         // A closed loop waits for its caps (validation refuses `when_capped: drop` for one);
@@ -955,6 +1036,8 @@ async fn user(
         };
         let mut rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
         rec.ramp_up = start.in_ramp();
+        let trace = conv.as_ref().and_then(|_| shared.new_trace());
+        rec.trace = trace.map(TraceContext::new_span);
         let first = one(
             shared.clone(),
             ctx.clone(),
@@ -975,6 +1058,7 @@ async fn user(
                 caps: caps.clone(),
                 rng: SmallRng::seed_from_u64(rng.next_u64()),
                 ramp: Some(start),
+                trace,
             };
             n += turns
                 .follow(&shared, &ctx, first, &cancel, Some(&mut own))
@@ -1014,6 +1098,8 @@ async fn one(
             attempt(&shared, &ctx, p.clone(), rec, own.as_deref_mut()).await;
         let again = policy.retries(&done, n);
         let single = done.turn.is_none();
+        // A retry stays in its request's trace, as a span of its own.
+        let trace = done.trace.map(|t| t.trace_id());
         deliver(&shared, done, truth).await;
         let wait = policy.wait_after(n);
         if !again || shared.hard_stop.is_cancelled() {
@@ -1029,6 +1115,7 @@ async fn one(
         // A retry is due when it is sent: its own latency, apart from first attempts'.
         rec = RequestRecord::new(seq, ctx.index, ctx.endpoint, us_since(shared.t0));
         rec.attempt = Some(n);
+        rec.trace = trace.map(TraceContext::new_span);
     }
 }
 
@@ -1062,6 +1149,10 @@ async fn attempt(
 ) -> (RequestRecord, Answered, Option<Pending>) {
     let t0 = shared.t0;
     rec.actual_us = us_since(t0);
+    // Outside a conversation (which set its own), a request is a span of the run's trace.
+    if rec.trace.is_none() {
+        rec.trace = shared.trace.map(TraceContext::new_span);
+    }
     if ctx.pipeline.is_none() && matches!(ctx.endpoint, Endpoint::Chat | Endpoint::Completions) {
         rec.prompt_key = Some(prompt_key(&p.body));
     }
@@ -1093,6 +1184,8 @@ async fn attempt(
         passed: rec.check != Some(false),
         text: done.text,
         entropy: rec.entropy,
+        input_tokens: rec.input_tokens,
+        output_tokens: rec.output_tokens,
     };
     (rec, answered, done.truth)
 }

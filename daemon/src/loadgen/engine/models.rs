@@ -29,6 +29,7 @@ use crate::loadgen::{
     client::{Target, build_client},
     scenario::Phase,
     scenario::Scenario,
+    scenario::plan::Plan,
     scenario::template::JsonTemplate,
 };
 
@@ -50,7 +51,10 @@ pub enum Discovery {
     /// No phase calls an LLM endpoint (or the target is refused anyway): nothing was asked.
     NotNeeded,
     /// Every LLM phase names a model and the server serves it (or could not say).
-    Given,
+    Given {
+        /// The `owned_by` of the list's models (its first that has one): the engine, often.
+        owned_by: Option<String>,
+    },
     /// The phases that named no model now ask for `model`, the first of `served` models.
     Chosen {
         /// The model now used.
@@ -59,6 +63,8 @@ pub enum Discovery {
         served: usize,
         /// The URL asked.
         url: String,
+        /// As [`Discovery::Given`]'s.
+        owned_by: Option<String>,
     },
     /// `url` did not answer with a model list (`why`); phases without a model send
     /// [`FALLBACK_MODEL`].
@@ -86,7 +92,9 @@ impl Discovery {
     #[must_use]
     pub fn note(&self) -> Option<String> {
         match self {
-            Discovery::Chosen { model, served, url } => Some(format!(
+            Discovery::Chosen {
+                model, served, url, ..
+            } => Some(format!(
                 "no model given; using {model:?} (the first of {served} served by {url})"
             )),
             Discovery::Unanswered {
@@ -98,6 +106,41 @@ impl Discovery {
             )),
             _ => None,
         }
+    }
+
+    /// The `owned_by` of the server's model list, when it listed models: `vllm`, `sglang`,
+    /// `llamacpp`, `inferscope-sim` say the engine.
+    #[must_use]
+    pub fn owned_by(&self) -> Option<&str> {
+        match self {
+            Discovery::Given { owned_by } | Discovery::Chosen { owned_by, .. } => {
+                owned_by.as_deref()
+            }
+            Discovery::NotNeeded | Discovery::Unanswered { .. } => None,
+        }
+    }
+
+    /// Whether the server answered with a list of models (an `OpenAI`-compatible engine).
+    #[must_use]
+    pub fn listed(&self) -> bool {
+        matches!(self, Discovery::Given { .. } | Discovery::Chosen { .. })
+    }
+}
+
+/// The `model` an LLM phase sends: its own, the one discovery chose (`found`), or
+/// [`FALLBACK_MODEL`]; `None` for a phase that is not an LLM one or whose model is templated
+/// (known per request only).
+#[must_use]
+pub fn requested_model(phase: &Phase, found: Option<&Discovery>) -> Option<String> {
+    match wants(phase) {
+        Wants::Named(m) => Some(m),
+        Wants::Unset => Some(
+            found
+                .and_then(|d| d.model_for(phase))
+                .unwrap_or(FALLBACK_MODEL)
+                .to_owned(),
+        ),
+        Wants::Nothing | Wants::Templated => None,
     }
 }
 
@@ -166,6 +209,24 @@ fn wants(p: &Phase) -> Wants {
     r.model.clone().map_or(Wants::Unset, Wants::Named)
 }
 
+/// [`discover`] once per plan (a knee search's steps share their base's, and a caller that
+/// gathers the run's provenance first asks for the run): what was chosen is said the first
+/// time, where `opts` says.
+pub async fn discover_once<'p>(
+    plan: &'p Plan,
+    opts: &Options,
+) -> Result<&'p Discovery, ModelNotServed> {
+    plan.models()
+        .get_or_try_init(|| async {
+            let found = discover(plan.scenario(), opts).await?;
+            if let Some(line) = found.note() {
+                opts.notes.say(&line);
+            }
+            Ok(found)
+        })
+        .await
+}
+
 /// Asks the target for its models when an LLM phase needs one, chooses the model of the phases
 /// that name none ([`Discovery::model_for`]), and checks the ones that do. Connects as the run
 /// will (`opts`: loopback guardrail, TLS), with the scenario's headers.
@@ -194,8 +255,8 @@ pub async fn discover(scenario: &Scenario, opts: &Options) -> Result<Discovery, 
     );
     let fallback = asks.contains(&Wants::Unset);
     let timeout = scenario.timeout.min(DISCOVERY_TIMEOUT);
-    let served = match list(&target, opts.allow_remote, timeout).await {
-        Ok(served) if !served.is_empty() => served,
+    let (served, owned_by) = match list(&target, opts.allow_remote, timeout).await {
+        Ok(list) if !list.0.is_empty() => list,
         Ok(_) => {
             let why = "the list is empty".to_string();
             return Ok(Discovery::Unanswered { url, why, fallback });
@@ -214,12 +275,13 @@ pub async fn discover(scenario: &Scenario, opts: &Options) -> Result<Discovery, 
         }
     }
     if !fallback {
-        return Ok(Discovery::Given);
+        return Ok(Discovery::Given { owned_by });
     }
     Ok(Discovery::Chosen {
         model: served[0].clone(),
         served: served.len(),
         url,
+        owned_by,
     })
 }
 
@@ -229,12 +291,13 @@ fn base_url(target: &str) -> Option<String> {
     Some(format!("{}://{}", uri.scheme_str()?, uri.authority()?))
 }
 
-/// GETs the model list: the ids in `data`, in the server's order. Errors are one line.
+/// GETs the model list: the ids in `data`, in the server's order, and their `owned_by`.
+/// Errors are one line.
 async fn list(
     target: &Target,
     allow_remote: bool,
     timeout: Duration,
-) -> Result<Vec<String>, String> {
+) -> Result<(Vec<String>, Option<String>), String> {
     let client = build_client(target, timeout, allow_remote);
     let req = target
         .request(&Method::GET, MODELS_PATH, bytes::Bytes::new(), &[])
@@ -267,19 +330,22 @@ async fn list(
         })
 }
 
-/// The model ids of an `OpenAI` list answer: `{"object": "list", "data": [{"id": ..}, ..]}`.
-fn parse(body: &[u8]) -> Result<Vec<String>, String> {
+/// The model ids of an `OpenAI` list answer (`{"object": "list", "data": [{"id": ..}, ..]}`)
+/// and the first `owned_by` it gives.
+fn parse(body: &[u8]) -> Result<(Vec<String>, Option<String>), String> {
     let v: serde_json::Value =
         serde_json::from_slice(body).map_err(|_| "the answer is not JSON".to_string())?;
     let data = v
         .get("data")
         .and_then(serde_json::Value::as_array)
         .ok_or_else(|| "the answer has no `data` list".to_string())?;
-    Ok(data
-        .iter()
-        .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
-        .map(str::to_string)
-        .collect())
+    let text = |m: &serde_json::Value, k: &str| m.get(k)?.as_str().map(str::to_string);
+    Ok((
+        data.iter().filter_map(|m| text(m, "id")).collect(),
+        data.iter()
+            .find_map(|m| text(m, "owned_by"))
+            .filter(|o| !o.is_empty()),
+    ))
 }
 
 #[cfg(test)]
@@ -301,8 +367,12 @@ mod tests {
     #[test]
     fn lists_parse_and_what_phases_want() {
         assert_eq!(
-            parse(br#"{"object":"list","data":[{"id":"a"},{"id":"b"}]}"#).unwrap(),
-            ["a", "b"]
+            parse(br#"{"object":"list","data":[{"id":"a"},{"id":"b","owned_by":"vllm"}]}"#)
+                .unwrap(),
+            (
+                vec!["a".to_owned(), "b".to_owned()],
+                Some("vllm".to_owned())
+            )
         );
         assert!(parse(b"<html>").unwrap_err().contains("not JSON"));
         assert!(parse(b"{}").unwrap_err().contains("`data`"));
@@ -353,7 +423,17 @@ mod tests {
         );
 
         let s = scenario(&url, "{model: inferscope-sim}");
-        assert_eq!(discover(&s, &Options::new()).await, Ok(Discovery::Given));
+        let given = discover(&s, &Options::new()).await.unwrap();
+        assert_eq!(
+            given,
+            Discovery::Given {
+                owned_by: Some("inferscope-sim".into())
+            }
+        );
+        assert_eq!(
+            requested_model(&s.phases[0], Some(&given)).as_deref(),
+            Some("inferscope-sim")
+        );
 
         let s = scenario(&url, "{model: llama}");
         let e = discover(&s, &Options::new()).await.unwrap_err().to_string();

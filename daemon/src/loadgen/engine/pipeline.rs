@@ -36,6 +36,7 @@ use crate::loadgen::{
 use crate::measure::{
     pipeline::{StepKind, StepOutcome, StepRecord},
     record::{ErrorClass, RequestRecord},
+    trace_context::{TraceContext, TraceId},
 };
 
 /// Collection of the Chroma and Qdrant adapters when a search step names none.
@@ -421,12 +422,16 @@ struct Io<'a> {
     client: &'a HttpClient,
     headers: &'a [(HeaderName, HeaderValue)],
     t0: Instant,
+    /// The task's trace: each exchange is a span of it (`None`: no trace headers).
+    trace: Option<TraceId>,
 }
 
 impl Io<'_> {
-    /// A fresh record for one exchange, due now.
+    /// A fresh record for one exchange, due now, with a span of the task's trace.
     fn record(&self) -> RequestRecord {
-        RequestRecord::new(0, 0, crate::measure::Endpoint::Chat, us_since(self.t0))
+        let mut r = RequestRecord::new(0, 0, crate::measure::Endpoint::Chat, us_since(self.t0));
+        r.trace = self.trace.map(TraceContext::new_span);
+        r
     }
 
     fn request(
@@ -462,6 +467,7 @@ pub async fn run(
         client,
         headers,
         t0,
+        trace: rec.trace.map(|t| t.trace_id()),
     };
     rec.actual_us = us_since(t0);
     let mut st = State {

@@ -18,6 +18,7 @@ use crate::loadgen::{
     engine::vector::{self, ApiKind, VectorCall, VectorPhase, truth::Pending},
     scenario::dataset::{Dataset, Row, Turn},
     scenario::plan::Plan,
+    scenario::replay::Replay,
     scenario::template::{Ctx, JsonTemplate, Template},
     scenario::{ChaosSpec, Phase, RequestSpec},
 };
@@ -58,6 +59,11 @@ pub struct PhaseCtx {
     check: Option<Arc<crate::loadgen::scenario::check::Check>>,
     /// A pipeline phase's steps (`request.pipeline`): each arrival runs them as one task.
     pub pipeline: Option<Pipeline>,
+    /// A Mooncake trace's rows (`load: {shape: trace, format: mooncake}`): arrival i sends
+    /// row i.
+    replay: Option<Arc<Replay>>,
+    /// A session phase's plan (`request.session`): each arrival runs an agentic session.
+    pub session: Option<Arc<crate::loadgen::engine::session::SessionPlan>>,
 }
 
 /// One request ready to go.
@@ -123,22 +129,16 @@ impl PhaseCtx {
             None if endpoint == Endpoint::Http && spec.body.is_none() => Method::GET,
             None => Method::POST,
         };
-        let headers = spec
-            .headers
-            .iter()
-            .map(|(k, v)| {
-                Ok((
-                    k.parse().map_err(|_| TargetError::Header(k.clone()))?,
-                    v.parse().map_err(|_| TargetError::Header(k.clone()))?,
-                ))
-            })
-            .collect::<Result<_, TargetError>>()?;
+        let headers = request_headers(&spec)?;
         let dataset = spec
             .dataset
             .as_ref()
             .and_then(|d| plan.datasets().get(d).cloned());
         let uri = target.uri(&path)?;
         let pipeline = compile_pipeline(&spec, &phase.name, target)?;
+        let session =
+            crate::loadgen::engine::session::SessionPlan::new(&spec, dataset.clone(), target)?
+                .map(Arc::new);
         let vector = if endpoint == Endpoint::VectorSearch {
             let exact = match (api, &spec.exact_path) {
                 (_, Some(p)) => Some(p.as_str()),
@@ -192,6 +192,8 @@ impl PhaseCtx {
             headers,
             check: plan.check(index as usize),
             pipeline,
+            session,
+            replay: phase.load.replay(),
             system: phase
                 .request
                 .conversation
@@ -218,7 +220,7 @@ impl PhaseCtx {
     /// (dataset rows or template renders).
     pub fn start_conversation(&self, rng: &mut SmallRng, seq: u64) -> Option<Conversation> {
         let spec = self.spec.conversation.as_ref()?;
-        let row = self.dataset.as_ref().map(|d| d.pick(rng).clone());
+        let row = self.dataset.as_ref().map(|d| d.pick(rng));
         let turns = match row {
             Some(r) if !r.turns.is_empty() && self.prompt.is_none() => r.turns,
             first => {
@@ -236,7 +238,7 @@ impl PhaseCtx {
                         (None, None) => DEFAULT_PROMPT.to_string(),
                     };
                     turns.push(Turn { user, reply: None });
-                    row = self.dataset.as_ref().map(|d| d.pick(rng).clone());
+                    row = self.dataset.as_ref().map(|d| d.pick(rng));
                 }
                 turns
             }
@@ -263,9 +265,13 @@ impl PhaseCtx {
         Some(p)
     }
 
-    /// Renders request `seq`.
-    pub fn prepare(&self, rng: &mut SmallRng, seq: u64) -> Prepared {
-        let row = self.dataset.as_ref().map(|d| d.pick(rng).clone());
+    /// Renders request `seq`, the phase's arrival number `arrival` when it is one (a
+    /// replayed trace sends that arrival's row).
+    pub fn prepare(&self, rng: &mut SmallRng, seq: u64, arrival: Option<usize>) -> Prepared {
+        let row = match &self.replay {
+            Some(r) => r.request(arrival.unwrap_or(seq as usize)),
+            None => self.dataset.as_ref().map(|d| d.pick(rng)),
+        };
         let mut ctx = Ctx {
             rng,
             row: row.as_ref(),
@@ -384,7 +390,12 @@ impl PhaseCtx {
         if let Some(t) = &self.spec.temperature {
             body.insert("temperature".into(), t.render(ctx));
         }
-        if let Some(ignore) = self.spec.ignore_eos {
+        // A replayed trace row asks for exactly its output length.
+        if let Some(ignore) = self
+            .spec
+            .ignore_eos
+            .or(self.replay.is_some().then_some(true))
+        {
             body.insert("ignore_eos".into(), json!(ignore));
         }
         if let Some(k) = self.spec.conversation.as_ref().and_then(|c| c.logprobs) {
@@ -532,6 +543,19 @@ impl Prepared {
             task: None,
         }
     }
+}
+
+/// The request's own headers (`request.headers`), parsed.
+fn request_headers(spec: &RequestSpec) -> Result<Vec<(HeaderName, HeaderValue)>, TargetError> {
+    spec.headers
+        .iter()
+        .map(|(k, v)| {
+            Ok((
+                k.parse().map_err(|_| TargetError::Header(k.clone()))?,
+                v.parse().map_err(|_| TargetError::Header(k.clone()))?,
+            ))
+        })
+        .collect()
 }
 
 /// A pipeline phase's steps, compiled against `target`; the request's model is theirs.

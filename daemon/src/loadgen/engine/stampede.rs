@@ -77,7 +77,7 @@ pub(super) async fn run(
             return;
         }
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-        let Some((_, mut prepared)) = first_request(&ctx, &mut rng, seq) else {
+        let Some((_, mut prepared)) = first_request(&ctx, &mut rng, seq, None) else {
             return;
         };
         prepared.chaos = Some(Chaos::Stampede);

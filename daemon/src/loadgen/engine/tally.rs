@@ -11,6 +11,7 @@ use crate::measure::{
     metrics::{Hist, PhaseMetrics},
     record::RequestRecord,
     report::{EventRecord, Stop, StopKind},
+    session::SessionRecord,
 };
 
 use crate::loadgen::engine::progress::{self, Progress};
@@ -33,6 +34,8 @@ pub enum Msg {
     /// A conversation of a phase ended: whether its task succeeded, and its inference
     /// consistency entropy (ICE) when its turns carried logprobs.
     Task(u32, bool, Option<f64>),
+    /// An agentic session ended (its calls came as records before it).
+    Session(Box<SessionRecord>),
 }
 
 /// Settings of the collector.
@@ -96,6 +99,15 @@ pub async fn run(mut rx: mpsc::Receiver<Msg>, cfg: Config, cancel: CancellationT
                 Some(Msg::Dropped(i, n)) => out.metrics[i as usize].dropped += n,
                 Some(Msg::Event(e)) => out.events.push(e),
                 Some(Msg::Task(i, ok, ice)) => out.metrics[i as usize].task(ok, ice),
+                Some(Msg::Session(ended)) => {
+                    // Kept within the same budget as the records.
+                    let size = ended.footprint();
+                    let keep = cfg.keep_records && size <= budget_left;
+                    if keep {
+                        budget_left -= size;
+                    }
+                    out.metrics[ended.phase as usize].sessions.observe(*ended, keep);
+                }
                 Some(Msg::Record(r)) => {
                     out.metrics[r.phase as usize].record(&r);
                     win_fin += 1;

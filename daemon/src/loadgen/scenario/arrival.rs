@@ -11,7 +11,6 @@ use std::time::Duration;
 use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
-use crate::loadgen::scenario::limits::HARD_MAX_DURATION;
 use crate::measure::Shard;
 
 /// The open-loop shapes (see `scenario::Load` for the YAML form).
@@ -146,6 +145,13 @@ impl<R: Rng + Clone> Schedule<R> {
         self
     }
 
+    /// Index, in the whole schedule, of the arrival [`Iterator::next`] gave last (a shard's
+    /// arrivals are every N-th of the whole): a trace's row that arrival replays.
+    #[must_use]
+    pub fn taken(&self) -> usize {
+        self.pos.saturating_sub(self.step)
+    }
+
     /// Arrivals not taken yet.
     #[must_use]
     pub fn remaining(&self) -> usize {
@@ -192,53 +198,6 @@ impl<R: Rng> Iterator for Schedule<R> {
         let left = self.n.saturating_sub(self.pos).div_ceil(self.step);
         (left, Some(left))
     }
-}
-
-/// Parses a trace file: one arrival per line, either a number (seconds) or a JSON object
-/// with `timestamp` (seconds) or `timestamp_ms`. Offsets are relative to the first one.
-pub fn parse_trace(text: &str, speed: f64) -> Result<Vec<Duration>, (usize, String)> {
-    let mut ts = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let secs = if let Ok(v) = line.parse::<f64>() {
-            v
-        } else {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| (i + 1, format!("neither a number nor JSON: {e}")))?;
-            if let Some(s) = v.get("timestamp").and_then(serde_json::Value::as_f64) {
-                s
-            } else if let Some(ms) = v.get("timestamp_ms").and_then(serde_json::Value::as_f64) {
-                ms / 1000.0
-            } else {
-                return Err((i + 1, "expected `timestamp` (s) or `timestamp_ms`".into()));
-            }
-        };
-        if !secs.is_finite() {
-            return Err((i + 1, "timestamp is not finite".into()));
-        }
-        ts.push((secs, i + 1));
-    }
-    ts.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let first = ts.first().map_or(0.0, |t| t.0);
-    ts.iter()
-        .map(|&(t, line)| {
-            // A huge gap (or a tiny speed) must be an error, not a Duration overflow.
-            Duration::try_from_secs_f64((t - first) / speed)
-                .ok()
-                .filter(|d| *d <= HARD_MAX_DURATION)
-                .ok_or_else(|| {
-                    (
-                        line,
-                        format!(
-                            "timestamp {t} is more than 7 days (at speed {speed}) after the first one"
-                        ),
-                    )
-                })
-        })
-        .collect()
 }
 
 /// Coefficient of variation (std dev / mean) of the gaps between sorted offsets.
@@ -452,7 +411,10 @@ mod tests {
             .every_nth(1, 3);
         assert_eq!(part.remaining(), 33);
         assert_eq!(part.next(), Some(whole[1]));
+        assert_eq!(part.taken(), 1);
         assert_eq!(part.remaining(), 32);
+        assert_eq!(part.next(), Some(whole[4]));
+        assert_eq!(part.taken(), 4);
         assert_eq!(
             part.collect::<Vec<_>>().last(),
             whole.iter().skip(1).step_by(3).next_back()
@@ -471,22 +433,6 @@ mod tests {
         assert_eq!(s.remaining(), 17_280_000_000);
         assert_eq!(s.nth(1_000_000), Some(Duration::from_secs(5)));
         assert!(std::mem::size_of_val(&s) < 256);
-    }
-
-    #[test]
-    fn trace_parsing() {
-        let t = parse_trace(
-            "# comment\n10.5\n{\"timestamp\": 10}\n{\"timestamp_ms\": 12000}\n",
-            2.0,
-        )
-        .unwrap();
-        assert_eq!(secs(&t), [0.0, 0.25, 1.0]);
-        assert_eq!(parse_trace("1\nxx\n", 1.0).unwrap_err().0, 2);
-        // A gap beyond any phase names its line instead of overflowing a Duration.
-        let e = parse_trace("0\n1e300\n5\n", 1.0).unwrap_err();
-        assert_eq!(e.0, 2, "{e:?}");
-        assert!(e.1.contains("7 days"), "{e:?}");
-        assert_eq!(parse_trace("0\n1\n", 1e-300).unwrap_err().0, 2);
     }
 
     #[test]

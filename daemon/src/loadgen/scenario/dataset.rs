@@ -1,4 +1,5 @@
-//! Prompt datasets: JSONL files, ShareGPT-style JSON, or synthetic token lengths.
+//! Prompt datasets: JSONL files, ShareGPT-style JSON, or synthetic token lengths (with shared
+//! prefixes: `shared_prefix.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +8,11 @@ use rand_distr::{Distribution, Normal};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::loadgen::scenario::files::Files;
+use crate::loadgen::scenario::{
+    files::Files,
+    shared_prefix::{SharedPrefixSpec, SharedPrefixes},
+    words,
+};
 
 /// One prompt (and whatever else its source row carried).
 #[derive(Debug, Clone, PartialEq)]
@@ -113,18 +118,21 @@ pub enum Format {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Synthetic {
-    /// Prompt length in tokens (one word of the built-in vocabulary is about one token).
+    /// Prompt length in tokens (one word of the built-in vocabulary is about one token); with
+    /// `shared_prefix`, the length of the suffix after the prefix.
     pub input_tokens: Length,
     /// Output length in tokens, sent as `max_tokens`.
     pub output_tokens: Length,
-    /// Number of distinct prompts (default 1000).
-    #[serde(default = "default_count")]
-    pub count: usize,
+    /// Number of distinct prompts (default [`DEFAULT_SYNTHETIC_COUNT`]); not with
+    /// `shared_prefix`, whose every request is a prompt of its own.
+    pub count: Option<usize>,
+    /// Distinct prefixes shared by given shares of the requests, each before a suffix of the
+    /// request's own (see `shared_prefix.rs`).
+    pub shared_prefix: Option<SharedPrefixSpec>,
 }
 
-fn default_count() -> usize {
-    1000
-}
+/// Distinct synthetic prompts when `count` is not given.
+pub const DEFAULT_SYNTHETIC_COUNT: usize = 1000;
 
 /// Longest prompt of a dataset, bytes (a file's rows, inline or synthetic prompts).
 pub const MAX_PROMPT_BYTES: usize = 1 << 20;
@@ -143,10 +151,16 @@ impl Synthetic {
         if !finite(self.input_tokens) || !finite(self.output_tokens) {
             return Err("synthetic lengths need finite `mean` and `stddev` >= 0".into());
         }
-        if self.count > MAX_SYNTHETIC_COUNT {
+        if self.shared_prefix.is_some() && self.count.is_some() {
+            return Err(
+                "synthetic `count` does not go with `shared_prefix`: each request draws a suffix of its own, drop `count`"
+                    .into(),
+            );
+        }
+        let count = self.count();
+        if count > MAX_SYNTHETIC_COUNT {
             return Err(format!(
-                "synthetic `count` {} is above {MAX_SYNTHETIC_COUNT}: fewer distinct prompts repeat just as well",
-                self.count
+                "synthetic `count` {count} is above {MAX_SYNTHETIC_COUNT}: fewer distinct prompts repeat just as well"
             ));
         }
         if self.input_tokens.mean > MAX_SYNTHETIC_PROMPT_WORDS {
@@ -155,14 +169,26 @@ impl Synthetic {
                 self.input_tokens.mean
             ));
         }
-        let words = self.count.max(1) as f64
+        if let Some(p) = &self.shared_prefix
+            && f64::from(p.tokens) + self.input_tokens.mean > MAX_SYNTHETIC_PROMPT_WORDS
+        {
+            return Err(format!(
+                "`shared_prefix.tokens` + `input_tokens.mean` is above {MAX_SYNTHETIC_PROMPT_WORDS} words: shorten the prefix or the suffix"
+            ));
+        }
+        let words = count.max(1) as f64
             * (self.input_tokens.mean + 3.0 * self.input_tokens.stddev).max(1.0);
-        if words > MAX_SYNTHETIC_WORDS {
+        if self.shared_prefix.is_none() && words > MAX_SYNTHETIC_WORDS {
             return Err(format!(
                 "synthetic `count` x `input_tokens` (mean + 3 stddev) is {words:.0} words, above {MAX_SYNTHETIC_WORDS:.0}: lower `count`"
             ));
         }
         Ok(())
+    }
+
+    /// Distinct prompts to make (without `shared_prefix`).
+    fn count(&self) -> usize {
+        self.count.unwrap_or(DEFAULT_SYNTHETIC_COUNT)
     }
 }
 
@@ -211,42 +237,31 @@ pub enum DatasetError {
 #[derive(Debug, Clone)]
 pub struct Dataset {
     rows: Vec<Row>,
+    /// A shared-prefix synthetic dataset makes a row per request instead of storing rows.
+    made: Option<Made>,
 }
 
-const VOCAB: &[&str] = &[
-    "the",
-    "model",
-    "token",
-    "cache",
-    "request",
-    "latency",
-    "queue",
-    "batch",
-    "prompt",
-    "vector",
-    "search",
-    "index",
-    "memory",
-    "kernel",
-    "thread",
-    "server",
-    "answer",
-    "question",
-    "explain",
-    "summarise",
-    "system",
-    "network",
-    "graph",
-    "data",
-    "time",
-    "load",
-    "stream",
-    "value",
-    "error",
-    "result",
-    "compute",
-    "layer",
-];
+/// What a shared-prefix synthetic dataset makes each row of.
+#[derive(Debug, Clone)]
+struct Made {
+    prefixes: SharedPrefixes,
+    suffix: Length,
+    output: Length,
+}
+
+impl Made {
+    /// A row: a prefix drawn by the shares (or none), then a suffix of its own.
+    fn row<R: Rng>(&self, rng: &mut R) -> Row {
+        let prefix = self.prefixes.draw(rng);
+        let n = self.suffix.draw_prompt(rng);
+        let suffix = words::random(rng, n);
+        let prompt = match prefix {
+            Some(p) => format!("{p} {suffix}"),
+            None => suffix,
+        };
+        Row::from_prompt(prompt, Some(self.output.draw(rng)))
+    }
+}
 
 impl Dataset {
     /// Loads or generates the rows; `files` says where relative names point and what may
@@ -277,13 +292,22 @@ impl Dataset {
                 .collect(),
             (None, Some(s), None) => {
                 s.check().map_err(DatasetError::Spec)?;
-                (0..s.count.max(1))
+                if let Some(spec) = &s.shared_prefix {
+                    let prefixes = SharedPrefixes::new(spec, rng).map_err(DatasetError::Spec)?;
+                    let made = Made {
+                        prefixes,
+                        suffix: s.input_tokens,
+                        output: s.output_tokens,
+                    };
+                    return Ok(Dataset {
+                        rows: Vec::new(),
+                        made: Some(made),
+                    });
+                }
+                (0..s.count().max(1))
                     .map(|_| {
                         let n = s.input_tokens.draw_prompt(rng);
-                        let words: Vec<&str> = (0..n)
-                            .map(|_| VOCAB[rng.random_range(0..VOCAB.len())])
-                            .collect();
-                        Row::from_prompt(words.join(" "), Some(s.output_tokens.draw(rng)))
+                        Row::from_prompt(words::random(rng, n), Some(s.output_tokens.draw(rng)))
                     })
                     .collect()
             }
@@ -304,30 +328,38 @@ impl Dataset {
                 MAX_PROMPT_BYTES >> 20
             )));
         }
-        Ok(Dataset { rows })
+        Ok(Dataset { rows, made: None })
     }
 
     /// A dataset of given rows.
     #[must_use]
     pub fn from_rows(rows: Vec<Row>) -> Self {
-        Dataset { rows }
+        Dataset { rows, made: None }
     }
 
-    /// Number of rows.
+    /// Number of stored rows (none for a shared-prefix synthetic dataset, which makes a row
+    /// per request).
     #[must_use]
     pub fn len(&self) -> usize {
         self.rows.len()
     }
 
-    /// Whether there are no rows (never true for a loaded dataset).
+    /// Whether no row is stored (a loaded dataset has rows, or makes them).
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
 
-    /// A row drawn uniformly.
-    pub fn pick<R: Rng>(&self, rng: &mut R) -> &Row {
-        &self.rows[rng.random_range(0..self.rows.len())]
+    /// The row of one request: a stored row drawn uniformly, or a shared-prefix synthetic
+    /// dataset's new row.
+    ///
+    /// # Panics
+    /// On a dataset with neither rows nor a way to make them (never one that was loaded).
+    pub fn pick<R: Rng>(&self, rng: &mut R) -> Row {
+        match &self.made {
+            Some(m) => m.row(rng),
+            None => self.rows[rng.random_range(0..self.rows.len())].clone(),
+        }
     }
 
     /// Whether rows carry recorded conversations with replies (`ShareGPT`).
@@ -492,7 +524,8 @@ mod tests {
                     mean: 20.0,
                     stddev: 5.0,
                 },
-                count: 10,
+                count: Some(10),
+                shared_prefix: None,
             }),
             prompts: None,
         };
@@ -519,7 +552,8 @@ mod tests {
                     mean: 10.0,
                     stddev: 0.0,
                 },
-                count,
+                count: Some(count),
+                shared_prefix: None,
             }),
             prompts: None,
         };
@@ -542,6 +576,60 @@ mod tests {
         };
         let e = Dataset::load(&long, Files::Confined(None), &mut rng).unwrap_err();
         assert!(e.to_string().contains("prompt 2 is"), "{e}");
+    }
+
+    #[test]
+    fn shared_prefixes_carry_their_shares_before_a_suffix_of_each_request() {
+        let yaml = "input_tokens: {mean: 12}\noutput_tokens: {mean: 5}\nshared_prefix: {prefixes: 3, tokens: 40, fraction: 0.25}\n";
+        let spec = DatasetSpec {
+            path: None,
+            format: None,
+            field: None,
+            synthetic: Some(serde_norway::from_str(yaml).unwrap()),
+            prompts: None,
+        };
+        let mut rng = SmallRng::seed_from_u64(4);
+        let d = Dataset::load(&spec, Files::Confined(None), &mut rng).unwrap();
+        let n = 8000;
+        let rows: Vec<Row> = (0..n).map(|_| d.pick(&mut rng)).collect();
+        let mut by_prefix = std::collections::BTreeMap::<String, usize>::new();
+        for r in &rows {
+            let words: Vec<&str> = r.prompt.split(' ').collect();
+            assert_eq!(r.output_tokens, Some(5));
+            let key = if words.len() == 52 {
+                words[..40].join(" ")
+            } else {
+                assert_eq!(words.len(), 12, "{}", r.prompt);
+                String::new()
+            };
+            *by_prefix.entry(key).or_default() += 1;
+        }
+        // Three prefixes of a quarter each, a quarter without one.
+        assert_eq!(by_prefix.len(), 4, "{by_prefix:?}");
+        for (prefix, count) in &by_prefix {
+            let share = *count as f64 / f64::from(n);
+            assert!((share - 0.25).abs() < 0.025, "{prefix:?}: {share}");
+        }
+        // Every request's prompt is its own.
+        let distinct: std::collections::BTreeSet<&String> =
+            rows.iter().map(|r| &r.prompt).collect();
+        assert_eq!(distinct.len(), rows.len());
+        // `count` means stored prompts: it has no place here.
+        let mut with_count = spec.clone();
+        with_count.synthetic.as_mut().unwrap().count = Some(10);
+        let e = Dataset::load(&with_count, Files::Confined(None), &mut rng).unwrap_err();
+        assert!(e.to_string().contains("drop `count`"), "{e}");
+        let mut too_many = spec;
+        too_many
+            .synthetic
+            .as_mut()
+            .unwrap()
+            .shared_prefix
+            .as_mut()
+            .unwrap()
+            .fraction = Some(0.5);
+        let e = Dataset::load(&too_many, Files::Confined(None), &mut rng).unwrap_err();
+        assert!(e.to_string().contains("add up to 1.500"), "{e}");
     }
 
     #[test]

@@ -16,11 +16,16 @@ pub mod overrides;
 pub mod pipeline;
 pub mod plan;
 pub mod ramp;
+pub mod replay;
 pub mod retry;
+pub mod session;
 pub mod shape;
+pub mod shared_prefix;
 pub mod template;
+pub mod trace;
 pub mod validate;
 pub mod vector;
+pub mod words;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -72,6 +77,10 @@ pub struct Scenario {
     pub abort_min_requests: u64,
     /// Random seed (schedules, templates, chaos); default: from the clock.
     pub seed: Option<u64>,
+    /// Send a W3C `traceparent` and an `x-request-id` with every request (default true);
+    /// `false` (or `--no-trace-headers`) sends neither.
+    #[serde(default = "default_trace_headers")]
+    pub trace_headers: bool,
     /// Named datasets for `${dataset.*}` and `request.dataset`.
     #[serde(default)]
     pub datasets: BTreeMap<String, DatasetSpec>,
@@ -275,6 +284,9 @@ pub struct RequestSpec {
     /// A client-orchestrated pipeline (embed, search, rerank, chat, tools) per arrival instead
     /// of one request; `prompt`/`dataset` give its query (see `pipeline.rs`).
     pub pipeline: Option<crate::loadgen::scenario::pipeline::PipelineSpec>,
+    /// Chat only: an agentic session per arrival instead of one request: LLM calls on a
+    /// growing history, tool waits, sub-agents, compaction (see `session.rs`).
+    pub session: Option<crate::loadgen::scenario::session::SessionSpec>,
 }
 
 /// `request.conversation`: each arrival (open loop) or each user in turn (closed loop) runs a
@@ -413,6 +425,7 @@ impl Scenario {
             abort_error_rate: None,
             abort_min_requests: default_abort_min(),
             seed: None,
+            trace_headers: default_trace_headers(),
             datasets: BTreeMap::new(),
             phases: vec![phase],
             search: None,
@@ -433,6 +446,9 @@ fn default_grace() -> Duration {
 }
 fn default_max_in_flight() -> usize {
     10_000
+}
+fn default_trace_headers() -> bool {
+    true
 }
 fn default_abort_min() -> u64 {
     50

@@ -129,6 +129,8 @@ pub struct Overrides {
     pub temperature: Option<f64>,
     /// `--no-stream`: every LLM phase asks for the whole answer at once.
     pub no_stream: bool,
+    /// `--no-trace-headers`: no `traceparent` or `x-request-id` on any request.
+    pub no_trace_headers: bool,
     /// `--slo`, for every phase.
     pub slos: Vec<Slo>,
     /// Flags of the single phase a run without a file is made of (refused with a file).
@@ -151,6 +153,9 @@ impl Overrides {
         }
         if self.seed.is_some() {
             scenario.seed = self.seed;
+        }
+        if self.no_trace_headers {
+            scenario.trace_headers = false;
         }
         self.apply_llm(&mut scenario.phases, file)?;
         for p in &mut scenario.phases {

@@ -1,10 +1,17 @@
 //! Load shapes of a phase: `load: {shape: poisson, rate: 20}` and friends.
 
-use std::{path::PathBuf, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use serde::Deserialize;
 
-use crate::loadgen::{scenario::HARD_MAX_RATE, scenario::arrival, scenario::limits::BURSTINESS};
+use crate::loadgen::scenario::{
+    HARD_MAX_RATE, arrival,
+    dataset::MAX_SYNTHETIC_PROMPT_WORDS,
+    limits::{BURSTINESS, de_duration},
+    replay::Replay,
+    trace::{MOONCAKE_BLOCK_SIZE, TraceFormat, TraceSpec, Window},
+};
+use crate::measure::prefix::PrefixSharing;
 
 /// Load shapes, written `load: {shape: poisson, rate: 20}`. Open-loop shapes take
 /// requests per second; `concurrency` is closed loop.
@@ -35,15 +42,18 @@ pub enum Load {
         /// End rate.
         to: f64,
     },
-    /// `shape: trace, path: FILE, speed: S`: replay of a timestamped trace (one timestamp
-    /// per line; see `arrival::parse_trace`), relative to the scenario file.
+    /// `shape: trace, path: FILE, speed: S`: replay of a trace file, relative to the scenario
+    /// file (see `trace.rs`): its arrivals, and with `format: mooncake` what each row sends;
+    /// `window: {from, until}` keeps a span of the trace's clock.
     Trace {
         /// Trace file.
         path: PathBuf,
-        /// Replay speed factor (2 = twice as fast).
-        speed: f64,
+        /// Its format, speed, window and block size.
+        spec: TraceSpec,
         /// Offsets read from the file (filled when the scenario becomes a [`crate::loadgen::Plan`]).
         offsets: Vec<Duration>,
+        /// `format: mooncake`: what arrival i sends (filled with `offsets`).
+        replay: Option<Arc<Replay>>,
     },
     /// `shape: concurrency, users: N`: closed loop, each user sends its next request when
     /// the last one ends.
@@ -68,8 +78,46 @@ struct LoadRaw {
     to: Option<f64>,
     path: Option<PathBuf>,
     speed: Option<f64>,
+    format: Option<TraceFormat>,
+    window: Option<WindowRaw>,
+    block_size: Option<u32>,
     users: Option<usize>,
     complexity_shaping: Option<bool>,
+}
+
+/// `window: {from: 10m, until: 20m}` of a trace.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WindowRaw {
+    #[serde(default, deserialize_with = "de_opt_offset")]
+    from: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_offset")]
+    until: Option<Duration>,
+}
+
+fn de_opt_offset<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
+impl TryFrom<WindowRaw> for Window {
+    type Error = String;
+
+    fn try_from(w: WindowRaw) -> Result<Self, String> {
+        let from = w.from.unwrap_or_default();
+        if let Some(until) = w.until
+            && until <= from
+        {
+            return Err(format!(
+                "`window` ends at {} before it starts at {}: `until` must be after `from`",
+                humantime::format_duration(until),
+                humantime::format_duration(from)
+            ));
+        }
+        Ok(Window {
+            from,
+            until: w.until,
+        })
+    }
 }
 
 impl TryFrom<LoadRaw> for Load {
@@ -90,6 +138,9 @@ impl TryFrom<LoadRaw> for Load {
             ("to", r.to.is_some()),
             ("path", r.path.is_some()),
             ("speed", r.speed.is_some()),
+            ("format", r.format.is_some()),
+            ("window", r.window.is_some()),
+            ("block_size", r.block_size.is_some()),
             ("users", r.users.is_some()),
         ]
         .iter()
@@ -99,7 +150,7 @@ impl TryFrom<LoadRaw> for Load {
             "constant" | "poisson" => &["rate"],
             "gamma" => &["rate", "burstiness"],
             "ramp" => &["from", "to"],
-            "trace" => &["path", "speed"],
+            "trace" => &["path", "speed", "format", "window", "block_size"],
             "concurrency" => &["users"],
             other => {
                 return Err(format!(
@@ -136,14 +187,9 @@ impl TryFrom<LoadRaw> for Load {
                 path: r
                     .path
                     .ok_or("shape `trace` needs `path:` (a file of timestamps)")?,
-                speed: r.speed.map_or(Ok(1.0), |s| {
-                    if s > 0.0 && s.is_finite() {
-                        Ok(s)
-                    } else {
-                        Err("`speed` must be > 0")
-                    }
-                })?,
+                spec: trace_spec(r.speed, r.format, r.window, r.block_size)?,
                 offsets: Vec::new(),
+                replay: None,
             },
             _ => Load::Concurrency {
                 users: r.users.ok_or("shape `concurrency` needs `users:`")?,
@@ -158,6 +204,44 @@ impl TryFrom<LoadRaw> for Load {
             _ => Ok(load),
         }
     }
+}
+
+/// A trace's replay settings from its fields.
+fn trace_spec(
+    speed: Option<f64>,
+    format: Option<TraceFormat>,
+    window: Option<WindowRaw>,
+    block_size: Option<u32>,
+) -> Result<TraceSpec, String> {
+    let format = format.unwrap_or_default();
+    let max_block = MAX_SYNTHETIC_PROMPT_WORDS as u32;
+    let block_size = match (format, block_size) {
+        (TraceFormat::Timestamps, Some(_)) => {
+            return Err(
+                "`block_size` is the size of a Mooncake trace's hash blocks: set `format: mooncake`, or drop it"
+                    .into(),
+            );
+        }
+        (_, Some(b)) if b == 0 || b > max_block => {
+            return Err(format!("`block_size` {b} must be 1..={max_block} tokens"));
+        }
+        (_, b) => b.unwrap_or(MOONCAKE_BLOCK_SIZE),
+    };
+    Ok(TraceSpec {
+        format,
+        speed: speed.map_or(Ok(1.0), |s| {
+            if s > 0.0 && s.is_finite() {
+                Ok(s)
+            } else {
+                Err("`speed` must be > 0")
+            }
+        })?,
+        window: window
+            .map(Window::try_from)
+            .transpose()?
+            .unwrap_or_default(),
+        block_size,
+    })
 }
 
 impl Load {
@@ -223,7 +307,7 @@ impl Load {
                 format!("rate={rate}/s")
             }
             Load::Ramp { from, to } => format!("ramp={from}..{to}/s"),
-            Load::Trace { speed, .. } => format!("trace x{speed}"),
+            Load::Trace { spec, .. } => format!("trace x{}", spec.speed),
             Load::Concurrency { users } => format!("concurrency={users}"),
             Load::Shaped(base) => format!("{} complexity-shaped", base.level()),
         }
@@ -242,5 +326,20 @@ impl Load {
             Load::Concurrency { .. } => None,
             Load::Shaped(base) => base.target_rate(duration),
         }
+    }
+
+    /// The trace rows the phase replays (`format: mooncake`).
+    #[must_use]
+    pub fn replay(&self) -> Option<Arc<Replay>> {
+        match self {
+            Load::Trace { replay, .. } => replay.clone(),
+            _ => None,
+        }
+    }
+
+    /// The prefix sharing of the trace rows the phase replays (`format: mooncake`).
+    #[must_use]
+    pub fn prefix_sharing(&self) -> Option<PrefixSharing> {
+        self.replay().map(|r| r.sharing().clone())
     }
 }

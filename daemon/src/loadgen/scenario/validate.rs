@@ -1,20 +1,20 @@
 //! Loading a scenario: YAML parsing with `FILE:LINE:COLUMN` errors, cross-field checks,
 //! datasets and trace files, and the custom field parsers the schema uses.
 
-use std::{collections::BTreeMap, path::Path, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, path::Path, sync::Arc};
 
 use rand::{SeedableRng, rngs::SmallRng};
 use serde::{Deserialize, Deserializer, de::Error as _};
 
 use crate::loadgen::{
     client::check_path,
-    scenario::arrival,
     scenario::check::Check,
     scenario::dataset::Dataset,
     scenario::files::Files,
     scenario::limits,
     scenario::shape::Load,
     scenario::template::{JsonTemplate, Template},
+    scenario::trace::{self, Parsed, TraceSpec},
     scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Origin, Phase, Scenario, ScenarioError},
 };
 
@@ -200,13 +200,18 @@ fn check_phase(
         }
         Load::Trace {
             path,
-            speed,
+            spec,
             offsets,
+            replay,
         } => {
-            *offsets = read_trace(files, path, *speed).map_err(|e| match e.line {
+            let parsed = read_trace(files, path, spec).map_err(|e| match e.line {
                 Some(_) => e,
                 None => err(&at, format!("phase `{}`: {}", p.name, e.msg)),
             })?;
+            // The rows sent before the phase's end (where its schedule stops) are the replay.
+            let sent = parsed.offsets.partition_point(|o| *o <= p.duration);
+            *replay = parsed.replay.map(|r| Arc::new(r.keep(sent)));
+            *offsets = parsed.offsets;
         }
         _ => {}
     }
@@ -232,7 +237,10 @@ fn check_phase(
     }) {
         return Err(err(&at, format!("phase `{}`: {why}", p.name)));
     }
-    if let Some(why) = pipeline_problem(p) {
+    if let Some(why) = pipeline_problem(p)
+        .or_else(|| super::session::problem(p))
+        .or_else(|| super::replay::problem(p))
+    {
         return Err(err(&at, format!("phase `{}`: {why}", p.name)));
     }
     let endpoint = p.request.endpoint.unwrap_or(Endpoint::Chat);
@@ -589,17 +597,20 @@ fn check_paths(
 }
 
 /// Reads a trace file; errors carry the trace file's own line.
-fn read_trace(files: Files<'_>, name: &Path, speed: f64) -> Result<Vec<Duration>, ScenarioError> {
+fn read_trace(files: Files<'_>, name: &Path, spec: &TraceSpec) -> Result<Parsed, ScenarioError> {
     let (full, text) = files.read(name).map_err(|msg| ScenarioError {
         file: name.display().to_string(),
         line: None,
         msg: format!("trace: {msg}"),
     })?;
     let file = full.display().to_string();
-    arrival::parse_trace(&text, speed).map_err(|(line, msg)| ScenarioError {
+    trace::parse(&text, spec).map_err(|e| ScenarioError {
+        line: e.line.map(|l| (l, 1)),
+        msg: match e.line {
+            Some(_) => e.msg,
+            None => format!("trace {file}: {}", e.msg),
+        },
         file,
-        line: Some((line, 1)),
-        msg,
     })
 }
 

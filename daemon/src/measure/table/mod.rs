@@ -3,13 +3,14 @@
 //! frontiers.
 
 pub mod pipeline;
+pub mod session;
 pub mod vector;
 
 use std::fmt::Write as _;
 
 use super::{
-    metrics::Summary,
     report::{PhaseReport, StressReport},
+    slo::SloResult,
 };
 
 impl StressReport {
@@ -35,18 +36,24 @@ impl StressReport {
             "slo"
         );
         for p in &self.phases {
-            let l = |n: &str, f: fn(&Summary) -> f64| {
-                p.latency_ms
-                    .get(n)
-                    .filter(|s| s.count > 0)
-                    .map_or_else(|| "-".into(), |s| fmt_ms(f(s)))
+            let l = |n: &str, pct: &str| {
+                p.latency_ms.get(n).filter(|s| s.count > 0).map_or_else(
+                    || "-".into(),
+                    |s| match s.percentile(pct) {
+                        Some(_) if s.is_too_few(pct) => "too few".into(),
+                        Some(v) => fmt_ms(v),
+                        None => "-".into(),
+                    },
+                )
             };
             let slo = if p.slo.is_empty() {
                 "-"
-            } else if p.slo.iter().all(|r| r.pass) {
-                "pass"
-            } else {
+            } else if p.slo.iter().any(|r| !r.pass && !r.undecided()) {
                 "FAIL"
+            } else if p.slo.iter().any(SloResult::undecided) {
+                "few"
+            } else {
+                "pass"
             };
             let _ = writeln!(
                 s,
@@ -58,13 +65,15 @@ impl StressReport {
                 p.counts.dropped,
                 p.requests_per_s,
                 p.output_tokens_per_s,
-                l("ttft", |s| s.p50),
-                l("ttft", |s| s.p99),
-                l("itl", |s| s.p99),
-                l("e2e", |s| s.p99),
-                l("send_lag", |s| s.p99),
+                l("ttft", "p50"),
+                l("ttft", "p99"),
+                l("itl", "p99"),
+                l("e2e", "p99"),
+                l("send_lag", "p99"),
                 slo
             );
+            too_few_line(&mut s, p);
+            steady_line(&mut s, p);
             count_lines(&mut s, p);
             if p.recall.count > 0 {
                 let _ = writeln!(
@@ -77,11 +86,22 @@ impl StressReport {
                 vector::lines(&mut s, p, v);
             }
             conversation_lines(&mut s, p);
-            for r in p.slo.iter().filter(|r| !r.pass) {
+            for r in p.slo.iter().filter(|r| !r.gate_passes()) {
                 let obs = r
                     .observed
                     .map_or_else(|| "no data".into(), |v| format!("{v:.3}"));
-                let _ = writeln!(s, "  SLO failed: {} (observed {obs})", r.slo);
+                match (r.samples, r.samples_needed) {
+                    (Some(n), Some(needed)) => {
+                        let _ = writeln!(
+                            s,
+                            "  SLO undecided: {}: too few samples ({n} of the {needed} it needs; observed {obs})",
+                            r.slo
+                        );
+                    }
+                    _ => {
+                        let _ = writeln!(s, "  SLO failed: {} (observed {obs})", r.slo);
+                    }
+                }
             }
         }
         vector::frontiers(&mut s, &self.phases);
@@ -90,6 +110,62 @@ impl StressReport {
         }
         s
     }
+}
+
+/// Says which of the table's p99 columns had too few samples to be a number, and how many a
+/// p99 needs (`confidence.rs`).
+fn too_few_line(s: &mut String, p: &PhaseReport) {
+    let few: Vec<String> = ["ttft", "itl", "e2e", "send_lag"]
+        .into_iter()
+        .filter_map(|n| {
+            let sum = p.latency_ms.get(n).filter(|x| x.count > 0)?;
+            sum.is_too_few("p99")
+                .then(|| format!("{n} from {} samples", sum.count))
+        })
+        .collect();
+    if !few.is_empty() {
+        let _ = writeln!(
+            s,
+            "  too few samples for a p99 ({}): a p99 needs {}",
+            few.join(", "),
+            super::confidence::needed(0.99)
+        );
+    }
+}
+
+/// The phase's steady state beside the whole phase, when it is a part of it (`steady.rs`).
+fn steady_line(s: &mut String, p: &PhaseReport) {
+    let Some(st) = p
+        .steady
+        .as_ref()
+        .filter(|st| st.to_s - st.from_s < 0.95 * st.sending_s)
+    else {
+        return;
+    };
+    let pct = |n: &str| {
+        st.latency_ms.get(n).map_or_else(String::new, |x| {
+            let v = |q: &str| {
+                if x.is_too_few(q) {
+                    "too few".to_owned()
+                } else {
+                    x.percentile(q).map_or_else(String::new, fmt_ms)
+                }
+            };
+            format!(", {n} p50 {} p99 {}", v("p50"), v("p99"))
+        })
+    };
+    let _ = writeln!(
+        s,
+        "  steady state {:.1}-{:.1}s of {:.1}s ({:.0} in flight, {}): {} requests{}{}",
+        st.from_s,
+        st.to_s,
+        st.sending_s,
+        st.in_flight,
+        st.basis,
+        st.requests,
+        pct("ttft"),
+        pct("e2e")
+    );
 }
 
 /// A latency in ms as the table prints it.
@@ -151,6 +227,9 @@ fn count_lines(s: &mut String, p: &PhaseReport) {
 fn conversation_lines(s: &mut String, p: &PhaseReport) {
     if let Some(v) = &p.pipeline {
         pipeline::lines(s, v);
+    }
+    if let Some(v) = &p.sessions {
+        session::lines(s, v);
     }
     // Semantic throughput where tasks are more than requests (checks, conversations).
     if p.tasks_succeeded < p.tasks || p.tasks < p.counts.finished {
