@@ -20,9 +20,9 @@ pub enum Writes {
 #[derive(Clone, Copy, Debug)]
 pub enum Alloc {
     /// Per request, through a caching allocator that frees what it keeps and retries once on
-    /// out-of-memory (an eager PyTorch engine).
+    /// out-of-memory (an eager `PyTorch` engine).
     AsYouGo,
-    /// One pool reserved at start; requests wait for room in it (vLLM, SGLang).
+    /// One pool reserved at start; requests wait for room in it (vLLM, `SGLang`).
     UpFront,
 }
 

@@ -1,5 +1,5 @@
 //! A phase's steady state: the span where its load held, and its latencies there beside the
-//! whole phase's (warm-up, a ramp and the last requests' tail left out, as vLLM's and AIPerf's
+//! whole phase's (warm-up, a ramp and the last requests' tail left out, as vLLM's and `AIPerf`'s
 //! reports do). A closed loop held while its requests in flight were within 5% of its users;
 //! an open loop while they were within 5% of the equilibrium its rate gives (Little's law: the
 //! median in flight while it sent). The span runs from the first time in flight reached that
@@ -57,13 +57,12 @@ pub fn of_phase(records: &[&RequestRecord], users: Option<usize>) -> Option<Stea
         .step_by(STEP_US as usize)
         .map(|t| (t, in_flight(t)))
         .collect();
-    let (target, basis) = match users {
-        Some(u) => (u as f64, "users"),
-        None => {
-            let mut v: Vec<f64> = steps.iter().map(|s| s.1).collect();
-            v.sort_by(f64::total_cmp);
-            (v[v.len() / 2], "equilibrium")
-        }
+    let (target, basis) = if let Some(u) = users {
+        (u as f64, "users")
+    } else {
+        let mut v: Vec<f64> = steps.iter().map(|s| s.1).collect();
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], "equilibrium")
     };
     if target < 1.0 {
         return None;

@@ -114,7 +114,10 @@ fn a_p99_of_20_requests_is_too_few_samples_and_its_slo_undecided() {
     assert!(p99.samples.is_some_and(|n| n < 300), "{p99:?}");
     // The p50 beside it had enough samples and decides.
     assert!(
-        phase.slo.iter().any(|s| s.slo == "ttft_p50 < 10s" && s.gate_passes()),
+        phase
+            .slo
+            .iter()
+            .any(|s| s.slo == "ttft_p50 < 10s" && s.gate_passes()),
         "{:?}",
         phase.slo
     );

@@ -5,18 +5,17 @@
 //! points of the trace's prefix-sharing ratio, which the report states beside it.
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::{TcpListener, TcpStream},
+    io::{Read as _, Write as _},
+    net::TcpStream,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
-    time::Instant,
+    time::Duration,
 };
 
 use inferscope::loadgen::{self, Options, Plan, scenario::overrides::Overrides};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::sim_process::SimProcess;
+use crate::{counting_server::holding_server, sim_process::SimProcess};
 
 /// The example trace: 24 rows over 10.7 s, blocks of 512 tokens.
 fn trace_path() -> PathBuf {
@@ -77,82 +76,16 @@ fn scenario(dir: &Path, target: &str, stream: bool) -> PathBuf {
 }
 
 /// Each request the recording server saw: when it arrived, and its body.
-type Seen = Arc<Mutex<Vec<(Instant, Value)>>>;
-
-/// A chat server that records each request's arrival and body and answers `max_tokens` words.
-fn recording_server() -> (String, Seen) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let shared = seen.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            let seen = shared.clone();
-            std::thread::spawn(move || serve(s, &seen));
-        }
-    });
-    (url, seen)
-}
-
-fn serve(stream: TcpStream, seen: &Mutex<Vec<(Instant, Value)>>) {
-    let mut out = stream.try_clone().unwrap();
-    let mut r = BufReader::new(stream);
-    loop {
-        let mut len = 0;
-        let mut line = String::new();
-        let mut request_line = String::new();
-        loop {
-            line.clear();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if request_line.is_empty() {
-                request_line.clone_from(&line);
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap_or(0);
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0; len];
-        if r.read_exact(&mut body).is_err() {
-            return;
-        }
-        let asked: Value = serde_json::from_slice(&body).unwrap_or_default();
-        let tokens = asked["max_tokens"].as_u64().unwrap_or(0);
-        // The model discovery's `GET /v1/models` is no request of the trace.
-        if request_line.starts_with("POST ") {
-            seen.lock().unwrap().push((Instant::now(), asked));
-        }
-        let answer = serde_json::json!({
-            "id": "c", "object": "chat.completion", "model": "m",
-            "choices": [{"index": 0, "finish_reason": "length",
-                         "message": {"role": "assistant", "content": "tok ".repeat(tokens as usize)}}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": tokens + 3}
-        })
-        .to_string();
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            answer.len()
-        );
-        if out.write_all(head.as_bytes()).is_err() || out.write_all(answer.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mooncake_rows_arrive_with_their_lengths_and_shared_text_at_a_counting_server() {
     let dir = tempfile::tempdir().unwrap();
-    let (url, seen) = recording_server();
+    let (url, seen) = holding_server(Duration::ZERO);
     let plan = Plan::from_file(&scenario(dir.path(), &url, false), &Overrides::default()).unwrap();
     let report = loadgen::run(&plan, Options::new(), CancellationToken::new())
         .await
         .unwrap();
     let rows = rows();
-    let got = seen.lock().unwrap().clone();
+    let got = seen.lock().unwrap().asked.clone();
     assert_eq!(got.len(), rows.len(), "one request per row");
     assert_eq!(report.phases[0].counts.finished, rows.len() as u64);
     // The rows are at least 225 ms apart at speed 2: the server sees them in the trace's order.

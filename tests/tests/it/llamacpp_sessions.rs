@@ -103,40 +103,47 @@ phases:
     assert!(busy > 1.2, "busy slots per decode {busy}");
     let records = report["records"].as_array().unwrap();
     for s in v["records"].as_array().unwrap() {
-        if s["outcome"] != "completed" {
-            continue;
+        if s["outcome"] == "completed" {
+            check_session(s, records);
         }
-        let p = &s["parts"];
-        let part = |k: &str| n(&p[k]);
-        let e2e = n(&s["end_us"]) - n(&s["intended_us"]);
-        let sum = part("model_us") + part("tools_us") + part("think_us") + part("client_us");
-        assert_eq!(sum, e2e, "{s}");
-        assert!((150_000..200_000).contains(&part("tools_us")), "{s}");
-        assert!((50_000..100_000).contains(&part("think_us")), "{s}");
-        assert!(part("client_us") * 10 < e2e, "{s}");
-        // Calls by agent, in order.
-        let mut by: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
-        for r in records.iter().filter(|r| r["session"]["id"] == s["id"]) {
-            by.entry(n(&r["session"]["agent"])).or_default().push(r);
-        }
-        for calls in by.values_mut() {
-            calls.sort_by_key(|r| n(&r["turn"]));
-        }
-        assert_eq!(by.len(), 4, "{s}");
-        let ctx = |r: &Value| n(&r["session"]["context_tokens"]);
-        let out = |r: &Value| n(&r["output_tokens"]);
-        let main = &by[&0];
-        let joined: u64 = by.range(1..).map(|(_, c)| out(c[c.len() - 1])).sum();
-        let c: Vec<u64> = main.iter().map(|r| ctx(r)).collect();
-        let want1 = 60 + out(main[0]) + 40;
-        let want2 = want1 + out(main[1]) + joined;
-        assert_eq!(c, [60, want1, want2], "{s}");
-        for (_, sub) in by.range(1..) {
-            assert_eq!(ctx(sub[0]), 50);
-            assert_eq!(ctx(sub[1]), 50 + out(sub[0]) + 20);
-        }
-        // The server's prompt grows along the main agent's turns too.
-        let served: Vec<u64> = main.iter().map(|r| n(&r["input_tokens"])).collect();
-        assert!(served.windows(2).all(|w| w[0] < w[1]), "{served:?}");
     }
+}
+
+/// A completed session's time adds up and its agents' contexts grow by what they were given.
+fn check_session(s: &Value, records: &[Value]) {
+    let p = &s["parts"];
+    let part = |k: &str| n(&p[k]);
+    let e2e = n(&s["end_us"]) - n(&s["intended_us"]);
+    let sum = part("model_us") + part("tools_us") + part("think_us") + part("client_us");
+    assert_eq!(sum, e2e, "{s}");
+    assert!((150_000..200_000).contains(&part("tools_us")), "{s}");
+    assert!((50_000..100_000).contains(&part("think_us")), "{s}");
+    assert!(part("client_us") * 10 < e2e, "{s}");
+    // Calls by agent, in order.
+    let mut by: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
+    for r in records.iter().filter(|r| r["session"]["id"] == s["id"]) {
+        by.entry(n(&r["session"]["agent"])).or_default().push(r);
+    }
+    for calls in by.values_mut() {
+        calls.sort_by_key(|r| n(&r["turn"]));
+    }
+    assert_eq!(by.len(), 4, "{s}");
+    let ctx = |r: &Value| n(&r["session"]["context_tokens"]);
+    let out = |r: &Value| n(&r["output_tokens"]);
+    let main = &by[&0];
+    let joined: u64 = by.range(1..).map(|(_, c)| out(c[c.len() - 1])).sum();
+    let c: Vec<u64> = main.iter().map(|r| ctx(r)).collect();
+    let want1 = 60 + out(main[0]) + 40;
+    let want2 = want1 + out(main[1]) + joined;
+    assert_eq!(c, [60, want1, want2], "{s}");
+    for (_, sub) in by.range(1..) {
+        assert_eq!(ctx(sub[0]), 50);
+        assert_eq!(ctx(sub[1]), 50 + out(sub[0]) + 20);
+    }
+    // The server's prompt grows along the main agent's turns too.
+    let sent_tokens: Vec<u64> = main.iter().map(|r| n(&r["input_tokens"])).collect();
+    assert!(
+        sent_tokens.windows(2).all(|w| w[0] < w[1]),
+        "{sent_tokens:?}"
+    );
 }
