@@ -7,7 +7,10 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::signals::{FIRST_TOKEN_WAKEUPS, Signal};
-use crate::collect::timeline::{Timeline, Window};
+use crate::collect::{
+    stats::median,
+    timeline::{Timeline, Window},
+};
 use crate::measure::Endpoint;
 
 /// Windows taken as the baseline when the time line has no phases.
@@ -195,27 +198,11 @@ pub fn is_baseline_name(name: &str) -> bool {
 /// Median and robust spread of the finite values; `None` when there are none.
 #[must_use]
 pub fn level(values: &[f64]) -> Option<Level> {
-    let median = median(values)?;
-    let deviations: Vec<f64> = values.iter().map(|v| (v - median).abs()).collect();
+    let mid = median(values)?;
+    let deviations: Vec<f64> = values.iter().map(|v| (v - mid).abs()).collect();
     Some(Level {
-        median,
-        spread: 1.4826 * self::median(&deviations).unwrap_or(0.0),
-    })
-}
-
-/// Median of the values (mean of the middle two for an even count); `None` when empty.
-#[must_use]
-pub fn median(values: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        f64::midpoint(v[n / 2 - 1], v[n / 2])
+        median: mid,
+        spread: 1.4826 * median(&deviations).unwrap_or(0.0),
     })
 }
 
@@ -365,7 +352,6 @@ mod tests {
         let b = Baseline::of(&t, Workload::Llm).unwrap();
         assert_eq!(b.windows.len(), DEFAULT_BASELINE_WINDOWS);
         assert_eq!(b.get(Signal::TtftP50Ms), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(Signal::KvUsage.name(), "kv_usage");
     }
 }

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::collect::{stats::quantile, timeline::Window};
+use crate::collect::{stats::median, timeline::Window};
 
 /// A thread on a CPU this share of the time runs a loop the host bounds.
 const HOST_THREAD_BUSY: f64 = 0.9;
@@ -47,13 +47,9 @@ impl Bound {
     /// (neither side clearly the limit).
     #[must_use]
     pub fn of(windows: &[&Window]) -> Option<Self> {
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            quantile(&v, 0.5)
-        };
         let len_s = |w: &Window| w.len_ms.max(1) as f64;
         let sm = median(
-            windows
+            &windows
                 .iter()
                 .filter_map(|w| {
                     let devices = &w.gpu.as_ref()?.devices;
@@ -62,19 +58,19 @@ impl Bound {
                         .filter_map(|d| d.sm_util_percent)
                         .reduce(f64::max)
                 })
-                .collect(),
+                .collect::<Vec<_>>(),
         )?;
         let thread = median(
-            windows
+            &windows
                 .iter()
                 .filter_map(|w| Some(w.runq.as_ref()?.busiest_thread_ms? / len_s(w)))
-                .collect(),
+                .collect::<Vec<_>>(),
         );
         let sync = median(
-            windows
+            &windows
                 .iter()
                 .filter_map(|w| Some(w.gpu.as_ref()?.sync_ms / len_s(w)))
-                .collect(),
+                .collect::<Vec<_>>(),
         );
         match thread {
             Some(t) if t >= HOST_THREAD_BUSY && sm < SM_IDLE_BELOW => Some(Self::Host {

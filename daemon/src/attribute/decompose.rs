@@ -8,9 +8,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::baseline::{Baseline, median};
+use super::baseline::Baseline;
 use super::signals::{FIRST_TOKEN_WAKEUPS, Signal};
 use super::verdict::Missing;
+use crate::collect::stats::median;
 use crate::collect::timeline::{RequestParts, Window};
 
 /// Engine steps on a request's path to its first token: the step in flight when it arrives

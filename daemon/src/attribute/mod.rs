@@ -26,6 +26,8 @@ pub mod decompose;
 pub mod energy;
 mod evaluate;
 pub mod hops;
+pub mod lag;
+pub mod missing;
 pub mod phase;
 pub mod prefix;
 mod rank;

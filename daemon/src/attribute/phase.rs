@@ -13,9 +13,11 @@ use super::causes::{self, CausePart};
 use super::confirm::{Confirmation, Outcome};
 use super::decompose::{self, Decomposition, MEDIAN_BAND, TAIL_BAND};
 use super::evaluate::{MEDIAN_RISE_MS, MEDIAN_RISE_RATIO};
+use super::lag::Lag;
+use super::missing;
 use super::resources::Occupancy;
 use super::signals::Signal;
-use super::verdict::{Cause, CauseScore, Evidence, Missing};
+use super::verdict::{Cause, CauseScore, Evidence};
 use crate::collect::timeline::{Quantiles, Timeline, Window};
 use crate::measure::ErrorClass;
 
@@ -118,8 +120,11 @@ pub struct PhaseSummary {
     /// led, `queue` when requests waited before any step slowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub came_first: Option<Cause>,
-    /// Some windows' latencies are suspect (the load generator lagged).
+    /// A percentile the reports show could be the lagging generator's requests' (`lag`).
     pub untrustworthy: bool,
+    /// Where the load generator lagged, and what that can move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<Lag>,
     /// Where the median latency's increase over the baseline went (absent for the baseline
     /// itself).
     pub decomposition: Option<Decomposition>,
@@ -132,9 +137,13 @@ pub struct PhaseSummary {
     /// Scenario events sent during the phase (e.g. `POST /v1/vector/rebuild -> 200 at +5.0 s`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<String>,
-    /// Evidence missing in this phase's windows.
+    /// Evidence missing in this phase's windows, every signal by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// The part of `missing` whose windows could have changed the phase's verdict, in words
+    /// (`super::missing`): what the reports show.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_decisive: Vec<String>,
     /// Which hop of the pipeline behind the target holds the rise (`--service`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hops: Option<super::hops::Hops>,
@@ -420,6 +429,19 @@ fn overload(p: &PhaseSummary, all: &[&Window]) -> Option<Overload> {
     })
 }
 
+/// By how many windows `dominant` won over the next cause (all of them when it named none).
+fn margin(shares: &[CauseShare], dominant: Cause) -> usize {
+    let windows = |mine: bool| {
+        shares
+            .iter()
+            .filter(|s| (s.cause == dominant) == mine)
+            .map(|s| s.windows)
+            .max()
+            .unwrap_or(0)
+    };
+    windows(true).saturating_sub(windows(false))
+}
+
 fn phase_name(w: &Window) -> String {
     w.phase.clone().unwrap_or_else(|| "run".to_owned())
 }
@@ -449,12 +471,6 @@ fn summarise_one(
         .filter(|s| s.windows > 0)
         .collect();
     shares.sort_by_key(|s| std::cmp::Reverse(s.windows));
-    let share_of = |c: Cause| {
-        shares
-            .iter()
-            .find(|s| s.cause == c)
-            .map_or(0.0, |s| s.share)
-    };
     let phase_windows: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
     let phase_latency = latency(&phase_windows);
     let is_baseline = idx.iter().all(|&i| baselines.contains(i));
@@ -473,12 +489,12 @@ fn summarise_one(
         .map(|v| v.verdict.evidence.clone())
         .unwrap_or_default();
     let runners_up = causes::runners_up(&of_dominant);
-    let missing = group_missing(
-        idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()),
-        n,
-    );
+    let missing = missing::groups(idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()));
+    let missing_decisive = missing::decisive(&missing, n, margin(&shares, dominant));
+    let missing: Vec<String> = missing.iter().map(|g| g.line(n)).collect();
     let (came_first, hint) = onset(dominant, idx, windows, verdicts, admission_cap);
-    let untrustworthy = share_of(Cause::Loadgen) > 0.0;
+    let lag = Lag::of(idx, windows, verdicts);
+    let untrustworthy = lag.as_ref().is_some_and(Lag::untrustworthy);
     let (decomposition, tail_decomposition) = base
         .filter(|_| !is_baseline)
         .map(|base| decompositions(idx, windows, base))
@@ -504,11 +520,13 @@ fn summarise_one(
         hint,
         came_first,
         untrustworthy,
+        lag,
         causes: named,
         runners_up,
         decomposition,
         tail_decomposition,
         missing,
+        missing_decisive,
         marks: Vec::new(),
         confirmation: None,
         hops: None,
@@ -684,38 +702,6 @@ fn rose(latency: &PhaseLatency, base: &Baseline) -> bool {
 
 /// Groups the `signal: reason` lines of a phase's `windows` windows by reason and by how many
 /// windows lacked the signal: `reason: signal, signal`, with `(in k of n windows)` when not all.
-fn group_missing<'a>(lines: impl Iterator<Item = &'a Missing>, windows: usize) -> Vec<String> {
-    let mut counts: Vec<(&str, &str, usize)> = Vec::new();
-    for Missing { signal, reason } in lines {
-        let (signal, reason) = (signal.as_str(), reason.as_str());
-        match counts
-            .iter_mut()
-            .find(|(r, s, _)| *r == reason && *s == signal)
-        {
-            Some((_, _, k)) => *k += 1,
-            None => counts.push((reason, signal, 1)),
-        }
-    }
-    let mut groups: Vec<(&str, usize, Vec<&str>)> = Vec::new();
-    for (reason, signal, k) in counts {
-        match groups.iter_mut().find(|(r, c, _)| *r == reason && *c == k) {
-            Some((_, _, signals)) => signals.push(signal),
-            None => groups.push((reason, k, vec![signal])),
-        }
-    }
-    groups
-        .into_iter()
-        .map(|(reason, k, signals)| {
-            let some = if k < windows {
-                format!(" (in {k} of {windows} windows)")
-            } else {
-                String::new()
-            };
-            format!("{reason}: {}{some}", signals.join(", "))
-        })
-        .collect()
-}
-
 fn load(ws: &[&Window]) -> PhaseLoad {
     let loads: Vec<_> = ws.iter().filter_map(|w| w.load.as_ref()).collect();
     let secs: f64 = ws.iter().map(|w| w.len_ms as f64 / 1000.0).sum();
@@ -772,29 +758,5 @@ fn latency(ws: &[&Window]) -> PhaseLatency {
         ttft_ms: merge(|l| l.ttft_ms),
         itl_ms: merge(|l| l.itl_ms),
         e2e_ms: merge(|l| l.e2e_ms),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Missing, group_missing};
-
-    #[test]
-    fn missing_signals_are_grouped_by_reason_and_window_count() {
-        let lines = [
-            ("kv_usage", "no server metrics"),
-            ("waiting", "no server metrics"),
-            ("runq_p99_us", "no run-queue data"),
-            ("kv_usage", "no server metrics"),
-            ("waiting", "no server metrics"),
-        ]
-        .map(|(s, r)| Missing::new(s, r));
-        assert_eq!(
-            group_missing(lines.iter(), 2),
-            [
-                "no server metrics: kv_usage, waiting",
-                "no run-queue data: runq_p99_us (in 1 of 2 windows)",
-            ]
-        );
     }
 }

@@ -658,7 +658,7 @@ fn joined_first_token_p50(w: &Window) -> Option<f64> {
         .iter()
         .filter_map(|r| Some(r.kernel.as_ref()?.server_first_ms))
         .collect();
-    super::baseline::median(&v)
+    crate::collect::stats::median(&v)
 }
 
 /// The copies beyond what the workload's own sampling gives by chance.

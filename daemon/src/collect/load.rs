@@ -8,7 +8,7 @@ use super::{
     join::{Exchanges, Joined, Retransmits},
     load_fold::{Acc, LoadFold},
     session::ServerSide,
-    stats::quantile,
+    stats::median,
     timeline::{LoadSignals, Mark, RequestParts, Timeline},
 };
 use crate::measure::{RequestRecord, StressReport};
@@ -123,16 +123,12 @@ pub fn fold_records(
         });
         w.requests = std::mem::take(&mut j.parts);
         if let Some(net) = w.net.as_mut() {
-            let median = |v: &mut Vec<f64>| {
-                v.sort_by(f64::total_cmp);
-                quantile(v, 0.5)
-            };
-            net.transit_p50_ms = median(&mut j.transit);
-            net.read_delay_p50_ms = median(&mut j.read_delay);
+            net.transit_p50_ms = median(&j.transit);
+            net.read_delay_p50_ms = median(&j.read_delay);
             net.loss_hit_requests = j.loss_hit_e2e.len() as u64;
             net.joined_requests = (j.loss_hit_e2e.len() + j.clean_e2e.len()) as u64;
             net.loss_hit_e2e_max_ms = j.loss_hit_e2e.iter().copied().reduce(f64::max);
-            net.loss_clean_e2e_p50_ms = median(&mut j.clean_e2e);
+            net.loss_clean_e2e_p50_ms = median(&j.clean_e2e);
         }
     }
     spread_unsent(timeline, report);

@@ -13,6 +13,15 @@ pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
     Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64))
 }
 
+/// The median of the finite values (mean of the middle two for an even count); `None` when
+/// there are none.
+#[must_use]
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    quantile(&v, 0.5)
+}
+
 /// p50/p95/p99/max of `v` (sorted in place); `None` when empty.
 pub fn quantiles(v: &mut [f64]) -> Option<Quantiles> {
     v.sort_by(f64::total_cmp);
@@ -36,5 +45,7 @@ mod tests {
         assert!((q.max - 4.0).abs() < 1e-9);
         assert_eq!(quantile(&[], 0.5), None);
         assert_eq!(quantile(&[7.0], 0.99), Some(7.0));
+        assert_eq!(median(&[4.0, f64::NAN, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[f64::INFINITY]), None);
     }
 }

@@ -28,9 +28,9 @@ use crate::loadgen::{
 use crate::measure::StressReport;
 
 use crate::measure::{
-    metrics::decode_hist,
     report::PhaseReport,
     slo::{Metric, Series, Slo, Stat},
+    summary::decode_hist,
 };
 
 /// What the search turns.
@@ -297,7 +297,7 @@ fn table_header(knob: Knob) -> Vec<String> {
 }
 
 fn table_row(knob: Knob, s: &Step) -> Vec<String> {
-    let lat = |k: &str, q: fn(&crate::measure::metrics::Summary) -> f64| {
+    let lat = |k: &str, q: fn(&crate::measure::summary::Summary) -> f64| {
         s.phase
             .latency_ms
             .get(k)

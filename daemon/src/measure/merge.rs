@@ -7,11 +7,12 @@
 use std::path::Path;
 
 use super::{
-    metrics::{Hist, PhaseMetrics, decode_hist},
+    metrics::{Hist, PhaseMetrics},
     record::ErrorClass,
     report::{PhaseInfo, PhaseReport, RampView, SCHEMA, Stop, StressReport, VERSION},
     shard::Shard,
     slo::Slo,
+    summary::decode_hist,
 };
 
 /// Why reports cannot be merged.

@@ -19,6 +19,7 @@ pub mod session;
 pub mod shard;
 pub mod slo;
 pub mod steady;
+pub mod summary;
 pub mod table;
 pub mod trace_context;
 pub mod vector_health;

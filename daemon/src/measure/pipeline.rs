@@ -1,5 +1,5 @@
 //! Client-orchestrated pipelines (`request.pipeline`): what each step of a task did
-//! ([`StepRecord`], carried by the task's [`RequestRecord`]), the per-phase aggregates the
+//! ([`StepRecord`] in `record.rs`, carried by the task's [`RequestRecord`]), the per-phase aggregates the
 //! tally keeps of them ([`Samples`]) and the report's view ([`PipelineView`]): every step's
 //! latency, its share of the task's E2E, how often its fallback fired, the final chat's TTFT
 //! and the tool-call chain depth.
@@ -14,113 +14,9 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    metrics::{Summary, decode_hist, encode_hist},
-    record::{ErrorClass, RequestRecord},
+    record::{RequestRecord, StepKind, StepOutcome},
+    summary::{Summary, decode_hist, encode_hist, new_hist, summarize},
 };
-
-/// The kind of a pipeline step; a pipeline runs them in this order, each at most once.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum StepKind {
-    /// `POST /v1/embeddings` (the `OpenAI` shape): the query's vector.
-    Embed,
-    /// A vector search (any vector API): the documents.
-    Search,
-    /// `POST /v1/rerank` (vLLM / TEI shape): the documents, best first.
-    Rerank,
-    /// The streamed chat completion with the documents in its prompt.
-    Chat,
-    /// The tool calls the chat answered with, each followed by the chat's continuation.
-    Tools,
-}
-
-impl StepKind {
-    /// Every kind, in pipeline order.
-    pub const ALL: [StepKind; 5] = [
-        StepKind::Embed,
-        StepKind::Search,
-        StepKind::Rerank,
-        StepKind::Chat,
-        StepKind::Tools,
-    ];
-
-    /// The name in scenarios and reports.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            StepKind::Embed => "embed",
-            StepKind::Search => "search",
-            StepKind::Rerank => "rerank",
-            StepKind::Chat => "chat",
-            StepKind::Tools => "tools",
-        }
-    }
-}
-
-/// How a step ended.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum StepOutcome {
-    /// It did its work.
-    Ok,
-    /// It failed or passed its deadline, and its `fallback` (skip or a default) stood in.
-    Fallback,
-    /// It failed without a fallback: the task failed here.
-    Failed,
-    /// Nothing to do (a re-rank of no documents): not sent.
-    Skipped,
-}
-
-/// One step of a pipeline task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct StepRecord {
-    /// The step.
-    pub kind: StepKind,
-    /// When it started (µs since the run's start).
-    pub start_us: u64,
-    /// When it ended: its answer, its failure or its deadline (µs since the run's start).
-    pub end_us: u64,
-    /// How it ended.
-    pub outcome: StepOutcome,
-    /// HTTP exchanges it made (a `tools` step: every tool call and every chat continuation).
-    pub calls: u32,
-    /// Why it failed (`fallback` and `failed`); `timeout` when its deadline passed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorClass>,
-    /// The failure's detail.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
-    /// `chat` and `tools`: time to first token of the last chat request the step sent, from
-    /// that request's send (µs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttft_us: Option<u64>,
-}
-
-impl StepRecord {
-    /// The step's latency (µs).
-    #[must_use]
-    pub fn latency_us(&self) -> u64 {
-        self.end_us.saturating_sub(self.start_us)
-    }
-}
-
-fn new_hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static bounds are valid")
-}
 
 /// Aggregates of one step over a phase's tasks.
 #[derive(Debug, Clone)]
@@ -297,7 +193,7 @@ impl Samples {
 }
 
 fn summary_ms(h: &Histogram<u64>) -> Summary {
-    super::metrics::summarize(h, 1000.0)
+    summarize(h, 1000.0)
 }
 
 /// One step of a phase's pipeline in the report.
@@ -351,7 +247,7 @@ pub struct PipelineView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::record::Endpoint;
+    use crate::measure::record::{Endpoint, StepRecord};
 
     fn step(kind: StepKind, start: u64, end: u64, outcome: StepOutcome) -> StepRecord {
         StepRecord {

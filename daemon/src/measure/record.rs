@@ -110,7 +110,7 @@ impl RequestRecord {
             + self.token_us.capacity() * std::mem::size_of::<u64>()
             + self.error_message.as_ref().map_or(0, String::capacity)
             + self.finish_reason.as_ref().map_or(0, String::capacity)
-            + self.steps.capacity() * std::mem::size_of::<super::pipeline::StepRecord>()
+            + self.steps.capacity() * std::mem::size_of::<StepRecord>()
             + self
                 .steps
                 .iter()
@@ -262,14 +262,14 @@ pub struct RequestRecord {
     /// record itself is the task: from its intended start to its last step's end, with the
     /// final chat's tokens.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub steps: Vec<super::pipeline::StepRecord>,
+    pub steps: Vec<StepRecord>,
     /// A pipeline task with a `tools` step: the tool-call rounds its chat went through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_depth: Option<u32>,
     /// A call of an agentic session (`request.session`): the session, the agent and its
     /// depth, and the context length it sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<super::session::SessionCall>,
+    pub session: Option<SessionCall>,
     /// An LLM request's body, hashed: requests with the same key ask the same prompt the same
     /// way (a prefix cache serves the later ones, unless they overlap the first one's prefill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -404,4 +404,122 @@ impl RequestRecord {
             Some(_) => true,
         }
     }
+}
+
+/// The kind of a pipeline step; a pipeline runs them in this order, each at most once.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// `POST /v1/embeddings` (the `OpenAI` shape): the query's vector.
+    Embed,
+    /// A vector search (any vector API): the documents.
+    Search,
+    /// `POST /v1/rerank` (vLLM / TEI shape): the documents, best first.
+    Rerank,
+    /// The streamed chat completion with the documents in its prompt.
+    Chat,
+    /// The tool calls the chat answered with, each followed by the chat's continuation.
+    Tools,
+}
+
+impl StepKind {
+    /// Every kind, in pipeline order.
+    pub const ALL: [StepKind; 5] = [
+        StepKind::Embed,
+        StepKind::Search,
+        StepKind::Rerank,
+        StepKind::Chat,
+        StepKind::Tools,
+    ];
+
+    /// The name in scenarios and reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Embed => "embed",
+            StepKind::Search => "search",
+            StepKind::Rerank => "rerank",
+            StepKind::Chat => "chat",
+            StepKind::Tools => "tools",
+        }
+    }
+}
+
+/// How a step ended.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum StepOutcome {
+    /// It did its work.
+    Ok,
+    /// It failed or passed its deadline, and its `fallback` (skip or a default) stood in.
+    Fallback,
+    /// It failed without a fallback: the task failed here.
+    Failed,
+    /// Nothing to do (a re-rank of no documents): not sent.
+    Skipped,
+}
+
+/// One step of a pipeline task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StepRecord {
+    /// The step.
+    pub kind: StepKind,
+    /// When it started (µs since the run's start).
+    pub start_us: u64,
+    /// When it ended: its answer, its failure or its deadline (µs since the run's start).
+    pub end_us: u64,
+    /// How it ended.
+    pub outcome: StepOutcome,
+    /// HTTP exchanges it made (a `tools` step: every tool call and every chat continuation).
+    pub calls: u32,
+    /// Why it failed (`fallback` and `failed`); `timeout` when its deadline passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorClass>,
+    /// The failure's detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// `chat` and `tools`: time to first token of the last chat request the step sent, from
+    /// that request's send (µs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_us: Option<u64>,
+}
+
+impl StepRecord {
+    /// The step's latency (µs).
+    #[must_use]
+    pub fn latency_us(&self) -> u64 {
+        self.end_us.saturating_sub(self.start_us)
+    }
+}
+
+/// The session side of one LLM call's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SessionCall {
+    /// The session (unique in the run; drawn from the same sequence as request ids, so no
+    /// request has it).
+    pub id: u64,
+    /// Which agent of the session sent it: 0 the main agent, then each sub-agent as it starts.
+    pub agent: u32,
+    /// 0 for the main agent, 1 for its sub-agents, 2 for theirs, ...
+    pub depth: u32,
+    /// The prompt's length, tokens as the client counts them (made-up text by its tokens,
+    /// answers by their `completion_tokens`, other text by its words).
+    pub context_tokens: u32,
+    /// The call asked the model to summarise the oldest turns (compaction), not to go on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compaction: bool,
 }

@@ -6,10 +6,11 @@ use std::{collections::BTreeMap, path::Path};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    metrics::{Hist, PhaseMetrics, Summary, encode_hist},
+    metrics::{Hist, PhaseMetrics},
     record::{ErrorClass, RequestRecord},
     shard::Shard,
     slo::SloResult,
+    summary::{Summary, encode_hist},
     vector_health::{VectorView, window_for},
 };
 
@@ -178,8 +179,8 @@ impl RampView {
             ttft_ms,
             e2e_ms,
             histograms: BTreeMap::from([
-                ("ttft".to_owned(), super::metrics::encode_hist(&m.ramp.ttft)),
-                ("e2e".to_owned(), super::metrics::encode_hist(&m.ramp.e2e)),
+                ("ttft".to_owned(), encode_hist(&m.ramp.ttft)),
+                ("e2e".to_owned(), encode_hist(&m.ramp.e2e)),
             ]),
         }
     }

@@ -1,5 +1,5 @@
 //! Agentic sessions (`request.session`): what each LLM call of a session was
-//! ([`SessionCall`], carried by its [`RequestRecord`]), what each whole session did
+//! ([`SessionCall`] in `record.rs`, carried by its [`RequestRecord`]), what each whole session did
 //! ([`SessionRecord`]), the per-phase aggregates the tally keeps ([`Samples`]) and the
 //! report's view ([`SessionsView`]).
 //!
@@ -15,27 +15,9 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    metrics::{Summary, decode_hist, encode_hist, summarize},
     record::RequestRecord,
+    summary::{Summary, decode_hist, encode_hist, new_hist, summarize},
 };
-
-/// The session side of one LLM call's record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct SessionCall {
-    /// The session (unique in the run; drawn from the same sequence as request ids, so no
-    /// request has it).
-    pub id: u64,
-    /// Which agent of the session sent it: 0 the main agent, then each sub-agent as it starts.
-    pub agent: u32,
-    /// 0 for the main agent, 1 for its sub-agents, 2 for theirs, ...
-    pub depth: u32,
-    /// The prompt's length, tokens as the client counts them (made-up text by its tokens,
-    /// answers by their `completion_tokens`, other text by its words).
-    pub context_tokens: u32,
-    /// The call asked the model to summarise the oldest turns (compaction), not to go on.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub compaction: bool,
-}
 
 /// How a session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -111,10 +93,6 @@ impl SessionRecord {
     pub fn footprint(&self) -> usize {
         std::mem::size_of::<Self>() + self.error.as_ref().map_or(0, String::capacity)
     }
-}
-
-fn new_hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static bounds are valid")
 }
 
 /// The calls of one depth.
@@ -415,7 +393,7 @@ pub struct SessionsView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::record::Endpoint;
+    use crate::measure::record::{Endpoint, SessionCall};
 
     fn session(
         id: u64,

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    metrics::{Hist, PhaseMetrics, Summary},
+    metrics::{Hist, PhaseMetrics},
     record::RequestRecord,
+    summary::Summary,
 };
 
 /// Share of its target a held load reaches.

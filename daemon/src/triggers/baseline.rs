@@ -12,7 +12,8 @@
 use std::collections::HashMap;
 
 use super::metric::Metric;
-use crate::attribute::baseline::{is_baseline_name, median};
+use crate::attribute::baseline::is_baseline_name;
+use crate::collect::stats::median;
 
 /// Windows taken as the baseline without a baseline phase.
 pub const FIRST_WINDOWS: usize = 10;

@@ -11,9 +11,9 @@ use std::{
 use inferscope::loadgen::{Plan, scenario::Load, scenario::overrides::Overrides};
 
 use inferscope::measure::{
-    metrics::decode_hist,
     record::{Chaos, ErrorClass, TokenSource},
     report::StressReport,
+    summary::decode_hist,
 };
 
 fn bin() -> Command {

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use inferscope::loadgen::{
     Plan, client::Target, client::openai::StreamState, client::sse::SseParser,
-    engine::request::PhaseCtx, scenario::arrival, scenario::trace,
+    engine::request::PhaseCtx, scenario::arrival, scenario::replay, scenario::trace,
 };
 
-use inferscope::measure::{merge, metrics};
+use inferscope::measure::{merge, summary};
 use proptest::prelude::*;
 use rand::{SeedableRng as _, rngs::SmallRng};
 
@@ -136,7 +136,7 @@ proptest! {
         mooncake in any::<bool>(),
     ) {
         let spec = trace::TraceSpec {
-            format: if mooncake { trace::TraceFormat::Mooncake } else { trace::TraceFormat::Timestamps },
+            format: if mooncake { replay::TraceFormat::Mooncake } else { replay::TraceFormat::Timestamps },
             speed,
             window: trace::Window { from: std::time::Duration::from_millis(from_ms), until: None },
             block_size,
@@ -161,19 +161,19 @@ proptest! {
     #[test]
     fn hdr_decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..96), text in ".{0,40}") {
         use base64::Engine as _;
-        let _ = metrics::decode_hist(&base64::engine::general_purpose::STANDARD.encode(&bytes));
-        let _ = metrics::decode_hist(&text);
+        let _ = summary::decode_hist(&base64::engine::general_purpose::STANDARD.encode(&bytes));
+        let _ = summary::decode_hist(&text);
         // A valid histogram with one byte changed.
         let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
         h.record(1234).unwrap();
         let mut raw = base64::engine::general_purpose::STANDARD
-            .decode(metrics::encode_hist(&h))
+            .decode(summary::encode_hist(&h))
             .unwrap();
         if !raw.is_empty() && !bytes.is_empty() {
             let i = usize::from(bytes[0]) % raw.len();
             raw[i] = bytes[bytes.len() - 1];
         }
-        let _ = metrics::decode_hist(&base64::engine::general_purpose::STANDARD.encode(&raw));
+        let _ = summary::decode_hist(&base64::engine::general_purpose::STANDARD.encode(&raw));
     }
 
     #[test]

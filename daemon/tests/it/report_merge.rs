@@ -9,9 +9,10 @@ use inferscope::loadgen::{self, Options, Plan, Shard, StressReport};
 
 use inferscope::measure::{
     merge::{self, MergeError},
-    metrics::{PhaseMetrics, decode_hist},
+    metrics::PhaseMetrics,
     record::RequestRecord,
     report::{PhaseReport, RampView},
+    summary::decode_hist,
 };
 use tokio_util::sync::CancellationToken;
 

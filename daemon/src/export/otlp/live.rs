@@ -446,7 +446,7 @@ mod tests {
 
     #[test]
     fn a_pipeline_task_has_a_child_per_step() {
-        use crate::measure::pipeline::{StepKind, StepOutcome, StepRecord};
+        use crate::measure::record::{StepKind, StepOutcome, StepRecord};
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
         let mut r = RequestRecord::new(1, 0, Endpoint::Chat, 1_000);
         r.end_us = 9_000;

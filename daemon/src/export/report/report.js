@@ -111,14 +111,15 @@
     }).join(', ')));
     tr.appendChild(vtd);
     var etd = el('td');
-    if (p.untrustworthy) {
-      etd.appendChild(el('div', { 'class': 'warn' }, 'The load generator lagged: latencies of this phase are untrustworthy.'));
+    if (p.lag) {
+      var said = p.lag.said.charAt(0).toUpperCase() + p.lag.said.slice(1) + '.';
+      etd.appendChild(el('div', { 'class': p.untrustworthy ? 'warn' : 'evidence' }, said));
     }
     if (p.dominant !== 'none') {
       etd.appendChild(el('div', { 'class': 'evidence' }, evidenceLine(p.evidence)));
       etd.appendChild(el('div', { 'class': 'hint' }, 'What to do: ' + p.hint));
     }
-    (p.missing || []).forEach(function (m) {
+    (p.missing_decisive || []).forEach(function (m) {
       etd.appendChild(el('div', { 'class': 'evidence missing-line' }, 'missing: ' + m));
     });
     tr.appendChild(etd);

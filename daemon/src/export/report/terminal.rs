@@ -44,9 +44,21 @@ pub fn render_with(report: &Report, colour: bool) -> String {
     for m in &report.missing_evidence {
         let _ = writeln!(out, "missing evidence: {m}");
     }
+    // What every phase lacked is said once.
+    let everywhere: Vec<&String> = match report.phases.split_first() {
+        Some((first, rest)) if !rest.is_empty() => first
+            .missing_decisive
+            .iter()
+            .filter(|m| rest.iter().all(|p| p.missing_decisive.contains(m)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    for m in &everywhere {
+        let _ = writeln!(out, "missing in every phase: {m}");
+    }
     for p in &report.phases {
         out.push('\n');
-        phase(&mut out, p, colour);
+        phase(&mut out, p, &everywhere, colour);
     }
     for f in &report.triggers {
         let at = f.window_start_unix_ms.saturating_sub(run.start_unix_ms) as f64 / 1000.0;
@@ -66,7 +78,8 @@ pub fn render_with(report: &Report, colour: bool) -> String {
     out
 }
 
-fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
+/// One phase; `said` holds the missing lines already said for the whole run.
+fn phase(out: &mut String, p: &PhaseSummary, said: &[&String], colour: bool) {
     let line = |out: &mut String, style: Style, text: &str| {
         let _ = writeln!(out, "  {}", paint(text, style, colour));
     };
@@ -105,21 +118,12 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
         let _ = writeln!(out, "  prefix: {}", prefix.line());
     }
     findings(out, p, colour);
-    if p.untrustworthy {
-        let lagging = p
-            .shares
-            .iter()
-            .find(|s| s.cause == Cause::Loadgen)
-            .map_or(0, |s| s.windows);
-        line(
-            out,
-            Style::Warn,
-            &format!(
-                "WARNING: the load generator lagged in {lagging} of {} windows: latencies of \
-                 this phase are untrustworthy",
-                p.windows
-            ),
-        );
+    match &p.lag {
+        Some(lag) if p.untrustworthy => line(out, Style::Warn, &format!("WARNING: {}", lag.said)),
+        Some(lag) => {
+            let _ = writeln!(out, "  note: {}", lag.said);
+        }
+        None => {}
     }
     let shares = p
         .shares
@@ -160,7 +164,7 @@ fn phase(out: &mut String, p: &PhaseSummary, colour: bool) {
     {
         let _ = writeln!(out, "  {}", decomposition(d));
     }
-    for m in &p.missing {
+    for m in p.missing_decisive.iter().filter(|m| !said.contains(m)) {
         let _ = writeln!(out, "  missing: {m}");
     }
     if p.dominant != Cause::None {

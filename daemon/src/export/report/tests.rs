@@ -156,7 +156,10 @@ fn terminal_summary_warns_when_the_load_generator_lags() {
     assert_eq!(r.phase("peak").unwrap().dominant, Cause::Loadgen);
     let text = r.terminal();
     assert!(
-        text.contains("WARNING: the load generator lagged in 6 of 6 windows: latencies"),
+        text.contains(
+            "WARNING: the load generator lagged in 6 of 6 windows (100% of the phase's requests, \
+             sent up to 168 ms late): its latencies are untrustworthy"
+        ),
         "{text}"
     );
     assert!(text.contains("--shard i/N"), "{text}");

@@ -34,8 +34,7 @@ use crate::loadgen::{
     },
 };
 use crate::measure::{
-    pipeline::{StepKind, StepOutcome, StepRecord},
-    record::{ErrorClass, RequestRecord},
+    record::{ErrorClass, RequestRecord, StepKind, StepOutcome, StepRecord},
     trace_context::{TraceContext, TraceId},
 };
 

@@ -63,7 +63,7 @@ pub struct PhaseCtx {
     /// row i.
     replay: Option<Arc<Replay>>,
     /// A session phase's plan (`request.session`): each arrival runs an agentic session.
-    pub session: Option<Arc<crate::loadgen::engine::session::SessionPlan>>,
+    pub session: Option<Arc<crate::loadgen::engine::session::plan::SessionPlan>>,
 }
 
 /// One request ready to go.
@@ -136,9 +136,12 @@ impl PhaseCtx {
             .and_then(|d| plan.datasets().get(d).cloned());
         let uri = target.uri(&path)?;
         let pipeline = compile_pipeline(&spec, &phase.name, target)?;
-        let session =
-            crate::loadgen::engine::session::SessionPlan::new(&spec, dataset.clone(), target)?
-                .map(Arc::new);
+        let session = crate::loadgen::engine::session::plan::SessionPlan::new(
+            &spec,
+            dataset.clone(),
+            target,
+        )?
+        .map(Arc::new);
         let vector = if endpoint == Endpoint::VectorSearch {
             let exact = match (api, &spec.exact_path) {
                 (_, Some(p)) => Some(p.as_str()),

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::loadgen::scenario::{
     files::Files,
     shared_prefix::{SharedPrefixSpec, SharedPrefixes},
-    words,
+    words::{self, MAX_SYNTHETIC_PROMPT_WORDS, MAX_SYNTHETIC_WORDS},
 };
 
 /// One prompt (and whatever else its source row carried).
@@ -138,11 +138,6 @@ pub const DEFAULT_SYNTHETIC_COUNT: usize = 1000;
 pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 /// Most distinct synthetic prompts.
 pub const MAX_SYNTHETIC_COUNT: usize = 1_000_000;
-/// Most words (about tokens) of all synthetic prompts together, counted at mean + 3 stddev:
-/// about 150 MB of text.
-pub const MAX_SYNTHETIC_WORDS: f64 = 16e6;
-/// Longest synthetic prompt, words (each at most 9 bytes with its space: under 1.2 MiB).
-pub const MAX_SYNTHETIC_PROMPT_WORDS: f64 = 131_072.0;
 
 impl Synthetic {
     /// The size checks: each prompt and all of them together stay within memory caps.

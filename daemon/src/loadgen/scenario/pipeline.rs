@@ -26,7 +26,7 @@ use crate::loadgen::scenario::{
     template::{Template, TemplateError},
     vector::{ApiKind, JsonApiSpec},
 };
-pub use crate::measure::pipeline::StepKind;
+pub use crate::measure::record::StepKind;
 
 /// Most tool-call rounds a `tools` step may allow.
 pub const MAX_TOOL_DEPTH: u32 = 16;

@@ -13,13 +13,26 @@
 
 use std::collections::HashMap;
 
-use crate::loadgen::scenario::{Load, Phase, dataset::Row, trace::TraceFormat, words};
+use serde::Deserialize;
+
+use crate::loadgen::scenario::{Load, Phase, dataset::Row, words};
 use crate::measure::{prefix::PrefixSharing, record::Endpoint};
 
 /// Seeds block texts apart from the words of a row's own.
 const BLOCK_TAG: u64 = 0x6d6f_6f6e_6361_6b65;
 /// Seeds a row's own words (those its `hash_ids` do not cover).
 const OWN_TAG: u64 = 0x6f77_6e5f_776f_7264;
+
+/// How a trace file's rows are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceFormat {
+    /// A time per line: seconds, or JSON `timestamp` (seconds) / `timestamp_ms`.
+    #[default]
+    Timestamps,
+    /// Mooncake rows: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
+    Mooncake,
+}
 
 /// One row of a Mooncake trace: what one arrival sends.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,10 +6,10 @@ use serde::Deserialize;
 
 use crate::loadgen::scenario::{
     HARD_MAX_RATE, arrival,
-    dataset::MAX_SYNTHETIC_PROMPT_WORDS,
     limits::{BURSTINESS, de_duration},
-    replay::Replay,
-    trace::{MOONCAKE_BLOCK_SIZE, TraceFormat, TraceSpec, Window},
+    replay::{Replay, TraceFormat},
+    trace::{MOONCAKE_BLOCK_SIZE, TraceSpec, Window},
+    words::MAX_SYNTHETIC_PROMPT_WORDS,
 };
 use crate::measure::prefix::PrefixSharing;
 

@@ -18,10 +18,7 @@
 use rand::Rng;
 use serde::Deserialize;
 
-use crate::loadgen::scenario::{
-    dataset::{MAX_SYNTHETIC_PROMPT_WORDS, MAX_SYNTHETIC_WORDS},
-    words,
-};
+use crate::loadgen::scenario::words::{self, MAX_SYNTHETIC_PROMPT_WORDS, MAX_SYNTHETIC_WORDS};
 
 /// Most distinct prefixes.
 pub const MAX_PREFIXES: usize = 10_000;

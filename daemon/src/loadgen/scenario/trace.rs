@@ -21,26 +21,15 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::loadgen::scenario::{
-    dataset::MAX_SYNTHETIC_PROMPT_WORDS,
     limits::HARD_MAX_DURATION,
-    replay::{Replay, TraceRow},
+    replay::{Replay, TraceFormat, TraceRow},
+    words::MAX_SYNTHETIC_PROMPT_WORDS,
 };
 
 /// Tokens per hash block of the published Mooncake traces.
 pub const MOONCAKE_BLOCK_SIZE: u32 = 512;
 /// Largest `output_length` of a row (sent as `max_tokens`).
 pub const MAX_OUTPUT_LENGTH: u64 = 1_000_000;
-
-/// How a trace file's rows are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TraceFormat {
-    /// A time per line: seconds, or JSON `timestamp` (seconds) / `timestamp_ms`.
-    #[default]
-    Timestamps,
-    /// Mooncake rows: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
-    Mooncake,
-}
 
 /// A span of the trace's own clock, measured from its first row: `[from, until)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

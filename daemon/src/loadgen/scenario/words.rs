@@ -8,6 +8,12 @@
 
 use rand::Rng;
 
+/// Most words (about tokens) of all synthetic prompts together, counted at mean + 3 stddev:
+/// about 150 MB of text.
+pub const MAX_SYNTHETIC_WORDS: f64 = 16e6;
+/// Longest synthetic prompt, words (each at most 9 bytes with its space: under 1.2 MiB).
+pub const MAX_SYNTHETIC_PROMPT_WORDS: f64 = 131_072.0;
+
 /// The words synthetic prompts are made of.
 pub const VOCAB: &[&str] = &[
     "the",

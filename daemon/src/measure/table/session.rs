@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::fmt_ms;
-use crate::measure::{metrics::Summary, session::SessionsView};
+use crate::measure::{session::SessionsView, summary::Summary};
 
 /// A percentile, or `too few` when it had too few samples to be a number.
 fn pct(s: &Summary, q: &str, fmt: impl Fn(f64) -> String) -> String {

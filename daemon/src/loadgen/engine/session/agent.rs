@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::history::{Entry, History, System, count, filler};
 use crate::loadgen::scenario::session::{AgentsStep, Compaction, SessionSpec, Step, ToolStep};
-use crate::measure::session::SessionCall;
+use crate::measure::record::SessionCall;
 
 /// Words of the last answer a tool is asked about.
 const QUERY_WORDS: usize = 24;

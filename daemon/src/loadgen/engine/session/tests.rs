@@ -18,7 +18,7 @@ use super::{
     history::{Entry, filler},
 };
 use crate::loadgen::scenario::session::SessionSpec;
-use crate::measure::session::SessionCall;
+use crate::measure::record::SessionCall;
 
 const MODEL: Duration = Duration::from_millis(100);
 const ANSWER: u32 = 8;
