@@ -9,7 +9,10 @@
 //! cause won by a wide margin could not have; one missing in most windows of an `unexplained`
 //! or `none` phase could.
 
-use super::{signals::Signal, verdict::Missing};
+use super::{
+    signals::{Signal, Source},
+    verdict::Missing,
+};
 
 /// Signals missing for the same reason in the same number of windows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,14 +89,46 @@ pub fn groups<'a>(lines: impl Iterator<Item = &'a Missing>) -> Vec<Group> {
     groups
 }
 
+/// What a phase lacks by design, which no setting would give: a recognised engine's metrics
+/// lack a series because the engine does not export it, and a drain (nothing sent) has no
+/// load-generator data.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByDesign {
+    /// The scrape recognised the engine (vLLM, `SGLang`, TGI, llama.cpp).
+    pub recognised_engine: bool,
+    /// The phase is a drain.
+    pub drain: bool,
+}
+
+impl ByDesign {
+    fn covers(self, g: &Group) -> bool {
+        (self.recognised_engine && g.reason == Source::Server.unreported_reason())
+            || (self.drain && g.reason == Source::Load.absent_reason())
+    }
+}
+
 /// The groups whose windows could have changed a verdict won by `margin` windows over its
-/// runner-up (see the module's words), in words.
+/// runner-up (see the module's words), what the phase lacks by design left out: one line a
+/// reason, in words, the window count kept where all its signals share one.
 #[must_use]
-pub fn decisive(groups: &[Group], of: usize, margin: usize) -> Vec<String> {
-    groups
+pub fn decisive(groups: &[Group], of: usize, margin: usize, by_design: ByDesign) -> Vec<String> {
+    let mut merged: Vec<(Group, bool)> = Vec::new();
+    for g in groups
         .iter()
-        .filter(|g| 2 * g.windows >= margin)
-        .map(|g| g.words(of))
+        .filter(|g| 2 * g.windows >= margin && !by_design.covers(g))
+    {
+        match merged.iter_mut().find(|(m, _)| m.reason == g.reason) {
+            Some((m, same)) => {
+                m.signals.extend(g.signals.iter().cloned());
+                *same &= m.windows == g.windows;
+                m.windows = m.windows.max(g.windows);
+            }
+            None => merged.push((g.clone(), true)),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(g, same)| g.words(if same { of } else { g.windows }))
         .collect()
 }
 
@@ -187,19 +222,51 @@ mod tests {
         );
         // A phase won 18 to 2: a signal missing in 2 windows could not have turned it (2 x 2
         // < 16); one missing in every window could.
+        let none = ByDesign::default();
+        assert_eq!(decisive(&g, 20, 16, none), Vec::<String>::new());
         assert_eq!(
-            decisive(&g, 20, 16),
-            Vec::<String>::new(),
-            "{:?}",
-            decisive(&g, 2, 16)
-        );
-        assert_eq!(
-            decisive(&g, 2, 2),
+            decisive(&g, 2, 2, none),
             [
                 "no server metrics: KV-cache usage, requests waiting",
                 "not reported: the server's front-end time (in 1 of 2 windows)"
             ]
         );
+    }
+
+    #[test]
+    fn one_line_a_reason() {
+        let lines = [
+            m("kv_usage", "no server metrics"),
+            m("waiting", "no server metrics"),
+            m("kv_usage", "no server metrics"),
+        ];
+        assert_eq!(
+            decisive(&groups(lines.iter()), 2, 0, ByDesign::default()),
+            ["no server metrics: KV-cache usage, requests waiting"]
+        );
+    }
+
+    #[test]
+    fn what_is_missing_by_design_is_not_shown() {
+        let server = Source::Server.unreported_reason();
+        let load = Source::Load.absent_reason();
+        let lines = [m("frontend_ms", server), m("ttft_p99_ms", load)];
+        let g = groups(lines.iter());
+        let shown = |recognised_engine, drain| {
+            decisive(
+                &g,
+                1,
+                0,
+                ByDesign {
+                    recognised_engine,
+                    drain,
+                },
+            )
+            .len()
+        };
+        assert_eq!(shown(false, false), 2);
+        assert_eq!(shown(true, false), 1);
+        assert_eq!(shown(true, true), 0);
     }
 
     #[test]

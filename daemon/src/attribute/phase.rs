@@ -270,8 +270,16 @@ pub fn summarise(
             .filter(|&i| phase_name(&windows[i]) == name)
             .collect();
         let (sending, drain) = split_drain(&idx, windows);
-        let summary = |name: String, idx: &[usize]| {
-            let mut p = summarise_one(name, idx, windows, verdicts, baselines, admission_cap);
+        let summary = |name: String, idx: &[usize], drain: bool| {
+            let mut p = summarise_one(
+                name,
+                idx,
+                drain,
+                windows,
+                verdicts,
+                baselines,
+                admission_cap,
+            );
             p.saturated = saturated(idx, windows, admission_cap);
             if p.dominant == Cause::Compute {
                 let ws: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
@@ -282,7 +290,7 @@ pub fn summarise(
             }
             p
         };
-        let mut p = summary(name.clone(), sending);
+        let mut p = summary(name.clone(), sending, false);
         p.marks = timeline
             .marks
             .iter()
@@ -297,9 +305,7 @@ pub fn summarise(
         p.energy = super::energy::PhaseEnergy::of(&all);
         out.push(p);
         if !drain.is_empty() {
-            let mut d = summary(format!("{name} (drain)"), drain);
-            d.drain = true;
-            out.push(d);
+            out.push(summary(format!("{name} (drain)"), drain, true));
         }
     }
     note_saturated_baselines(&mut out);
@@ -446,9 +452,11 @@ fn phase_name(w: &Window) -> String {
     w.phase.clone().unwrap_or_else(|| "run".to_owned())
 }
 
+/// One phase (`drain`: the windows after its last send) of the windows `idx`.
 fn summarise_one(
     name: String,
     idx: &[usize],
+    drain: bool,
     windows: &[Window],
     verdicts: &[WindowVerdict],
     baselines: &Baselines,
@@ -490,7 +498,13 @@ fn summarise_one(
         .unwrap_or_default();
     let runners_up = causes::runners_up(&of_dominant);
     let missing = missing::groups(idx.iter().flat_map(|&i| verdicts[i].verdict.missing.iter()));
-    let missing_decisive = missing::decisive(&missing, n, margin(&shares, dominant));
+    let by_design = missing::ByDesign {
+        recognised_engine: phase_windows
+            .iter()
+            .any(|w| w.server.as_ref().is_some_and(|s| !s.engine.is_unknown())),
+        drain,
+    };
+    let missing_decisive = missing::decisive(&missing, n, margin(&shares, dominant), by_design);
     let missing: Vec<String> = missing.iter().map(|g| g.line(n)).collect();
     let (came_first, hint) = onset(dominant, idx, windows, verdicts, admission_cap);
     let lag = Lag::of(idx, windows, verdicts);
@@ -530,7 +544,7 @@ fn summarise_one(
         marks: Vec::new(),
         confirmation: None,
         hops: None,
-        drain: false,
+        drain,
         saturated: None,
         overload: None,
         notes: Vec::new(),

@@ -269,6 +269,21 @@ impl Source {
             Source::Baseline => "no baseline for this signal",
         }
     }
+
+    /// Why a signal of this source is absent from a window the source did report on.
+    #[must_use]
+    pub fn unreported_reason(self) -> &'static str {
+        match self {
+            Source::Load => {
+                "no request of the window gave it (none answered, or none of that kind)"
+            }
+            Source::Server => "the server's metrics lack it (its engine does not export it)",
+            Source::Runq => "the run-queue probes saw no wake-up for it",
+            Source::Net => "the socket probes saw no exchange that gives it",
+            Source::Gpu => "the GPU sources do not report it",
+            Source::Baseline => "no baseline for this signal",
+        }
+    }
 }
 
 impl Signal {
@@ -623,7 +638,7 @@ impl Signal {
             }
         };
         if present {
-            "the source is on but does not report it"
+            self.source().unreported_reason()
         } else {
             self.source().absent_reason()
         }

@@ -44,17 +44,22 @@ pub fn render_with(report: &Report, colour: bool) -> String {
     for m in &report.missing_evidence {
         let _ = writeln!(out, "missing evidence: {m}");
     }
-    // What every phase lacked is said once.
-    let everywhere: Vec<&String> = match report.phases.split_first() {
+    // What every phase lacked for the same reason is said once (its signals all phases').
+    let reason = |m: &str| m.split_once(": ").map_or(m, |(r, _)| r).to_owned();
+    let everywhere: Vec<String> = match report.phases.split_first() {
         Some((first, rest)) if !rest.is_empty() => first
             .missing_decisive
             .iter()
-            .filter(|m| rest.iter().all(|p| p.missing_decisive.contains(m)))
+            .map(|m| reason(m))
+            .filter(|r| {
+                rest.iter()
+                    .all(|p| p.missing_decisive.iter().any(|m| reason(m) == *r))
+            })
             .collect(),
         _ => Vec::new(),
     };
-    for m in &everywhere {
-        let _ = writeln!(out, "missing in every phase: {m}");
+    for r in &everywhere {
+        let _ = writeln!(out, "missing in every phase: {r}");
     }
     for p in &report.phases {
         out.push('\n');
@@ -78,8 +83,8 @@ pub fn render_with(report: &Report, colour: bool) -> String {
     out
 }
 
-/// One phase; `said` holds the missing lines already said for the whole run.
-fn phase(out: &mut String, p: &PhaseSummary, said: &[&String], colour: bool) {
+/// One phase; `said` holds the reasons of missing evidence already said for the whole run.
+fn phase(out: &mut String, p: &PhaseSummary, said: &[String], colour: bool) {
     let line = |out: &mut String, style: Style, text: &str| {
         let _ = writeln!(out, "  {}", paint(text, style, colour));
     };
@@ -164,7 +169,11 @@ fn phase(out: &mut String, p: &PhaseSummary, said: &[&String], colour: bool) {
     {
         let _ = writeln!(out, "  {}", decomposition(d));
     }
-    for m in p.missing_decisive.iter().filter(|m| !said.contains(m)) {
+    for m in p
+        .missing_decisive
+        .iter()
+        .filter(|m| !said.iter().any(|r| m.starts_with(&format!("{r}: "))))
+    {
         let _ = writeln!(out, "  missing: {m}");
     }
     if p.dominant != Cause::None {
