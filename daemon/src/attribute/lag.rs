@@ -64,11 +64,7 @@ impl Lag {
             windows: lagging.len(),
             request_share,
             late_ms,
-            moved: SHOWN
-                .iter()
-                .filter(|(_, beyond)| request_share > *beyond)
-                .map(|(name, _)| (*name).to_owned())
-                .collect(),
+            moved: moved(request_share),
             said: String::new(),
         };
         lag.said = lag.line(idx.len());
@@ -115,6 +111,15 @@ impl Lag {
     }
 }
 
+/// The shown percentiles that requests holding `share` of a phase's could decide.
+fn moved(share: f64) -> Vec<String> {
+    SHOWN
+        .iter()
+        .filter(|(_, beyond)| share > *beyond)
+        .map(|(name, _)| (*name).to_owned())
+        .collect()
+}
+
 fn percent(share: f64) -> String {
     let p = share * 100.0;
     if p > 0.0 && p < 1.0 {
@@ -141,11 +146,7 @@ mod tests {
             windows: 1,
             request_share: share,
             late_ms: Some(250.0),
-            moved: SHOWN
-                .iter()
-                .filter(|(_, b)| share > *b)
-                .map(|(n, _)| (*n).to_owned())
-                .collect(),
+            moved: moved(share),
             said: String::new(),
         }
     }
