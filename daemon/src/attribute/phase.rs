@@ -679,9 +679,12 @@ fn dominant(
         })
         .or_else(|| {
             // Windows of a request or two rise by chance on a machine whose speed drifts:
-            // the phase's rise is unexplained only when the phase as a whole rose.
+            // the phase's rise is unexplained only when the phase as a whole rose. The
+            // baseline phase is the reference those rises are measured from: its own windows
+            // above its median are its noise (a few exchanges a window make a bimodal median),
+            // never a rise; a baseline that is itself the problem is named by what is full.
             (holding.contains(&Cause::Unexplained)
-                && base.is_none_or(|b| is_baseline || rose(phase_latency, b)))
+                && base.is_none_or(|b| !is_baseline && rose(phase_latency, b)))
             .then_some(Cause::Unexplained)
         })
         .unwrap_or(Cause::None)

@@ -16,7 +16,7 @@ use super::{
     SimConfig,
     config::CostModel,
     engine::{Engine, Shared},
-    http, metrics,
+    http,
     openai::Message,
     state::AppState,
     tokenizer, tools,
@@ -66,7 +66,7 @@ async fn post_json(app: &Router, path: &str, body: &Value) -> (StatusCode, Value
 }
 
 fn counter(state: &AppState, name: &str) -> Option<f64> {
-    metrics::sample(&state.metrics_text(), name)
+    super::exposition::sample(&state.metrics_text(), name)
 }
 
 #[tokio::test]

@@ -91,7 +91,7 @@ fn summary(o: &mut String, name: &str, help: &str, labels: &str, h: &Histogram<u
     let _ = writeln!(o, "{name}_sum{{{labels}}} {sum:?}");
     let _ = writeln!(o, "{name}_count{{{labels}}} {}", h.len());
     let max = format!("{name}_max");
-    super::metrics::gauge(
+    super::exposition::gauge(
         o,
         &max,
         "Largest value of the summary of the same name.",
@@ -103,7 +103,7 @@ fn summary(o: &mut String, name: &str, help: &str, labels: &str, h: &Histogram<u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::metrics::sample;
+    use crate::sim::exposition::sample;
 
     fn quantile(text: &str, name: &str, q: &str) -> f64 {
         let key = format!("{name}{{model_name=\"m\",quantile=\"{q}\"}} ");

@@ -6,6 +6,8 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
+use super::exposition::{counter, gauge};
+
 /// vLLM's buckets for `time_to_first_token_seconds`.
 pub const TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -320,42 +322,16 @@ impl ApiCounters {
     }
 }
 
-pub(crate) fn gauge(o: &mut String, name: &str, help: &str, labels: &str, v: f64) {
-    let _ = writeln!(
-        o,
-        "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v:?}"
-    );
-}
-
-pub(crate) fn counter(o: &mut String, name: &str, help: &str, labels: &str, v: u64) {
-    let _ = writeln!(
-        o,
-        "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {v}.0"
-    );
-}
-
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
-/// Reads one sample's value from exposition text: `name` with any labels.
-#[must_use]
-pub fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::exposition::sample;
 
     #[test]
     fn renders_vllm_names_and_cumulative_buckets() {

@@ -13,6 +13,7 @@ pub mod completions;
 pub mod config;
 pub mod device;
 pub mod engine;
+pub mod exposition;
 pub mod faults;
 pub mod fixed;
 pub mod format;

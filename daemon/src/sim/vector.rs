@@ -163,21 +163,21 @@ impl VectorService {
     #[must_use]
     pub fn metrics_text(&self) -> String {
         let mut o = String::new();
-        super::metrics::counter(
+        super::exposition::counter(
             &mut o,
             "inferscope_sim_vector_searches_total",
             "Vector searches answered.",
             "",
             self.searches(),
         );
-        super::metrics::gauge(
+        super::exposition::gauge(
             &mut o,
             "inferscope_sim_vector_index_rebuilding",
             "1 while the vector index is being rebuilt.",
             "",
             f64::from(u8::from(self.rebuilding())),
         );
-        super::metrics::counter(
+        super::exposition::counter(
             &mut o,
             "inferscope_sim_vector_index_rebuilds_total",
             "Vector index rebuilds completed.",

@@ -20,7 +20,8 @@ use super::{GenAiCall, OtlpError, OtlpExporter, SampledRequest, Stage};
 use crate::collect::catalog::Labels;
 use crate::loadgen::{
     Options, Plan, Scenario,
-    engine::{models, models::Discovery, observe},
+    engine::observe,
+    scenario::model::{self, Discovery},
 };
 use crate::measure::{Endpoint, ErrorClass, RequestRecord};
 
@@ -157,7 +158,7 @@ impl RunLabels {
         self.models = scenario
             .phases
             .iter()
-            .map(|p| models::requested_model(p, found))
+            .map(|p| model::requested_model(p, found))
             .collect();
     }
 
@@ -507,7 +508,7 @@ mod tests {
         rec.token_us.clear();
         let call = labels.call(&rec).unwrap();
         assert_eq!((call.operation, call.first_chunk), ("chat", None));
-        assert_eq!(call.model.as_deref(), Some(models::FALLBACK_MODEL));
+        assert_eq!(call.model.as_deref(), Some(model::FALLBACK_MODEL));
         let chosen = Discovery::Chosen {
             model: "served".into(),
             served: 1,

@@ -12,6 +12,7 @@ pub mod dataset;
 pub mod files;
 pub mod json_path;
 pub mod limits;
+pub mod model;
 pub mod overrides;
 pub mod pipeline;
 pub mod plan;

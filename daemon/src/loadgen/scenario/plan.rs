@@ -11,10 +11,10 @@ use std::{collections::BTreeMap, path::Path, sync::Arc};
 use tokio::sync::OnceCell;
 
 use crate::loadgen::{
-    engine::models::Discovery,
     scenario::check::Check,
     scenario::dataset::Dataset,
     scenario::files::Files,
+    scenario::model::Discovery,
     scenario::overrides::{OverrideError, Overrides},
     scenario::{Phase, Scenario, ScenarioError, limits},
 };

@@ -115,5 +115,5 @@ pub async fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool 
 }
 
 pub fn metric(text: &str, name: &str) -> f64 {
-    sim::metrics::sample(text, name).unwrap_or_else(|| panic!("{name} missing from /metrics"))
+    sim::exposition::sample(text, name).unwrap_or_else(|| panic!("{name} missing from /metrics"))
 }
