@@ -20,7 +20,7 @@ fn rules(
     file: Option<&Path>,
     allow_remote: bool,
 ) -> anyhow::Result<Vec<Rule>> {
-    let mut rules = scenario.triggers.clone();
+    let mut rules = triggers::of_scenario(scenario)?;
     if let Some(path) = file {
         for r in triggers::load_file(path)? {
             if rules.iter().any(|o| o.name == r.name) {

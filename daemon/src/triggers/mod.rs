@@ -41,7 +41,7 @@ use std::{
     },
 };
 
-use serde::{Deserialize, Deserializer, Serialize, de::Error as _};
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 pub use rule::{Action, Condition, Rule};
@@ -52,11 +52,12 @@ use self::{
     episode::Episode,
     live::LiveLoad,
     metric::Metric,
-    rule::{Delta, RawRule},
+    rule::Delta,
 };
 use crate::{
     attribute::{Verdict, WindowVerdict},
     collect::{identity::ServerIdentity, timeline::Window},
+    loadgen::scenario::{Scenario, WrittenTrigger, line_of},
     node::{MAX_SERVERS, Observer},
 };
 
@@ -523,7 +524,7 @@ pub struct TriggersError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
-    triggers: Vec<RawRule>,
+    triggers: Vec<WrittenTrigger>,
 }
 
 /// Reads and parses a `--triggers` file (YAML: `triggers: [rules...]`).
@@ -558,18 +559,19 @@ pub fn parse_yaml(src: &str, file: &str) -> Result<Vec<Rule>, TriggersError> {
     }
     rule::parse_rules(raw.triggers).map_err(|e| TriggersError {
         file: file.to_owned(),
-        line: src
-            .lines()
-            .enumerate()
-            .find_map(|(i, l)| l.find(&e.needle).map(|c| (i + 1, c + 1))),
+        line: line_of(src, &e.needle),
         msg: e.msg,
     })
 }
 
-/// Deserializes a scenario's `triggers:` block (the scenario loader adds the line).
-pub(crate) fn de_rules<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Rule>, D::Error> {
-    let raw = Vec::<RawRule>::deserialize(d)?;
-    rule::parse_rules(raw).map_err(|e| D::Error::custom(e.msg))
+/// Parses and checks a scenario's `triggers:` block; an error points at the scenario's line.
+pub fn of_scenario(scenario: &Scenario) -> Result<Vec<Rule>, TriggersError> {
+    let origin = &scenario.origin;
+    rule::parse_rules(scenario.triggers.clone()).map_err(|e| TriggersError {
+        file: origin.file.clone(),
+        line: line_of(&origin.text, &e.needle),
+        msg: e.msg,
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::metric::{Metric, Unit};
-use crate::attribute::Cause;
+use crate::{attribute::Cause, loadgen::scenario::WrittenTrigger};
 
 /// A comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -150,31 +150,6 @@ impl Rule {
     }
 }
 
-/// A rule as written in YAML, before its conditions are parsed.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRule {
-    name: String,
-    when: OneOrMany,
-    #[serde(default, rename = "for")]
-    hold: Option<String>,
-    #[serde(default)]
-    cooldown: Option<String>,
-    #[serde(default)]
-    run: Option<Vec<String>>,
-    #[serde(default)]
-    webhook: Option<String>,
-    #[serde(default)]
-    timeout: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
-}
-
 /// A rule that cannot be used: the text to point at (for the line) and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{msg}")]
@@ -190,11 +165,11 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default time each webhook attempt may take.
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
 
-impl RawRule {
-    /// Parses the conditions and checks the rule.
-    pub fn parse(self) -> Result<Rule, RuleError> {
-        let name = self.name.trim().to_owned();
-        let at = format!("name: {}", self.name);
+impl Rule {
+    /// Parses the conditions of a rule as written and checks it.
+    pub fn parse(w: WrittenTrigger) -> Result<Self, RuleError> {
+        let name = w.name.trim().to_owned();
+        let at = format!("name: {}", w.name);
         let err = |needle: &str, msg: String| RuleError {
             needle: needle.to_owned(),
             msg: format!("trigger `{name}`: {msg}"),
@@ -215,10 +190,7 @@ impl RawRule {
                 "name must be letters, digits, `_`, `-` or `.` (it labels a metric)".into(),
             ));
         }
-        let when_text = match self.when {
-            OneOrMany::One(s) => vec![s],
-            OneOrMany::Many(v) => v,
-        };
+        let when_text = w.when.into_vec();
         if when_text.is_empty() {
             return Err(err(
                 &at,
@@ -243,9 +215,9 @@ impl RawRule {
                 )
             }),
         };
-        let hold = duration("for", self.hold.as_deref(), Duration::ZERO)?;
-        let cooldown = duration("cooldown", self.cooldown.as_deref(), Duration::ZERO)?;
-        let action = match (self.run, self.webhook) {
+        let hold = duration("for", w.hold.as_deref(), Duration::ZERO)?;
+        let cooldown = duration("cooldown", w.cooldown.as_deref(), Duration::ZERO)?;
+        let action = match (w.run, w.webhook) {
             (Some(argv), None) => {
                 if argv.first().is_none_or(|p| p.trim().is_empty()) {
                     return Err(err(
@@ -275,7 +247,7 @@ impl RawRule {
             Action::Run(_) => RUN_TIMEOUT,
             Action::Webhook(_) => WEBHOOK_TIMEOUT,
         };
-        let timeout = duration("timeout", self.timeout.as_deref(), default_timeout)?;
+        let timeout = duration("timeout", w.timeout.as_deref(), default_timeout)?;
         if timeout.is_zero() {
             return Err(err("timeout:", "`timeout` must be > 0".into()));
         }
@@ -292,10 +264,10 @@ impl RawRule {
 }
 
 /// Parses rules and checks that their names are unique.
-pub fn parse_rules(raw: Vec<RawRule>) -> Result<Vec<Rule>, RuleError> {
+pub fn parse_rules(raw: Vec<WrittenTrigger>) -> Result<Vec<Rule>, RuleError> {
     let mut rules: Vec<Rule> = Vec::with_capacity(raw.len());
     for r in raw {
-        let rule = r.parse()?;
+        let rule = Rule::parse(r)?;
         if rules.iter().any(|o| o.name == rule.name) {
             return Err(RuleError {
                 needle: format!("name: {}", rule.name),
@@ -323,7 +295,7 @@ fn check_webhook(url: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The host of a webhook URL (checked by [`RawRule::parse`]).
+/// The host of a webhook URL (checked by [`Rule::parse`]).
 #[must_use]
 pub fn webhook_host(url: &str) -> String {
     url.parse::<hyper::Uri>()
@@ -524,16 +496,19 @@ mod tests {
         }
     }
 
-    fn raw(yaml: &str) -> RawRule {
+    fn raw(yaml: &str) -> WrittenTrigger {
         serde_norway::from_str(yaml).unwrap()
+    }
+
+    fn parse(yaml: &str) -> Result<Rule, RuleError> {
+        Rule::parse(raw(yaml))
     }
 
     #[test]
     fn rules_check_their_action_and_durations() {
-        let r = raw(
+        let r = parse(
             "{name: rb, when: [kv_usage >= 0.95], for: 2m, cooldown: 10m, run: [rollback, --now]}",
         )
-        .parse()
         .unwrap();
         assert_eq!(r.hold, Duration::from_mins(2));
         assert_eq!(r.cooldown, Duration::from_mins(10));
@@ -542,9 +517,7 @@ mod tests {
             r.action,
             Action::Run(vec!["rollback".into(), "--now".into()])
         );
-        let w = raw("{name: w, when: verdict == queue, webhook: 'http://[::1]:9/h'}")
-            .parse()
-            .unwrap();
+        let w = parse("{name: w, when: verdict == queue, webhook: 'http://[::1]:9/h'}").unwrap();
         assert_eq!(w.action, Action::Webhook("http://[::1]:9/h".into()));
         assert_eq!(webhook_host("http://[::1]:9/h"), "::1");
         for (yaml, says) in [
@@ -568,7 +541,7 @@ mod tests {
                 "name must be",
             ),
         ] {
-            let e = raw(yaml).parse().unwrap_err();
+            let e = parse(yaml).unwrap_err();
             assert!(e.msg.contains(says), "{yaml}: {e}");
         }
         let twice = parse_rules(vec![

@@ -272,17 +272,14 @@ fn a_scenario_carries_its_rules_and_points_at_a_bad_one() {
         "{base}triggers:\n  - name: kv\n    when: [verdict == kv_cache]\n    for: 3s\n    run: [/bin/true]\n"
     );
     let plan = crate::loadgen::Plan::from_yaml(&good, "s.yaml", Path::new(".")).unwrap();
-    let s = plan.scenario();
-    assert_eq!(s.triggers.len(), 1);
-    assert_eq!(s.triggers[0].hold, std::time::Duration::from_secs(3));
+    let rules = super::of_scenario(plan.scenario()).unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].hold, std::time::Duration::from_secs(3));
     let bad = format!(
         "{base}triggers:\n  - name: kv\n    when:\n      - kv_usage >= 0.9\n      - kv_usage is high\n    run: [/bin/true]\n"
     );
-    let crate::loadgen::PlanError::Scenario(e) =
-        crate::loadgen::Plan::from_yaml(&bad, "s.yaml", Path::new(".")).unwrap_err()
-    else {
-        panic!("not a scenario error");
-    };
+    let plan = crate::loadgen::Plan::from_yaml(&bad, "s.yaml", Path::new(".")).unwrap();
+    let e = super::of_scenario(plan.scenario()).unwrap_err();
     assert_eq!(e.line.map(|l| l.0), Some(10), "{e}");
     assert!(e.msg.contains("condition `kv_usage is high`"), "{e}");
 }

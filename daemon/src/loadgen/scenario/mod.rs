@@ -24,6 +24,7 @@ pub mod shape;
 pub mod shared_prefix;
 pub mod template;
 pub mod trace;
+pub mod trigger;
 pub mod validate;
 pub mod vector;
 pub mod words;
@@ -43,6 +44,7 @@ use crate::loadgen::{
     scenario::validate::{de_opt_json_template, de_opt_ratio, de_opt_template, de_ratio, de_slos},
 };
 use crate::measure::{record::Endpoint, slo::Slo};
+pub use trigger::WrittenTrigger;
 
 /// Hard ceilings no scenario can exceed (guardrails against typos such as `rate: 20000`).
 pub const HARD_MAX_IN_FLIGHT: usize = 100_000;
@@ -91,9 +93,10 @@ pub struct Scenario {
     /// SLOs (`stress --find-max`; see `knee.rs`).
     #[serde(default)]
     pub search: Option<SearchBlock>,
-    /// Trigger rules evaluated on each window under `stress --explain` (`triggers/`).
-    #[serde(default, deserialize_with = "crate::triggers::de_rules")]
-    pub triggers: Vec<crate::triggers::Rule>,
+    /// Trigger rules evaluated on each window under `stress --explain`, as written: `triggers/`
+    /// parses and checks them ([`crate::triggers::of_scenario`]).
+    #[serde(default)]
+    pub triggers: Vec<WrittenTrigger>,
     /// Where the scenario came from, for errors that point at a line.
     #[serde(skip)]
     pub origin: Origin,
@@ -107,6 +110,15 @@ pub struct Origin {
     pub file: String,
     /// Its text (empty for a scenario made in code).
     pub text: Arc<str>,
+}
+
+/// The first line (and column), 1-based, of `src` holding `needle`: where an error about that
+/// text points.
+#[must_use]
+pub fn line_of(src: &str, needle: &str) -> Option<(usize, usize)> {
+    src.lines()
+        .enumerate()
+        .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
 }
 
 impl Default for Origin {

@@ -124,8 +124,8 @@ pub fn parse(text: &str, spec: &TraceSpec) -> Result<Parsed, TraceError> {
         return Err(TraceError {
             line: None,
             msg: format!(
-                "no row of the trace falls in `window` (its rows span 0 s..{} s from the first one)",
-                crate::attribute::fmt_num(last - first)
+                "no row of the trace falls in `window` (its rows span 0 s..{:.3} s from the first one)",
+                last - first
             ),
         });
     }
