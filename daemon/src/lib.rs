@@ -8,6 +8,7 @@ pub mod attribute;
 pub mod clock;
 pub mod collect;
 pub mod dial;
+pub mod duration;
 pub mod export;
 pub mod gpu;
 pub mod loadgen;

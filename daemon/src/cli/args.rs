@@ -3,21 +3,10 @@
 
 use std::time::Duration;
 
-/// Longest duration any flag accepts (a week): longer values are typos, and an `Instant` far
-/// in the future overflows.
-pub const MAX_FLAG_DURATION: Duration = Duration::from_hours(7 * 24);
-
-/// A duration such as `1s` or `500ms` that is above zero and at most a week (window and
-/// interval lengths: a zero-length tick panics a timer).
+/// A duration such as `1s` or `500ms` ([`inferscope::duration`]'s grammar) that is above zero
+/// (window and interval lengths: a zero-length tick panics a timer).
 pub fn positive_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 1s or 500ms)"))?;
-    if d.is_zero() {
-        return Err("must be above zero (e.g. 1s)".into());
-    }
-    if d > MAX_FLAG_DURATION {
-        return Err("must be at most a week".into());
-    }
-    Ok(d)
+    inferscope::duration::positive(s).map_err(|e| e.to_string())
 }
 
 /// A cap on requests in flight: 1 up to the hard ceiling every scenario has.

@@ -206,12 +206,10 @@ impl Rule {
             .collect::<Result<Vec<_>, _>>()?;
         let duration = |field: &str, v: Option<&str>, default: Duration| match v {
             None => Ok(default),
-            Some(s) => parse_duration(s).ok_or_else(|| {
+            Some(s) => crate::duration::parse(s).map_err(|e| {
                 quoted(
                     &format!("{field}: {s}"),
-                    format!(
-                        "`{field}: {s}` of trigger `{name}` is not a duration (e.g. 30s, 2m, 500ms)"
-                    ),
+                    format!("`{field}: {s}` of trigger `{name}`: {e}"),
                 )
             }),
         };
@@ -386,14 +384,16 @@ fn metric(name: &str) -> Result<Metric, String> {
 /// A threshold in `metric`'s unit.
 fn threshold(metric: Metric, value: &str) -> Result<f64, String> {
     let v = match metric.unit() {
-        Unit::Ms => value
-            .parse::<f64>()
-            .ok()
-            .or_else(|| parse_duration(value).map(|d| d.as_secs_f64() * 1e3)),
-        Unit::Us => value
-            .parse::<f64>()
-            .ok()
-            .or_else(|| parse_duration(value).map(|d| d.as_secs_f64() * 1e6)),
+        Unit::Ms => value.parse::<f64>().ok().or_else(|| {
+            crate::duration::parse(value)
+                .ok()
+                .map(|d| d.as_secs_f64() * 1e3)
+        }),
+        Unit::Us => value.parse::<f64>().ok().or_else(|| {
+            crate::duration::parse(value)
+                .ok()
+                .map(|d| d.as_secs_f64() * 1e6)
+        }),
         Unit::Ratio => match value.strip_suffix('%') {
             Some(p) => p.trim().parse::<f64>().ok().map(|p| p / 100.0),
             None => value.parse().ok(),
@@ -407,27 +407,6 @@ fn threshold(metric: Metric, value: &str) -> Result<f64, String> {
     };
     v.filter(|v: &f64| v.is_finite())
         .ok_or_else(|| format!("bad value `{value}` for `{metric}`: give {hint}"))
-}
-
-/// `250us`, `300ms`, `1.5s`, `2m`, `1h` (also `0`).
-#[must_use]
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let secs = match unit.trim() {
-        "us" | "µs" => n / 1e6,
-        "ms" => n / 1e3,
-        "s" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return None,
-    };
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
 }
 
 #[cfg(test)]
@@ -534,7 +513,7 @@ mod tests {
             ),
             (
                 "{name: a, when: [kv_usage > 1], for: soon, run: [x]}",
-                "not a duration",
+                "bad duration \"soon\"",
             ),
             (
                 "{name: 'a b', when: [kv_usage > 1], run: [x]}",
@@ -550,15 +529,5 @@ mod tests {
         ])
         .unwrap_err();
         assert!(twice.msg.contains("used twice"), "{twice}");
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("250us"), Some(Duration::from_micros(250)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_mins(2)));
-        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
-        assert_eq!(parse_duration("soon"), None);
-        assert_eq!(parse_duration("5"), None);
     }
 }

@@ -39,7 +39,7 @@ impl FromStr for StartAt {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = |why| StartAtError(s.to_owned(), why);
         if let Some(period) = s.strip_prefix("next:") {
-            let d = humantime::parse_duration(period).map_err(|_| bad("not a duration"))?;
+            let d = crate::duration::parse(period).map_err(|_| bad("not a duration"))?;
             if d < Duration::from_secs(1) || d > Duration::from_hours(24) {
                 return Err(bad("the period must be 1s to 24h"));
             }

@@ -9,8 +9,6 @@ use serde::{Deserialize, Deserializer, de::Error as _};
 
 use crate::loadgen::scenario::{HARD_MAX_IN_FLIGHT, Load, Scenario};
 
-/// Longest duration a scenario may name (phase, timeout, grace, event offset): a week.
-pub const HARD_MAX_DURATION: Duration = Duration::from_hours(7 * 24);
 /// Largest `max_tokens_per_s`.
 pub const HARD_MAX_TOKENS_PER_S: f64 = 1e9;
 /// Largest `oversize_tokens` (words of an inflated prompt; each is 6 bytes on the wire).
@@ -26,19 +24,14 @@ pub const MAX_STAMPEDE: u32 = 10_000;
 /// Range of a gamma shape's `burstiness`.
 pub const BURSTINESS: (f64, f64) = (1e-3, 1e3);
 
-/// `60s`, `500ms`, `1m 30s` (humantime), at most [`HARD_MAX_DURATION`].
+/// A duration field in [`crate::duration`]'s grammar (`60s`, `500ms`, `1m 30s`, at most a week).
 pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    parse_duration(&String::deserialize(d)?).map_err(D::Error::custom)
+    crate::duration::parse(&String::deserialize(d)?).map_err(D::Error::custom)
 }
 
-/// [`de_duration`]'s reading of `s`; the error names it and shows how to write one.
+/// [`de_duration`]'s reading of `s`, for a field that is sometimes a duration.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let v = humantime::parse_duration(s)
-        .map_err(|e| format!("bad duration {s:?}: {e} (write e.g. `60s`, `500ms`)"))?;
-    if v > HARD_MAX_DURATION {
-        return Err(format!("duration `{s}` is longer than the limit of 7 days"));
-    }
-    Ok(v)
+    crate::duration::parse(s).map_err(|e| e.to_string())
 }
 
 /// An optional [`de_duration`] that must be above zero.
@@ -94,7 +87,7 @@ pub fn de_opt_dimensions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize
 /// The message names the field and the allowed range.
 pub fn check(s: &Scenario) -> Result<(), String> {
     let dur = |what: &str, d: Duration| {
-        if d > HARD_MAX_DURATION {
+        if d > crate::duration::MAX {
             Err(format!("{what} is longer than the limit of 7 days"))
         } else {
             Ok(())

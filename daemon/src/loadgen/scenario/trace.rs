@@ -21,7 +21,6 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::loadgen::scenario::{
-    limits::HARD_MAX_DURATION,
     replay::{Replay, TraceFormat, TraceRow},
     words::MAX_SYNTHETIC_PROMPT_WORDS,
 };
@@ -124,8 +123,8 @@ pub fn parse(text: &str, spec: &TraceSpec) -> Result<Parsed, TraceError> {
         return Err(TraceError {
             line: None,
             msg: format!(
-                "no row of the trace falls in `window` (its rows span 0 s..{:.3} s from the first one)",
-                last - first
+                "no row of the trace falls in `window` (its rows span 0 s..{} s from the first one)",
+                ((last - first) * 1e3).round() / 1e3
             ),
         });
     }
@@ -135,7 +134,7 @@ pub fn parse(text: &str, spec: &TraceSpec) -> Result<Parsed, TraceError> {
         // A huge gap (or a tiny speed) must be an error, not a Duration overflow.
         let offset = Duration::try_from_secs_f64((t - first - from) / spec.speed)
             .ok()
-            .filter(|d| *d <= HARD_MAX_DURATION)
+            .filter(|d| *d <= crate::duration::MAX)
             .ok_or_else(|| TraceError {
                 line: Some(line),
                 msg: format!(
