@@ -7,6 +7,7 @@ pub mod atomic;
 pub mod attribute;
 pub mod clock;
 pub mod collect;
+pub mod daemon;
 pub mod dial;
 pub mod duration;
 pub mod export;

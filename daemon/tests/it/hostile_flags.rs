@@ -34,7 +34,7 @@ fn bad_numbers_in_flags_are_one_line_errors_not_panics() {
         (
             &["--duration", "1s", "--timeout", "1000000y"][..],
             2,
-            "at most a week",
+            "longer than the limit of 7 days",
         ),
         (
             &["--duration", "1s", "--max-in-flight", "0"][..],

@@ -1,14 +1,17 @@
 //! The daemon's collectors against `inferscope sim` (in this process): the simulated device's
 //! allocations (uprobes on this test binary's exported driver-API symbols), the engine's
-//! run-queue delay and the scraped KV usage land on one time line.
+//! run-queue delay and the scraped KV usage land on one time line; and the whole daemon started
+//! in process serves `/metrics`.
 use std::time::Duration;
 
 use inferscope::{
+    api::Bind,
     collect::{
         kernel::{KernelCollector, KernelOptions},
         server::ServerCollector,
         timeline::{Part, Timeline},
     },
+    daemon::{Daemon, DaemonOptions, Finder},
     sim,
 };
 use inferscope_tests::root_or_skip;
@@ -124,4 +127,62 @@ async fn sim_allocations_runqueue_and_kv_usage_on_one_time_line() {
     let live = kernel.gpu_account().get(me).map_or(0, |s| s.live_bytes);
     assert!(live > 0, "the KV pool is live device memory");
     let _ = server.shutdown().await;
+}
+
+/// The daemon assembled in this process, as `inferscope daemon` assembles it: watching this
+/// process (the sim runs in it), on free ports, `/metrics` carries the sim's scraped signals
+/// and the daemon stops cleanly when told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_started_in_process_serves_metrics_and_stops() {
+    let Some(_machine) = root_or_skip("a_daemon_started_in_process_serves_metrics_and_stops")
+    else {
+        return;
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = sim::start(sim::profile("healthy").unwrap(), listener)
+        .await
+        .unwrap();
+    let any_port = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let daemon = Daemon::start(DaemonOptions {
+        finder: Finder {
+            pids: vec![std::process::id()],
+            ..Finder::default()
+        },
+        metrics_url: Some(format!("{}/metrics", server.url())),
+        metrics_listen: any_port,
+        api_listen: Bind::Tcp(any_port),
+        ..DaemonOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("the daemon did not start: {e}"));
+    let at = daemon.metrics_addr();
+    assert_ne!(at.port(), 0, "the bound port is known");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(daemon.run(async {
+        let _ = stopped.await;
+    }));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let metrics = loop {
+        stream_chat(server.addr()).await;
+        let m = tokio::task::spawn_blocking(move || inferscope_tests::http_get(at, "/metrics"))
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        if m.contains("inferscope_server_running_requests") {
+            break m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no scraped server signal on the in-process daemon's /metrics:\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(metrics.contains("inferscope_window"), "{metrics}");
+    stop.send(()).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the daemon stops within 20 s")
+        .unwrap()
+        .unwrap();
+    assert_eq!(stopped.servers, 1, "{stopped:?}");
 }
