@@ -1,3 +1,8 @@
+use std::time::{Duration, Instant};
+
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+
 use super::*;
 
 #[test]
