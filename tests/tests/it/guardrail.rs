@@ -14,7 +14,7 @@ use std::{
 
 use inferscope::loadgen::{
     self, Options, Plan,
-    client::{OwnConn, Target, Via, build_client},
+    client::{OwnConn, Target, build_client, via::Via},
 };
 use inferscope_tests::{NetNs, free_port, inferscope_bin, root_or_skip};
 use tokio_util::sync::CancellationToken;

@@ -17,7 +17,10 @@ use serde_json::Value;
 
 use crate::loadgen::{
     client::sse::{SseParser, Tail},
-    client::{Via, fail_status, read_body, send, us_since},
+    client::{
+        fail_status, read_body, us_since,
+        via::{Via, send},
+    },
 };
 
 use crate::measure::record::{ErrorClass, RequestRecord, TokenSource};

@@ -10,7 +10,10 @@ use http_body_util::Full;
 use hyper::Request;
 use serde_json::{Value, json};
 
-use crate::loadgen::client::{Via, fail_status, read_body, send, us_since};
+use crate::loadgen::client::{
+    fail_status, read_body, us_since,
+    via::{Via, send},
+};
 use crate::loadgen::scenario::json_path::{AnswerPaths, JsonPath};
 use crate::measure::record::{ErrorClass, RequestRecord};
 

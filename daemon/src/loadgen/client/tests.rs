@@ -11,6 +11,7 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
+use super::via::{Via, plain, send};
 use super::*;
 use crate::measure::record::{Endpoint, RequestRecord};
 

@@ -24,7 +24,7 @@ use rand::rngs::SmallRng;
 use serde_json::{Map, Value, json};
 
 use crate::loadgen::{
-    client::{HttpClient, Target, TargetError, Via, openai, rag, us_since},
+    client::{HttpClient, Target, TargetError, openai, rag, us_since, via::Via},
     engine::vector::{ApiKind, VectorPhase},
     scenario::{
         body::Var,

@@ -12,7 +12,10 @@ use serde_json::{Map, Value, json};
 
 use crate::loadgen::{
     client::openai,
-    client::{Target, TargetError, Via, plain},
+    client::{
+        Target, TargetError,
+        via::{Via, plain},
+    },
     engine::conversation::{Conversation, TurnRequest, system_prompt},
     engine::pipeline::{self, Pipeline, TaskInput},
     engine::vector::{self, ApiKind, VectorCall, VectorPhase, truth::Pending},

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::loadgen::{
-    client::{OwnConn, Via, us_since},
+    client::{OwnConn, us_since, via::Via},
     engine::caps::Permits,
     engine::request::{Executed, PhaseCtx, Prepared},
     engine::tally::Msg,

@@ -70,7 +70,7 @@ impl Failed {
     }
 }
 
-/// Sends `req` as [`super::plain`] does, on `conn`'s raw connection: fills the same fields of
+/// Sends `req` as [`super::via::plain`] does, on `conn`'s raw connection: fills the same fields of
 /// `rec` (`actual_us`, `first_byte_us`, `status`, `reconnected`, the addresses, `end_us`, a
 /// failure). A reused connection that turns out closed before any byte of the answer gets the
 /// request once more on a fresh one (`reconnected`), as hyper's path does.
@@ -397,12 +397,12 @@ mod tests {
         // large memcpy each time (issue 30: 7 KB, 8% of a plain-HTTP run's CPU).
         let target = super::super::Target::new("http://127.0.0.1:9", []).unwrap();
         let mut conn = OwnConn::new(&target, std::time::Duration::from_secs(1), false);
-        let mut via = super::super::Via::Own(&mut conn);
+        let mut via = super::super::via::Via::Own(&mut conn);
         let req = target
             .request(&hyper::Method::GET, "/", Bytes::new(), &[])
             .unwrap();
         let mut rec = RequestRecord::new(0, 0, crate::measure::record::Endpoint::Http, 0);
-        let fut = super::super::plain(&mut via, req, &mut rec, std::time::Instant::now());
+        let fut = super::super::via::plain(&mut via, req, &mut rec, std::time::Instant::now());
         let size = std::mem::size_of_val(&fut);
         assert!(size < 1024, "a plain request's future is {size} bytes");
     }

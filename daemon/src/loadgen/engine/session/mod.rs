@@ -38,7 +38,7 @@ use super::{
     request::{PhaseCtx, Prepared},
     tally::Msg,
 };
-use crate::loadgen::client::{Via, rag, us_since};
+use crate::loadgen::client::{rag, us_since, via::Via};
 use crate::measure::{
     record::{Endpoint, RequestRecord},
     session::{Parts, SessionOutcome, SessionRecord},

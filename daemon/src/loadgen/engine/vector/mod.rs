@@ -23,7 +23,10 @@ use rand_distr::{Distribution, StandardNormal};
 
 pub use api::{ApiKind, JsonApiSpec, VectorPhase};
 
-use crate::loadgen::client::{Target, Via, fail_status, read_body, send, us_since};
+use crate::loadgen::client::{
+    Target, fail_status, read_body, us_since,
+    via::{Via, send},
+};
 use crate::measure::record::{ErrorClass, RequestRecord};
 
 /// A random unit vector (uniform direction) of `dims` dimensions.
@@ -113,7 +116,7 @@ pub async fn call(
     let req = target.request_to(&Method::POST, exact.clone(), body, call.headers);
     // The ground truth is a separate measurement: a failure there leaves recall unknown
     // but does not fail the timed search.
-    if let Ok(crate::loadgen::client::Sent { resp, .. }) = via.request(req).await
+    if let Ok(crate::loadgen::client::via::Sent { resp, .. }) = via.request(req).await
         && resp.status().is_success()
         && let Ok(b) = http_body_util::BodyExt::collect(resp.into_body()).await
         && let Ok(exact) = phase.paths.ids(&b.to_bytes())
