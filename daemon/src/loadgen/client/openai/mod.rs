@@ -6,8 +6,9 @@
 //! number of content-bearing deltas
 //! ([`TokenSource::Deltas`](crate::measure::record::TokenSource::Deltas)): exact for servers
 //! that send one token per chunk, an under-count for those that batch tokens (speculative
-//! decoding). A stream that ends without `[DONE]` is accepted when a `finish_reason` was seen
-//! (some servers omit `[DONE]`); without either it is a truncated stream (`malformed_stream`).
+//! decoding). A stream that ends without `[DONE]` is accepted when a `finish_reason` was
+//! seen (some servers omit `[DONE]`); without either it is a truncated stream
+//! (`malformed_stream`).
 //!
 //! `chunk` holds the wire format of a chunk, `stream` one answer read as it arrives, `answer`
 //! a request sent and its answer read.
