@@ -1,0 +1,125 @@
+//! Loading a scenario: YAML parsing with `FILE:LINE:COLUMN` errors, cross-field checks,
+//! datasets and trace files, and the custom field parsers the schema uses.
+//!
+//! `parse` reads the file; `resolve` (here) runs the checks of each phase (`phase`, and the
+//! kinds' own: `pipeline`, `vector`, `llm`), expands sweeps (`sweep`) and loads datasets and
+//! traces; `de` holds the field parsers.
+
+mod de;
+mod llm;
+mod parse;
+mod phase;
+mod pipeline;
+mod sweep;
+mod vector;
+
+pub(crate) use de::{de_opt_json_template, de_opt_ratio, de_opt_template, de_ratio, de_slos};
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use rand::{SeedableRng, rngs::SmallRng};
+
+use crate::loadgen::{
+    scenario::check::Check,
+    scenario::dataset::Dataset,
+    scenario::files::Files,
+    scenario::limits,
+    scenario::{HARD_MAX_IN_FLIGHT, Scenario, ScenarioError},
+};
+use phase::check_phase;
+use sweep::expand_sweeps;
+
+/// What resolving a scenario produced besides the scenario itself.
+pub(super) struct Resolved {
+    /// The datasets, loaded.
+    pub datasets: BTreeMap<String, Arc<Dataset>>,
+    /// Per phase, its compiled `request.check`.
+    pub checks: Vec<Option<Arc<Check>>>,
+}
+
+impl Scenario {
+    /// Cross-field checks, sweeps, datasets, trace files and task checks, once.
+    pub(super) fn resolve(&mut self, files: Files<'_>) -> Result<Resolved, ScenarioError> {
+        let origin = self.origin.clone();
+        let err = |needle: &str, msg: String| ScenarioError {
+            file: origin.file.clone(),
+            line: line_of(&origin.text, needle),
+            msg,
+        };
+        if self.phases.is_empty() {
+            return Err(err(
+                "phases",
+                "`phases` is empty: add at least one phase".into(),
+            ));
+        }
+        if self.max_in_flight == 0 || self.max_in_flight > HARD_MAX_IN_FLIGHT {
+            return Err(err(
+                "max_in_flight",
+                format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"),
+            ));
+        }
+
+        let mut rng = SmallRng::seed_from_u64(self.seed.unwrap_or(0));
+        let mut datasets = BTreeMap::new();
+        for (name, spec) in &self.datasets {
+            let ds = Dataset::load(spec, files, &mut rng)
+                .map_err(|e| err(&format!("{name}:"), format!("dataset `{name}`: {e}")))?;
+            datasets.insert(name.clone(), Arc::new(ds));
+        }
+        expand_sweeps(&mut self.phases).map_err(|(needle, msg)| err(&needle, msg))?;
+        let mut seen = std::collections::BTreeSet::new();
+        let mut checks = Vec::with_capacity(self.phases.len());
+        for p in &mut self.phases {
+            if !seen.insert(p.name.clone()) {
+                return Err(err(
+                    &format!("name: {}", p.name),
+                    format!("phase name `{}` is used twice", p.name),
+                ));
+            }
+            check_phase(p, &datasets, files, &err)?;
+            let check = p.request.check.as_ref().map(Check::compile).transpose();
+            checks.push(
+                check
+                    .map_err(|why| {
+                        err(
+                            &format!("name: {}", p.name),
+                            format!("phase `{}`: {why}", p.name),
+                        )
+                    })?
+                    .map(Arc::new),
+            );
+        }
+        // Cross-field ranges (an event after its phase's end) and a second look at the rest.
+        limits::check(self).map_err(|msg| err("phases", msg))?;
+        Ok(Resolved { datasets, checks })
+    }
+
+    /// The target's host, for the loopback guardrail.
+    #[must_use]
+    pub fn target_host(&self) -> Option<String> {
+        let uri: hyper::Uri = self.target.parse().ok()?;
+        uri.host()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+    }
+
+    /// Port of the target (80 or 443 when an `http://` or `https://` URL names none);
+    /// `None` for other schemes or an unparseable URL.
+    #[must_use]
+    pub fn target_port(&self) -> Option<u16> {
+        let uri: hyper::Uri = self.target.parse().ok()?;
+        match (uri.scheme_str(), uri.port_u16()) {
+            (Some("http"), port) => Some(port.unwrap_or(80)),
+            (Some("https"), port) => Some(port.unwrap_or(443)),
+            _ => None,
+        }
+    }
+}
+
+fn line_of(src: &str, needle: &str) -> Option<(usize, usize)> {
+    src.lines()
+        .enumerate()
+        .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
+}
+
+#[cfg(test)]
+mod tests;
