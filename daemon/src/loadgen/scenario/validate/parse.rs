@@ -6,7 +6,8 @@ use std::{path::Path, sync::Arc};
 use crate::loadgen::scenario::{Origin, Scenario, ScenarioError};
 
 impl Scenario {
-    /// Reads and parses a scenario file (not yet validated: [`Plan`](crate::loadgen::scenario::plan::Plan) does that).
+    /// Reads and parses a scenario file (not yet validated:
+    /// [`Plan`](crate::loadgen::scenario::plan::Plan) does that).
     pub fn read(path: &Path) -> Result<Self, ScenarioError> {
         let file = path.display().to_string();
         let src = std::fs::read_to_string(path).map_err(|e| ScenarioError {
@@ -18,7 +19,8 @@ impl Scenario {
     }
 
     /// Parses YAML text into the raw scenario, not yet checked across fields nor resolved:
-    /// [`Plan::compile`](crate::loadgen::scenario::plan::Plan::compile) applies the flags over it, then validates it.
+    /// [`Plan::compile`](crate::loadgen::scenario::plan::Plan::compile) applies the flags over
+    /// it, then validates it.
     pub fn parse_yaml(src: &str, file: &str) -> Result<Self, ScenarioError> {
         let mut s: Self = serde_norway::from_str(src).map_err(|e| {
             let mut msg = e.to_string();
