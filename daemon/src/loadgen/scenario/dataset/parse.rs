@@ -1,4 +1,4 @@
-//! Reading a dataset file: JSONL rows and ShareGPT conversations, each error at its line.
+//! Reading a dataset file: JSONL rows and `ShareGPT` conversations, each error at its line.
 
 use std::path::{Path, PathBuf};
 

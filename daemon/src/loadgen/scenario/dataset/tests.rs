@@ -1,4 +1,4 @@
-//! JSONL, ShareGPT, synthetic and inline datasets loaded; sizes capped; shared prefixes drawn.
+//! JSONL, `ShareGPT`, synthetic and inline datasets loaded; sizes capped; shared prefixes drawn.
 
 use super::*;
 use crate::loadgen::scenario::files::Files;
