@@ -10,6 +10,7 @@ pub mod collect;
 pub mod daemon;
 pub mod dial;
 pub mod duration;
+pub mod explain;
 pub mod export;
 pub mod gpu;
 pub mod loadgen;

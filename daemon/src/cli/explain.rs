@@ -1,15 +1,16 @@
-//! `inferscope stress --explain`: while the load runs, watch the target's processes, scrape its
-//! `/metrics` and sample NVML; afterwards join everything on one time line, attribute every
-//! window, and print and write the report.
+//! `inferscope stress --explain`'s flags: which processes are the server and its hops, where
+//! its metrics are, the window, triggers, `--confirm`; read into an [`Explain`] (the run
+//! itself is `inferscope::explain`), whose report is printed and written here.
 
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use inferscope::{
-    collect::{discover, load_fold::LoadFold, session::SessionOptions},
+    collect::discover,
+    explain::Explain,
     export::report::Report,
     loadgen::{self, Options, Plan, Scenario},
-    node::{Node, NodeOptions, Service},
+    node::Service,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -139,8 +140,8 @@ impl ExplainArgs {
     }
 }
 
-/// Runs `scenario` with the collectors on; returns the load generator's report and the
-/// explained report (already printed and written to `--report-dir`).
+/// Runs `plan` explained (see [`Explain`]); prints the report and writes it to
+/// `--report-dir`. Returns the load generator's report and the explained report.
 pub async fn run(
     plan: &Plan,
     opts: Options,
@@ -148,82 +149,18 @@ pub async fn run(
     args: &ExplainArgs,
 ) -> anyhow::Result<(loadgen::StressReport, Report)> {
     let scenario = plan.scenario();
-    let services = args.services()?;
-    let servers = Service::outside(&services, args.servers(scenario)?);
-    for s in &services {
-        eprintln!("explain: service {} is pids {:?}", s.name, s.pids);
-    }
-    // The follow-up steps of --confirm run with the same options, unobserved.
-    let confirm_opts = Options {
-        observer: None,
-        progress: false,
-        keep_records: true,
-        ..opts.clone()
-    };
-    let confirm_cancel = cancel.clone();
-    let metrics_url = args
-        .metrics_url
-        .clone()
-        .unwrap_or_else(|| format!("{}/metrics", scenario.target.trim_end_matches('/')));
-    if servers.is_empty() {
-        eprintln!(
-            "explain: no process listens on the target's port here; kernel evidence of the server is off (give --pid)"
-        );
-    } else {
-        eprintln!("explain: watching server pids {servers:?}, scraping {metrics_url}");
-    }
-    let mut node_opts = NodeOptions::new(SessionOptions {
-        servers: servers
-            .iter()
-            .chain(services.iter().flat_map(|s| &s.pids))
-            .copied()
-            .collect(),
-        loadgen: Some(std::process::id()),
-        cuda_targets: Vec::new(),
-        kernel_without_servers: false,
-        metrics_url: Some(metrics_url),
-        // The target's --ca-file/--insecure hold for its metrics endpoint too.
-        tls: opts.tls.clone(),
+    let explain = Explain {
+        servers: args.servers(scenario)?,
+        services: args.services()?,
+        metrics_url: args
+            .metrics_url
+            .clone()
+            .unwrap_or_else(|| format!("{}/metrics", scenario.target.trim_end_matches('/'))),
         window: args.window,
-    });
-    // The report covers the whole run, however long.
-    node_opts.keep = usize::MAX;
-    node_opts.max_windows = usize::MAX;
-    node_opts.services = services;
-    let mut opts = opts;
-    let firings = super::triggers::start_for_stress(
-        scenario,
-        args.triggers.as_deref(),
-        &mut opts,
-        &mut node_opts,
-    )?;
-    // Every request into the windows as it finishes, whatever records the run keeps.
-    let fold = LoadFold::watch(&mut opts, args.window.as_millis() as u64);
-    let (node, _handle) = Node::start(node_opts);
-    for m in node.missing() {
-        eprintln!("explain: {m}");
-    }
-    let plan_run = plan.clone();
-    let load_done = CancellationToken::new();
-    let done = load_done.clone();
-    let run = tokio::spawn(async move {
-        // Dropped when the load ends, even by a panic: the node must not wait forever.
-        let _done = done.drop_guard();
-        loadgen::run(&plan_run, opts, cancel).await
-    });
-    // The node closes windows in step with the load and stops when it ends.
-    let finished = node.run(load_done.cancelled_owned()).await;
-    let result = run.await;
-    let lg = result.context("the load generator task failed")??;
-    let firings = match firings {
-        Some(runner) => runner.await.context("the trigger action task failed")?,
-        None => Vec::new(),
+        triggers: super::triggers::rules(scenario, args.triggers.as_deref(), opts.allow_remote)?,
+        confirm: args.confirm,
     };
-    let fold = fold.await.context("the load fold task failed")?;
-    let mut explained = Report::of_run(&lg, &fold, finished).with_triggers(firings);
-    if args.confirm && !confirm_cancel.is_cancelled() {
-        super::confirm::run(plan, &confirm_opts, &confirm_cancel, &mut explained).await?;
-    }
+    let (lg, explained) = explain.run(plan, opts, cancel).await?;
     std::fs::create_dir_all(&args.report_dir)
         .with_context(|| format!("creating --report-dir {}", args.report_dir.display()))?;
     let (json, html) = explained.write_files(&args.report_dir)?;

@@ -1,7 +1,6 @@
 //! One module per subcommand: argument struct (`Args`) and `run(&Args) -> anyhow::Result<ExitCode>`.
 pub mod args;
 pub mod completions;
-pub mod confirm;
 pub mod daemon;
 pub mod explain;
 pub mod find_max;

@@ -1,20 +1,17 @@
-//! Wiring trigger rules into `stress --explain`: reading the rules (a scenario's `triggers:`
-//! and `--triggers FILE`), checking them before anything starts, and hooking the engine onto
-//! the collection pipeline as an observer. The daemon's are wired in `inferscope::daemon`.
+//! A `stress` run's trigger rules: a scenario's `triggers:` and `--triggers FILE`'s, read and
+//! checked before anything starts; `inferscope::explain` hooks them onto the pipeline.
 
-use std::{path::Path, sync::Arc};
+use std::path::Path;
 
 use anyhow::bail;
 use inferscope::{
-    loadgen::{Options, Scenario},
-    node::NodeOptions,
-    triggers::{self, Engine, Firing, Rule, action::OnDone, live::LiveLoad},
+    loadgen::Scenario,
+    triggers::{self, Rule},
 };
-use tokio::task::JoinHandle;
 
 /// The scenario's rules and the file's, checked: unique names, webhooks on loopback unless
 /// `allow_remote`.
-fn rules(
+pub fn rules(
     scenario: &Scenario,
     file: Option<&Path>,
     allow_remote: bool,
@@ -51,39 +48,4 @@ pub fn check_stress(
         );
     }
     Ok(())
-}
-
-/// Hooks the rules of a `stress --explain` run onto the pipeline; client metrics come from the
-/// load generator's records as they finish. Returns the action task, whose firings go into
-/// the report; `None` without rules.
-pub fn start_for_stress(
-    scenario: &Scenario,
-    file: Option<&Path>,
-    opts: &mut Options,
-    node: &mut NodeOptions,
-) -> anyhow::Result<Option<JoinHandle<Vec<Firing>>>> {
-    let rules = rules(scenario, file, opts.allow_remote)?;
-    if rules.is_empty() {
-        return Ok(None);
-    }
-    // Beside any other watcher of the records (a live OTLP export).
-    let phases = scenario.phases.iter().map(|p| p.name.clone()).collect();
-    let (tx, live) = LiveLoad::channel(phases);
-    inferscope::loadgen::engine::observe::add(opts, tx);
-    let engine = Engine::new(rules).with_live(live);
-    let say: OnDone = Arc::new(|f: &Firing| {
-        let outcome = f
-            .outcome
-            .as_ref()
-            .map_or(String::new(), triggers::Outcome::line);
-        eprintln!(
-            "trigger {} fired: {}; {}: {outcome}",
-            f.rule,
-            f.values_line(),
-            f.action
-        );
-    });
-    let started = triggers::start(engine, Some(say), opts.allow_remote);
-    node.observers.push(started.observer);
-    Ok(Some(started.runner))
 }

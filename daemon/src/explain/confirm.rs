@@ -1,9 +1,10 @@
-//! `stress --explain --confirm`: after the verdicts, one short step at half the load of each
-//! phase whose verdict the load drives, judged by `inferscope::attribute::confirm`.
+//! `--confirm`: after the verdicts, one short step at half the load of each phase whose
+//! verdict the load drives, judged by [`crate::attribute::confirm`].
 
 use std::time::Duration;
 
-use inferscope::{
+use super::ExplainError;
+use crate::{
     attribute::{
         Cause, LatencyMetric, MEDIAN_BAND,
         confirm::{self, Confirmation, Outcome},
@@ -21,12 +22,12 @@ use tokio_util::sync::CancellationToken;
 const STEP: Duration = Duration::from_secs(10);
 
 /// Puts every named, non-baseline verdict of `report` to the test (see the module doc).
-pub async fn run(
+pub(super) async fn run(
     plan: &Plan,
     opts: &Options,
     cancel: &CancellationToken,
     report: &mut Report,
-) -> anyhow::Result<()> {
+) -> Result<(), ExplainError> {
     for p in &mut report.phases {
         let Some(d) = p.decomposition.clone().filter(|d| d.increase_ms > 0.0) else {
             continue;
