@@ -94,7 +94,7 @@ mod tests {
     #[test]
     fn one_grammar_reads_fields_and_flags_alike() {
         for (s, d) in [
-            ("60s", Duration::from_secs(60)),
+            ("60s", Duration::from_mins(1)),
             ("500ms", Duration::from_millis(500)),
             ("1m 30s", Duration::from_secs(90)),
             ("1m30s", Duration::from_secs(90)),
