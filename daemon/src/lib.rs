@@ -19,6 +19,7 @@ pub mod node;
 pub mod probes;
 pub mod scrape;
 pub mod sim;
+pub mod target_url;
 pub mod tls;
 pub mod triggers;
 pub mod workload;

@@ -16,7 +16,6 @@ use tracing::Instrument as _;
 use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 use crate::{
     clock::unix_ms,
-    dial::is_loopback,
     export::otlp::{OtlpExporter, Sampler, live},
     loadgen::{self, Options, Plan, StopKind},
     tls::TlsOptions,
@@ -165,10 +164,9 @@ impl RunLauncher for LoadgenLauncher {
         let plan =
             off_workers(|| Plan::from_posted_yaml(text, "scenario", self.data_dir.as_deref()))?;
         let scenario = plan.scenario();
-        let host = scenario.target_host().unwrap_or_default();
-        if !self.allow_remote && !is_loopback(&host) {
+        if !self.allow_remote && !scenario.target.is_loopback() {
             return Err(LaunchError::Remote {
-                target: scenario.target.clone(),
+                target: scenario.target.to_string(),
             });
         }
         let mut st = self.lock();

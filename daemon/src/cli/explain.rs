@@ -104,10 +104,8 @@ impl ExplainArgs {
             })?;
             pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
         }
-        if pids.is_empty()
-            && let Some(port) = scenario.target_port()
-        {
-            pids = discover::pids_listening_on(port);
+        if pids.is_empty() {
+            pids = discover::pids_listening_on(scenario.target.port());
         }
         pids.sort_unstable();
         pids.dedup();
@@ -155,7 +153,7 @@ pub async fn run(
         metrics_url: args
             .metrics_url
             .clone()
-            .unwrap_or_else(|| format!("{}/metrics", scenario.target.trim_end_matches('/'))),
+            .unwrap_or_else(|| format!("{}/metrics", scenario.target.trimmed())),
         window: args.window,
         triggers: super::triggers::rules(scenario, args.triggers.as_deref(), opts.allow_remote)?,
         confirm: args.confirm,

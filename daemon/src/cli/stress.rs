@@ -45,7 +45,7 @@ pub struct Args {
     /// --max-tokens, --temperature, --no-stream) also go over the file's; the flags of the one phase
     /// (--rate, --duration, ...) are refused (docs/stress.md, "Flags over a scenario file").
     #[arg(long)]
-    target: Option<String>,
+    target: Option<inferscope::target_url::TargetUrl>,
     /// Open-loop requests per second.
     #[arg(long)]
     rate: Option<f64>,
@@ -480,7 +480,7 @@ fn from_flags(args: &Args) -> anyhow::Result<Scenario> {
         .transpose()?;
     let request = RequestSpec {
         endpoint: Some(endpoint),
-        path: Target::url_path(target),
+        path: Target::url_path(target.as_str()),
         method: args.method.clone(),
         prompt: args
             .prompt

@@ -27,7 +27,7 @@ fn through_to_prepared(src: &str) {
         return;
     };
     let s = plan.scenario();
-    let Ok(target) = Target::new(&s.target, &s.headers) else {
+    let Ok(target) = Target::of(&s.target, &s.headers) else {
         return;
     };
     let mut rng = SmallRng::seed_from_u64(1);

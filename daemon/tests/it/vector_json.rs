@@ -242,7 +242,7 @@ async fn the_demo_scenario_validates_and_its_vector_phase_runs_against_the_sim()
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seed-matrix.yaml");
     let (target, sim) = sim(2000).await;
     let flags = Overrides {
-        target: Some(target),
+        target: Some(target.parse().unwrap()),
         ..Overrides::default()
     };
     let demo = Plan::from_file(&path, &flags).unwrap();

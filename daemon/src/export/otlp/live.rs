@@ -138,10 +138,7 @@ impl RunLabels {
                 }
             })
             .collect();
-        let server = scenario.target.parse::<hyper::Uri>().ok().and_then(|u| {
-            let port = u.port_u16().unwrap_or(crate::dial::default_port(&u));
-            Some((u.host()?.trim_matches(['[', ']']).to_owned(), port))
-        });
+        let server = Some((scenario.target.host().to_owned(), scenario.target.port()));
         let mut labels = Self {
             phases,
             operations,

@@ -7,8 +7,10 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Uri, header::HeaderValue};
 
-use crate::dial;
-use crate::tls::{TlsError, TlsOptions};
+use crate::{
+    target_url::{TargetUrl, TargetUrlError},
+    tls::{TlsError, TlsOptions},
+};
 
 /// Where requests go: scheme and authority of the target, its TLS configuration
 /// (`https://`), plus default headers.
@@ -25,12 +27,9 @@ pub struct Target {
 /// A target that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
-    /// Not an absolute `http://host:port` URL.
-    #[error("bad target URL {0:?}: write e.g. http://127.0.0.1:8000")]
-    Url(String),
-    /// A scheme other than `http` and `https`.
-    #[error("target {0:?}: write an http:// or https:// URL")]
-    Scheme(String),
+    /// Not an absolute `http://` or `https://` URL.
+    #[error(transparent)]
+    Url(#[from] TargetUrlError),
     /// The TLS configuration of an `https://` target cannot be built.
     #[error(transparent)]
     Tls(#[from] TlsError),
@@ -57,26 +56,19 @@ pub fn check_path(path: &str) -> Result<hyper::http::uri::PathAndQuery, TargetEr
 }
 
 impl Target {
-    /// Parses the base URL and the default headers.
+    /// Parses the base URL (a pipeline step's, a test's) and takes the default headers.
     pub fn new<'a>(
         url: &str,
         headers: impl IntoIterator<Item = (&'a String, &'a String)>,
     ) -> Result<Self, TargetError> {
-        let uri: Uri = url.parse().map_err(|_| TargetError::Url(url.into()))?;
-        let scheme = uri
-            .scheme_str()
-            .ok_or_else(|| TargetError::Url(url.into()))?;
-        let https = match scheme {
-            "http" => false,
-            "https" => true,
-            _ => return Err(TargetError::Scheme(url.into())),
-        };
-        let authority = uri
-            .authority()
-            .ok_or_else(|| TargetError::Url(url.into()))?
-            .clone();
-        let host = uri.host().unwrap_or_default().to_string();
-        let port = uri.port_u16().unwrap_or(dial::default_port(&uri));
+        Self::of(&TargetUrl::parse(url)?, headers)
+    }
+
+    /// The scenario's target, parsed when the scenario was read, with the default headers.
+    pub fn of<'a>(
+        url: &TargetUrl,
+        headers: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Result<Self, TargetError> {
         let headers = headers
             .into_iter()
             .map(|(k, v)| {
@@ -87,10 +79,11 @@ impl Target {
             })
             .collect::<Result<_, TargetError>>()?;
         Ok(Target {
-            https,
-            authority,
-            host,
-            port,
+            https: url.is_https(),
+            authority: url.authority().clone(),
+            // As in the URL (an IPv6 host in brackets): errors and TLS names strip them.
+            host: url.authority().host().to_owned(),
+            port: url.port(),
             headers,
             tls: None,
         })

@@ -299,7 +299,7 @@ pub async fn run(
         schema: SCHEMA.into(),
         version: VERSION,
         scenario: scenario.name.clone(),
-        target: scenario.target.clone(),
+        target: scenario.target.to_string(),
         shard: (share != Shard::WHOLE).then_some(share),
         started_unix_ns: started.unix_ns,
         started_monotonic_ns: started.monotonic_ns,

@@ -32,8 +32,6 @@ use crate::loadgen::{
     scenario::plan::Plan,
 };
 
-use crate::dial::is_loopback;
-
 /// Where the `OpenAI` API lists its models.
 pub const MODELS_PATH: &str = "/v1/models";
 /// The longest wait for `/v1/models` (less when the scenario's timeout is shorter).
@@ -101,19 +99,15 @@ pub async fn discover(scenario: &Scenario, opts: &Options) -> Result<Discovery, 
     }
     // A target the run will refuse (not loopback, a bad URL, an unusable TLS setup) is not
     // asked either: the run says why.
-    let host = scenario.target_host().unwrap_or_default();
-    if !opts.allow_remote && !is_loopback(&host) {
+    if !opts.allow_remote && !scenario.target.is_loopback() {
         return Ok(Discovery::NotNeeded);
     }
     let Ok(target) =
-        Target::new(&scenario.target, &scenario.headers).and_then(|t| t.with_tls(&opts.tls))
+        Target::of(&scenario.target, &scenario.headers).and_then(|t| t.with_tls(&opts.tls))
     else {
         return Ok(Discovery::NotNeeded);
     };
-    let url = format!(
-        "{}{MODELS_PATH}",
-        base_url(&scenario.target).unwrap_or_else(|| scenario.target.clone())
-    );
+    let url = format!("{}{MODELS_PATH}", scenario.target.base());
     let fallback = asks.contains(&Wants::Unset);
     let timeout = scenario.timeout.min(DISCOVERY_TIMEOUT);
     let (served, owned_by) = match list(&target, opts.allow_remote, timeout).await {
@@ -144,12 +138,6 @@ pub async fn discover(scenario: &Scenario, opts: &Options) -> Result<Discovery, 
         url,
         owned_by,
     })
-}
-
-/// `scheme://authority` of a URL (the models list lives at the server's root).
-fn base_url(target: &str) -> Option<String> {
-    let uri: hyper::Uri = target.parse().ok()?;
-    Some(format!("{}://{}", uri.scheme_str()?, uri.authority()?))
 }
 
 /// GETs the model list: the ids in `data`, in the server's order, and their `owned_by`.
@@ -258,10 +246,6 @@ mod tests {
         assert_eq!(
             wants(&scenario(t, "{endpoint: http, path: /health}").phases[0]),
             Wants::Nothing
-        );
-        assert_eq!(
-            base_url("https://h:8443/v1").as_deref(),
-            Some("https://h:8443")
         );
     }
 

@@ -140,7 +140,7 @@ fn engine_kind(name: &str) -> ServerKind {
 
 /// Asks the target which engine it is and its version (see the module's documentation).
 async fn engine(scenario: &Scenario, opts: &Options, owned_by: Option<&str>) -> Option<Engine> {
-    let target = Target::new(&scenario.target, &scenario.headers)
+    let target = Target::of(&scenario.target, &scenario.headers)
         .and_then(|t| t.with_tls(&opts.tls))
         .ok()?;
     let timeout = scenario.timeout.min(PROBE_TIMEOUT);

@@ -10,7 +10,7 @@ use crate::dial::is_loopback;
 use rand::{SeedableRng as _, rngs::SmallRng};
 
 use crate::loadgen::{
-    client::{HttpClient, Target, TargetError, build_client, us_since},
+    client::{HttpClient, Target, build_client, us_since},
     engine::request::PhaseCtx,
     engine::tally::Msg,
     engine::vector::{ApiKind, setup, truth::Truth},
@@ -40,16 +40,13 @@ pub(super) struct Setup {
 impl Setup {
     pub(super) async fn new(plan: &Plan, opts: &Options) -> Result<Self, RunError> {
         let scenario = plan.scenario();
-        let host = scenario
-            .target_host()
-            .ok_or_else(|| TargetError::Url(scenario.target.clone()))?;
-        if !opts.allow_remote && !is_loopback(&host) {
-            return Err(RunError::Remote(scenario.target.clone()));
+        if !opts.allow_remote && !scenario.target.is_loopback() {
+            return Err(RunError::Remote(scenario.target.to_string()));
         }
         // Once per plan (a knee search's steps share their base's): a model the target does
         // not serve ends the run here, not in N failed requests.
         let models = models::discover_once(plan, opts).await?;
-        let target = Target::new(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
+        let target = Target::of(&scenario.target, &scenario.headers)?.with_tls(&opts.tls)?;
         let event_uris = scenario
             .phases
             .iter()

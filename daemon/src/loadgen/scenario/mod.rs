@@ -1,5 +1,6 @@
 //! Scenario files (experiment as code): the YAML schema. Loading and validation are in
-//! `validate.rs`, load shapes in `shape.rs`.
+//! `validate/`, load shapes in `shape.rs`, trigger rules as written in `trigger.rs` (the
+//! `triggers` module parses and checks them).
 //!
 //! The full schema with every field and default is documented in `docs/stress.md`;
 //! `examples/seed-matrix.yaml` is a complete example. Unknown keys are refused, and
@@ -33,6 +34,8 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use serde::Deserialize;
 
+use crate::target_url::TargetUrl;
+
 pub use crate::loadgen::scenario::shape::Load;
 use crate::loadgen::{
     scenario::dataset::DatasetSpec,
@@ -58,8 +61,9 @@ pub struct Scenario {
     /// Label `scenario` on every metric.
     #[serde(default = "default_name")]
     pub name: String,
-    /// Base URL, e.g. `http://127.0.0.1:8000`. Non-loopback hosts need `--allow-remote`.
-    pub target: String,
+    /// Base URL, e.g. `http://127.0.0.1:8000`, parsed once. Non-loopback hosts need
+    /// `--allow-remote`.
+    pub target: TargetUrl,
     /// Headers sent with every request (e.g. `Authorization`).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -90,7 +94,7 @@ pub struct Scenario {
     /// Phases, run one after the other.
     pub phases: Vec<Phase>,
     /// Instead of running the phases: find the highest load of the first one that meets the
-    /// SLOs (`stress --find-max`; see `knee.rs`).
+    /// SLOs (`stress --find-max`; see `loadgen/knee/`).
     #[serde(default)]
     pub search: Option<SearchBlock>,
     /// Trigger rules evaluated on each window under `stress --explain`, as written: `triggers/`
@@ -298,7 +302,7 @@ pub struct RequestSpec {
     /// of one request; `prompt`/`dataset` give its query (see `pipeline.rs`).
     pub pipeline: Option<crate::loadgen::scenario::pipeline::PipelineSpec>,
     /// Chat only: an agentic session per arrival instead of one request: LLM calls on a
-    /// growing history, tool waits, sub-agents, compaction (see `session.rs`).
+    /// growing history, tool waits, sub-agents, compaction (see `session/`).
     pub session: Option<crate::loadgen::scenario::session::SessionSpec>,
 }
 
@@ -427,7 +431,7 @@ impl Scenario {
     /// A scenario of one phase against `target`, every other setting at its default (the
     /// defaults a scenario file gets for the fields it leaves out).
     #[must_use]
-    pub fn one_phase(target: String, phase: Phase) -> Self {
+    pub fn one_phase(target: TargetUrl, phase: Phase) -> Self {
         Self {
             name: default_name(),
             target,

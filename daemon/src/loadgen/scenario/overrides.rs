@@ -114,7 +114,7 @@ pub enum OverrideError {
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     /// `--target`: the base URL.
-    pub target: Option<String>,
+    pub target: Option<crate::target_url::TargetUrl>,
     /// `--timeout`: the per-request timeout.
     pub timeout: Option<Duration>,
     /// `--max-in-flight`: the run-wide cap on requests in flight.

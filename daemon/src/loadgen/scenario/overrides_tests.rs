@@ -58,7 +58,7 @@ fn texts(v: &[Slo]) -> Vec<&str> {
 #[test]
 fn no_flags_leave_the_file_as_it_is() {
     let s = applied(FILE, &Overrides::default()).unwrap();
-    assert_eq!(s.target, "http://127.0.0.1:1");
+    assert_eq!(s.target.as_str(), "http://127.0.0.1:1");
     assert_eq!(s.timeout, Duration::from_secs(30));
     assert_eq!((s.max_in_flight, s.seed), (50, Some(1)));
     assert_eq!(s.phases[0].request.model.as_deref(), Some("file-model"));
@@ -68,14 +68,14 @@ fn no_flags_leave_the_file_as_it_is() {
 #[test]
 fn run_wide_flags_replace_the_files_values() {
     let o = Overrides {
-        target: Some("http://[::1]:8000".into()),
+        target: Some("http://[::1]:8000".parse().unwrap()),
         timeout: Some(Duration::from_secs(2)),
         max_in_flight: Some(7),
         seed: Some(42),
         ..Overrides::default()
     };
     let s = applied(FILE, &o).unwrap();
-    assert_eq!(s.target, "http://[::1]:8000");
+    assert_eq!(s.target.as_str(), "http://[::1]:8000");
     assert_eq!(s.timeout, Duration::from_secs(2));
     assert_eq!((s.max_in_flight, s.seed), (7, Some(42)));
 }

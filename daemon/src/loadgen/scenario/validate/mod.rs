@@ -93,26 +93,6 @@ impl Scenario {
         limits::check(self).map_err(|msg| err("phases", msg))?;
         Ok(Resolved { datasets, checks })
     }
-
-    /// The target's host, for the loopback guardrail.
-    #[must_use]
-    pub fn target_host(&self) -> Option<String> {
-        let uri: hyper::Uri = self.target.parse().ok()?;
-        uri.host()
-            .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
-    }
-
-    /// Port of the target (80 or 443 when an `http://` or `https://` URL names none);
-    /// `None` for other schemes or an unparseable URL.
-    #[must_use]
-    pub fn target_port(&self) -> Option<u16> {
-        let uri: hyper::Uri = self.target.parse().ok()?;
-        match (uri.scheme_str(), uri.port_u16()) {
-            (Some("http"), port) => Some(port.unwrap_or(80)),
-            (Some("https"), port) => Some(port.unwrap_or(443)),
-            _ => None,
-        }
-    }
 }
 
 fn line_of(src: &str, needle: &str) -> Option<(usize, usize)> {

@@ -102,14 +102,19 @@ fn a_stampede_is_checked_in_one_line() {
 }
 
 #[test]
-fn target_port_of_urls() {
-    assert_eq!(
-        with_target("http://127.0.0.1:8000").target_port(),
-        Some(8000)
-    );
-    assert_eq!(with_target("http://localhost:9/v1").target_port(), Some(9));
-    assert_eq!(with_target("http://vllm/").target_port(), Some(80));
-    assert_eq!(with_target("https://vllm:8443").target_port(), Some(8443));
-    assert_eq!(with_target("https://vllm").target_port(), Some(443));
-    assert_eq!(with_target("ftp://vllm").target_port(), None);
+fn the_target_is_parsed_once_where_the_scenario_is_read() {
+    let t = with_target("https://vllm:8443/v1").target;
+    assert_eq!((t.host(), t.port(), t.is_https()), ("vllm", 8443, true));
+    for (bad, says) in [
+        ("ftp://vllm", "write an http:// or https:// URL"),
+        ("vllm:8000x", "bad target URL"),
+    ] {
+        let src = format!(
+            "target: {bad}\nphases:\n  - name: p\n    duration: 1s\n    load: {{shape: constant, rate: 1}}\n"
+        );
+        let e = super::super::plan::Plan::from_yaml(&src, "t.yaml", Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t.yaml:1:") && e.contains(says), "{bad}: {e}");
+    }
 }
