@@ -62,7 +62,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("inferscope: {err:#}");
+            eprintln!("inferscope: {}", cli::one_line(&err));
             ExitCode::FAILURE
         }
     }

@@ -32,14 +32,18 @@ pub(super) fn fd_limit_in(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// `error: cause: cause` of an error and its sources.
+/// `error: cause: cause` of an error and its sources, on one line, each said once: a cause
+/// whose text the line already holds (an error that quotes its source) is not repeated.
 #[must_use]
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         src = c.source();
     }
     s
