@@ -103,7 +103,7 @@ async fn execute(job: Job, allow_remote: bool) -> Firing {
     let mut firing = job.firing;
     let outcome = match &job.action {
         Action::Run(argv) => run(argv, job.timeout, &firing).await,
-        Action::Webhook(url) => webhook(url, job.timeout, allow_remote, &firing).await,
+        Action::Webhook(url) => webhook(url, job.timeout, allow_remote, BACKOFF, &firing).await,
     };
     firing.outcome = Some(outcome);
     firing
@@ -169,7 +169,15 @@ async fn run(argv: &[String], timeout: Duration, f: &Firing) -> Outcome {
     }
 }
 
-async fn webhook(url: &str, timeout: Duration, allow_remote: bool, f: &Firing) -> Outcome {
+/// POSTs `f` to `url`; `backoff` is the first pause before a retry, doubled each time
+/// ([`BACKOFF`] but in tests that do not wait for the schedule).
+async fn webhook(
+    url: &str,
+    timeout: Duration,
+    allow_remote: bool,
+    backoff: Duration,
+    f: &Firing,
+) -> Outcome {
     let guard = GuardedConnector {
         allow_remote,
         timeout,
@@ -179,7 +187,7 @@ async fn webhook(url: &str, timeout: Duration, allow_remote: bool, f: &Firing) -
     let mut last = String::new();
     for attempt in 0..=RETRIES {
         if attempt > 0 {
-            tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
+            tokio::time::sleep(backoff * 2u32.pow(attempt - 1)).await;
         }
         let req = match hyper::Request::post(url)
             .header(hyper::header::CONTENT_TYPE, "application/json")
@@ -301,7 +309,8 @@ mod tests {
         assert_eq!(json["verdict"]["cause"], "kv_cache");
     }
 
-    #[tokio::test]
+    /// On paused time: the runtime, idle while `sleep` runs, jumps to the timeout.
+    #[tokio::test(start_paused = true)]
     async fn a_command_past_its_timeout_is_killed_and_a_missing_one_is_reported() {
         let argv = vec!["sleep".into(), "5".into()];
         let o = run(&argv, Duration::from_millis(100), &firing()).await;
@@ -342,11 +351,24 @@ mod tests {
         (addr, calls)
     }
 
+    /// [`webhook`] with the test's firing.
+    async fn post(url: &str, timeout: Duration, allow_remote: bool, backoff: Duration) -> Outcome {
+        webhook(url, timeout, allow_remote, backoff, &firing()).await
+    }
+
     #[tokio::test]
     async fn a_webhook_is_retried_on_5xx_and_delivered() {
-        let (addr, _) = receiver([127, 0, 0, 1].into(), 2).await;
+        // A real receiver on real time (paused time would jump to an attempt's timeout while
+        // the receiver answers): the pauses are shortened instead.
+        let (addr, calls) = receiver([127, 0, 0, 1].into(), 2).await;
         let url = format!("http://{addr}/hook");
-        let o = webhook(&url, Duration::from_secs(2), false, &firing()).await;
+        let o = post(
+            &url,
+            Duration::from_secs(2),
+            false,
+            Duration::from_millis(1),
+        )
+        .await;
         assert_eq!(
             o,
             Outcome::Delivered {
@@ -354,15 +376,29 @@ mod tests {
                 attempts: 3
             }
         );
-        // Nobody listens: every attempt fails, then it gives up.
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_webhook_nobody_answers_is_retried_after_each_pause_then_given_up() {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let dead = format!("http://127.0.0.1:{port}/hook");
-        let o = webhook(&dead, Duration::from_millis(200), false, &firing()).await;
+        let t = tokio::time::Instant::now();
+        let attempt = Duration::from_millis(200);
+        let o = post(&dead, attempt, false, BACKOFF).await;
         assert!(matches!(o, Outcome::Failed { attempts: 4, .. }), "{o:?}");
+        // The three pauses (0.25 s, 0.5 s, 1 s), and each attempt refused at once or given up
+        // at its timeout.
+        let paused = Duration::from_millis(1750);
+        let took = t.elapsed();
+        assert!(
+            took >= paused && took <= paused + attempt * (RETRIES + 1),
+            "{took:?}"
+        );
     }
 
     /// The guard's refusal: final at the first attempt, said with what to do.
@@ -375,7 +411,9 @@ mod tests {
         assert!(error.contains("--allow-remote"), "{url}: {error}");
     }
 
-    #[tokio::test]
+    /// On paused time (the resolver's blocking lookups hold the clock): a refusal waits for
+    /// no timer at all.
+    #[tokio::test(start_paused = true)]
     async fn a_webhook_outside_loopback_is_refused_at_dial_time_by_every_spelling() {
         // 10.0.0.1 written four ways: the URL's text never reaches the guard, the address does
         // (decimal and hex go to the resolver, which reads them as inet_aton does).
@@ -385,17 +423,16 @@ mod tests {
             "http://0x0a000001:9/h",
             "http://[::ffff:10.0.0.1]:9/h",
         ] {
-            let t = std::time::Instant::now();
-            let o = webhook(url, Duration::from_secs(5), false, &firing()).await;
+            let t = tokio::time::Instant::now();
+            let o = post(url, Duration::from_secs(5), false, BACKOFF).await;
             assert_refused(&o, url);
             // Refused before any packet: no connect timeout, no retry pauses.
-            assert!(
-                t.elapsed() < Duration::from_secs(1),
-                "{url}: {:?}",
-                t.elapsed()
-            );
+            assert_eq!(t.elapsed(), Duration::ZERO, "{url}");
         }
-        // Loopback by other spellings is loopback: delivered.
+    }
+
+    #[tokio::test]
+    async fn a_webhook_to_loopback_by_any_spelling_is_delivered() {
         let (addr, calls) = receiver([127, 0, 0, 1].into(), 0).await;
         let port = addr.port();
         for url in [
@@ -403,7 +440,7 @@ mod tests {
             format!("http://2130706433:{port}/hook"),
             format!("http://localhost:{port}/hook"),
         ] {
-            let o = webhook(&url, Duration::from_secs(2), false, &firing()).await;
+            let o = post(&url, Duration::from_secs(2), false, BACKOFF).await;
             assert!(o.ok(), "{url}: {o:?}");
         }
         assert_eq!(calls.load(Ordering::SeqCst), 3);
@@ -432,9 +469,9 @@ mod tests {
             format!("http://{addr}/hook"),
             format!("http://{}:{port}/hook", u32::from(v4)),
         ] {
-            let o = webhook(&url, Duration::from_secs(2), false, &firing()).await;
+            let o = post(&url, Duration::from_secs(2), false, BACKOFF).await;
             assert_refused(&o, &url);
-            let o = webhook(&url, Duration::from_secs(2), true, &firing()).await;
+            let o = post(&url, Duration::from_secs(2), true, BACKOFF).await;
             assert_eq!(
                 o,
                 Outcome::Delivered {

@@ -172,3 +172,61 @@ pub async fn run(mut rx: mpsc::Receiver<Msg>, cfg: Config, cancel: CancellationT
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::{Endpoint, ErrorClass};
+
+    /// Sends `ok` good and `failed` failed records of phase 0.
+    async fn finish(tx: &mpsc::Sender<Msg>, ok: u64, failed: u64) {
+        for i in 0..ok + failed {
+            let mut r = RequestRecord::new(i, 0, Endpoint::Chat, 0);
+            if i >= ok {
+                r.fail(ErrorClass::Connect, "refused");
+            }
+            tx.send(Msg::Record(Box::new(r))).await.unwrap();
+        }
+    }
+
+    /// On paused time: each tick closes a second of the abort window whatever the wall clock;
+    /// the test wakes half-way between two ticks, once the tally has judged the window.
+    #[tokio::test(start_paused = true)]
+    async fn the_error_rate_over_the_window_aborts_the_run_past_the_threshold() {
+        let (tx, rx) = mpsc::channel(64);
+        let cancel = CancellationToken::new();
+        let cfg = Config {
+            phases: vec![("a".into(), 30.0, Some(100.0))],
+            keep_records: false,
+            records_budget: 0,
+            observer: None,
+            progress: false,
+            abort: Some((0.5, 20)),
+        };
+        let tally = tokio::spawn(run(rx, cfg, cancel.clone()));
+        let half = Duration::from_millis(500);
+        // t=0.5 s, after the first (empty) tick.
+        tokio::time::sleep(half).await;
+        // 10 of 19 failed: too few to judge.
+        finish(&tx, 9, 10).await;
+        tokio::time::sleep(2 * half).await;
+        assert!(!cancel.is_cancelled());
+        // 10 of 20: at the threshold, not above it.
+        finish(&tx, 1, 0).await;
+        tokio::time::sleep(2 * half).await;
+        assert!(!cancel.is_cancelled());
+        // 12 of 22.
+        finish(&tx, 0, 2).await;
+        tokio::time::sleep(2 * half).await;
+        assert!(cancel.is_cancelled());
+        drop(tx);
+        let out = tally.await.unwrap();
+        assert_eq!(out.metrics[0].finished, 22);
+        let stop = out.abort.expect("aborted");
+        assert_eq!(stop.kind, StopKind::Aborted);
+        assert_eq!(
+            stop.why,
+            "error rate 54.5% over the last 4s is above abort_error_rate 50.0%"
+        );
+    }
+}
