@@ -449,7 +449,7 @@ fn named_parts(delta: &[f64], phase: &[Sample], before: &[Sample]) -> Decomposit
 /// Splits the p50 increase over the baseline (TTFT when the phase has it, else E2E) from
 /// window medians, when the windows carry no per-request records. The parts are differences
 /// of medians over different populations, so they need not add up: the remainder is
-/// `unexplained`, and [`settle`] keeps every part on the rise's side.
+/// `unexplained`, and `settle` keeps every part on the rise's side.
 #[must_use]
 pub fn by_windows(idx: &[usize], windows: &[Window], base: &Baseline) -> Option<Decomposition> {
     let phase_median = |s: Signal| -> Option<f64> {

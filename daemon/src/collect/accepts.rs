@@ -17,7 +17,7 @@ const MAX_WAITING: usize = 16_384;
 #[derive(Debug, Default)]
 pub struct Accepts {
     waiting: HashMap<u64, f64>,
-    /// Accepts not kept because [`MAX_WAITING`] were waiting.
+    /// Accepts not kept because `MAX_WAITING` were waiting.
     pub dropped: u64,
 }
 

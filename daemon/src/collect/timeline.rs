@@ -212,7 +212,8 @@ pub struct NetSignals {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_delay_p50_ms: Option<f64>,
     /// The window's joined requests loss hit: their connection retransmitted while they were in
-    /// flight, or their answer's last bytes stalled in transit (`collect::load::stalled`).
+    /// flight, or their answer's last bytes stalled in transit (`collect/load/joins.rs`,
+    /// `stalled`).
     #[serde(default)]
     pub loss_hit_requests: u64,
     /// The window's requests joined with an exchange (hit by loss or not).

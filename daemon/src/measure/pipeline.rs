@@ -7,6 +7,8 @@
 //! Shares are ratios of sums over the same tasks (the time of a step over the tasks' E2E),
 //! so the steps' shares and the rest (`other_share_of_e2e`: send lag and the client's own
 //! time between steps) add up to 1 by construction.
+//!
+//! [`StepRecord`]: super::record::StepRecord
 
 use std::collections::BTreeMap;
 

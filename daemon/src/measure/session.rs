@@ -8,6 +8,8 @@
 //! last token), `tools` (tool waits and tool endpoints), `think` and `client` (the rest: the
 //! session's send lag, caps, the client between steps). The four add up to the session's
 //! end-to-end time by construction; shares are ratios of sums over the same sessions.
+//!
+//! [`SessionCall`]: super::record::SessionCall
 
 use std::collections::BTreeMap;
 

@@ -88,7 +88,7 @@ pub enum Grouping {
     /// Every watched process is one server, the run's target (`stress --explain`).
     Target,
     /// Each pod, container, listener or lone process is a server (the daemon;
-    /// [`identity::Place::key`]).
+    /// [`Place::key`](crate::collect::identity::Place::key)).
     PerServer,
 }
 

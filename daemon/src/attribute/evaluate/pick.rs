@@ -10,8 +10,8 @@ use crate::attribute::resources;
 use crate::attribute::rules::Rule;
 use crate::attribute::verdict::{Cause, CauseScore, Evidence, Verdict};
 
-/// The verdict for one window under `rules`: the best rank (see [`super::rank`]) among the
-/// causes whose own confidence is at least [`MIN_CONFIDENCE`].
+/// The verdict for one window under `rules`: the best rank (see [`crate::attribute::rank`])
+/// among the causes whose own confidence is at least [`MIN_CONFIDENCE`].
 #[must_use]
 pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
     let mut results: Vec<RuleResult> = rules.iter().map(|r| score(r, ctx)).collect();

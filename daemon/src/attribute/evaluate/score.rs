@@ -100,7 +100,7 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
     }
 }
 
-/// The resource model's finding (`super::resources`) as one more result beside the rules'.
+/// The resource model's finding (`attribute::resources`) as one more result beside the rules'.
 pub(super) fn resource_result(b: Bottleneck) -> RuleResult {
     RuleResult {
         cause: b.cause,

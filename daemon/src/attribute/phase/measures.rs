@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use super::summary::{PhaseLatency, PhaseLoad};
 use crate::collect::timeline::{Quantiles, Window};
 
-/// Groups the `signal: reason` lines of a phase's `windows` windows by reason and by how many
-/// windows lacked the signal: `reason: signal, signal`, with `(in k of n windows)` when not all.
+/// The load of a phase's windows: requests and errors (with their classes), the achieved rate
+/// over the windows' length, the mean target rate and output tokens/s, the most requests in
+/// flight and the arrivals never sent.
 pub(super) fn load(ws: &[&Window]) -> PhaseLoad {
     let loads: Vec<_> = ws.iter().filter_map(|w| w.load.as_ref()).collect();
     let secs: f64 = ws.iter().map(|w| w.len_ms as f64 / 1000.0).sum();

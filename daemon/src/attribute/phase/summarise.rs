@@ -10,8 +10,8 @@ use crate::attribute::verdict::Cause;
 use crate::collect::timeline::{Timeline, Window};
 
 /// Summarises each phase, in order of first appearance; a phase's drain (see
-/// [`split_drain`]) follows it as a summary of its own. `admission_cap` is the server's slot
-/// cap (`super::resources::admission_cap`).
+/// `split_drain`) follows it as a summary of its own. `admission_cap` is the server's slot
+/// cap (`attribute::resources::admission_cap`).
 #[must_use]
 pub fn summarise(
     timeline: &Timeline,

@@ -97,12 +97,12 @@ pub struct PhaseSummary {
     /// Evidence of the dominant verdict's most confident window.
     pub evidence: Vec<Evidence>,
     /// The other causes that scored in the dominant verdict's windows, by mean rank over them
-    /// (see [`super::causes::runners_up`]), best first.
+    /// (see [`crate::attribute::causes::runners_up`]), best first.
     #[serde(default)]
     pub runners_up: Vec<CauseScore>,
     /// The causes named with their parts of the rise: the dominant one, and a second one when
-    /// each explains at least [`super::causes::SECOND_CAUSE_MIN_PART`] of it (empty without a
-    /// decomposition to read the parts from).
+    /// each explains at least [`crate::attribute::causes::SECOND_CAUSE_MIN_PART`] of it
+    /// (empty without a decomposition to read the parts from).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<CausePart>,
     /// What to do about the dominant verdict, in the terms of the engine the scrape recognised
@@ -134,7 +134,7 @@ pub struct PhaseSummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
     /// The part of `missing` whose windows could have changed the phase's verdict, in words
-    /// (`super::missing`): what the reports show.
+    /// (`attribute::missing`): what the reports show.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_decisive: Vec<String>,
     /// Which hop of the pipeline behind the target holds the rise (`--service`).
@@ -145,7 +145,7 @@ pub struct PhaseSummary {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drain: bool,
     /// A resource at its capacity with requests waiting for it in at least
-    /// [`DOMINANT_MIN_SHARE`] of the phase's windows (`super::resources`), in words:
+    /// [`DOMINANT_MIN_SHARE`] of the phase's windows (`attribute::resources`), in words:
     /// `KV cache full (0.99), 1552 waiting`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saturated: Option<String>,

@@ -20,6 +20,8 @@ impl KernelCollector {
     /// call, and resets. The load generator's connections go to the server when there is one
     /// part; an accept counts for the server that took its socket ([`Accepts`]); XIDs (a GPU
     /// fault, node-wide) go to every part.
+    ///
+    /// [`Accepts`]: crate::collect::accepts::Accepts
     pub fn close_windows(&mut self, parts: &mut [Part<'_>]) -> Result<(), ProbeError> {
         self.drain();
         self.settle_accepts();

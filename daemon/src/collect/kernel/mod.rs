@@ -172,7 +172,7 @@ impl KernelCollector {
     }
 
     /// What the joins with the load's requests miss: the exchanges and retransmits dropped
-    /// (the oldest first) past [`MAX_EXCHANGES`], in one line; `None` when none were.
+    /// (the oldest first) past `MAX_EXCHANGES`, in one line; `None` when none were.
     #[must_use]
     pub fn joins_cut(&self) -> Option<String> {
         (self.joins_dropped > 0).then(|| {

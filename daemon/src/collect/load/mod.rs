@@ -1,6 +1,8 @@
 //! A run's requests, folded as they finished ([`LoadFold`]), set into the time line's windows
 //! (by intended start) with each window's phase, and joined with the kernel's view of the
 //! server.
+//!
+//! [`LoadFold`]: super::load_fold::LoadFold
 
 mod clock;
 mod duplicates;

@@ -1,8 +1,9 @@
 //! One load-generator request as a trace: a client span for the whole request (with the trace
-//! id and span id its `traceparent` carried, and the generative-AI conventions' `gen_ai.*` attributes
-//! of an LLM call), a child span per waterfall stage (queue, server first byte, GPU sync,
-//! run-queue delay) and per pipeline step, a `first_token` event, and the verdict of the
-//! request's time window as an attribute.
+//! id and span id its `traceparent` carried, and the generative-AI conventions' `gen_ai.*`
+//! attributes of an LLM call), a child span per stage it is given (a live export gives the
+//! client's: send lag, response headers, first token, decode, and one per pipeline step),
+//! `first_token` and `last_token` events, and, when one is given, the verdict of the request's
+//! time window as an attribute (a live export gives none).
 
 use std::time::{Duration, SystemTime};
 
@@ -13,7 +14,7 @@ use opentelemetry_sdk::trace::SdkTracer;
 use super::ids;
 use crate::collect::catalog::Labels;
 
-/// One stage of a request's waterfall, e.g. `queue` or `gpu_sync`.
+/// One stage of a request's waterfall, e.g. `loadgen.send_lag` or `gen_ai.decode`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stage {
     /// Stage name; becomes the child span's name.

@@ -76,6 +76,8 @@ pub struct XidReport {
 
 /// Where the sampler thread reads the GPUs from: NVML itself ([`NvmlReader`]), or a scripted
 /// test double in tests (`gpu::nvml_double::NvmlTestDouble`).
+///
+/// [`NvmlReader`]: super::NvmlReader
 pub trait GpuSource {
     /// Reads every device once, with the XIDs reported since the previous call.
     fn sample(&mut self) -> GpuSample;

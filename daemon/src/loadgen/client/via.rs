@@ -124,7 +124,7 @@ pub async fn send(
 }
 
 /// A plain HTTP request: success is any 2xx. A closed-loop user's own `http://` connection
-/// speaks HTTP/1.1 on the socket itself ([`h1`]: the same timestamps, half of hyper's user
+/// speaks HTTP/1.1 on the socket itself (`h1`: the same timestamps, half of hyper's user
 /// CPU per request); the pool and TLS go through hyper.
 ///
 /// Not an `async fn`: the future returned holds no copy of `req`, and hyper's large one is

@@ -16,6 +16,9 @@
 //! `compile` and `step` build a phase's pipeline once; `run` drives a task through it,
 //! `exchange` is what each step sends and reads, `state` what the steps hand on, `text` the
 //! chat's prompt and made-up passages.
+//!
+//! [`RequestRecord`]: crate::measure::RequestRecord
+//! [`StepRecord`]: crate::measure::record::StepRecord
 
 mod compile;
 mod exchange;

@@ -1,5 +1,5 @@
 //! Agentic sessions (`request.session`) on the engine: each open-loop arrival starts one
-//! session, each closed-loop user runs one after the other. A session's agents ([`agent`])
+//! session, each closed-loop user runs one after the other. A session's agents (`agent`)
 //! send their LLM calls through the engine's request path (the phase's caps, retries, timeout
 //! and record, each call a record with its session, agent, depth and context length), wait
 //! on tools (a drawn time, or a real endpoint through the pool) and think; when the session
