@@ -7,12 +7,12 @@
 //! Semantic throughput (sTPS) is succeeded tasks per second of the phase; a conversation cut
 //! by the phase's end is not a task (neither succeeded nor failed).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::loadgen::scenario::limits::de_duration;
+use crate::loadgen::scenario::{Phase, limits::de_duration};
 
 /// `request.check` as written.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -73,6 +73,20 @@ impl Check {
             schema,
             max_latency_us: spec.max_latency.map(|d| d.as_micros() as u64),
         })
+    }
+
+    /// Phase `p`'s `request.check`, compiled, if it has one: where a plan compiles its phases'
+    /// checks, read or derived (`Plan::with_phases`). The error names the phase.
+    pub fn of_phase(p: &Phase) -> Result<Option<Arc<Self>>, String> {
+        p.request
+            .check
+            .as_ref()
+            .map(|spec| {
+                Self::compile(spec)
+                    .map(Arc::new)
+                    .map_err(|why| format!("phase `{}`: {why}", p.name))
+            })
+            .transpose()
     }
 
     /// Whether `answer`, which took `e2e_us`, passes.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, de::Error as _};
 
-use crate::loadgen::scenario::{HARD_MAX_IN_FLIGHT, Load, Scenario};
+use crate::loadgen::scenario::{HARD_MAX_IN_FLIGHT, Load, Phase, Scenario};
 
 /// Largest `max_tokens_per_s`.
 pub const HARD_MAX_TOKENS_PER_S: f64 = 1e9;
@@ -83,74 +83,89 @@ pub fn de_opt_dimensions<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize
     int_in(d, "dimensions", HARD_MAX_DIMENSIONS as u64).map(|v| Some(v as usize))
 }
 
-/// Every range again, on a scenario as it will run (after flags and code changed it).
-/// The message names the field and the allowed range.
-pub fn check(s: &Scenario) -> Result<(), String> {
-    let dur = |what: &str, d: Duration| {
-        if d > crate::duration::MAX {
-            Err(format!("{what} is longer than the limit of 7 days"))
-        } else {
-            Ok(())
-        }
-    };
+/// Every range again, on a scenario as it will run (after flags and code changed it): the
+/// one place a compile (and [`Plan::with_phases`](super::plan::Plan::with_phases)) checks
+/// them, before the phases' own checks read a duration or a user count. The error is where
+/// to look (the text its line is found by: `max_in_flight`, the phase's `name: …`, else
+/// `phases`) and the message, which names the field and the allowed range.
+pub fn check(s: &Scenario) -> Result<(), (String, String)> {
+    let top = |msg: String| ("phases".to_owned(), msg);
     if !(1..=HARD_MAX_IN_FLIGHT).contains(&s.max_in_flight) {
-        return Err(format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"));
+        return Err((
+            "max_in_flight".into(),
+            format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"),
+        ));
     }
     if s.timeout.is_zero() {
-        return Err("timeout must be above 0".into());
+        return Err(top("timeout must be above 0".into()));
     }
-    dur("timeout", s.timeout)?;
-    dur("grace", s.grace)?;
+    dur("timeout", s.timeout).map_err(top)?;
+    dur("grace", s.grace).map_err(top)?;
     for p in &s.phases {
-        let name = &p.name;
-        if p.duration.is_zero() {
-            return Err(format!("phase `{name}`: duration must be above 0"));
-        }
-        dur(&format!("phase `{name}`: duration"), p.duration)?;
-        if p.max_in_flight
-            .is_some_and(|n| !(1..=HARD_MAX_IN_FLIGHT).contains(&n))
-        {
-            return Err(format!(
-                "phase `{name}`: max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"
-            ));
-        }
-        if p.max_tokens_per_s
-            .is_some_and(|r| !(r > 0.0 && r <= HARD_MAX_TOKENS_PER_S))
-        {
-            return Err(format!(
-                "phase `{name}`: max_tokens_per_s must be above 0 and at most {HARD_MAX_TOKENS_PER_S:e}"
-            ));
-        }
-        if let Load::Concurrency { users } = p.load
-            && !(1..=HARD_MAX_IN_FLIGHT).contains(&users)
-        {
-            return Err(format!(
-                "phase `{name}`: users must be 1..={HARD_MAX_IN_FLIGHT}"
-            ));
-        }
-        if let Some(e) = p.events.iter().find(|e| e.at > p.duration) {
-            return Err(format!(
-                "phase `{name}`: event `{}` at {} is after the phase's end",
-                e.path,
-                humantime::format_duration(e.at)
-            ));
-        }
-        if p.chaos
-            .oversize_tokens
-            .is_some_and(|n| n > HARD_MAX_OVERSIZE_TOKENS)
-        {
-            return Err(format!(
-                "phase `{name}`: oversize_tokens must be at most {HARD_MAX_OVERSIZE_TOKENS}"
-            ));
-        }
-        if p.request
-            .dimensions
-            .is_some_and(|n| !(1..=HARD_MAX_DIMENSIONS).contains(&n))
-        {
-            return Err(format!(
-                "phase `{name}`: dimensions must be 1..={HARD_MAX_DIMENSIONS}"
-            ));
-        }
+        phase(p).map_err(|msg| (format!("name: {}", p.name), msg))?;
+    }
+    Ok(())
+}
+
+/// `d`, which `what` names, is at most [`crate::duration::MAX`].
+fn dur(what: &str, d: Duration) -> Result<(), String> {
+    if d > crate::duration::MAX {
+        Err(format!("{what} is longer than the limit of 7 days"))
+    } else {
+        Ok(())
+    }
+}
+
+/// One phase's ranges.
+fn phase(p: &Phase) -> Result<(), String> {
+    let name = &p.name;
+    if p.duration.is_zero() {
+        return Err(format!("phase `{name}`: duration must be > 0"));
+    }
+    dur(&format!("phase `{name}`: duration"), p.duration)?;
+    if p.max_in_flight
+        .is_some_and(|n| !(1..=HARD_MAX_IN_FLIGHT).contains(&n))
+    {
+        return Err(format!(
+            "phase `{name}`: max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"
+        ));
+    }
+    if p.max_tokens_per_s
+        .is_some_and(|r| !(r > 0.0 && r <= HARD_MAX_TOKENS_PER_S))
+    {
+        return Err(format!(
+            "phase `{name}`: max_tokens_per_s must be above 0 and at most {HARD_MAX_TOKENS_PER_S:e}"
+        ));
+    }
+    if let Load::Concurrency { users } = p.load
+        && !(1..=HARD_MAX_IN_FLIGHT).contains(&users)
+    {
+        return Err(format!(
+            "phase `{name}`: users must be 1..={HARD_MAX_IN_FLIGHT}"
+        ));
+    }
+    if let Some(e) = p.events.iter().find(|e| e.at > p.duration) {
+        return Err(format!(
+            "phase `{name}`: event `{}` at {} is after the phase's end",
+            e.path,
+            humantime::format_duration(e.at)
+        ));
+    }
+    if p.chaos
+        .oversize_tokens
+        .is_some_and(|n| n > HARD_MAX_OVERSIZE_TOKENS)
+    {
+        return Err(format!(
+            "phase `{name}`: oversize_tokens must be at most {HARD_MAX_OVERSIZE_TOKENS}"
+        ));
+    }
+    if p.request
+        .dimensions
+        .is_some_and(|n| !(1..=HARD_MAX_DIMENSIONS).contains(&n))
+    {
+        return Err(format!(
+            "phase `{name}`: dimensions must be 1..={HARD_MAX_DIMENSIONS}"
+        ));
     }
     Ok(())
 }
@@ -159,7 +174,7 @@ pub fn check(s: &Scenario) -> Result<(), String> {
 mod tests {
     use std::path::Path;
 
-    use crate::loadgen::scenario::plan::Plan;
+    use crate::loadgen::scenario::{Scenario, files::Files, overrides::Overrides, plan::Plan};
 
     fn load(phase_extra: &str, top: &str) -> Result<Plan, String> {
         let src = format!(
@@ -223,6 +238,57 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    /// A range has one home, [`super::check`]: a file, a flag and a derived plan meet the same
+    /// words, and a file's error points at the phase or the field.
+    #[test]
+    fn a_range_reads_the_same_from_a_file_a_flag_or_a_derived_plan() {
+        let read = |top: &str, phase: &str| {
+            let src = format!("target: http://127.0.0.1:1\n{top}phases:\n  - name: p\n{phase}");
+            Plan::from_yaml(&src, "s.yaml", Path::new("."))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = read(
+            "",
+            "    duration: 0s\n    load: {shape: constant, rate: 1}\n",
+        );
+        assert!(
+            e.starts_with("s.yaml:3:5: phase `p`: duration must be > 0"),
+            "{e}"
+        );
+        let e = read(
+            "",
+            "    duration: 1s\n    load: {shape: concurrency, users: 0}\n",
+        );
+        assert!(
+            e.starts_with("s.yaml:3:5: phase `p`: users must be 1..="),
+            "{e}"
+        );
+        let e = read(
+            "max_in_flight: 0\n",
+            "    duration: 1s\n    load: {shape: constant, rate: 1}\n",
+        );
+        assert!(
+            e.starts_with("s.yaml:2:1: max_in_flight must be 1..="),
+            "{e}"
+        );
+        let flag = Overrides {
+            max_in_flight: Some(0),
+            ..Overrides::default()
+        };
+        let src = "target: http://127.0.0.1:1\nphases:\n  - {name: p, duration: 1s, load: {shape: constant, rate: 1}}\n";
+        let scenario = Scenario::parse_yaml(src, "s.yaml").unwrap();
+        let e = Plan::compile(scenario, &Files::Relative(Path::new(".")), &flag)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_in_flight must be 1..="), "{e}");
+        let plan = load("", "").unwrap();
+        let mut p = plan.scenario().phases[0].clone();
+        p.duration = std::time::Duration::ZERO;
+        let e = plan.with_phases(vec![p]).unwrap_err().to_string();
+        assert!(e.ends_with("phase `p`: duration must be > 0"), "{e}");
     }
 
     #[test]

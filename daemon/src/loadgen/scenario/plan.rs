@@ -138,16 +138,13 @@ impl Plan {
         if scenario.phases.is_empty() {
             return Err(err("no phases".into()).into());
         }
-        limits::check(&scenario).map_err(err)?;
+        limits::check(&scenario).map_err(|(_, msg)| err(msg))?;
         let checks = scenario
             .phases
             .iter()
-            .map(|p| p.request.check.as_ref().map(Check::compile).transpose())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(err)?
-            .into_iter()
-            .map(|c| c.map(Arc::new))
-            .collect();
+            .map(Check::of_phase)
+            .collect::<Result<_, _>>()
+            .map_err(err)?;
         Ok(Self {
             scenario,
             datasets: self.datasets.clone(),

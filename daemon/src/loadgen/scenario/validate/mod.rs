@@ -24,7 +24,7 @@ use crate::loadgen::{
     scenario::dataset::Dataset,
     scenario::files::Files,
     scenario::limits,
-    scenario::{HARD_MAX_IN_FLIGHT, Scenario, ScenarioError},
+    scenario::{Scenario, ScenarioError},
 };
 use phase::check_phase;
 use sweep::expand_sweeps;
@@ -52,12 +52,8 @@ impl Scenario {
                 "`phases` is empty: add at least one phase".into(),
             ));
         }
-        if self.max_in_flight == 0 || self.max_in_flight > HARD_MAX_IN_FLIGHT {
-            return Err(err(
-                "max_in_flight",
-                format!("max_in_flight must be 1..={HARD_MAX_IN_FLIGHT}"),
-            ));
-        }
+        // Every range, once, before anything reads a duration or a user count.
+        limits::check(self).map_err(|(needle, msg)| err(&needle, msg))?;
 
         let mut rng = SmallRng::seed_from_u64(self.seed.unwrap_or(0));
         let mut datasets = BTreeMap::new();
@@ -77,20 +73,8 @@ impl Scenario {
                 ));
             }
             check_phase(p, &datasets, files, &err)?;
-            let check = p.request.check.as_ref().map(Check::compile).transpose();
-            checks.push(
-                check
-                    .map_err(|why| {
-                        err(
-                            &format!("name: {}", p.name),
-                            format!("phase `{}`: {why}", p.name),
-                        )
-                    })?
-                    .map(Arc::new),
-            );
+            checks.push(Check::of_phase(p).map_err(|msg| err(&format!("name: {}", p.name), msg))?);
         }
-        // Cross-field ranges (an event after its phase's end) and a second look at the rest.
-        limits::check(self).map_err(|msg| err("phases", msg))?;
         Ok(Resolved { datasets, checks })
     }
 }

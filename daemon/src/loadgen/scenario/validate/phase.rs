@@ -1,6 +1,6 @@
-//! One phase's checks, one after the other, each with its own message: its paths, duration,
-//! dataset, load and rate, ramp, the pipeline, session and replay, the vector-only fields,
-//! caps and LLM extras; and its trace file read.
+//! One phase's checks, one after the other, each with its own message: its paths, dataset,
+//! rate, ramp, the pipeline, session and replay, the vector-only fields, caps and LLM extras;
+//! and its trace file read. Its ranges (duration, users, caps) are `limits::check`'s.
 
 use std::{collections::BTreeMap, path::Path, sync::Arc};
 
@@ -14,7 +14,7 @@ use crate::loadgen::{
     scenario::shape::Load,
     scenario::template::Template,
     scenario::trace::{self, Parsed, TraceSpec},
-    scenario::{HARD_MAX_IN_FLIGHT, HARD_MAX_RATE, Phase, ScenarioError},
+    scenario::{HARD_MAX_RATE, Phase, ScenarioError},
 };
 use crate::measure::record::Endpoint;
 
@@ -28,12 +28,6 @@ pub(super) fn check_phase(
 ) -> Result<(), ScenarioError> {
     let at = format!("name: {}", p.name);
     check_paths(p, err)?;
-    if p.duration.is_zero() {
-        return Err(err(
-            &at,
-            format!("phase `{}`: duration must be > 0", p.name),
-        ));
-    }
     if let Some(ds) = &p.request.dataset
         && !loaded.contains_key(ds)
     {
@@ -64,29 +58,21 @@ pub(super) fn check_phase(
             ),
         ));
     }
-    match &mut p.load {
-        Load::Concurrency { users } if *users == 0 || *users > HARD_MAX_IN_FLIGHT => {
-            return Err(err(
-                &at,
-                format!("phase `{}`: users must be 1..={HARD_MAX_IN_FLIGHT}", p.name),
-            ));
-        }
-        Load::Trace {
-            path,
-            spec,
-            offsets,
-            replay,
-        } => {
-            let parsed = read_trace(files, path, spec).map_err(|e| match e.line {
-                Some(_) => e,
-                None => err(&at, format!("phase `{}`: {}", p.name, e.msg)),
-            })?;
-            // The rows sent before the phase's end (where its schedule stops) are the replay.
-            let sent = parsed.offsets.partition_point(|o| *o <= p.duration);
-            *replay = parsed.replay.map(|r| Arc::new(r.keep(sent)));
-            *offsets = parsed.offsets;
-        }
-        _ => {}
+    if let Load::Trace {
+        path,
+        spec,
+        offsets,
+        replay,
+    } = &mut p.load
+    {
+        let parsed = read_trace(files, path, spec).map_err(|e| match e.line {
+            Some(_) => e,
+            None => err(&at, format!("phase `{}`: {}", p.name, e.msg)),
+        })?;
+        // The rows sent before the phase's end (where its schedule stops) are the replay.
+        let sent = parsed.offsets.partition_point(|o| *o <= p.duration);
+        *replay = parsed.replay.map(|r| Arc::new(r.keep(sent)));
+        *offsets = parsed.offsets;
     }
     if let Some(rate) = p
         .load
