@@ -24,7 +24,7 @@ use crate::loadgen::{
     scenario::dataset::Dataset,
     scenario::files::Files,
     scenario::limits,
-    scenario::{Scenario, ScenarioError},
+    scenario::{Scenario, ScenarioError, line_of},
 };
 use phase::check_phase;
 use sweep::expand_sweeps;
@@ -77,12 +77,6 @@ impl Scenario {
         }
         Ok(Resolved { datasets, checks })
     }
-}
-
-fn line_of(src: &str, needle: &str) -> Option<(usize, usize)> {
-    src.lines()
-        .enumerate()
-        .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
 }
 
 #[cfg(test)]
