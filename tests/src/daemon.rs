@@ -122,6 +122,24 @@ impl Daemon {
     }
 }
 
+/// The Python generator (`tests/clients/stream_marks.py`, Debian's python3 and nothing else)
+/// running `phases` (`NAME:SECONDS:RATE`) against `target` with `extra` flags
+/// (`--output-tokens N`, `--vector`, `--event`), marking each phase on `d`'s control API as a
+/// k6 or guidellm run would. Its stdout is piped.
+#[must_use]
+pub fn generator(target: &str, d: &Daemon, phases: &[&str], extra: &[&str]) -> Child {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/stream_marks.py");
+    Command::new("python3")
+        .arg(script)
+        .arg(target)
+        .arg(format!("http://{}", d.api))
+        .args(phases)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the Python generator")
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -133,6 +133,7 @@ async fn metrics(
             totals: &s.totals,
             labels,
             verdict: s.verdict.as_ref().map(|v| &v.verdict),
+            hops: s.verdict.as_ref().and_then(|v| v.hops.as_ref()),
         })
         .collect();
     let text = prometheus::render(&prometheus::Snapshot {
@@ -264,7 +265,9 @@ async fn report(node: &NodeHandle, q: ReportQueryResult) -> Result<Report, Respo
             None => format!("inferscope daemon: {}, {name}", who.server),
         };
         let meta = RunMeta::new(&title, &who.server, start, end, selected.timeline.len_ms);
-        Report::new(meta, selected.timeline).with_missing_evidence(selected.missing)
+        Report::new(meta, selected.timeline)
+            .with_missing_evidence(selected.missing)
+            .with_hops(selected.called, Some(&selected.pids))
     })
     .await
     .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e))

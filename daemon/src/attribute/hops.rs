@@ -105,45 +105,75 @@ pub struct HopLine<'a> {
     pub timeline: &'a Timeline,
     /// Its phases, attributed against its own baseline.
     pub phases: &'a [PhaseSummary],
+    /// Whose calls count: the target's processes (the daemon, where several gateways may call
+    /// one hop), or `None` for any other watched server's (`stress --service`).
+    pub callers: Option<&'a [u32]>,
 }
 
 /// The hops of phase `phase` of the target (its time line `target`), `None` for the baseline
-/// phase, a phase without a rise, or no hops.
+/// phase, a phase without a rise, or no hops. The rise is the client's (the phase's
+/// decomposition); without a client (the daemon) it is the rise of the target's own kernel-side
+/// first token, what its clients wait for.
 #[must_use]
 pub fn of_phase(target: &Timeline, phase: &PhaseSummary, hops: &[HopLine<'_>]) -> Option<Hops> {
-    let rise = phase.decomposition.as_ref()?.increase_ms;
     let base = baseline_phase(target)?;
-    if hops.is_empty() || phase.name == base || rise <= 0.0 {
+    if hops.is_empty() || phase.name == base {
         return None;
     }
-    let mut parts: Vec<HopPart> = hops
+    let in_phase = |t: &Timeline, name: &str| -> Vec<usize> {
+        (0..t.windows.len())
+            .filter(|&i| t.windows[i].phase.as_deref() == Some(name))
+            .collect()
+    };
+    let own = (
+        first_answer_ms(target, &in_phase(target, &base), None),
+        first_answer_ms(target, &in_phase(target, &phase.name), None),
+    );
+    let rise = match &phase.decomposition {
+        Some(d) => d.increase_ms,
+        None => rise_of(own.0, own.1),
+    };
+    let parts = hops
         .iter()
         .map(|h| {
+            let calls = Calls(h.callers);
             let (baseline_ms, value_ms) = (
-                first_answer_ms(h.timeline, &base, true),
-                first_answer_ms(h.timeline, &phase.name, true),
+                first_answer_ms(h.timeline, &in_phase(h.timeline, &base), Some(calls)),
+                first_answer_ms(h.timeline, &in_phase(h.timeline, &phase.name), Some(calls)),
             );
-            let own = h.phases.iter().find(|p| p.name == phase.name);
+            let verdict = h.phases.iter().find(|p| p.name == phase.name);
             HopPart {
                 hop: h.name.to_owned(),
                 baseline_ms,
                 value_ms,
                 part_ms: rise_of(baseline_ms, value_ms),
-                cause: own.map_or(Cause::None, |p| p.dominant),
-                confidence: own.map_or(0.0, |p| p.confidence),
+                cause: verdict.map_or(Cause::None, |p| p.dominant),
+                confidence: verdict.map_or(0.0, |p| p.confidence),
             }
         })
         .collect();
-    let (target_base, target_value) = (
-        first_answer_ms(target, &base, false),
-        first_answer_ms(target, &phase.name, false),
-    );
+    split(rise, phase.dominant, parts, own)
+}
+
+/// Splits `rise` between the hops' `parts` and the target's own time (its first answer's
+/// baseline and value less what its calls took), scaled down together when they add up to
+/// more; the holder is named when `dominant` is a cause. `None` without a rise.
+#[must_use]
+pub fn split(
+    rise: f64,
+    dominant: Cause,
+    mut parts: Vec<HopPart>,
+    own: (Option<f64>, Option<f64>),
+) -> Option<Hops> {
+    if rise <= 0.0 || parts.is_empty() {
+        return None;
+    }
     let called: f64 = parts.iter().map(|p| p.part_ms).sum();
     parts.push(HopPart {
         hop: ORCHESTRATION.to_owned(),
-        baseline_ms: target_base,
-        value_ms: target_value,
-        part_ms: (rise_of(target_base, target_value) - called).max(0.0),
+        baseline_ms: own.0,
+        value_ms: own.1,
+        part_ms: (rise_of(own.0, own.1) - called).max(0.0),
         cause: Cause::None,
         confidence: 0.0,
     });
@@ -154,7 +184,7 @@ pub fn of_phase(target: &Timeline, phase: &PhaseSummary, hops: &[HopLine<'_>]) -
         }
     }
     let covered: f64 = parts.iter().map(|p| p.part_ms).sum();
-    let holder = (phase.dominant != Cause::None)
+    let holder = (dominant != Cause::None)
         .then(|| {
             parts
                 .iter()
@@ -202,32 +232,48 @@ fn baseline_phase(t: &Timeline) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// The median over `phase`'s windows of the kernel-side first token (the first write of a
-/// whole answer): of the calls another watched server made when `called` (a hop, as the
-/// target waits for it), else of every exchange (the target, answering the client).
-fn first_answer_ms(t: &Timeline, phase: &str, called: bool) -> Option<f64> {
-    let of = |w: &Window| {
+/// Whose calls to a hop count: the target's processes, or (`None`) any other watched server's.
+#[derive(Clone, Copy)]
+pub struct Calls<'a>(pub Option<&'a [u32]>);
+
+impl Calls<'_> {
+    /// The first token p50 of the calls in `w`, ms.
+    #[must_use]
+    pub fn first_token_ms(self, w: &Window) -> Option<f64> {
         let n = w.net.as_ref()?;
-        if called {
-            n.called_first_token_p50_ms
-        } else {
-            n.server_first_token_p50_ms
+        match self.0 {
+            None => n.called_first_token_p50_ms,
+            // One caller per gateway process; a gateway of several processes takes the busiest.
+            Some(pids) => n
+                .callers
+                .iter()
+                .filter(|c| pids.contains(&c.tgid))
+                .max_by_key(|c| c.exchanges)
+                .and_then(|c| c.first_token_p50_ms),
         }
-    };
-    let mut v: Vec<f64> = t
-        .windows
-        .iter()
-        .filter(|w| w.phase.as_deref() == Some(phase))
-        .filter_map(of)
-        .collect();
-    if v.is_empty() {
-        return None;
     }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
 }
 
-fn rise_of(base: Option<f64>, value: Option<f64>) -> f64 {
+/// The median over windows `idx` of `t` of the kernel-side first token (the first write of a
+/// whole answer): of the `calls` made to it when given (a hop, as the target waits for it),
+/// else of every exchange (the target, answering its clients).
+#[must_use]
+pub fn first_answer_ms(t: &Timeline, idx: &[usize], calls: Option<Calls<'_>>) -> Option<f64> {
+    let of = |w: &Window| match calls {
+        Some(c) => c.first_token_ms(w),
+        None => w.net.as_ref()?.server_first_token_p50_ms,
+    };
+    let v: Vec<f64> = idx
+        .iter()
+        .filter_map(|&i| t.windows.get(i))
+        .filter_map(of)
+        .collect();
+    crate::collect::stats::median(&v)
+}
+
+/// `value` less `base`, never negative; 0 when either is unknown.
+#[must_use]
+pub fn rise_of(base: Option<f64>, value: Option<f64>) -> f64 {
     match (base, value) {
         (Some(b), Some(v)) => (v - b).max(0.0),
         _ => 0.0,
@@ -286,11 +332,13 @@ mod tests {
                 name: "search",
                 timeline: &search,
                 phases: &none,
+                callers: None,
             },
             HopLine {
                 name: "chat",
                 timeline: &chat,
                 phases: &none,
+                callers: None,
             },
         ];
         let h = of_phase(&target, &peak(510.0, Cause::Unexplained), &hops).unwrap();
@@ -318,6 +366,7 @@ mod tests {
             name: "search",
             timeline: &search,
             phases: &[],
+            callers: None,
         }];
         let h = of_phase(&target, &peak(200.0, Cause::Queue), &hops).unwrap();
         assert_eq!(h.holder.as_deref(), Some(ORCHESTRATION));
@@ -334,6 +383,7 @@ mod tests {
             name: "search",
             timeline: &search,
             phases: &[],
+            callers: None,
         }];
         let h = of_phase(&target, &peak(100.0, Cause::None), &hops).unwrap();
         assert_eq!(h.holder, None);

@@ -78,6 +78,10 @@ pub struct WindowVerdict {
     pub phase: Option<String>,
     /// The verdict.
     pub verdict: Verdict,
+    /// On a node, for a server that called others (a gateway): which of them holds the
+    /// window's rise over its baseline (`node::hops`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hops: Option<hops::Hops>,
 }
 
 /// Attribution of a whole time line.
@@ -127,6 +131,7 @@ pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
                 start_unix_ms: window.start_unix_ms,
                 phase: window.phase.clone(),
                 verdict: evaluate::verdict(rules, &ctx),
+                hops: None,
             }
         })
         .collect();

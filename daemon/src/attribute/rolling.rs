@@ -131,6 +131,7 @@ pub fn verdict_at(timeline: &Timeline, index: usize) -> Option<WindowVerdict> {
         start_unix_ms: window.start_unix_ms,
         phase: window.phase.clone(),
         verdict: evaluate::verdict(rules::RULES, &ctx),
+        hops: None,
     })
 }
 

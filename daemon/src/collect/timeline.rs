@@ -161,6 +161,18 @@ pub struct RunqSignals {
     pub busiest_thread_ms: Option<f64>,
 }
 
+/// The exchanges one watched server (a gateway) asked another for in a window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CalledBy {
+    /// The calling process.
+    pub tgid: u32,
+    /// Its exchanges.
+    pub exchanges: u64,
+    /// Their server-side first token p50, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_p50_ms: Option<f64>,
+}
+
 /// TCP signals of the watched server's connections.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NetSignals {
@@ -204,6 +216,10 @@ pub struct NetSignals {
     /// waits for it, apart from other clients (scrapes, health checks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub called_first_token_p50_ms: Option<f64>,
+    /// The same by the calling server's process, so that a node with several gateways knows
+    /// which one waited (the daemon's hops).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<CalledBy>,
     /// Exchanges during which the server's connection retransmitted.
     #[serde(default)]
     pub retrans_exchanges: u64,

@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use crate::attribute::{Cause, Verdict};
+use crate::attribute::{Cause, Verdict, hops::Hops};
 use crate::collect::catalog::{Kind, Labels, SIGNALS, Totals};
 use crate::collect::kernel::LossCount;
 use crate::collect::timeline::Window;
@@ -68,6 +68,8 @@ pub struct Series<'a> {
     pub labels: &'a Labels,
     /// The newest closed window's verdict, if attribution ran.
     pub verdict: Option<&'a Verdict>,
+    /// Its split among the servers it called, when it called any (a gateway on a node).
+    pub hops: Option<&'a Hops>,
 }
 
 /// Everything one scrape shows.
@@ -247,6 +249,50 @@ fn verdicts(out: &mut String, series: &[Series<'_>]) {
     for (labels, v) in &labelled {
         f.sample(labels, &[], v.confidence);
     }
+    hops(out, series);
+}
+
+/// A gateway's `inferscope_hop_part_ms{hop}` (each server it called, and `orchestration`, its
+/// own time: their parts of its newest window's rise) and `inferscope_hop_holds{hop}` (1 for
+/// the one holding the rise, 0 for the others).
+fn hops(out: &mut String, series: &[Series<'_>]) {
+    let split: Vec<(Vec<(&'static str, String)>, &Hops)> = series
+        .iter()
+        .filter_map(|s| {
+            let server = Labels {
+                server: s.labels.server.clone(),
+                ..Labels::default()
+            };
+            Some((server.pairs(None), s.hops?))
+        })
+        .collect();
+    let mut f = family(
+        out,
+        "inferscope_hop_part_ms",
+        "gauge",
+        "A gateway's newest window: each called server's part of its rise over its baseline (ms), and orchestration, its own.",
+    );
+    for (labels, h) in &split {
+        for p in &h.parts {
+            f.sample(labels, &[("hop", p.hop.clone())], p.part_ms);
+        }
+    }
+    let mut f = family(
+        out,
+        "inferscope_hop_holds",
+        "gauge",
+        "A gateway's newest window: 1 for the hop holding its rise, 0 for the others.",
+    );
+    for (labels, h) in &split {
+        for p in &h.parts {
+            let holds = h.holder.as_deref() == Some(p.hop.as_str());
+            f.sample(
+                labels,
+                &[("hop", p.hop.clone())],
+                f64::from(u8::from(holds)),
+            );
+        }
+    }
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -370,12 +416,27 @@ mod tests {
             runners_up: Vec::new(),
             missing: Vec::new(),
         };
+        let part = |hop: &str, part_ms: f64| crate::attribute::hops::HopPart {
+            hop: hop.into(),
+            baseline_ms: None,
+            value_ms: None,
+            part_ms,
+            cause: Cause::None,
+            confidence: 0.0,
+        };
+        let hops = Hops {
+            rise_ms: 500.0,
+            parts: vec![part("port:8001", 450.0), part("orchestration", 50.0)],
+            rest_ms: 0.0,
+            holder: Some("port:8001".into()),
+        };
         let text = render(&Snapshot {
             series: &[Series {
                 latest: Some(&w),
                 totals: &totals,
                 labels: &labels,
                 verdict: Some(&verdict),
+                hops: Some(&hops),
             }],
             probes: &probes,
             drops: &drops,
@@ -397,6 +458,9 @@ mod tests {
             Cause::ALL.len()
         );
         assert!(text.contains("inferscope_verdict_confidence 0.75\n"));
+        assert!(text.contains("inferscope_hop_part_ms{hop=\"port:8001\"} 450\n"));
+        assert!(text.contains("inferscope_hop_holds{hop=\"port:8001\"} 1\n"));
+        assert!(text.contains("inferscope_hop_holds{hop=\"orchestration\"} 0\n"));
         // No GPU evidence: no GPU series at all.
         assert!(!text.contains("inferscope_gpu"));
         assert_eq!(format_value(f64::INFINITY), "+Inf");
@@ -452,12 +516,14 @@ mod tests {
                     totals: &ta,
                     labels: &a,
                     verdict: Some(&va),
+                    hops: None,
                 },
                 Series {
                     latest: Some(&wb),
                     totals: &tb,
                     labels: &b,
                     verdict: Some(&vb),
+                    hops: None,
                 },
             ],
             probes: &[],

@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod hops;
 mod line;
 pub mod marks;
 mod query;
@@ -355,17 +356,25 @@ impl Node {
             self.session.forget_joins();
         }
         let keep = self.keep();
+        let mut closed = Vec::new();
         for l in self.lines.values_mut() {
             if l.gone_at.is_some() {
                 l.trim(keep);
                 continue;
             }
-            let Some((index, v)) = l.close(at, keep) else {
-                continue;
-            };
-            let w = &l.timeline.windows[index];
+            if let Some((index, v)) = l.close(at, keep) {
+                closed.push((l.key.clone(), index, v));
+            }
+        }
+        // Every server's window is closed: a gateway's can be split among those it called.
+        for (key, index, mut v) in closed {
+            let l = &self.lines[&key];
+            v.hops = hops::of_window(&self.lines, l, at, v.verdict.cause);
             for o in &mut self.opts.observers {
-                o(&l.identity, w, &v);
+                o(&l.identity, &l.timeline.windows[index], &v);
+            }
+            if let Some(last) = self.lines.get_mut(&key).and_then(|l| l.verdicts.back_mut()) {
+                last.hops = v.hops;
             }
         }
     }

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{Node, line::Line};
 use crate::{
-    attribute::{WindowVerdict, baseline::is_baseline_name},
+    attribute::{WindowVerdict, baseline::is_baseline_name, hops::Calls},
     collect::{
         catalog::Totals,
         identity::{ServerIdentity, ServerKey},
@@ -113,6 +113,11 @@ pub struct Selected {
     pub span_unix_ms: (u64, u64),
     /// Evidence missing and why.
     pub missing: Vec<String>,
+    /// The watched servers it called in those windows (a gateway's hops): each one's name and
+    /// its windows at the same times.
+    pub called: Vec<(String, Timeline)>,
+    /// Its processes, whose calls those are.
+    pub pids: Vec<u32>,
 }
 
 /// Why a selection is empty.
@@ -292,6 +297,26 @@ impl Node {
         }
     }
 
+    /// The other servers `gateway` called in the windows of `selected` (its selection), each
+    /// with its windows at those times.
+    fn called_by(&self, gateway: &Line, selected: &Timeline) -> Vec<(String, Timeline)> {
+        let calls = Calls(Some(&gateway.pids));
+        let at: Vec<u64> = selected.windows.iter().map(|w| w.start_unix_ms).collect();
+        self.lines
+            .values()
+            .filter(|h| h.key != gateway.key)
+            .filter_map(|h| {
+                let mut t = Timeline::new(selected.origin_unix_ms, h.timeline.len_ms);
+                t.windows = (h.timeline.windows.iter())
+                    .filter(|w| at.contains(&w.start_unix_ms))
+                    .cloned()
+                    .collect();
+                let called = t.windows.iter().any(|w| calls.first_token_ms(w).is_some());
+                called.then(|| (h.identity.server.clone(), t))
+            })
+            .collect()
+    }
+
     pub(super) fn select(
         &self,
         s: &Selection,
@@ -341,6 +366,8 @@ impl Node {
                 let (l, (timeline, span_unix_ms)) = found.remove(0);
                 Ok(Selected {
                     server: l.identity.clone(),
+                    called: self.called_by(l, &timeline),
+                    pids: l.pids.clone(),
                     timeline,
                     span_unix_ms,
                     missing: self.session.missing.clone(),

@@ -25,6 +25,7 @@ fn verdict(index: usize, cause: Cause) -> WindowVerdict {
             runners_up: Vec::new(),
             missing: Vec::new(),
         },
+        hops: None,
     }
 }
 

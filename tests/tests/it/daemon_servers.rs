@@ -105,18 +105,10 @@ fn kubelet_pods_double() -> (Kill, String, tempfile::TempDir) {
     (Kill(child), format!("http://{addr}/pods"), dir)
 }
 
-/// The Python generator running `phases` against `target`, marking them on the daemon.
+/// The Python generator against `target`, answers of `output_tokens`.
 fn generator(target: &str, d: &Daemon, phases: &[&str], output_tokens: u32) -> Child {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/stream_marks.py");
-    Command::new("python3")
-        .arg(script)
-        .arg(target)
-        .arg(format!("http://{}", d.api))
-        .args(phases)
-        .args(["--output-tokens", &output_tokens.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the Python generator")
+    let tokens = output_tokens.to_string();
+    inferscope_tests::daemon::generator(target, d, phases, &["--output-tokens", &tokens])
 }
 
 /// The daemon's servers (`/api/v1/timeline`), by `server` key.

@@ -5,8 +5,7 @@
 //! before the server and the server restarts between the phases.
 use std::{
     net::SocketAddr,
-    path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::Child,
     time::{Duration, Instant},
 };
 
@@ -15,20 +14,9 @@ use serde_json::Value;
 
 const SIM_FLAGS: &[&str] = &["--num-gpu-blocks", "256"];
 
-/// The Python generator running `phases` (`NAME:SECONDS:RATE`) against `sim`, with `extra`
-/// flags (`--vector`, `--event`).
+/// The Python generator against `sim`.
 fn generator(sim: &Sim, d: &Daemon, phases: &[&str], extra: &[&str]) -> Child {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/stream_marks.py");
-    // Debian's python3 (`cargo xtask setup` installs it); the script needs nothing else.
-    Command::new("python3")
-        .arg(script)
-        .arg(sim.url())
-        .arg(format!("http://{}", d.api))
-        .args(phases)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the Python generator")
+    inferscope_tests::daemon::generator(&sim.url(), d, phases, extra)
 }
 
 /// Scrapes `/metrics` until `generator` exits; true when a scrape showed the `kv_cache` verdict for a

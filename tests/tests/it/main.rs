@@ -3,6 +3,7 @@
 mod compute_e2e;
 mod confirm_e2e;
 mod cuda_uprobes;
+mod daemon_hops;
 mod daemon_metrics;
 mod daemon_servers;
 mod daemon_sim;

@@ -73,8 +73,9 @@ impl KernelCollector {
                     .push(ms(ex.first_out_ns.saturating_sub(ex.req_in_ns)));
                 p.first_token_ms.push(ms(exchange.first_token_ns()));
                 let caller = endpoints(&ev.conn.tuple).and_then(|(_, r)| self.callers.get(&r));
-                if caller.is_some_and(|&t| t != ev.tgid) {
-                    p.called_first_token_ms.push(ms(exchange.first_token_ns()));
+                if let Some(&t) = caller.filter(|&&t| t != ev.tgid) {
+                    p.called_first_token_ms
+                        .push((t, ms(exchange.first_token_ns())));
                 }
                 p.exchange_ms
                     .push(ms(ex.last_out_ns.saturating_sub(ex.req_in_ns)));

@@ -2,7 +2,7 @@
 //! make.
 
 use crate::collect::stats::quantile;
-use crate::collect::timeline::{GpuSignals, NetSignals};
+use crate::collect::timeline::{CalledBy, GpuSignals, NetSignals};
 
 /// Per-window accumulators of one process (or of the events no server owns), reset when a
 /// window is closed.
@@ -16,8 +16,9 @@ pub(super) struct Pending {
     pub(super) retrans_exchanges: u64,
     /// Lifetimes of the server's connections that closed, ms.
     pub(super) lifetime_ms: Vec<f64>,
-    /// First tokens of the exchanges another watched server asked for, ms.
-    pub(super) called_first_token_ms: Vec<f64>,
+    /// First tokens of the exchanges another watched server asked for: the caller's process
+    /// and the time, ms.
+    pub(super) called_first_token_ms: Vec<(u32, f64)>,
     pub(super) gpu: GpuSignals,
 }
 
@@ -54,13 +55,28 @@ pub(super) fn fill_net(net: &mut NetSignals, p: Pending) {
         v.sort_by(f64::total_cmp);
         v
     };
+    let mut by_caller = std::collections::BTreeMap::<u32, Vec<f64>>::new();
+    for &(tgid, ms) in &p.called_first_token_ms {
+        by_caller.entry(tgid).or_default().push(ms);
+    }
+    net.callers = by_caller
+        .into_iter()
+        .map(|(tgid, v)| {
+            let v = sorted(v);
+            CalledBy {
+                tgid,
+                exchanges: v.len() as u64,
+                first_token_p50_ms: quantile(&v, 0.5),
+            }
+        })
+        .collect();
     let (connect, ttfb, first, whole, lifetime, called) = (
         sorted(p.connect_ms),
         sorted(p.ttfb_ms),
         sorted(p.first_token_ms),
         sorted(p.exchange_ms),
         sorted(p.lifetime_ms),
-        sorted(p.called_first_token_ms),
+        sorted(p.called_first_token_ms.iter().map(|&(_, ms)| ms).collect()),
     );
     net.connects = p.connects;
     net.connect_p99_ms = quantile(&connect, 0.99);

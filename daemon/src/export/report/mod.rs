@@ -13,6 +13,7 @@
 //! ```
 
 pub mod colour;
+mod hops;
 mod html;
 pub mod load_only;
 mod of_run;

@@ -5,10 +5,6 @@
 //! `load_only.rs`) build their reports here.
 
 use super::{PhaseLatency, Report, RunMeta, waterfall};
-use crate::attribute::{
-    self, PhaseSummary,
-    hops::{self, HopLine},
-};
 use crate::collect::{
     load,
     load_fold::LoadFold,
@@ -32,37 +28,15 @@ impl Report {
         // The windows were closed in step with the load, which started a few ms after the
         // collectors: label them so, and the load's last requests fall in the last window.
         timeline.realign(start_ms(lg));
-        let mut report = Self::of_load(lg, fold, timeline, &server_side, missing);
-        report.add_hops(services, start_ms(lg));
-        report
-    }
-
-    /// Labels each service's time line (`--service`) with the target's phases, attributes it
-    /// against its own baseline, and gives each phase its hops.
-    fn add_hops(&mut self, services: Vec<(String, Timeline)>, start_ms: u64) {
-        if services.is_empty() {
-            return;
-        }
-        let lines: Vec<(String, Timeline, Vec<PhaseSummary>)> = services
+        let report = Self::of_load(lg, fold, timeline, &server_side, missing);
+        let services = services
             .into_iter()
             .map(|(name, mut t)| {
-                t.realign(start_ms);
-                hops::label_phases(&self.timeline, &mut t);
-                let phases = attribute::attribute(&t).phases;
-                (name, t, phases)
+                t.realign(start_ms(lg));
+                (name, t)
             })
             .collect();
-        let hop_lines: Vec<HopLine<'_>> = lines
-            .iter()
-            .map(|(name, timeline, phases)| HopLine {
-                name,
-                timeline,
-                phases,
-            })
-            .collect();
-        for p in &mut self.phases {
-            p.hops = hops::of_phase(&self.timeline, p, &hop_lines);
-        }
+        report.with_hops(services, None)
     }
 
     /// The report of `lg`'s requests (`fold`) set into `timeline`, joined with the kernel's

@@ -1,0 +1,92 @@
+//! The node daemon names the hop holding a gateway's rise: the RAG gateway (`tests/servers/
+//! rag_gateway.py`, no metrics) in front of four sims, all five watched by `inferscope daemon`
+//! with nothing told about how they are chained, and an external generator (Python
+//! `http.client`) that marks its phases. The chat sim's KV cache is too small for the peak:
+//! the kernel sees the gateway's answers slow down and the chat server's answers to the
+//! gateway's calls slow down with them, so the gateway's peak is held by the chat hop, whose
+//! own verdict is `kv_cache`: on `/metrics` while the peak runs, on `/api/v1/verdicts` and in
+//! the peak's report.
+use std::time::{Duration, Instant};
+
+use inferscope_tests::{
+    Sim,
+    cases::KV_PRESSURE_SIM,
+    daemon::{Daemon, generator},
+    explain::{FIRST, loopback},
+    pipeline::RagGateway,
+    root_or_skip,
+};
+use serde_json::Value;
+
+#[test]
+fn the_daemon_names_the_hop_holding_a_gateways_rise() {
+    let Some(_machine) = root_or_skip("the_daemon_names_the_hop_holding_a_gateways_rise") else {
+        return;
+    };
+    let nice = ["nice", "-n", &FIRST.to_string()];
+    let embed = Sim::start(&nice, "healthy", loopback(), &[]);
+    let search = Sim::start(&nice, "healthy", loopback(), &[]);
+    let rerank = Sim::start(&nice, "healthy", loopback(), &["--rerank-on-cpu"]);
+    let chat = Sim::start(&nice, "kv-pressure", loopback(), &KV_PRESSURE_SIM);
+    let gateway = RagGateway::start(&embed.url(), &search.url(), &rerank.url(), &chat.url());
+    let port = |url: &str| url.rsplit(':').next().unwrap().to_owned();
+    let ports: Vec<String> = [&embed, &search, &rerank, &chat]
+        .iter()
+        .map(|s| port(&s.url()))
+        .chain([port(&gateway.url())])
+        .collect();
+    let mut args = Vec::new();
+    for p in &ports {
+        args.extend(["--port", p.as_str()]);
+    }
+    let d = Daemon::start(&args);
+    let (g, c) = (
+        format!("port:{}", port(&gateway.url())),
+        format!("port:{}", port(&chat.url())),
+    );
+    let mut load = generator(
+        &gateway.url(),
+        &d,
+        &["warmup:3:2", "baseline:8:2", "peak:12:16", "cooldown:3:2"],
+        &["--output-tokens", "384"],
+    );
+    // `/metrics` while the peak runs: the gateway's newest window held by the chat hop.
+    let holds = format!("inferscope_hop_holds{{server=\"{g}\",hop=\"{c}\"}} 1\n");
+    let mut seen = false;
+    let deadline = Instant::now() + Duration::from_mins(2);
+    while load.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the generator did not finish");
+        seen |= d.get("/metrics").contains(&holds);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = load.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the generator failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let report: Value =
+        serde_json::from_str(&d.get(&format!("/api/v1/report?phase=peak&server={g}"))).unwrap();
+    let peak = report["phases"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "peak"))
+        .unwrap_or_else(|| panic!("no peak phase: {report:#}"));
+    let hops = &peak["hops"];
+    assert_eq!(hops["holder"], c.as_str(), "{hops:#}\n{}", d.log());
+    let chat_part = hops["parts"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["hop"] == c.as_str()))
+        .unwrap_or_else(|| panic!("no part of {c}: {hops:#}"));
+    assert_eq!(chat_part["cause"], "kv_cache", "{hops:#}");
+    assert!(seen, "/metrics never showed {holds}");
+    // The verdicts list carries each gateway window's split.
+    let verdicts: Value = serde_json::from_str(&d.get("/api/v1/verdicts?limit=40")).unwrap();
+    let held = verdicts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["server"]["server"] == g.as_str())
+        .any(|v| v["hops"]["holder"] == c.as_str());
+    assert!(held, "no gateway verdict held by {c}: {verdicts:#}");
+    d.stop();
+}
