@@ -16,17 +16,32 @@
 #         reason; any other finding fails this script. The privileged-container (CKV_K8S_16) and
 #         read-only-root-filesystem (CKV_K8S_22) checks must pass outright: never skipped.
 #
-# Usage: deploy/validate.sh [--monitoring-only] [VENV]   (default VENV: target/venv-deploy;
-#        created when missing)
+# Usage: deploy/validate.sh [--monitoring-only | --install-only] [VENV]   (default VENV:
+#        target/venv-deploy; created when missing. --install-only creates it and checks nothing:
+#        `cargo xtask test` runs it while cargo compiles)
 # Environment: K8S_VERSION (default 1.37.0, the newest schema set kubernetes-validate 1.37 ships).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 monitoring_only=0
-if [ "${1:-}" = "--monitoring-only" ]; then
-    monitoring_only=1
-    shift
-fi
+install_only=0
+case "${1:-}" in
+--monitoring-only) monitoring_only=1 && shift ;;
+--install-only) install_only=1 && shift ;;
+esac
 venv="${1:-target/venv-deploy}"
+
+# The manifests' checkers (PyPI), once.
+install() {
+    if ! "$venv/bin/kubernetes-validate" --version >/dev/null 2>&1 || ! [ -x "$venv/bin/checkov" ]; then
+        echo "validate: installing kubernetes-validate and checkov into $venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install -q kubernetes-validate checkov
+    fi
+}
+if [ "$install_only" = 1 ]; then
+    install
+    exit 0
+fi
 
 echo "validate: deploy/check_monitoring.py"
 python3 deploy/check_monitoring.py
@@ -60,11 +75,7 @@ fi
 
 k8s="${K8S_VERSION:-1.37.0}"
 
-if ! "$venv/bin/kubernetes-validate" --version >/dev/null 2>&1 || ! [ -x "$venv/bin/checkov" ]; then
-    echo "validate: installing kubernetes-validate and checkov into $venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q kubernetes-validate checkov
-fi
+install
 
 manifests=(deploy/kubernetes/*.yaml)
 

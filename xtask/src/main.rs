@@ -64,7 +64,7 @@ enum Task {
 fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup::all(),
-        Task::Test { args } => setup::base().and_then(|()| test(&args)),
+        Task::Test { args } => setup::build().and_then(|()| test(&args)),
         Task::Demo { engine } => setup::all().and_then(|()| demo::run(&engine)),
         Task::Man => man(),
         Task::GpuCheck { read } => match read {
@@ -95,9 +95,12 @@ fn man() -> anyhow::Result<()> {
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {
-    // The engine (a C++ build of many minutes when cold) builds while cargo compiles the tests:
-    // cargo's serial tail (the daemon crate, linking) leaves a CPU free for it.
-    let engine = std::thread::spawn(engine::setup);
+    // The Python venv and the engine (a C++ build of many minutes when cold) are set up while
+    // cargo compiles the tests: cargo's serial tail (the daemon crate, linking) leaves a CPU
+    // free for them. So are the deploy checks' own tools (a minute or more of pip when cold).
+    let engine = std::thread::spawn(setup::beside_the_build);
+    let filtered = !args.is_empty();
+    let tools = std::thread::spawn(move || filtered || deploy_tools().is_ok());
     let compiled = run::status(&mut run::cargo(&[
         "test",
         "--workspace",
@@ -108,6 +111,8 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     let engine = engine
         .join()
         .unwrap_or_else(|_| Err(anyhow::anyhow!("the engine build panicked")));
+    // A failed install is tried again, and reported, by the deploy checks below.
+    let _ = tools.join();
     compiled?;
     engine?;
     // The deploy checks (a minute or two) run first and the tests after them whatever their
@@ -132,6 +137,17 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     }
     let tests = run::status(&mut cmd);
     tests.and(deploy)
+}
+
+/// `deploy/validate.sh --install-only`: the manifests' checkers into `target/venv-deploy`.
+fn deploy_tools() -> anyhow::Result<()> {
+    let script = run::root().join("deploy/validate.sh");
+    run::status(
+        std::process::Command::new("bash")
+            .arg(script)
+            .arg("--install-only")
+            .current_dir(run::root()),
+    )
 }
 
 /// `deploy/validate.sh`, in full: the dashboard's and the alert rules' metric names, `promtool

@@ -30,17 +30,23 @@ const DEBIAN_PACKAGES: [(&str, &str); 10] = [
 const PYTHON_PACKAGES: [&str; 3] = ["openai", "chromadb", "numpy"];
 
 pub fn all() -> anyhow::Result<()> {
-    base()?;
-    crate::engine::setup()
+    build()?;
+    beside_the_build()
 }
 
-/// Everything but the engine (which `cargo xtask test` builds while cargo compiles).
-pub fn base() -> anyhow::Result<()> {
+/// What the build needs: the eBPF toolchain, the mounts and the Debian packages.
+pub fn build() -> anyhow::Result<()> {
     rust_src()?;
     bpf_linker()?;
     mounts();
-    debian_packages()?;
-    python_venv()
+    debian_packages()
+}
+
+/// What only the tests need, which `cargo xtask test` installs while cargo compiles: the
+/// Python venv, then the engine (its model writer runs in the venv).
+pub fn beside_the_build() -> anyhow::Result<()> {
+    python_venv()?;
+    crate::engine::setup()
 }
 
 fn rust_src() -> anyhow::Result<()> {

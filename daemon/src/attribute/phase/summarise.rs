@@ -66,13 +66,38 @@ pub fn summarise(
         let all: Vec<&Window> = idx.iter().map(|&i| &windows[i]).collect();
         p.overload = overload(&p, &all);
         p.energy = crate::attribute::energy::PhaseEnergy::of(&all);
+        let drain = (!drain.is_empty()).then(|| {
+            let mut d = summary(format!("{name} (drain)"), drain, true);
+            carry_backlog(&mut d, &p);
+            d
+        });
         out.push(p);
-        if !drain.is_empty() {
-            out.push(summary(format!("{name} (drain)"), drain, true));
-        }
+        out.extend(drain);
     }
     note_saturated_baselines(&mut out);
     out
+}
+
+/// A drain sends nothing: every request it answers was sent by its phase and waited for what
+/// the phase's requests waited for, and the evidence of that wait (their read delay, their
+/// queue time) sits in the windows they were sent in. So when the drain's own windows find no
+/// cause (`unexplained`: its latency rose, nothing in them says why), it carries the phase's,
+/// and says so; a cause its own windows show stands.
+fn carry_backlog(drain: &mut PhaseSummary, phase: &PhaseSummary) {
+    if drain.dominant != Cause::Unexplained
+        || matches!(phase.dominant, Cause::None | Cause::Unexplained)
+    {
+        return;
+    }
+    drain.notes.push(format!(
+        "nothing was sent in these windows: the requests answered are {}'s, which waited for {} \
+         (the evidence is in the windows they were sent in); these windows show no other cause",
+        phase.name, phase.dominant
+    ));
+    drain.dominant = phase.dominant;
+    drain.confidence = phase.confidence;
+    drain.evidence.clone_from(&phase.evidence);
+    drain.hint.clone_from(&phase.hint);
 }
 
 /// The phase's windows and its drain: the windows after the last one it sent in or meant to
@@ -102,4 +127,36 @@ fn split_drain<'a>(idx: &'a [usize], windows: &[Window]) -> (&'a [usize], &'a [u
 
 fn phase_name(w: &Window) -> String {
     w.phase.clone().unwrap_or_else(|| "run".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-window phase `name` summarised, then judged `cause`.
+    fn judged(name: &str, cause: Cause) -> PhaseSummary {
+        let mut t = Timeline::new(0, 1000);
+        t.at(500).phase = Some(name.into());
+        let mut p = crate::attribute::attribute(&t).phases.remove(0);
+        p.dominant = cause;
+        p
+    }
+
+    #[test]
+    fn a_drain_without_a_cause_of_its_own_carries_its_phases() {
+        let cooldown = judged("cooldown", Cause::Queue);
+        let mut drain = judged("cooldown (drain)", Cause::Unexplained);
+        carry_backlog(&mut drain, &cooldown);
+        assert_eq!(drain.dominant, Cause::Queue);
+        assert!(drain.notes[0].contains("cooldown's"), "{:?}", drain.notes);
+        // A cause the drain's own windows show stands.
+        let mut own = judged("cooldown (drain)", Cause::Network);
+        carry_backlog(&mut own, &cooldown);
+        assert_eq!(own.dominant, Cause::Network);
+        // A phase without a cause lends none.
+        let mut drain = judged("peak (drain)", Cause::Unexplained);
+        carry_backlog(&mut drain, &judged("peak", Cause::None));
+        assert_eq!(drain.dominant, Cause::Unexplained);
+        assert!(drain.notes.is_empty());
+    }
 }
