@@ -10,6 +10,9 @@
 //! - waiting with neither full is `queue` (token budget or step loop): the scheduler admits
 //!   fewer prompt tokens per step than arrive, or its steps are slow.
 //!
+//! Only generation requests pass through them: a window of vector searches (or of nothing but a
+//! drain) on a server that also generates is not judged by the engine's queue (`engine_judges`).
+//!
 //! This holds whatever the baseline looked like: a resource at its capacity with requests
 //! waiting for it is a bottleneck from the first window (a saturated baseline is reported as
 //! one, and the node daemon rarely has a clean baseline). The relative rules
@@ -299,7 +302,16 @@ pub fn admission_cap(windows: &[Window]) -> Option<f64> {
 /// The bottleneck of the context's window by the resource model alone.
 #[must_use]
 pub fn bottleneck(ctx: &Ctx<'_>) -> Option<Bottleneck> {
-    Occupancy::of(ctx.window, ctx.admission_cap).bottleneck()
+    engine_judges(ctx.window)
+        .then(|| Occupancy::of(ctx.window, ctx.admission_cap).bottleneck())
+        .flatten()
+}
+
+/// Whether the window's requests are ones the engine's slots and KV cache hold: its workload
+/// is generation (a window without requests counts as the server's, generation).
+#[must_use]
+pub fn engine_judges(w: &Window) -> bool {
+    super::baseline::Workload::of(w) == super::baseline::Workload::Llm
 }
 
 #[cfg(test)]
@@ -317,6 +329,21 @@ mod tests {
             }),
             ..Window::default()
         }
+    }
+
+    #[test]
+    fn vector_searches_are_not_judged_by_the_engines_queue() {
+        // The KV cache full behind a backlog of generation requests, in a window of searches.
+        let mut w = window(23.0, 1500.0, 0.99);
+        assert!(engine_judges(&w));
+        w.load = Some(crate::collect::timeline::LoadSignals {
+            requests: 50,
+            endpoint: Some(crate::measure::Endpoint::VectorSearch),
+            ..crate::collect::timeline::LoadSignals::default()
+        });
+        assert!(!engine_judges(&w));
+        assert!(!super::super::Signal::KvUsage.applies_in(&w));
+        assert!(!super::super::Signal::Waiting.applies_in(&w));
     }
 
     #[test]

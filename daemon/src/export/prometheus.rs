@@ -218,16 +218,7 @@ pub fn render(snap: &Snapshot<'_>) -> String {
 /// its confidence. The server's labels and `cause` only: one series per server and cause,
 /// whatever the phase.
 fn verdicts(out: &mut String, series: &[Series<'_>]) {
-    let labelled: Vec<(Vec<(&'static str, String)>, &Verdict)> = series
-        .iter()
-        .filter_map(|s| {
-            let server = Labels {
-                server: s.labels.server.clone(),
-                ..Labels::default()
-            };
-            Some((server.pairs(None), s.verdict?))
-        })
-        .collect();
+    let labelled = by_server(series, |s| s.verdict);
     let mut f = family(
         out,
         "inferscope_verdict",
@@ -256,16 +247,7 @@ fn verdicts(out: &mut String, series: &[Series<'_>]) {
 /// own time: their parts of its newest window's rise) and `inferscope_hop_holds{hop}` (1 for
 /// the one holding the rise, 0 for the others).
 fn hops(out: &mut String, series: &[Series<'_>]) {
-    let split: Vec<(Vec<(&'static str, String)>, &Hops)> = series
-        .iter()
-        .filter_map(|s| {
-            let server = Labels {
-                server: s.labels.server.clone(),
-                ..Labels::default()
-            };
-            Some((server.pairs(None), s.hops?))
-        })
-        .collect();
+    let split = by_server(series, |s| s.hops);
     let mut f = family(
         out,
         "inferscope_hop_part_ms",
@@ -293,6 +275,24 @@ fn hops(out: &mut String, series: &[Series<'_>]) {
             );
         }
     }
+}
+
+/// What `f` takes of each series that has it, with the server's label alone (one series per
+/// server, whatever the phase).
+fn by_server<'a, T>(
+    series: &[Series<'a>],
+    f: impl Fn(&Series<'a>) -> Option<&'a T>,
+) -> Vec<(Vec<(&'static str, String)>, &'a T)> {
+    series
+        .iter()
+        .filter_map(|s| {
+            let server = Labels {
+                server: s.labels.server.clone(),
+                ..Labels::default()
+            };
+            Some((server.pairs(None), f(s)?))
+        })
+        .collect()
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -2,7 +2,7 @@
 //! means for the phases compared against it.
 
 use super::summary::{DOMINANT_MIN_SHARE, MIN_CAUSE_WINDOWS, PhaseSummary};
-use crate::attribute::baseline;
+use crate::attribute::baseline::{self, Workload};
 use crate::attribute::resources::Occupancy;
 use crate::collect::timeline::Window;
 
@@ -12,6 +12,7 @@ use crate::collect::timeline::Window;
 pub(super) fn saturated(idx: &[usize], windows: &[Window], cap: Option<f64>) -> Option<String> {
     let found: Vec<Occupancy> = idx
         .iter()
+        .filter(|&&i| crate::attribute::resources::engine_judges(&windows[i]))
         .map(|&i| Occupancy::of(&windows[i], cap))
         .filter(|o| o.bottleneck().is_some())
         .collect();
@@ -37,16 +38,27 @@ pub(super) fn saturated(idx: &[usize], windows: &[Window], cap: Option<f64>) -> 
 }
 
 /// A baseline phase that is saturated is reported as such, and every other phase of its
-/// workload says what that means for its comparison.
-pub(super) fn note_saturated_baselines(phases: &mut [PhaseSummary]) {
-    let saturated_baseline = phases
-        .iter()
+/// workload (`workloads`, one per phase) says what that means for its comparison.
+pub(super) fn note_saturated_baselines(phases: &mut [PhaseSummary], workloads: &[Workload]) {
+    for kind in [Workload::Llm, Workload::Vector, Workload::Http] {
+        note_one(phases, workloads, kind);
+    }
+}
+
+fn note_one(phases: &mut [PhaseSummary], workloads: &[Workload], kind: Workload) {
+    let mine = |i: usize| workloads.get(i) == Some(&kind);
+    let saturated_baseline = (0..phases.len())
+        .filter(|&i| mine(i))
+        .map(|i| &phases[i])
         .find(|p| !p.drain && baseline::is_baseline_name(&p.name) && p.saturated.is_some())
         .map(|p| (p.name.clone(), p.saturated.clone().unwrap_or_default()));
     let Some((name, what)) = saturated_baseline else {
         return;
     };
-    for p in phases.iter_mut() {
+    for (i, p) in phases.iter_mut().enumerate() {
+        if !mine(i) {
+            continue;
+        }
         if p.name == name {
             p.notes
                 .push(format!("the baseline is not a healthy reference: {what}"));

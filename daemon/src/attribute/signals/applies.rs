@@ -31,9 +31,24 @@ impl Signal {
                 | S::TtftRiseFromQueue
                 | S::FrontendMs
         );
+        // The engine's admission queue and KV cache: what a generation request waits for, never
+        // a vector search (a server that does both has searches answered beside them).
+        let engine_queue = matches!(
+            self,
+            S::Waiting
+                | S::RunningShareOfCap
+                | S::KvUsage
+                | S::PreemptionsPerS
+                | S::QueueTimeP50Ms
+                | S::QueueTimeP95Ms
+                | S::QueueTimeMeanMs
+                | S::PromptTokensPerRequest
+                | S::PrefixHitRate
+                | S::BatchMean
+        );
         match endpoint {
             Endpoint::Chat | Endpoint::Completions => self != S::RecallMean,
-            Endpoint::VectorSearch => !token_timing,
+            Endpoint::VectorSearch => !token_timing && !engine_queue,
             Endpoint::Http => !token_timing && self != S::RecallMean,
         }
     }
@@ -95,12 +110,12 @@ mod tests {
             assert!(s.applies_to(Endpoint::Chat) && s.applies_to(Endpoint::Completions));
             assert!(!s.applies_to(Endpoint::VectorSearch) && !s.applies_to(Endpoint::Http));
         }
-        for s in [
-            Signal::E2eP99Ms,
-            Signal::KvUsage,
-            Signal::KernelFirstTokenP50Ms,
-        ] {
+        for s in [Signal::E2eP99Ms, Signal::KernelFirstTokenP50Ms] {
             assert!(s.applies_to(Endpoint::VectorSearch) && s.applies_to(Endpoint::Http));
+        }
+        // The engine's queue and cache hold generation requests, never a vector search.
+        for s in [Signal::KvUsage, Signal::Waiting, Signal::QueueTimeP95Ms] {
+            assert!(!s.applies_to(Endpoint::VectorSearch) && s.applies_to(Endpoint::Http));
         }
         assert!(Signal::RecallMean.applies_to(Endpoint::VectorSearch));
         assert!(!Signal::RecallMean.applies_to(Endpoint::Chat));
