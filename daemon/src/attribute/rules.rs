@@ -402,8 +402,9 @@ pub const RULES: &[Rule] = &[
             need(S::VectorShare, AtLeast(0.5), 1.0),
             // ... its slowest answers, as the kernel timed them on its sockets, ...
             trig(S::KernelExchangeP99Ms, Rises { ratio: 3.0, min_delta: 20.0 }, 3.0),
-            // ... while it says its index was being rebuilt (where it exports that).
-            supp(S::IndexRebuild, Above(0.0), 3.0),
+            // ... while it says its index was being rebuilt: without that evidence a slower tail
+            // is the load's (queueing, CPUs), not the index's.
+            need(S::IndexRebuild, Above(0.0), 3.0),
             supp(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
             supp(S::SrttMeanUs, Flat { ratio: 2.0, slack: 1000.0 }, 1.0),
         ],
