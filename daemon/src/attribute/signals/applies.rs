@@ -1,6 +1,7 @@
 //! Which signals can exist for a kind of request, and in a window.
 
 use super::signal::Signal;
+use super::source::Source;
 use crate::collect::timeline::Window;
 use crate::measure::Endpoint;
 
@@ -31,24 +32,13 @@ impl Signal {
                 | S::TtftRiseFromQueue
                 | S::FrontendMs
         );
-        // The engine's admission queue and KV cache: what a generation request waits for, never
-        // a vector search (a server that does both has searches answered beside them).
-        let engine_queue = matches!(
-            self,
-            S::Waiting
-                | S::RunningShareOfCap
-                | S::KvUsage
-                | S::PreemptionsPerS
-                | S::QueueTimeP50Ms
-                | S::QueueTimeP95Ms
-                | S::QueueTimeMeanMs
-                | S::PromptTokensPerRequest
-                | S::PrefixHitRate
-                | S::BatchMean
-        );
+        // The engine's metrics (its admission queue, KV cache, batch, its own timings) are of
+        // generation requests, never of a vector search (a server that does both answers
+        // searches beside them); of a server's metrics a search has its index's.
+        let engine = self.source() == Source::Server && self != S::IndexRebuild;
         match endpoint {
             Endpoint::Chat | Endpoint::Completions => self != S::RecallMean,
-            Endpoint::VectorSearch => !token_timing && !engine_queue,
+            Endpoint::VectorSearch => !token_timing && !engine,
             Endpoint::Http => !token_timing && self != S::RecallMean,
         }
     }
