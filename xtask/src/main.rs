@@ -100,7 +100,12 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     // free for them. So are the deploy checks' own tools (a minute or more of pip when cold).
     let engine = std::thread::spawn(setup::beside_the_build);
     let filtered = !args.is_empty();
-    let tools = std::thread::spawn(move || filtered || deploy_tools().is_ok());
+    let tools = std::thread::spawn(move || {
+        if !filtered {
+            // A failed install is tried again, and reported, by the deploy checks below.
+            let _ = deploy_tools();
+        }
+    });
     let compiled = run::status(&mut run::cargo(&[
         "test",
         "--workspace",
@@ -111,7 +116,6 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     let engine = engine
         .join()
         .unwrap_or_else(|_| Err(anyhow::anyhow!("the engine build panicked")));
-    // A failed install is tried again, and reported, by the deploy checks below.
     let _ = tools.join();
     compiled?;
     engine?;

@@ -301,6 +301,7 @@ impl Node {
     /// with its windows at those times.
     fn called_by(&self, gateway: &Line, selected: &Timeline) -> Vec<(String, Timeline)> {
         let calls = Calls(Some(&gateway.pids));
+        // In time order, as a selection's windows are.
         let at: Vec<u64> = selected.windows.iter().map(|w| w.start_unix_ms).collect();
         self.lines
             .values()
@@ -308,7 +309,7 @@ impl Node {
             .filter_map(|h| {
                 let mut t = Timeline::new(selected.origin_unix_ms, h.timeline.len_ms);
                 t.windows = (h.timeline.windows.iter())
-                    .filter(|w| at.contains(&w.start_unix_ms))
+                    .filter(|w| at.binary_search(&w.start_unix_ms).is_ok())
                     .cloned()
                     .collect();
                 let called = t.windows.iter().any(|w| calls.first_token_ms(w).is_some());

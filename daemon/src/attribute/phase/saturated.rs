@@ -4,7 +4,7 @@
 use super::summary::{DOMINANT_MIN_SHARE, MIN_CAUSE_WINDOWS, PhaseSummary};
 use crate::attribute::baseline::{self, Workload};
 use crate::attribute::resources::Occupancy;
-use crate::collect::timeline::Window;
+use crate::collect::timeline::{Timeline, Window};
 
 /// The resource the phase's requests waited for, when the resource model found one full with
 /// requests waiting in at least [`DOMINANT_MIN_SHARE`] of its windows (and two): the window with
@@ -38,15 +38,26 @@ pub(super) fn saturated(idx: &[usize], windows: &[Window], cap: Option<f64>) -> 
 }
 
 /// A baseline phase that is saturated is reported as such, and every other phase of its
-/// workload (`workloads`, one per phase) says what that means for its comparison.
-pub(super) fn note_saturated_baselines(phases: &mut [PhaseSummary], workloads: &[Workload]) {
+/// workload (its first window's, in `timeline`) says what that means for its comparison.
+pub(super) fn note_saturated_baselines(phases: &mut [PhaseSummary], timeline: &Timeline) {
+    let workloads: Vec<Option<Workload>> = phases
+        .iter()
+        .map(|p| {
+            // By its start: a report's windows need not be contiguous (the daemon's selections).
+            let first = timeline
+                .windows
+                .iter()
+                .find(|w| w.start_unix_ms == p.start_unix_ms);
+            first.map(Workload::of)
+        })
+        .collect();
     for kind in [Workload::Llm, Workload::Vector, Workload::Http] {
-        note_one(phases, workloads, kind);
+        note_one(phases, &workloads, kind);
     }
 }
 
-fn note_one(phases: &mut [PhaseSummary], workloads: &[Workload], kind: Workload) {
-    let mine = |i: usize| workloads.get(i) == Some(&kind);
+fn note_one(phases: &mut [PhaseSummary], workloads: &[Option<Workload>], kind: Workload) {
+    let mine = |i: usize| workloads[i] == Some(kind);
     let saturated_baseline = (0..phases.len())
         .filter(|&i| mine(i))
         .map(|i| &phases[i])

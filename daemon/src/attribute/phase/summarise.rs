@@ -5,7 +5,7 @@ use super::saturated::{note_saturated_baselines, saturated};
 use super::summarise_one::summarise_one;
 use super::summary::{DOMINANT_MIN_SHARE, MIN_CAUSE_WINDOWS, PhaseSummary};
 use crate::attribute::WindowVerdict;
-use crate::attribute::baseline::{Baselines, Workload};
+use crate::attribute::baseline::Baselines;
 use crate::attribute::verdict::Cause;
 use crate::collect::timeline::{Timeline, Window};
 
@@ -28,8 +28,6 @@ pub fn summarise(
         }
     }
     let mut out = Vec::new();
-    // Each summary's workload (its first window's), which baseline it is compared against.
-    let mut workloads = Vec::new();
     for name in names {
         let idx: Vec<usize> = (0..windows.len())
             .filter(|&i| phase_name(&windows[i]) == name)
@@ -73,15 +71,10 @@ pub fn summarise(
             carry_backlog(&mut d, &p);
             d
         });
-        let workload = Workload::of(&windows[idx[0]]);
-        workloads.extend(std::iter::repeat_n(
-            workload,
-            1 + usize::from(drain.is_some()),
-        ));
         out.push(p);
         out.extend(drain);
     }
-    note_saturated_baselines(&mut out, &workloads);
+    note_saturated_baselines(&mut out, timeline);
     out
 }
 
