@@ -17,6 +17,7 @@ pub mod loadgen;
 pub mod measure;
 pub mod node;
 pub mod probes;
+pub mod quantile;
 pub mod scrape;
 pub mod sim;
 pub mod target_url;

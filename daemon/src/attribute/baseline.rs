@@ -7,11 +7,9 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::signals::{FIRST_TOKEN_WAKEUPS, Signal};
-use crate::collect::{
-    stats::median,
-    timeline::{Timeline, Window},
-};
+use crate::collect::timeline::{Timeline, Window};
 use crate::measure::Endpoint;
+use crate::quantile::exact::median;
 
 /// Windows taken as the baseline when the time line has no phases.
 pub const DEFAULT_BASELINE_WINDOWS: usize = 5;

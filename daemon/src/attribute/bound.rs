@@ -9,7 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::collect::{stats::median, timeline::Window};
+use crate::collect::timeline::Window;
+use crate::quantile::exact::median;
 
 /// A thread on a CPU this share of the time runs a loop the host bounds.
 const HOST_THREAD_BUSY: f64 = 0.9;

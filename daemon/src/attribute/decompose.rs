@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::baseline::Baseline;
 use super::signals::{FIRST_TOKEN_WAKEUPS, Signal};
 use super::verdict::Missing;
-use crate::collect::stats::median;
 use crate::collect::timeline::{RequestParts, Window};
+use crate::quantile::exact::{self, median};
 
 /// Engine steps on a request's path to its first token: the step in flight when it arrives
 /// (half of one on average) and the step that carries its prompt. Steps that grew longer (the
@@ -279,10 +279,7 @@ fn samples(idx: &[usize], windows: &[Window], metric: LatencyMetric) -> Vec<Samp
 
 /// The samples ranked `band.0..band.1` of `sorted` (at least one when there are any).
 fn band(sorted: &[Sample], band: (f64, f64)) -> &[Sample] {
-    let n = sorted.len();
-    let from = ((band.0 * n as f64).floor() as usize).min(n.saturating_sub(1));
-    let to = ((band.1 * n as f64).ceil() as usize).clamp(from + 1, n.max(from + 1));
-    &sorted[from.min(n)..to.min(n)]
+    &sorted[exact::band(sorted.len(), band)]
 }
 
 fn mean_parts(band: &[Sample]) -> (f64, [f64; PARTS]) {

@@ -268,7 +268,7 @@ pub fn first_answer_ms(t: &Timeline, idx: &[usize], calls: Option<Calls<'_>>) ->
         .filter_map(|&i| t.windows.get(i))
         .filter_map(of)
         .collect();
-    crate::collect::stats::median(&v)
+    crate::quantile::exact::median(&v)
 }
 
 /// `value` less `base`, never negative; 0 when either is unknown.

@@ -99,7 +99,7 @@ fn baseline_at(timeline: &Timeline, workload: Workload, upto: usize) -> Option<B
                 .filter_map(|&i| Some((i, s.raw(&ws[i], i)?)))
                 .collect();
             let all: Vec<f64> = vals.iter().map(|(_, v)| *v).collect();
-            let m = crate::collect::stats::median(&all)?;
+            let m = crate::quantile::exact::median(&all)?;
             vals.into_iter()
                 .filter(|(_, v)| *v <= m)
                 .map(|(i, _)| i)

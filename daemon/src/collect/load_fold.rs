@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use tokio::{sync::mpsc, task::JoinHandle};
 
-use super::sketch::Sketch;
 use crate::measure::{Endpoint, ErrorClass, RequestRecord};
+use crate::quantile::Sketch;
 
 /// Default bytes of sampled requests a fold keeps (about 200,000 requests) before it thins
 /// them to every second one, then every fourth, ...

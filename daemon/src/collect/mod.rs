@@ -15,6 +15,4 @@ pub mod procfs;
 pub mod runq;
 pub mod server;
 pub mod session;
-pub mod sketch;
-pub mod stats;
 pub mod timeline;

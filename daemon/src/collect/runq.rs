@@ -2,6 +2,8 @@
 
 use probe_common::runqlat::{Hist, SLOTS};
 
+use crate::quantile::{Quantile, buckets::log2_quantile};
+
 /// A log2 histogram of run-queue delay (µs), as the kernel records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunqHist(pub Hist);
@@ -52,29 +54,11 @@ impl RunqHist {
         self.0.self_us += other.0.self_us;
     }
 
-    /// The `q`-quantile in µs (q in 0..=1), interpolated linearly inside its log2 bucket
-    /// `[2^i, 2^(i+1))`. `None` when empty.
+    /// The `q`-quantile in µs: [`Quantile::quantile`], by the name `cli/runqlat.rs` and the
+    /// integration tests read it by.
     #[must_use]
     pub fn quantile_us(&self, q: f64) -> Option<f64> {
-        let total: u64 = self.0.slots.iter().sum();
-        if total == 0 {
-            return None;
-        }
-        let rank = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
-        let mut seen = 0.0;
-        for (i, &n) in self.0.slots.iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
-            let next = seen + n as f64;
-            if next >= rank {
-                let (lo, hi) = bucket_bounds(i);
-                return Some(lo + (hi - lo) * ((rank - seen) / n as f64));
-            }
-            seen = next;
-        }
-        let (_, hi) = bucket_bounds(SLOTS - 1);
-        Some(hi)
+        self.quantile(q)
     }
 
     /// Non-empty buckets as `(low_us, high_us_inclusive, count)`, lowest first, spanning from the
@@ -95,12 +79,10 @@ impl RunqHist {
     }
 }
 
-/// Value range of bucket `i` in µs; bucket 0 is `[0, 2)`.
-fn bucket_bounds(i: usize) -> (f64, f64) {
-    if i == 0 {
-        (0.0, 2.0)
-    } else {
-        ((1u64 << i) as f64, (1u64 << (i + 1)) as f64)
+impl Quantile for RunqHist {
+    /// µs, interpolated linearly inside its log2 bucket `[2^i, 2^(i+1))`.
+    fn quantile(&self, q: f64) -> Option<f64> {
+        log2_quantile(&self.0.slots, q)
     }
 }
 

@@ -9,18 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::measure::{Endpoint, ErrorClass};
 use crate::scrape::ServerKind;
 
-/// p50/p95/p99/max of one distribution in one window.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Quantiles {
-    /// Median.
-    pub p50: f64,
-    /// 95th percentile.
-    pub p95: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Largest value.
-    pub max: f64,
-}
+pub use crate::quantile::Quantiles;
 
 /// What the load generator saw in the window (requests that started in it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

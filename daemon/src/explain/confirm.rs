@@ -120,9 +120,6 @@ fn band_mean(records: &[RequestRecord], metric: LatencyMetric) -> Option<f64> {
         return None;
     }
     ms.sort_by(f64::total_cmp);
-    let n = ms.len();
-    let from = ((MEDIAN_BAND.0 * n as f64).floor() as usize).min(n - 1);
-    let to = ((MEDIAN_BAND.1 * n as f64).ceil() as usize).clamp(from + 1, n);
-    let band = &ms[from..to];
+    let band = &ms[crate::quantile::exact::band(ms.len(), MEDIAN_BAND)];
     Some(band.iter().sum::<f64>() / band.len() as f64)
 }

@@ -8,8 +8,9 @@ use hdrhistogram::Histogram;
 use super::{
     record::{ErrorClass, RequestRecord},
     slo::{Metric, Series, Stat},
-    summary::{Summary, new_hist, summarize},
+    summary::{Summary, summarize},
 };
+use crate::quantile::{Quantile, new_hist};
 
 /// Scale of the `stream_tokens_per_s` histogram: values are tokens/s x 1000.
 pub const TOKS_SCALE: f64 = 1000.0;
@@ -394,11 +395,14 @@ impl PhaseMetrics {
     pub fn value(&self, m: Metric, elapsed_s: f64) -> Option<f64> {
         let stat = |h: Hist, s: Stat| {
             let sum = self.summary(h);
-            (sum.count > 0).then(|| match s {
-                Stat::Max => sum.max,
-                Stat::Mean => sum.mean,
-                Stat::Quantile(q) => h.unshift(self[h].value_at_quantile(q) as f64 / h.units().0),
-            })
+            if sum.count == 0 {
+                return None;
+            }
+            match s {
+                Stat::Max => Some(sum.max),
+                Stat::Mean => Some(sum.mean),
+                Stat::Quantile(q) => self[h].quantile(q).map(|v| h.unshift(v / h.units().0)),
+            }
         };
         let per_s = |n: u64| (elapsed_s > 0.0).then(|| n as f64 / elapsed_s);
         match m {

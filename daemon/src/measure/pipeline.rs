@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     record::{RequestRecord, StepKind, StepOutcome},
-    summary::{Summary, decode_hist, encode_hist, new_hist, summarize},
+    summary::{Summary, decode_hist, encode_hist, summarize},
 };
+use crate::quantile::new_hist;
 
 /// Aggregates of one step over a phase's tasks.
 #[derive(Debug, Clone)]

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     record::RequestRecord,
-    summary::{Summary, decode_hist, encode_hist, new_hist, summarize},
+    summary::{Summary, decode_hist, encode_hist, summarize},
 };
+use crate::quantile::new_hist;
 
 /// How a session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

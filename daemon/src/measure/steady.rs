@@ -15,6 +15,7 @@ use super::{
     record::RequestRecord,
     summary::Summary,
 };
+use crate::quantile::exact::rounded_rank;
 
 /// Share of its target a held load reaches.
 pub const HELD: f64 = 0.95;
@@ -63,7 +64,7 @@ pub fn of_phase(records: &[&RequestRecord], users: Option<usize>) -> Option<Stea
     } else {
         let mut v: Vec<f64> = steps.iter().map(|s| s.1).collect();
         v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], "equilibrium")
+        (rounded_rank(&v, 0.5)?, "equilibrium")
     };
     if target < 1.0 {
         return None;

@@ -14,13 +14,7 @@ use hdrhistogram::{
 use serde::{Deserialize, Serialize};
 
 use super::confidence::{PERCENTILES, enough, interval};
-
-/// An empty histogram of µs (or of a scaled value): 1 .. 1 h at 3 significant digits; larger
-/// values are clamped to the top.
-#[must_use]
-pub fn new_hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static bounds are valid")
-}
+use crate::quantile::Quantile;
 
 /// Encodes a histogram as base64 of its V2 serialization.
 #[must_use]
@@ -97,7 +91,7 @@ pub(crate) fn summarize(h: &Histogram<u64>, div: f64) -> Summary {
     if h.is_empty() {
         return Summary::default();
     }
-    let q = |q: f64| h.value_at_quantile(q) as f64 / div;
+    let q = |q: f64| h.quantile(q).map_or(0.0, |v| v / div);
     let n = h.len();
     let mut ci95 = BTreeMap::new();
     let mut too_few = Vec::new();

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::quantile::exact::rounded_rank;
+
 /// Sampled queries kept per phase at most (the rest count, their pairs are not kept).
 pub const MAX_SAMPLES: usize = 200_000;
 /// Default recall below which a query counts as low-recall in the joint view.
@@ -79,7 +81,9 @@ impl Samples {
         }
         let mut sorted: Vec<f64> = means.iter().map(|m| m.1).collect();
         sorted.sort_by(f64::total_cmp);
-        let median = sorted[sorted.len() / 2];
+        let Some(median) = rounded_rank(&sorted, 0.5) else {
+            return (Vec::new(), None);
+        };
         let spikes = means
             .iter()
             .filter(|(_, m, _)| *m > 3.0 * median && *m > median + 20.0)
@@ -181,9 +185,7 @@ impl Samples {
             .map(|s| s.e2e_us as f64 / 1000.0)
             .collect();
         low_ms.sort_by(f64::total_cmp);
-        let q = |p: f64| {
-            (!low_ms.is_empty()).then(|| low_ms[((low_ms.len() - 1) as f64 * p).round() as usize])
-        };
+        let q = |p: f64| rounded_rank(&low_ms, p);
         Joint {
             sampled: self.kept.len() as u64,
             dropped: self.dropped,

@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use super::mapping::{Histogram, ServerKind, Signals};
+use crate::quantile::{Quantile, buckets::Cumulative};
 
 /// A gauge over one window.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -95,46 +96,6 @@ impl WindowSignals {
         self.preemptions_per_s
             .or(self.retracted_reqs.map(|g| g.max))
     }
-}
-
-/// The `q` quantile (0..1) of a cumulative bucket list, like `histogram_quantile`.
-///
-/// `None` when there are no observations or no `+Inf` bucket.
-#[must_use]
-pub fn bucket_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
-    let &(top, total) = buckets.last()?;
-    // Like Prometheus: a +Inf bucket and at least one finite bound are needed.
-    if top != f64::INFINITY || buckets.len() < 2 || total.is_nan() || total <= 0.0 || q.is_nan() {
-        return None;
-    }
-    let q = q.clamp(0.0, 1.0);
-    let rank = q * total;
-    // Bucket counts can come out non-monotonic after merging or a partial
-    // reset; treat each cumulative count as at least the one before it.
-    let mut prev_bound = 0.0_f64;
-    let mut prev_count = 0.0_f64;
-    for (i, &(bound, raw)) in buckets.iter().enumerate() {
-        let count = raw.max(prev_count);
-        if count >= rank {
-            if bound == f64::INFINITY {
-                // The answer lies above the largest finite bound: report that bound.
-                return Some(prev_bound);
-            }
-            if i == 0 && bound <= 0.0 {
-                return Some(bound);
-            }
-            let width = count - prev_count;
-            let frac = if width > 0.0 {
-                (rank - prev_count) / width
-            } else {
-                1.0
-            };
-            return Some(prev_bound + (bound - prev_bound) * frac);
-        }
-        prev_bound = bound;
-        prev_count = count;
-    }
-    None
 }
 
 /// Folds scrapes into windows: [`push`](Self::push) each scrape, then
@@ -377,9 +338,9 @@ fn latency(h: &Histogram) -> Option<LatencyWindow> {
     Some(LatencyWindow {
         count: h.count,
         mean: h.sum / h.count,
-        p50: bucket_quantile(0.5, &h.buckets)?,
-        p95: bucket_quantile(0.95, &h.buckets)?,
-        p99: bucket_quantile(0.99, &h.buckets)?,
+        p50: Cumulative(&h.buckets).quantile(0.5)?,
+        p95: Cumulative(&h.buckets).quantile(0.95)?,
+        p99: Cumulative(&h.buckets).quantile(0.99)?,
     })
 }
 

@@ -5,6 +5,11 @@ use super::*;
 
 const INF: f64 = f64::INFINITY;
 
+/// The `q` quantile of cumulative `buckets`, in the argument order the cases below are written.
+fn bucket_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
+    Cumulative(buckets).quantile(q)
+}
+
 fn empty(server: ServerKind) -> Signals {
     Signals {
         server,

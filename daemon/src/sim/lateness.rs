@@ -7,6 +7,8 @@ use std::{fmt::Write as _, time::Duration};
 
 use hdrhistogram::Histogram;
 
+use crate::quantile::{Quantile, new_hist};
+
 /// Quantiles rendered for each summary.
 const QUANTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
 
@@ -23,11 +25,10 @@ pub struct Lateness {
 
 impl Default for Lateness {
     fn default() -> Self {
-        let h = || Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static bounds");
         Self {
-            ttft: h(),
-            itl: h(),
-            gap: h(),
+            ttft: new_hist(),
+            itl: new_hist(),
+            gap: new_hist(),
         }
     }
 }
@@ -80,11 +81,7 @@ fn summary(o: &mut String, name: &str, help: &str, labels: &str, h: &Histogram<u
     let secs = |v: u64| v as f64 / 1e6;
     let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} summary");
     for q in QUANTILES {
-        let v = if h.is_empty() {
-            f64::NAN
-        } else {
-            secs(h.value_at_quantile(q))
-        };
+        let v = h.quantile(q).map_or(f64::NAN, |us| us / 1e6);
         let _ = writeln!(o, "{name}{{{labels},quantile=\"{q}\"}} {v:?}");
     }
     let sum = h.mean() * h.len() as f64 / 1e6;

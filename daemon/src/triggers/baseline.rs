@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use super::metric::Metric;
 use crate::attribute::baseline::is_baseline_name;
-use crate::collect::stats::median;
+use crate::quantile::exact::median;
 
 /// Windows taken as the baseline without a baseline phase.
 pub const FIRST_WINDOWS: usize = 10;

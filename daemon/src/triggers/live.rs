@@ -11,10 +11,10 @@ use tokio::sync::mpsc;
 
 use crate::collect::{
     load::{Sent, duplicate_prefills},
-    stats::quantiles,
     timeline::{LoadSignals, Window},
 };
 use crate::measure::RequestRecord;
+use crate::quantile::exact::quantiles;
 
 /// Records waiting between two windows at most; a fuller channel slows the generator's
 /// record collector (never its requests) until the next window drains it.

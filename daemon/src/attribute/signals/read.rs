@@ -214,7 +214,7 @@ fn joined_first_token_p50(w: &Window) -> Option<f64> {
         .iter()
         .filter_map(|r| Some(r.kernel.as_ref()?.server_first_ms))
         .collect();
-    crate::collect::stats::median(&v)
+    crate::quantile::exact::median(&v)
 }
 
 /// The copies beyond what the workload's own sampling gives by chance.

@@ -14,6 +14,7 @@ use crate::collect::procfs;
 use crate::collect::runq::RunqHist;
 use crate::collect::timeline::{NetSignals, Part, RunqSignals};
 use crate::probes::{ProbeError, sockets::endpoints};
+use crate::quantile::Quantile;
 
 impl KernelCollector {
     /// Fills each part's window with the kernel signals of its processes since the previous
@@ -149,12 +150,12 @@ impl KernelCollector {
                     .map(|ms| ms.max(0.0));
                 RunqSignals {
                     samples: server.count(),
-                    p50_us: server.quantile_us(0.5).unwrap_or(0.0),
-                    p99_us: server.quantile_us(0.99).unwrap_or(0.0),
+                    p50_us: server.quantile(0.5).unwrap_or(0.0),
+                    p99_us: server.quantile(0.99).unwrap_or(0.0),
                     mean_us: server.mean_us(),
                     total_ms: server.0.sum_us as f64 / 1000.0,
                     own_ms: Some(server.0.self_us as f64 / 1000.0),
-                    loadgen_p99_us: lg.and_then(|h| h.quantile_us(0.99)),
+                    loadgen_p99_us: lg.and_then(|h| h.quantile(0.99)),
                     loadgen_total_ms: lg.map(|h| h.0.sum_us as f64 / 1000.0),
                     oncpu_ms: oncpu_known.then_some(oncpu_ms.max(0.0)),
                     busiest_thread_ms,

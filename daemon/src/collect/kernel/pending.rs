@@ -1,8 +1,8 @@
 //! A process's kernel events over one window, and the exchange and connect statistics they
 //! make.
 
-use crate::collect::stats::quantile;
 use crate::collect::timeline::{CalledBy, GpuSignals, NetSignals};
+use crate::quantile::exact::interpolated;
 
 /// Per-window accumulators of one process (or of the events no server owns), reset when a
 /// window is closed.
@@ -66,7 +66,7 @@ pub(super) fn fill_net(net: &mut NetSignals, p: Pending) {
             CalledBy {
                 tgid,
                 exchanges: v.len() as u64,
-                first_token_p50_ms: quantile(&v, 0.5),
+                first_token_p50_ms: interpolated(&v, 0.5),
             }
         })
         .collect();
@@ -79,16 +79,16 @@ pub(super) fn fill_net(net: &mut NetSignals, p: Pending) {
         sorted(p.called_first_token_ms.iter().map(|&(_, ms)| ms).collect()),
     );
     net.connects = p.connects;
-    net.connect_p99_ms = quantile(&connect, 0.99);
+    net.connect_p99_ms = interpolated(&connect, 0.99);
     net.closes = lifetime.len() as u64;
-    net.lifetime_p50_ms = quantile(&lifetime, 0.5);
+    net.lifetime_p50_ms = interpolated(&lifetime, 0.5);
     net.exchanges = ttfb.len() as u64;
     net.retrans_exchanges = p.retrans_exchanges;
-    net.server_ttfb_p50_ms = quantile(&ttfb, 0.5);
-    net.server_first_token_p50_ms = quantile(&first, 0.5);
-    net.server_first_token_p95_ms = quantile(&first, 0.95);
-    net.exchange_p50_ms = quantile(&whole, 0.5);
-    net.exchange_p99_ms = quantile(&whole, 0.99);
+    net.server_ttfb_p50_ms = interpolated(&ttfb, 0.5);
+    net.server_first_token_p50_ms = interpolated(&first, 0.5);
+    net.server_first_token_p95_ms = interpolated(&first, 0.95);
+    net.exchange_p50_ms = interpolated(&whole, 0.5);
+    net.exchange_p99_ms = interpolated(&whole, 0.99);
     net.called_exchanges = called.len() as u64;
-    net.called_first_token_p50_ms = quantile(&called, 0.5);
+    net.called_first_token_p50_ms = interpolated(&called, 0.5);
 }

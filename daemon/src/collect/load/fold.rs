@@ -10,10 +10,10 @@ use super::phases::{label_phases, spread_unsent};
 use crate::collect::{
     load_fold::{Acc, LoadFold},
     session::ServerSide,
-    stats::median,
     timeline::{LoadSignals, Timeline},
 };
 use crate::measure::StressReport;
+use crate::quantile::{Quantile, exact::median};
 
 /// Fills `load` of the windows `fold`'s requests started in, and every window's `phase`;
 /// windows before the first request are dropped (the collectors started a little earlier).

@@ -9,6 +9,7 @@ use crate::measure::{
     slo::{Metric, Series, Slo, Stat},
     summary::decode_hist,
 };
+use crate::quantile::Quantile;
 
 /// Share of the scheduled rate that must finish per second for a step to count as sustained.
 pub const SUSTAINED_SHARE: f64 = 0.9;
@@ -83,10 +84,7 @@ fn quantile_interval(slo: &Slo, phase: &PhaseReport) -> Option<(f64, f64)> {
         return None;
     }
     let half = 1.96 * (n * q * (1.0 - q)).sqrt();
-    let at = |rank: f64| {
-        let quantile = (rank / n).clamp(0.0, 1.0);
-        // Histograms hold microseconds.
-        h.value_at_quantile(quantile) as f64 / 1000.0
-    };
-    Some((at((n * q - half).floor()), at((n * q + half).ceil())))
+    // Histograms hold microseconds.
+    let at = |rank: f64| h.quantile((rank / n).clamp(0.0, 1.0)).map(|us| us / 1000.0);
+    Some((at((n * q - half).floor())?, at((n * q + half).ceil())?))
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::timeline::Quantiles;
+use super::{Quantile, exact::interpolate};
 
 /// Bucket width: consecutive bucket centres are this factor apart.
 const GAMMA: f64 = 1.01;
@@ -70,30 +70,6 @@ impl Sketch {
         self.count == 0
     }
 
-    /// The `q`-quantile (0..=1), interpolated between the neighbouring ranks as
-    /// [`super::stats::quantile`] does over exact samples; `None` when empty.
-    #[must_use]
-    pub fn quantile(&self, q: f64) -> Option<f64> {
-        if self.count == 0 {
-            return None;
-        }
-        let pos = q.clamp(0.0, 1.0) * (self.count - 1) as f64;
-        let (lo, hi) = (pos.floor() as u64, pos.ceil() as u64);
-        let (a, b) = (self.at_rank(lo), self.at_rank(hi));
-        Some(a + (b - a) * (pos - lo as f64))
-    }
-
-    /// p50/p95/p99 and the exact max; `None` when empty.
-    #[must_use]
-    pub fn quantiles(&self) -> Option<Quantiles> {
-        Some(Quantiles {
-            p50: self.quantile(0.5)?,
-            p95: self.quantile(0.95)?,
-            p99: self.quantile(0.99)?,
-            max: self.max,
-        })
-    }
-
     /// The value of 0-based rank `rank` (its bucket's centre, within the exact extremes).
     fn at_rank(&self, rank: u64) -> f64 {
         if rank == 0 {
@@ -116,6 +92,19 @@ impl Sketch {
     }
 }
 
+impl Quantile for Sketch {
+    /// Interpolated between the neighbouring ranks as [`super::exact::interpolated`] does over
+    /// exact samples.
+    fn quantile(&self, q: f64) -> Option<f64> {
+        interpolate(self.count, q, |rank| self.at_rank(rank))
+    }
+
+    /// The exact max.
+    fn largest(&self) -> Option<f64> {
+        (self.count > 0).then_some(self.max)
+    }
+}
+
 /// The bucket of `v` > 0: the nearest power of [`GAMMA`].
 fn bucket(v: f64) -> i32 {
     (v.ln() / GAMMA.ln()).round() as i32
@@ -123,7 +112,7 @@ fn bucket(v: f64) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::stats;
+    use super::super::exact;
     use super::*;
 
     #[test]
@@ -143,7 +132,7 @@ mod tests {
         for &v in &values {
             s.add(v);
         }
-        let exact = stats::quantiles(&mut values).unwrap();
+        let exact = exact::quantiles(&mut values).unwrap();
         let got = s.quantiles().unwrap();
         for (name, e, g) in [
             ("p50", exact.p50, got.p50),
