@@ -380,13 +380,25 @@ pub const FIRST: i32 = -10;
 /// machine a generator confined to one CPU lags, and the verdict is (rightly) `loadgen`.
 #[must_use]
 pub fn run(name: &str, profile: &str, sim_flags: &[&str], load: &Load) -> Value {
+    run_with(name, profile, sim_flags, load, &[])
+}
+
+/// [`run`] with more flags for `stress` (`extra`, e.g. an OTLP endpoint).
+#[must_use]
+pub fn run_with(
+    name: &str,
+    profile: &str,
+    sim_flags: &[&str],
+    load: &Load,
+    extra: &[&str],
+) -> Value {
     let sim = Sim::start(
         &["nice", "-n", &FIRST.to_string()],
         profile,
         loopback(),
         sim_flags,
     );
-    Stress::start(name, &scenario(name, &sim.url(), load), None, FIRST, &[]).finish()
+    Stress::start(name, &scenario(name, &sim.url(), load), None, FIRST, extra).finish()
 }
 
 #[cfg(test)]

@@ -25,9 +25,15 @@ const DEBIAN_PACKAGES: [(&str, &str); 10] = [
 ];
 
 /// Python packages for tests with third-party clients and servers, in a venv under
-/// `target/venv`: `openai` (client), `chromadb` (a real vector database: `chroma run`),
-/// `numpy` (the engine's model writer).
-const PYTHON_PACKAGES: [&str; 3] = ["openai", "chromadb", "numpy"];
+/// `target/venv`, as pip names them and as Python imports them: `openai` (client), `chromadb`
+/// (a real vector database: `chroma run`), `numpy` (the engine's model writer),
+/// `opentelemetry-proto` (the OTLP collector's decoder, `tests/servers/otlp_collector.py`).
+const PYTHON_PACKAGES: [(&str, &str); 4] = [
+    ("openai", "openai"),
+    ("chromadb", "chromadb"),
+    ("numpy", "numpy"),
+    ("opentelemetry-proto", "opentelemetry.proto"),
+];
 
 pub fn all() -> anyhow::Result<()> {
     build()?;
@@ -215,14 +221,11 @@ fn python_venv() -> anyhow::Result<()> {
         run::output(Command::new(&python).args(["-c", &format!("import {pkg}")]))
             .is_ok_and(|o| o.status.success())
     };
-    if python.exists() && PYTHON_PACKAGES.iter().all(|p| have(p)) {
+    let names: Vec<&str> = PYTHON_PACKAGES.iter().map(|(pip, _)| *pip).collect();
+    if python.exists() && PYTHON_PACKAGES.iter().all(|(_, import)| have(import)) {
         done(
             "python venv",
-            &format!(
-                "already has {} in {}",
-                PYTHON_PACKAGES.join(", "),
-                venv.display()
-            ),
+            &format!("already has {} in {}", names.join(", "), venv.display()),
         );
         return Ok(());
     }
@@ -234,17 +237,9 @@ fn python_venv() -> anyhow::Result<()> {
     run::status(
         Command::new(venv.join("bin/pip"))
             .args(["install", "-q"])
-            .args(PYTHON_PACKAGES),
+            .args(&names),
     )
-    .with_context(|| {
-        format!(
-            "by hand: target/venv/bin/pip install {}",
-            PYTHON_PACKAGES.join(" ")
-        )
-    })?;
-    done(
-        "python venv",
-        &format!("installed {}", PYTHON_PACKAGES.join(", ")),
-    );
+    .with_context(|| format!("by hand: target/venv/bin/pip install {}", names.join(" ")))?;
+    done("python venv", &format!("installed {}", names.join(", ")));
     Ok(())
 }

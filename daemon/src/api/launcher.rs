@@ -221,7 +221,7 @@ impl RunLauncher for LoadgenLauncher {
         };
         if let Some((exporter, sampler)) = &self.otlp {
             // Its task ends with the run (the run's record channel closes).
-            let _export = live::attach(Arc::clone(exporter), &plan, *sampler, &mut opts);
+            let _export = live::attach(Arc::clone(exporter), &plan, Some(*sampler), &mut opts);
         }
         let state = self.state.clone();
         let run_id = id.clone();

@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use inferscope::export::otlp::{
-    OtlpExporter, Sampler,
+    OtlpExporter, Sampler, explained,
     live::{self, DEFAULT_SAMPLE},
 };
-use inferscope::loadgen::{Options, Plan};
+use inferscope::export::report::Report;
+use inferscope::loadgen::{Options, Plan, StressReport};
 
 use super::otlp::OtlpArgs;
 
@@ -28,6 +29,10 @@ pub struct LiveOtlpArgs {
 pub struct Live {
     exporter: Arc<OtlpExporter>,
     export: live::LiveExport,
+    /// An explained run: its request spans are sent with their verdicts, after it.
+    explained_spans: bool,
+    /// Requests traced so by [`Live::trace_explained`].
+    traced_after: u64,
 }
 
 impl LiveOtlpArgs {
@@ -38,12 +43,17 @@ impl LiveOtlpArgs {
 
     /// Refuses what cannot be exported, before anything runs: a knee search (each step is a
     /// run of its own load level), a bad sample ratio.
-    pub fn check(&self, find_max: bool) -> anyhow::Result<()> {
+    pub fn check(&self, find_max: bool, explain: bool) -> anyhow::Result<()> {
         if !self.otlp.wanted() {
             if self.otlp_sample.is_some() {
                 bail!("--otlp-sample needs an OTLP export: add --otlp-endpoint URL");
             }
             return Ok(());
+        }
+        if explain && self.otlp_sample.is_some() {
+            bail!(
+                "--otlp-sample does not apply to --explain: its request spans are the report's sampled requests (each phase's slowest and an even sample), sent with their verdicts; drop --otlp-sample"
+            );
         }
         if find_max {
             bail!(
@@ -66,10 +76,18 @@ impl LiveOtlpArgs {
     }
 
     /// Starts the export of `plan`'s run onto `opts` when asked for, the run's provenance
-    /// (`opts.provenance`, when gathered) as resource attributes. Call inside the run's tokio
+    /// (`opts.provenance`, when gathered) as resource attributes. An `explain`ed run's request
+    /// spans wait for its verdicts ([`Live::trace_explained`]). Call inside the run's tokio
     /// runtime.
-    pub fn start(&self, plan: &Plan, opts: &mut Options) -> anyhow::Result<Option<Live>> {
+    pub fn start(
+        &self,
+        plan: &Plan,
+        opts: &mut Options,
+        explain: bool,
+    ) -> anyhow::Result<Option<Live>> {
         let sampler = self.sampler()?;
+        // OTEL_TRACES_SAMPLER=always_off holds for an explained run's spans too.
+        let explained_spans = explain && sampler.ratio() > 0.0;
         let extra = opts
             .provenance
             .as_ref()
@@ -79,17 +97,47 @@ impl LiveOtlpArgs {
             return Ok(None);
         };
         let exporter = Arc::new(exporter);
-        let export = live::attach(exporter.clone(), plan, sampler, opts);
-        Ok(Some(Live { exporter, export }))
+        let export = live::attach(exporter.clone(), plan, (!explain).then_some(sampler), opts);
+        Ok(Some(Live {
+            exporter,
+            export,
+            explained_spans,
+            traced_after: 0,
+        }))
     }
 }
 
+/// Requests traced between two flushes: each is a span and up to ten children, and the SDK's
+/// queue holds 2048 spans by default.
+const FLUSH_EVERY: usize = 100;
+
 impl Live {
-    /// Exports the explained phases as traces (see [`OtlpExporter::trace_phase`]).
-    pub fn trace_phases(&self, phases: &[inferscope::attribute::PhaseSummary]) {
-        for p in phases {
+    /// Exports the explained phases as traces (see [`OtlpExporter::trace_phase`]) and the
+    /// report's sampled requests as request spans with their kernel stages and verdicts
+    /// ([`explained::requests`]).
+    pub async fn trace_explained(
+        &mut self,
+        plan: &Plan,
+        lg: &StressReport,
+        report: &Report,
+    ) -> anyhow::Result<()> {
+        for p in &report.phases {
             self.exporter.trace_phase(p);
         }
+        if !self.explained_spans {
+            return Ok(());
+        }
+        let requests = explained::requests(plan, lg, report);
+        for chunk in requests.chunks(FLUSH_EVERY) {
+            for (req, l) in chunk {
+                self.exporter.trace_request(req, l);
+            }
+            let exporter = Arc::clone(&self.exporter);
+            // A collector that is down loses spans (counted), never the run.
+            let _ = tokio::task::spawn_blocking(move || exporter.flush()).await?;
+        }
+        self.traced_after = requests.len() as u64;
+        Ok(())
     }
 
     /// Waits for the run's last record, pushes what is left and says what was delivered.
@@ -102,7 +150,7 @@ impl Live {
         eprintln!(
             "OTLP: {} requests recorded, {} traced; {} spans delivered, {} dropped; {} metric pushes delivered, {} failed",
             counts.requests,
-            counts.traced,
+            counts.traced + self.traced_after,
             stats.spans_exported,
             stats.spans_dropped(),
             stats.metric_exports_ok,

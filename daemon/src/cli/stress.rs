@@ -316,17 +316,18 @@ async fn run_load(
         // and handed to the run.
         opts.provenance = Some(Box::pin(loadgen::engine::provenance::gather(plan, &opts)).await?);
     }
-    let live = args.otlp.start(plan, &mut opts)?;
+    let mut live = args.otlp.start(plan, &mut opts, args.explain.explain)?;
     let page = args.html.watch(&mut opts);
     let report = if args.explain.explain {
-        super::explain::run(plan, opts, cancel, &args.explain)
-            .await
-            .map(|(r, explained)| {
-                if let Some(live) = &live {
-                    live.trace_phases(&explained.phases);
+        match super::explain::run(plan, opts, cancel, &args.explain).await {
+            Ok((lg, explained)) => {
+                if let Some(live) = &mut live {
+                    live.trace_explained(plan, &lg, &explained).await?;
                 }
-                r
-            })
+                Ok(lg)
+            }
+            Err(e) => Err(e),
+        }
     } else {
         Ok(loadgen::run(plan, opts, cancel).await?)
     };
@@ -341,7 +342,7 @@ async fn run_load(
 }
 
 fn check_output_flags(args: &Args, searching: bool) -> anyhow::Result<()> {
-    args.otlp.check(searching)?;
+    args.otlp.check(searching, args.explain.explain)?;
     if searching && args.start_at.is_some() {
         bail!(
             "--start-at starts the shards of one load together; a knee search is one process: drop --start-at"

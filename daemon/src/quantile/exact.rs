@@ -50,6 +50,16 @@ pub fn rounded_rank(sorted: &[f64], q: f64) -> Option<f64> {
         .copied()
 }
 
+/// The textbook nearest-rank `q`-quantile of sorted `v`: the sample of rank `ceil(n q)`
+/// (at least the first), the lower middle sample for `q = 0.5` and an even count. `None` when
+/// empty.
+#[must_use]
+pub fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
+    let n = sorted.len();
+    let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as usize).clamp(1, n.max(1));
+    sorted.get(rank - 1).copied()
+}
+
 /// The ranks of `n` sorted samples from quantile `band.0` to quantile `band.1`: from
 /// `floor(n band.0)` up to `ceil(n band.1)`, at least one rank when `n > 0`, empty when 0.
 #[must_use]

@@ -11,6 +11,8 @@
 //! - [`exact::rounded_rank`]: the sample at the interpolated position rounded to the nearest
 //!   rank, an actual sample and never a blend (for `q = 0.5`, the upper of the two middle
 //!   ones): the steady state's equilibrium and the vector health's medians and p99.
+//! - [`exact::nearest_rank`]: the textbook nearest rank (`ceil(n q)`): a request span's
+//!   inter-token gaps (`gen_ai.itl.*`).
 //! - [`exact::band`]: the ranks between two quantiles, for a band's mean (the decomposition's
 //!   and `--confirm`'s median band).
 //! - `hdrhistogram::Histogram<u64>` (from [`new_hist`]): reports' histograms, which merge

@@ -15,31 +15,45 @@ use std::{
 
 use inferscope_tests::{
     Hogs, NetNs, Sim,
+    collector::Collector,
     explain::{
         BASELINE, FIRST, LOADGEN_CPU, Load, PEAK, SIM_CPU, Stress, assert_peak, describe, loopback,
-        run, scenario,
+        run, run_with, scenario,
     },
     root_or_skip,
 };
 use serde_json::Value;
 
+/// Also exported over OTLP to a collector: the run's request spans, read back from it, carry
+/// the kernel's stages of each request and the verdict of the window it was sent in.
 #[test]
 fn kv_pressure_is_kv_cache() {
     let Some(_machine) = root_or_skip("kv_pressure_is_kv_cache") else {
         return;
     };
+    let Some(collector) = Collector::start("kv_pressure_is_kv_cache") else {
+        return;
+    };
+    let endpoint = collector.endpoint();
     // 256 blocks of 16 tokens: a request of 128 + 384 tokens grows from 8 blocks at admission
     // (vLLM admits on the prompt's blocks) to 32, so at low load the cache has room and at
     // the peak it admits more than fit once they decode: running sequences get preempted and
     // the rest wait with the cache full (more blocks than the profile's 64, so that one
     // finishing request does not empty half the cache between two scrapes).
-    let report = run(
+    let report = run_with(
         "kv",
         "kv-pressure",
         &inferscope_tests::cases::KV_PRESSURE_SIM,
         &inferscope_tests::cases::kv_pressure_load(),
+        &[
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-protocol",
+            "http/protobuf",
+        ],
     );
     assert_peak(&report, "kv_cache", &[], &["kv_usage", "preemptions_per_s"]);
+    request_spans_carry_kernel_stages_and_verdicts(&report, &collector.spans());
     // The scrape recognised the sim's vLLM metrics: what to do speaks vLLM's terms.
     let hint = inferscope_tests::explain::peak(&report)["hint"]
         .as_str()
@@ -47,6 +61,81 @@ fn kv_pressure_is_kv_cache() {
     assert!(hint.contains("gpu_memory_utilization"), "{hint}");
     // Admitting more would need room the cache does not have.
     assert!(!hint.contains("raise max_num_seqs"), "{hint}");
+}
+
+/// Each request span read back from the collector carries the verdict of the report's window
+/// it was meant to be sent in, and those the kernel joined carry its stages as children,
+/// inside the request; the peak's spans include `kv_cache` ones.
+fn request_spans_carry_kernel_stages_and_verdicts(report: &Value, spans: &[Value]) {
+    let requests: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "inferscope.request")
+        .collect();
+    let windows = report["verdicts"].as_array().expect("report.verdicts");
+    let len_ms = report["timeline"]["len_ms"]
+        .as_f64()
+        .expect("timeline.len_ms");
+    assert!(
+        requests.len() >= 20,
+        "{} request spans of {} spans",
+        requests.len(),
+        spans.len()
+    );
+    let ms = |span: &Value, key: &str| span[key].as_f64().unwrap_or_default() / 1e6;
+    let (mut joined, mut kv_cache_in_peak) = (0, 0);
+    for r in &requests {
+        let start = ms(r, "start_unix_nano");
+        let window = windows
+            .iter()
+            .rev()
+            .find(|w| w["start_unix_ms"].as_f64().unwrap_or(f64::MAX) <= start)
+            .filter(|w| start < w["start_unix_ms"].as_f64().unwrap_or_default() + len_ms);
+        let verdict = r["attributes"]["inferscope.verdict"].as_str();
+        assert_eq!(
+            verdict,
+            window.and_then(|w| w["verdict"]["cause"].as_str()),
+            "span {r:#}"
+        );
+        let children: Vec<&Value> = spans
+            .iter()
+            .filter(|c| c["parent_span_id"] == r["span_id"] && c["trace_id"] == r["trace_id"])
+            .collect();
+        let kernel: Vec<&&Value> = children
+            .iter()
+            .filter(|c| {
+                c["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("kernel.")
+            })
+            .collect();
+        for c in &kernel {
+            assert!(
+                ms(c, "start_unix_nano") >= start - 0.001
+                    && ms(c, "end_unix_nano") <= ms(r, "end_unix_nano") + 0.001,
+                "kernel stage outside its request: {c:#}\n{r:#}"
+            );
+        }
+        if kernel
+            .iter()
+            .any(|c| c["name"] == "kernel.server_first_token")
+        {
+            joined += 1;
+        }
+        if r["attributes"]["phase"] == "peak" && verdict == Some("kv_cache") {
+            kv_cache_in_peak += 1;
+        }
+    }
+    println!(
+        "{} request spans: {joined} with the kernel's stages, {kv_cache_in_peak} of the peak read kv_cache",
+        requests.len()
+    );
+    assert!(
+        joined * 2 >= requests.len(),
+        "{joined} of {} request spans carry the kernel's stages",
+        requests.len()
+    );
+    assert!(kv_cache_in_peak > 0, "no peak request span reads kv_cache");
 }
 
 /// A KV cache full from the baseline on: 64 blocks of 16 tokens hold two 512-token requests,

@@ -293,12 +293,14 @@ pub struct LiveExport {
 }
 
 /// Attaches a live export of `plan`'s run to `opts` (beside any other watcher of its
-/// records). Needs a tokio runtime.
+/// records): every request into the histograms, and those `sampler` keeps as spans (none
+/// without one: an explained run sends its request spans once its verdicts are known,
+/// [`super::explained`]). Needs a tokio runtime.
 #[must_use]
 pub fn attach(
     exporter: Arc<OtlpExporter>,
     plan: &Plan,
-    sampler: Sampler,
+    sampler: Option<Sampler>,
     opts: &mut Options,
 ) -> LiveExport {
     let mut labels = RunLabels::new(plan.scenario());
@@ -321,7 +323,7 @@ pub fn attach(
             let l = labels.of(&r);
             exporter.record_request(&req, &l);
             counts.requests += 1;
-            if sampler.keeps(&r) {
+            if sampler.is_some_and(|s| s.keeps(&r)) {
                 exporter.trace_request(&req, &l);
                 counts.traced += 1;
             }

@@ -24,6 +24,7 @@
 
 mod accounting;
 pub mod config;
+pub mod explained;
 mod ids;
 mod instruments;
 pub mod live;

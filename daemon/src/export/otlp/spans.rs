@@ -13,6 +13,7 @@ use opentelemetry_sdk::trace::SdkTracer;
 
 use super::ids;
 use crate::collect::catalog::Labels;
+use crate::quantile::exact::nearest_rank;
 
 /// One stage of a request's waterfall, e.g. `loadgen.send_lag` or `gen_ai.decode`.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,12 +192,11 @@ pub const LAST_TOKEN_EVENT: &str = "last_token";
 fn itl_attributes(itl: &[Duration]) -> Vec<KeyValue> {
     let mut s: Vec<f64> = itl.iter().map(Duration::as_secs_f64).collect();
     s.sort_by(f64::total_cmp);
-    // Nearest rank.
-    let q = |p: f64| s[((p * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1];
+    let q = |p: f64| nearest_rank(&s, p).unwrap_or_default();
     vec![
         KeyValue::new("gen_ai.itl.p50", q(0.5)),
         KeyValue::new("gen_ai.itl.p99", q(0.99)),
-        KeyValue::new("gen_ai.itl.max", s[s.len() - 1]),
+        KeyValue::new("gen_ai.itl.max", q(1.0)),
         KeyValue::new("gen_ai.itl.count", s.len() as i64),
     ]
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""An OTLP/HTTP trace receiver for tests, decoding with the OpenTelemetry project's own
+protobuf definitions (`opentelemetry-proto`, in the venv `cargo xtask setup` makes): what a
+collector's `otlp` receiver accepts, and nothing of inferscope's.
+
+    otlp_collector.py --port 4318
+
+POST /v1/traces (application/x-protobuf ExportTraceServiceRequest) keeps every span;
+POST /v1/metrics and /v1/logs are accepted and dropped. GET /spans answers the spans so far
+as a JSON list of {"trace_id", "span_id", "parent_span_id" (hex, "" for a root), "name",
+"start_unix_nano", "end_unix_nano", "attributes": {key: value}, "events": [name, ...]};
+GET /health answers 200.
+"""
+
+import argparse
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+SPANS = []
+LOCK = threading.Lock()
+
+
+def value(v):
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
+
+
+def spans_of(body):
+    req = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                yield {
+                    "trace_id": s.trace_id.hex(),
+                    "span_id": s.span_id.hex(),
+                    "parent_span_id": s.parent_span_id.hex(),
+                    "name": s.name,
+                    "start_unix_nano": s.start_time_unix_nano,
+                    "end_unix_nano": s.end_time_unix_nano,
+                    "attributes": {a.key: value(a.value) for a in s.attributes},
+                    "events": [e.name for e in s.events],
+                }
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def answer(self, status, body, kind):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/v1/traces":
+            try:
+                got = list(spans_of(body))
+            except Exception as e:  # a body that is not a trace export
+                self.answer(400, str(e).encode(), "text/plain")
+                return
+            with LOCK:
+                SPANS.extend(got)
+        elif self.path not in ("/v1/metrics", "/v1/logs"):
+            self.answer(404, b"", "text/plain")
+            return
+        # An empty Export*ServiceResponse: full success.
+        self.answer(200, b"", "application/x-protobuf")
+
+    def do_GET(self):
+        if self.path == "/health":
+            self.answer(200, b"ok", "text/plain")
+        elif self.path == "/spans":
+            with LOCK:
+                body = json.dumps(SPANS).encode()
+            self.answer(200, body, "application/json")
+        else:
+            self.answer(404, b"", "text/plain")
+
+    def log_message(self, *_):
+        pass
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    args = p.parse_args()
+    ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
