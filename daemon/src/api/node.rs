@@ -134,6 +134,7 @@ async fn metrics(
             labels,
             verdict: s.verdict.as_ref().map(|v| &v.verdict),
             hops: s.verdict.as_ref().and_then(|v| v.hops.as_ref()),
+            orchestration: s.verdict.as_ref().and_then(|v| v.orchestration.as_ref()),
         })
         .collect();
     let text = prometheus::render(&prometheus::Snapshot {

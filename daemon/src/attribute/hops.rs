@@ -23,6 +23,29 @@ pub const HOLDS: f64 = 0.3;
 /// The name of the target's own part.
 pub const ORCHESTRATION: &str = "orchestration";
 
+/// A gateway's calls in one window, from the kernel: how many exchanges it asked each watched
+/// server for, per request it answered (its tool-call depth at that hop: 1 for a RAG hop it
+/// calls once a request, more for a tool an agent calls again and again).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Orchestration {
+    /// Requests the gateway answered in the window (its exchanges).
+    pub requests: u64,
+    /// Each server it called.
+    pub calls: Vec<HopCalls>,
+}
+
+/// What a gateway asked of one server it called, in one window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HopCalls {
+    /// The called server.
+    pub hop: String,
+    /// The exchanges the gateway asked it for.
+    pub calls: u64,
+    /// Those per request the gateway answered; `None` when it answered none in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_request: Option<f64>,
+}
+
 /// One hop's part of a phase's rise.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HopPart {

@@ -82,6 +82,10 @@ pub struct WindowVerdict {
     /// window's rise over its baseline (`node::hops`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hops: Option<hops::Hops>,
+    /// On a node, for a server that called others: what it asked each of them for, per
+    /// request it answered (`node::hops`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestration: Option<hops::Orchestration>,
 }
 
 /// Attribution of a whole time line.
@@ -132,6 +136,7 @@ pub fn attribute_with(timeline: &Timeline, rules: &[Rule]) -> Attribution {
                 phase: window.phase.clone(),
                 verdict: evaluate::verdict(rules, &ctx),
                 hops: None,
+                orchestration: None,
             }
         })
         .collect();

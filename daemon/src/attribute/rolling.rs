@@ -132,6 +132,7 @@ pub fn verdict_at(timeline: &Timeline, index: usize) -> Option<WindowVerdict> {
         phase: window.phase.clone(),
         verdict: evaluate::verdict(rules::RULES, &ctx),
         hops: None,
+        orchestration: None,
     })
 }
 

@@ -90,7 +90,7 @@ pub(super) fn options(
             move |s: &ServerIdentity, w: &Window, v: &WindowVerdict| {
                 let labels = Labels::of_server(s);
                 x.record_window(w, &labels);
-                x.record_verdict(&v.verdict, &labels);
+                x.record_verdict(v, &labels);
             },
         ));
     }

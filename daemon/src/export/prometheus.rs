@@ -9,7 +9,10 @@
 
 use std::fmt::Write as _;
 
-use crate::attribute::{Cause, Verdict, hops::Hops};
+use crate::attribute::{
+    Cause, Verdict,
+    hops::{Hops, Orchestration},
+};
 use crate::collect::catalog::{Kind, Labels, SIGNALS, Totals};
 use crate::collect::kernel::LossCount;
 use crate::collect::timeline::Window;
@@ -70,6 +73,8 @@ pub struct Series<'a> {
     pub verdict: Option<&'a Verdict>,
     /// Its split among the servers it called, when it called any (a gateway on a node).
     pub hops: Option<&'a Hops>,
+    /// What it asked each server it called for, per request (a gateway on a node).
+    pub orchestration: Option<&'a Orchestration>,
 }
 
 /// Everything one scrape shows.
@@ -241,6 +246,7 @@ fn verdicts(out: &mut String, series: &[Series<'_>]) {
         f.sample(labels, &[], v.confidence);
     }
     hops(out, series);
+    calls(out, series);
 }
 
 /// A gateway's `inferscope_hop_part_ms{hop}` (each server it called, and `orchestration`, its
@@ -273,6 +279,24 @@ fn hops(out: &mut String, series: &[Series<'_>]) {
                 &[("hop", p.hop.clone())],
                 f64::from(u8::from(holds)),
             );
+        }
+    }
+}
+
+/// A gateway's `inferscope_hop_calls_per_request{hop}`: the exchanges it asked each server
+/// it called for in its newest window, per request it answered there.
+fn calls(out: &mut String, series: &[Series<'_>]) {
+    let mut f = family(
+        out,
+        "inferscope_hop_calls_per_request",
+        "gauge",
+        "A gateway's newest window: the exchanges it asked each server it called for, per request it answered (its tool-call depth at that hop), from the kernel.",
+    );
+    for (labels, o) in &by_server(series, |s| s.orchestration) {
+        for c in &o.calls {
+            if let Some(v) = c.per_request {
+                f.sample(labels, &[("hop", c.hop.clone())], v);
+            }
         }
     }
 }
@@ -430,6 +454,14 @@ mod tests {
             rest_ms: 0.0,
             holder: Some("port:8001".into()),
         };
+        let orchestration = Orchestration {
+            requests: 4,
+            calls: vec![crate::attribute::hops::HopCalls {
+                hop: "port:8001".into(),
+                calls: 12,
+                per_request: Some(3.0),
+            }],
+        };
         let text = render(&Snapshot {
             series: &[Series {
                 latest: Some(&w),
@@ -437,6 +469,7 @@ mod tests {
                 labels: &labels,
                 verdict: Some(&verdict),
                 hops: Some(&hops),
+                orchestration: Some(&orchestration),
             }],
             probes: &probes,
             drops: &drops,
@@ -461,6 +494,7 @@ mod tests {
         assert!(text.contains("inferscope_hop_part_ms{hop=\"port:8001\"} 450\n"));
         assert!(text.contains("inferscope_hop_holds{hop=\"port:8001\"} 1\n"));
         assert!(text.contains("inferscope_hop_holds{hop=\"orchestration\"} 0\n"));
+        assert!(text.contains("inferscope_hop_calls_per_request{hop=\"port:8001\"} 3\n"));
         // No GPU evidence: no GPU series at all.
         assert!(!text.contains("inferscope_gpu"));
         assert_eq!(format_value(f64::INFINITY), "+Inf");
@@ -517,6 +551,7 @@ mod tests {
                     labels: &a,
                     verdict: Some(&va),
                     hops: None,
+                    orchestration: None,
                 },
                 Series {
                     latest: Some(&wb),
@@ -524,6 +559,7 @@ mod tests {
                     labels: &b,
                     verdict: Some(&vb),
                     hops: None,
+                    orchestration: None,
                 },
             ],
             probes: &[],

@@ -2,7 +2,9 @@
 //! in the window just closed (a RAG gateway calling its search and chat services) has its
 //! rise over its own baseline (its kernel-side first token, what its clients wait for) split
 //! between the servers it called (their first token on its calls, against the same in their
-//! baselines) and its own time, as `stress --service` splits a phase (`attribute::hops::split`).
+//! baselines) and its own time, as `stress --service` splits a phase (`attribute::hops::split`);
+//! and what it asked each of them for per request it answered (its calls per request at each
+//! hop: the orchestration layer's tool-call depth, from the kernel).
 
 use std::collections::BTreeMap;
 
@@ -10,7 +12,7 @@ use super::line::Line;
 use crate::{
     attribute::{
         Cause,
-        hops::{self, Calls, HopPart, Hops},
+        hops::{self, Calls, HopCalls, HopPart, Hops, Orchestration},
         rolling,
     },
     collect::identity::ServerKey,
@@ -52,6 +54,50 @@ pub(super) fn of_window(
         hops::first_answer_ms(&gateway.timeline, &[i], None),
     );
     hops::split(hops::rise_of(own.0, own.1), cause, parts, own)
+}
+
+/// What `gateway` asked each other watched server for in its window at `at`, per request it
+/// answered there; `None` when it called none of them.
+pub(super) fn orchestration(
+    lines: &BTreeMap<ServerKey, Line>,
+    gateway: &Line,
+    at: u64,
+) -> Option<Orchestration> {
+    let calls: Vec<HopCalls> = lines
+        .values()
+        .filter(|h| h.key != gateway.key && h.gone_at.is_none())
+        .filter_map(|h| {
+            let net = h.timeline.windows.get(h.timeline.index(at))?.net.as_ref()?;
+            let calls: u64 = net
+                .callers
+                .iter()
+                .filter(|c| gateway.pids.contains(&c.tgid))
+                .map(|c| c.exchanges)
+                .sum();
+            (calls > 0).then(|| HopCalls {
+                hop: h.identity.server.clone(),
+                calls,
+                per_request: None,
+            })
+        })
+        .collect();
+    if calls.is_empty() {
+        return None;
+    }
+    let requests = gateway
+        .timeline
+        .windows
+        .get(gateway.timeline.index(at))
+        .and_then(|w| w.net.as_ref())
+        .map_or(0, |n| n.exchanges);
+    let calls = calls
+        .into_iter()
+        .map(|c| HopCalls {
+            per_request: (requests > 0).then(|| c.calls as f64 / requests as f64),
+            ..c
+        })
+        .collect();
+    Some(Orchestration { requests, calls })
 }
 
 /// The windows `line`'s window `i` is judged against (its marked baseline phase, else its
@@ -144,11 +190,22 @@ mod tests {
             of_window(&lines, g, 8500, Cause::None).unwrap().holder,
             None
         );
+        // The gateway's calls per request it answered: 10 of each, its own 10 answers; the
+        // server another process calls is none of its hops.
+        let o = orchestration(&lines, g, 8500).unwrap();
+        let per: Vec<(&str, Option<f64>)> = o
+            .calls
+            .iter()
+            .map(|c| (c.hop.as_str(), c.per_request))
+            .collect();
+        assert_eq!(per, [("port:8001", Some(1.0)), ("port:8002", Some(1.0))]);
+        assert_eq!(o.requests, 10);
         // A server that called nobody has no hops.
         let search = &lines[&ServerKey::Listener {
             port: 8002,
             netns: None,
         }];
         assert!(of_window(&lines, search, 8500, Cause::Unexplained).is_none());
+        assert!(orchestration(&lines, search, 8500).is_none());
     }
 }

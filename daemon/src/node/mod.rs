@@ -370,11 +370,13 @@ impl Node {
         for (key, index, mut v) in closed {
             let l = &self.lines[&key];
             v.hops = hops::of_window(&self.lines, l, at, v.verdict.cause);
+            v.orchestration = hops::orchestration(&self.lines, l, at);
             for o in &mut self.opts.observers {
                 o(&l.identity, &l.timeline.windows[index], &v);
             }
             if let Some(last) = self.lines.get_mut(&key).and_then(|l| l.verdicts.back_mut()) {
                 last.hops = v.hops;
+                last.orchestration = v.orchestration;
             }
         }
     }

@@ -26,6 +26,7 @@ fn verdict(index: usize, cause: Cause) -> WindowVerdict {
             missing: Vec::new(),
         },
         hops: None,
+        orchestration: None,
     }
 }
 

@@ -8,7 +8,10 @@ use crate::{otlp_collector_double, otlp_fixtures::*};
 
 use std::collections::HashMap;
 
-use inferscope::attribute::{Cause, Verdict};
+use inferscope::attribute::{
+    Cause, Verdict, WindowVerdict,
+    hops::{HopCalls, Orchestration},
+};
 use inferscope::collect::catalog::{Labels, SIGNALS};
 use inferscope::collect::identity::{K8sIdentity, ServerIdentity};
 use inferscope::export::otlp::{ExportStats, OtlpConfig, OtlpExporter, Protocol};
@@ -70,16 +73,31 @@ fn pod_server() -> ServerIdentity {
     }
 }
 
-fn kv_verdict() -> Verdict {
-    Verdict {
-        cause: Cause::KvCache,
-        signature: None,
-        confidence: 0.7,
-        own_confidence: None,
-        evidence: Vec::new(),
-        contrary: Vec::new(),
-        runners_up: Vec::new(),
-        missing: Vec::new(),
+/// A gateway's window judged `kv_cache`, with the calls it made per request to its chat hop.
+fn kv_verdict() -> WindowVerdict {
+    WindowVerdict {
+        index: 0,
+        start_unix_ms: 0,
+        phase: None,
+        verdict: Verdict {
+            cause: Cause::KvCache,
+            signature: None,
+            confidence: 0.7,
+            own_confidence: None,
+            evidence: Vec::new(),
+            contrary: Vec::new(),
+            runners_up: Vec::new(),
+            missing: Vec::new(),
+        },
+        hops: None,
+        orchestration: Some(Orchestration {
+            requests: 4,
+            calls: vec![HopCalls {
+                hop: "port:8001".into(),
+                calls: 8,
+                per_request: Some(2.0),
+            }],
+        }),
     }
 }
 
@@ -103,6 +121,16 @@ fn check_verdict(metrics: &HashMap<String, Metric>) {
         Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(1.0))
     );
     assert_eq!(g.data_points.len(), Cause::ALL.len());
+    let Some(metric::Data::Gauge(g)) = &metrics["inferscope.hop.calls_per_request"].data else {
+        panic!("the calls per request are not a gauge")
+    };
+    let a = attrs(&g.data_points[0].attributes);
+    assert_eq!(a["inferscope.hop"], "port:8001");
+    assert_eq!(a["k8s.pod.name"], "vllm-0");
+    assert_eq!(
+        g.data_points[0].value,
+        Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(2.0))
+    );
 }
 
 /// Names, units, attributes and values of the metrics of [`run`].

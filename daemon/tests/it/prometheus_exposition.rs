@@ -106,6 +106,7 @@ fn exposition() -> String {
                 labels: &labels,
                 verdict: Some(&verdict),
                 hops: None,
+                orchestration: None,
             },
             Series {
                 latest: Some(&w),
@@ -113,6 +114,7 @@ fn exposition() -> String {
                 labels: &pod,
                 verdict: Some(&verdict),
                 hops: None,
+                orchestration: None,
             },
         ],
         probes: &probes,

@@ -5,7 +5,9 @@
 //! the kernel sees the gateway's answers slow down and the chat server's answers to the
 //! gateway's calls slow down with them, so the gateway's peak is held by the chat hop, whose
 //! own verdict is `kv_cache`: on `/metrics` while the peak runs, on `/api/v1/verdicts` and in
-//! the peak's report.
+//! the peak's report. The kernel's view of the gateway's orchestration: it calls each of the
+//! four once per request it answers (`inferscope_hop_calls_per_request` on `/metrics`, and
+//! summed over its windows on `/api/v1/verdicts`).
 use std::time::{Duration, Instant};
 
 use inferscope_tests::{
@@ -52,13 +54,25 @@ fn the_daemon_names_the_hop_holding_a_gateways_rise() {
     );
     // `/metrics` while the peak runs: the gateway's newest window held by the chat hop.
     let holds = format!("inferscope_hop_holds{{server=\"{g}\",hop=\"{c}\"}} 1\n");
-    let mut seen = false;
+    let calls = format!("inferscope_hop_calls_per_request{{server=\"{g}\",hop=\"{c}\"}} ");
+    let (mut seen, mut calls_seen) = (false, Vec::new());
     let deadline = Instant::now() + Duration::from_mins(2);
     while load.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "the generator did not finish");
-        seen |= d.get("/metrics").contains(&holds);
+        let metrics = d.get("/metrics");
+        seen |= metrics.contains(&holds);
+        calls_seen.extend(
+            metrics
+                .lines()
+                .filter_map(|l| l.strip_prefix(calls.as_str())?.parse::<f64>().ok()),
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
+    assert!(
+        !calls_seen.is_empty(),
+        "/metrics never showed {calls}...:\n{}",
+        d.get("/metrics")
+    );
     let out = load.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -88,5 +102,39 @@ fn the_daemon_names_the_hop_holding_a_gateways_rise() {
         .filter(|v| v["server"]["server"] == g.as_str())
         .any(|v| v["hops"]["holder"] == c.as_str());
     assert!(held, "no gateway verdict held by {c}: {verdicts:#}");
+    calls_once_per_request(&verdicts, &g, &ports[..4]);
     d.stop();
+}
+
+/// Over the gateway's windows on `/api/v1/verdicts`, it asked each server it called (`hops`:
+/// their ports) for one exchange per request it answered, within 15% (a request and its
+/// calls can close in neighbouring windows; the daemon's own probe of the gateway's port for
+/// metrics is an answer without calls).
+fn calls_once_per_request(verdicts: &Value, gateway: &str, hops: &[String]) {
+    let windows: Vec<&Value> = verdicts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["server"]["server"] == gateway && v["orchestration"].is_object())
+        .collect();
+    let requests: f64 = windows
+        .iter()
+        .filter_map(|v| v["orchestration"]["requests"].as_f64())
+        .sum();
+    assert!(requests > 50.0, "{requests} requests in {windows:#?}");
+    for hop in hops {
+        let name = format!("port:{hop}");
+        let calls: f64 = windows
+            .iter()
+            .flat_map(|v| v["orchestration"]["calls"].as_array().into_iter().flatten())
+            .filter(|c| c["hop"] == name.as_str())
+            .filter_map(|c| c["calls"].as_f64())
+            .sum();
+        let per = calls / requests;
+        println!("{gateway} -> {name}: {calls} calls for {requests} requests ({per:.2} each)");
+        assert!(
+            (0.85..=1.15).contains(&per),
+            "{gateway} -> {name}: {per:.2} calls per request"
+        );
+    }
 }

@@ -185,6 +185,7 @@ mod tests {
                 missing: Vec::new(),
             },
             hops: None,
+            orchestration: None,
         };
         let verdicts = [v(0, 999_000), v(1, 1_000_000), v(2, 1_001_000)];
         let w = waterfall();

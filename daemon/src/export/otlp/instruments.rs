@@ -12,7 +12,7 @@
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 
-use crate::attribute::{Cause, Verdict};
+use crate::attribute::{Cause, WindowVerdict};
 use crate::collect::catalog::{Kind, Labels, SIGNALS, Signal};
 use crate::collect::timeline::Window;
 use crate::export::otlp::spans::{GenAiCall, SampledRequest};
@@ -80,14 +80,67 @@ pub(crate) struct Instruments {
     operation: Histogram<f64>,
     first_chunk: Histogram<f64>,
     per_chunk: Histogram<f64>,
+    verdicts: VerdictGauges,
+}
+
+/// A window's verdict and a gateway's hops, as gauges.
+struct VerdictGauges {
     verdict: Gauge<f64>,
     confidence: Gauge<f64>,
+    hop_part: Gauge<f64>,
+    hop_holds: Gauge<f64>,
+    hop_calls: Gauge<f64>,
+}
+
+impl VerdictGauges {
+    fn new(meter: &Meter) -> Self {
+        let gauge = |name: &'static str, unit: &'static str, description: &'static str| {
+            meter
+                .f64_gauge(name)
+                .with_unit(unit)
+                .with_description(description)
+                .build()
+        };
+        Self {
+            verdict: gauge(
+                VERDICT,
+                "",
+                "The latest window's verdict: 1 for its cause, 0 for every other cause.",
+            ),
+            confidence: gauge(
+                VERDICT_CONFIDENCE,
+                "",
+                "Confidence of the latest window's verdict, 0..1.",
+            ),
+            hop_part: gauge(
+                HOP_PART,
+                "ms",
+                "A gateway's latest window: each called server's part of its rise over its baseline, and orchestration, its own.",
+            ),
+            hop_holds: gauge(
+                HOP_HOLDS,
+                "",
+                "A gateway's latest window: 1 for the hop holding its rise, 0 for the others.",
+            ),
+            hop_calls: gauge(
+                HOP_CALLS_PER_REQUEST,
+                "",
+                "A gateway's latest window: the exchanges it asked each server it called for, per request it answered.",
+            ),
+        }
+    }
 }
 
 /// Name of the verdict gauge: 1 for the latest window's cause, 0 for every other cause.
 pub const VERDICT: &str = "inferscope.verdict";
 /// Name of the verdict confidence gauge.
 pub const VERDICT_CONFIDENCE: &str = "inferscope.verdict.confidence";
+/// A gateway's hops (attribute `inferscope.hop`): each one's part of its rise, ms.
+pub const HOP_PART: &str = "inferscope.hop.part";
+/// A gateway's hops: 1 for the one holding its rise.
+pub const HOP_HOLDS: &str = "inferscope.hop.holds";
+/// A gateway's hops: its calls to each per request it answered.
+pub const HOP_CALLS_PER_REQUEST: &str = "inferscope.hop.calls_per_request";
 
 impl Instruments {
     pub(crate) fn new(meter: &Meter) -> Self {
@@ -163,22 +216,15 @@ impl Instruments {
                 )
                 .with_boundaries(GEN_AI_CLIENT_BUCKETS.to_vec())
                 .build(),
-            verdict: meter
-                .f64_gauge(VERDICT)
-                .with_description(
-                    "The latest window's verdict: 1 for its cause, 0 for every other cause.",
-                )
-                .build(),
-            confidence: meter
-                .f64_gauge(VERDICT_CONFIDENCE)
-                .with_description("Confidence of the latest window's verdict, 0..1.")
-                .build(),
+            verdicts: VerdictGauges::new(meter),
         }
     }
 
     /// Records the verdict of the window just closed: one point per cause (1 for the verdict's,
-    /// 0 for the others), labelled by `cause` only, so the series stay bounded.
-    pub(crate) fn record_verdict(&self, verdict: &Verdict, labels: &Labels) {
+    /// 0 for the others), labelled by `cause` only, so the series stay bounded; and a
+    /// gateway's hops and calls per request, labelled by `inferscope.hop`.
+    pub(crate) fn record_verdict(&self, v: &WindowVerdict, labels: &Labels) {
+        let verdict = &v.verdict;
         // The server's identity only: one series per server and cause, whatever the phase.
         let server = Labels {
             server: labels.server.clone(),
@@ -193,9 +239,28 @@ impl Instruments {
             let v = if cause == verdict.cause { 1.0 } else { 0.0 };
             let mut attrs = base.clone();
             attrs.push(KeyValue::new("cause", cause.name()));
-            self.verdict.record(v, &attrs);
+            self.verdicts.verdict.record(v, &attrs);
         }
-        self.confidence.record(verdict.confidence, &base);
+        self.verdicts.confidence.record(verdict.confidence, &base);
+        let hop = |name: &str| {
+            let mut attrs = base.clone();
+            attrs.push(KeyValue::new("inferscope.hop", name.to_owned()));
+            attrs
+        };
+        if let Some(h) = &v.hops {
+            for p in &h.parts {
+                self.verdicts.hop_part.record(p.part_ms, &hop(&p.hop));
+                let holds = h.holder.as_deref() == Some(p.hop.as_str());
+                self.verdicts
+                    .hop_holds
+                    .record(f64::from(u8::from(holds)), &hop(&p.hop));
+            }
+        }
+        for c in v.orchestration.iter().flat_map(|o| &o.calls) {
+            if let Some(per) = c.per_request {
+                self.verdicts.hop_calls.record(per, &hop(&c.hop));
+            }
+        }
     }
 
     /// Records one closed window: counters add the window's counts, gauges take its levels.

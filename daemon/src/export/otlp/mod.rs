@@ -52,7 +52,8 @@ pub use accounting::ExportStats;
 pub use config::{OtlpConfig, OtlpOptions, Protocol};
 pub use instruments::{
     GEN_AI_OPERATION_DURATION, GEN_AI_TIME_PER_OUTPUT_CHUNK, GEN_AI_TIME_TO_FIRST_CHUNK,
-    GEN_AI_TOKENS, GEN_AI_TPOT, GEN_AI_TTFT, HTTP_CLIENT_DURATION, VERDICT, VERDICT_CONFIDENCE,
+    GEN_AI_TOKENS, GEN_AI_TPOT, GEN_AI_TTFT, HOP_CALLS_PER_REQUEST, HOP_HOLDS, HOP_PART,
+    HTTP_CLIENT_DURATION, VERDICT, VERDICT_CONFIDENCE,
 };
 pub use live::{LiveCounts, LiveExport, Sampler};
 pub use spans::{GenAiCall, LAST_TOKEN_EVENT, REQUEST_SPAN, SampledRequest, Stage};
@@ -206,8 +207,9 @@ impl OtlpExporter {
 
     /// Records the verdict of the window just closed (`inferscope.verdict{cause}`, 1 for its
     /// cause and 0 for the others, and `inferscope.verdict.confidence`), with `labels`'
-    /// server identity (`server`, `k8s.*`).
-    pub fn record_verdict(&self, verdict: &crate::attribute::Verdict, labels: &Labels) {
+    /// server identity (`server`, `k8s.*`); a gateway's hops too (`inferscope.hop.part`,
+    /// `.holds`, `.calls_per_request`, by `inferscope.hop`).
+    pub fn record_verdict(&self, verdict: &crate::attribute::WindowVerdict, labels: &Labels) {
         self.instruments.record_verdict(verdict, labels);
     }
 
