@@ -128,5 +128,6 @@ fn timed_out() -> SampledRequest {
         itl: Vec::new(),
         ids: None,
         gen_ai: None,
+        pipeline: None,
     }
 }

@@ -6,10 +6,13 @@ collector's `otlp` receiver accepts, and nothing of inferscope's.
     otlp_collector.py --port 4318
 
 POST /v1/traces (application/x-protobuf ExportTraceServiceRequest) keeps every span;
-POST /v1/metrics and /v1/logs are accepted and dropped. GET /spans answers the spans so far
-as a JSON list of {"trace_id", "span_id", "parent_span_id" (hex, "" for a root), "name",
-"start_unix_nano", "end_unix_nano", "attributes": {key: value}, "events": [name, ...]};
-GET /health answers 200.
+POST /v1/metrics (ExportMetricsServiceRequest) keeps the newest point of each sum, gauge and
+histogram series (cumulative: the newest is the total); POST /v1/logs is accepted and dropped.
+GET /spans answers the spans so far as a JSON list of {"trace_id", "span_id",
+"parent_span_id" (hex, "" for a root), "name", "start_unix_nano", "end_unix_nano",
+"attributes": {key: value}, "events": [name, ...]}; GET /metrics the points as a JSON list of
+{"name", "kind" (sum, gauge, histogram), "attributes", "value"} ("count" and "sum" for a
+histogram); GET /health answers 200.
 """
 
 import argparse
@@ -17,9 +20,12 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 SPANS = []
+# (name, attributes as sorted pairs) -> the newest point.
+POINTS = {}
 LOCK = threading.Lock()
 
 
@@ -45,6 +51,28 @@ def spans_of(body):
                 }
 
 
+def points_of(body):
+    req = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
+    for rm in req.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                kind = m.WhichOneof("data")
+                if kind not in ("sum", "gauge", "histogram"):
+                    continue
+                for p in getattr(m, kind).data_points:
+                    point = {
+                        "name": m.name,
+                        "kind": kind,
+                        "attributes": {a.key: value(a.value) for a in p.attributes},
+                    }
+                    if kind == "histogram":
+                        point["count"] = p.count
+                        point["sum"] = p.sum
+                    else:
+                        point["value"] = getattr(p, p.WhichOneof("value"))
+                    yield point
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -65,7 +93,16 @@ class Handler(BaseHTTPRequestHandler):
                 return
             with LOCK:
                 SPANS.extend(got)
-        elif self.path not in ("/v1/metrics", "/v1/logs"):
+        elif self.path == "/v1/metrics":
+            try:
+                got = list(points_of(body))
+            except Exception as e:  # a body that is not a metrics export
+                self.answer(400, str(e).encode(), "text/plain")
+                return
+            with LOCK:
+                for p in got:
+                    POINTS[(p["name"], tuple(sorted(p["attributes"].items())))] = p
+        elif self.path != "/v1/logs":
             self.answer(404, b"", "text/plain")
             return
         # An empty Export*ServiceResponse: full success.
@@ -77,6 +114,10 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/spans":
             with LOCK:
                 body = json.dumps(SPANS).encode()
+            self.answer(200, body, "application/json")
+        elif self.path == "/metrics":
+            with LOCK:
+                body = json.dumps(list(POINTS.values())).encode()
             self.answer(200, body, "application/json")
         else:
             self.answer(404, b"", "text/plain")

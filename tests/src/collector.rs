@@ -1,6 +1,6 @@
 //! An OTLP collector for tests: `tests/servers/otlp_collector.py`, which decodes what it
 //! receives with the OpenTelemetry project's own protobuf definitions (`opentelemetry-proto`,
-//! in the venv `cargo xtask setup` makes), and answers the spans it kept as JSON.
+//! in the venv `cargo xtask setup` makes), and answers the spans and metrics it kept as JSON.
 
 use std::{
     net::SocketAddr,
@@ -60,6 +60,23 @@ impl Collector {
     pub fn spans(&self) -> Vec<Value> {
         let body = http_get(self.addr, "/spans").expect("the collector answers /spans");
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("/spans: {e}: {body}"))
+    }
+}
+
+impl Collector {
+    /// The newest point of each metric series received so far.
+    #[must_use]
+    pub fn metrics(&self) -> Vec<Value> {
+        let body = http_get(self.addr, "/metrics").expect("the collector answers /metrics");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("/metrics: {e}: {body}"))
+    }
+
+    /// The point of metric `name` whose attributes include every one of `attrs`.
+    #[must_use]
+    pub fn point(&self, name: &str, attrs: &[(&str, &str)]) -> Option<Value> {
+        self.metrics()
+            .into_iter()
+            .find(|p| p["name"] == name && attrs.iter().all(|(k, v)| p["attributes"][*k] == *v))
     }
 }
 

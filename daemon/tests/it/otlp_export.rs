@@ -133,6 +133,32 @@ fn check_verdict(metrics: &HashMap<String, Metric>) {
     );
 }
 
+/// The five requests' orchestration: a tool-call depth of 4 each, and by step their calls
+/// and the search step's fallbacks.
+fn check_pipeline(metrics: &HashMap<String, Metric>) {
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
+    let Some(metric::Data::Histogram(h)) = &metrics["inferscope.pipeline.tool_depth"].data else {
+        panic!("the tool-call depth is not a histogram")
+    };
+    assert_eq!(h.data_points[0].count, 5);
+    assert_eq!(h.data_points[0].sum, Some(20.0));
+    let by_step = |name: &str| -> HashMap<String, Option<Value>> {
+        let Some(metric::Data::Sum(sum)) = &metrics[name].data else {
+            panic!("{name} is not a sum")
+        };
+        sum.data_points
+            .iter()
+            .map(|p| (attrs(&p.attributes)["inferscope.step"].clone(), p.value))
+            .collect()
+    };
+    let calls = by_step("inferscope.pipeline.step.calls");
+    assert_eq!(calls["search"], Some(Value::AsInt(5)));
+    assert_eq!(calls["tools"], Some(Value::AsInt(25)));
+    let fallbacks = by_step("inferscope.pipeline.step.fallbacks");
+    assert_eq!(fallbacks["search"], Some(Value::AsInt(5)));
+    assert!(!fallbacks.contains_key("tools"), "{fallbacks:?}");
+}
+
 /// Names, units, attributes and values of the metrics of [`run`].
 fn check_metrics(metrics: &HashMap<String, Metric>) {
     check_verdict(metrics);
@@ -194,6 +220,7 @@ fn check_metrics(metrics: &HashMap<String, Metric>) {
     kinds.sort();
     assert_eq!(kinds, ["input", "output"]);
     assert!(metrics.contains_key("gen_ai.server.time_to_first_token"));
+    check_pipeline(metrics);
     // No per-request attribute leaked onto any metric.
     for m in metrics.values() {
         let debug = format!("{m:?}");

@@ -7,7 +7,9 @@ use inferscope::collect::catalog::Labels;
 use inferscope::collect::timeline::{
     GpuSignals, LoadSignals, NetSignals, Quantiles, RunqSignals, ServerSignals, Window,
 };
-use inferscope::export::otlp::{OtlpConfig, OtlpOptions, Protocol, SampledRequest, Stage};
+use inferscope::export::otlp::{
+    OtlpConfig, OtlpOptions, PipelineTask, Protocol, SampledRequest, Stage, StepCount,
+};
 
 pub fn q(p50: f64) -> Quantiles {
     Quantiles {
@@ -149,6 +151,22 @@ pub fn request(i: u32) -> SampledRequest {
         itl: Vec::new(),
         ids: None,
         gen_ai: None,
+        // A pipeline task: four tool calls, its search step's fallback stood in.
+        pipeline: Some(PipelineTask {
+            tool_depth: Some(4),
+            steps: vec![
+                StepCount {
+                    step: "search",
+                    calls: 1,
+                    fallback: true,
+                },
+                StepCount {
+                    step: "tools",
+                    calls: 5,
+                    fallback: false,
+                },
+            ],
+        }),
     }
 }
 

@@ -3,11 +3,12 @@
 //! report's per-step counts, tool-call depth and fallbacks match what the sims counted
 //! (`inferscope_sim_*_total`, `vllm:request_success_total`). A step against a dead port and
 //! a step past its deadline take their fallbacks, and the counts say so; a step that fails
-//! without one fails its task.
+//! without one fails its task. Exported over OTLP to a collector, the orchestration metrics
+//! (`inferscope.pipeline.tool_depth`, `.step.calls`, `.step.fallbacks` by step) say the same.
 
 use std::{net::SocketAddr, process::Command};
 
-use inferscope_tests::{Sim, free_port, http_get, inferscope_bin, machine};
+use inferscope_tests::{Sim, collector::Collector, free_port, http_get, inferscope_bin, machine};
 use serde_json::Value;
 
 /// A counter of the sim on `addr` (summed over its label sets).
@@ -24,8 +25,9 @@ fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
-/// Runs `inferscope stress` on `yaml`; its report.json and terminal output.
-fn stress(name: &str, yaml: &str) -> (Value, String) {
+/// Runs `inferscope stress` on `yaml`, its requests exported to `collector`; its report.json
+/// and terminal output.
+fn stress(name: &str, yaml: &str, collector: &Collector) -> (Value, String) {
     let dir = std::env::temp_dir().join(format!("inferscope-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -37,6 +39,8 @@ fn stress(name: &str, yaml: &str) -> (Value, String) {
         .arg(&file)
         .arg("--out")
         .arg(&out_file)
+        .args(["--otlp-endpoint", &collector.endpoint()])
+        .args(["--otlp-protocol", "http/protobuf"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -94,9 +98,41 @@ fn assert_tool_rounds(phase: &Value, tasks: u64, rag_at: SocketAddr, llm_at: Soc
     );
 }
 
+/// The orchestration metrics `collector` received of `phase` (`rag`, `tasks` tasks): one
+/// tool-call depth per task, adding up to the tool calls the LLM (`llm_at`) made, and each
+/// step's calls as the report counts them.
+fn assert_orchestration_over_otlp(
+    collector: &Collector,
+    phase: &Value,
+    tasks: u64,
+    llm_at: SocketAddr,
+) {
+    let depth = collector
+        .point("inferscope.pipeline.tool_depth", &[("phase", "rag")])
+        .expect("no tool-call depth over OTLP");
+    assert_eq!(n(&depth["count"]), tasks, "{depth}");
+    assert_eq!(
+        depth["sum"].as_f64().unwrap() as u64,
+        counter(llm_at, "inferscope_sim_tool_calls_total"),
+        "{depth}"
+    );
+    for one in ["embed", "search", "rerank", "chat", "tools"] {
+        let calls = collector
+            .point(
+                "inferscope.pipeline.step.calls",
+                &[("inferscope.step", one)],
+            )
+            .unwrap_or_else(|| panic!("no calls of {one} over OTLP"));
+        assert_eq!(n(&calls["value"]), n(&step(phase, one)["calls"]), "{calls}");
+    }
+}
+
 #[test]
 fn pipeline_steps_tool_depth_and_calls_match_what_the_sims_counted() {
     let _machine = machine();
+    let Some(collector) = Collector::start("pipeline_steps_tool_depth_and_calls") else {
+        return;
+    };
     let (rag_at, index_at, llm_at) = (loopback(), loopback(), loopback());
     // A: embeddings, re-ranking and the tools; B: the vector index; C: the LLM, which answers
     // about half of the first chats with a tool call.
@@ -124,7 +160,7 @@ phases:
           - {{kind: tools, max_depth: 2, endpoints: {{lookup: "http://{rag_at}/v1/tools/lookup", calc: /v1/tools/calc}}, fallback: skip}}
 "#
     );
-    let (report, stdout) = stress("pipeline-counts", &yaml);
+    let (report, stdout) = stress("pipeline-counts", &yaml, &collector);
     let phase = &report["phases"][0];
     println!("{stdout}\n{}", phase["pipeline"]);
     assert_eq!(phase["endpoint"], "pipeline");
@@ -161,6 +197,7 @@ phases:
         n(&rerank["calls"])
     );
     assert_tool_rounds(phase, tasks, rag_at, llm_at);
+    assert_orchestration_over_otlp(&collector, phase, tasks, llm_at);
     // The final chat's TTFT, each step's share and the rest add up.
     assert_eq!(n(&phase["pipeline"]["final_chat_ttft_ms"]["count"]), tasks);
     let shares: f64 = phase["pipeline"]["steps"]
@@ -190,6 +227,9 @@ phases:
 #[test]
 fn fallbacks_stand_in_for_a_dead_service_and_a_passed_deadline() {
     let _machine = machine();
+    let Some(collector) = Collector::start("fallbacks_stand_in") else {
+        return;
+    };
     let (rag_at, llm_at) = (loopback(), loopback());
     let dead = loopback();
     let retrieval = Sim::start(&[], "", rag_at, &[]);
@@ -221,7 +261,7 @@ phases:
           - {{kind: chat, max_tokens: 8}}
 "#
     );
-    let (report, stdout) = stress("pipeline-fallbacks", &yaml);
+    let (report, stdout) = stress("pipeline-fallbacks", &yaml, &collector);
     println!("{stdout}");
     let phase = &report["phases"][0];
     let tasks = n(&phase["pipeline"]["tasks"]);
@@ -262,5 +302,18 @@ phases:
         broken_phase["pipeline"]
     );
     assert_eq!(n(&broken_phase["counts"]["errors"]["connect"]), broken);
+    // Over OTLP: the degraded phase's fallbacks by step, none of the broken one's.
+    let fallbacks = |phase: &str, one: &str| {
+        collector
+            .point(
+                "inferscope.pipeline.step.fallbacks",
+                &[("phase", phase), ("inferscope.step", one)],
+            )
+            .map(|p| n(&p["value"]))
+    };
+    assert_eq!(fallbacks("degraded", "rerank"), Some(tasks));
+    assert_eq!(fallbacks("degraded", "chat"), Some(tasks));
+    assert_eq!(fallbacks("degraded", "search"), None);
+    assert_eq!(fallbacks("broken", "search"), None);
     drop((retrieval, llm));
 }

@@ -15,7 +15,7 @@ use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 use crate::attribute::{Cause, WindowVerdict};
 use crate::collect::catalog::{Kind, Labels, SIGNALS, Signal};
 use crate::collect::timeline::Window;
-use crate::export::otlp::spans::{GenAiCall, SampledRequest};
+use crate::export::otlp::spans::{GenAiCall, PipelineTask, SampledRequest};
 
 /// Semantic-convention name of the per-request duration histogram.
 pub const HTTP_CLIENT_DURATION: &str = "http.client.request.duration";
@@ -81,6 +81,61 @@ pub(crate) struct Instruments {
     first_chunk: Histogram<f64>,
     per_chunk: Histogram<f64>,
     verdicts: VerdictGauges,
+    pipeline: PipelineInstruments,
+}
+
+/// A pipeline task's orchestration: its tool-call depth, and each step's calls and fallbacks.
+struct PipelineInstruments {
+    tool_depth: Histogram<u64>,
+    step_calls: Counter<u64>,
+    step_fallbacks: Counter<u64>,
+}
+
+/// Tool-call depth of a pipeline task.
+pub const PIPELINE_TOOL_DEPTH: &str = "inferscope.pipeline.tool_depth";
+/// HTTP exchanges each pipeline step made (attribute `inferscope.step`).
+pub const PIPELINE_STEP_CALLS: &str = "inferscope.pipeline.step.calls";
+/// Pipeline steps whose fallback stood in (attribute `inferscope.step`).
+pub const PIPELINE_STEP_FALLBACKS: &str = "inferscope.pipeline.step.fallbacks";
+
+impl PipelineInstruments {
+    fn new(meter: &Meter) -> Self {
+        Self {
+            tool_depth: meter
+                .u64_histogram(PIPELINE_TOOL_DEPTH)
+                .with_unit("{call}")
+                .with_description("Tool calls of a pipeline task's tools step (its depth).")
+                .with_boundaries(vec![0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0])
+                .build(),
+            step_calls: meter
+                .u64_counter(PIPELINE_STEP_CALLS)
+                .with_unit("{call}")
+                .with_description("HTTP exchanges a pipeline step made, by step.")
+                .build(),
+            step_fallbacks: meter
+                .u64_counter(PIPELINE_STEP_FALLBACKS)
+                .with_unit("{step}")
+                .with_description(
+                    "Pipeline steps that failed or passed their deadline and whose fallback stood in, by step.",
+                )
+                .build(),
+        }
+    }
+
+    /// Records `task`, labelled `attrs` (its phase's) and `inferscope.step`.
+    fn record(&self, task: &PipelineTask, attrs: &[KeyValue]) {
+        if let Some(d) = task.tool_depth {
+            self.tool_depth.record(u64::from(d), attrs);
+        }
+        for s in &task.steps {
+            let mut a = attrs.to_vec();
+            a.push(KeyValue::new("inferscope.step", s.step));
+            self.step_calls.add(u64::from(s.calls), &a);
+            if s.fallback {
+                self.step_fallbacks.add(1, &a);
+            }
+        }
+    }
 }
 
 /// A window's verdict and a gateway's hops, as gauges.
@@ -217,6 +272,7 @@ impl Instruments {
                 .with_boundaries(GEN_AI_CLIENT_BUCKETS.to_vec())
                 .build(),
             verdicts: VerdictGauges::new(meter),
+            pipeline: PipelineInstruments::new(meter),
         }
     }
 
@@ -297,6 +353,9 @@ impl Instruments {
         if let Some(call) = &req.gen_ai {
             self.record_call(call, &req.itl, &attrs, req.error.as_deref());
             attrs.extend(call.attributes());
+        }
+        if let Some(task) = &req.pipeline {
+            self.pipeline.record(task, &attrs);
         }
         if let Some(e) = &req.error {
             attrs.push(KeyValue::new("error.type", e.clone()));

@@ -16,14 +16,17 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::{GenAiCall, OtlpError, OtlpExporter, SampledRequest, Stage};
+use super::{
+    GenAiCall, OtlpError, OtlpExporter, SampledRequest, Stage,
+    spans::{PipelineTask, StepCount},
+};
 use crate::collect::catalog::Labels;
 use crate::loadgen::{
     Options, Plan, Scenario,
     engine::observe,
     scenario::model::{self, Discovery},
 };
-use crate::measure::{Endpoint, ErrorClass, RequestRecord};
+use crate::measure::{Endpoint, ErrorClass, RequestRecord, record::StepOutcome};
 
 /// Records waiting for the export task; a full queue slows the run's record collector, never
 /// its requests (recording itself never blocks).
@@ -275,6 +278,18 @@ pub fn sampled_request(r: &RequestRecord, start: SystemTime) -> SampledRequest {
         itl: r.itl_us().map(Duration::from_micros).collect(),
         ids: r.trace.map(|t| (t.trace_id().get(), t.span_id().get())),
         gen_ai: None,
+        pipeline: (!r.steps.is_empty()).then(|| PipelineTask {
+            tool_depth: r.tool_depth,
+            steps: r
+                .steps
+                .iter()
+                .map(|s| StepCount {
+                    step: s.kind.name(),
+                    calls: s.calls,
+                    fallback: s.outcome == StepOutcome::Fallback,
+                })
+                .collect(),
+        }),
     }
 }
 

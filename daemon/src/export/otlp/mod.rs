@@ -53,10 +53,13 @@ pub use config::{OtlpConfig, OtlpOptions, Protocol};
 pub use instruments::{
     GEN_AI_OPERATION_DURATION, GEN_AI_TIME_PER_OUTPUT_CHUNK, GEN_AI_TIME_TO_FIRST_CHUNK,
     GEN_AI_TOKENS, GEN_AI_TPOT, GEN_AI_TTFT, HOP_CALLS_PER_REQUEST, HOP_HOLDS, HOP_PART,
-    HTTP_CLIENT_DURATION, VERDICT, VERDICT_CONFIDENCE,
+    HTTP_CLIENT_DURATION, PIPELINE_STEP_CALLS, PIPELINE_STEP_FALLBACKS, PIPELINE_TOOL_DEPTH,
+    VERDICT, VERDICT_CONFIDENCE,
 };
 pub use live::{LiveCounts, LiveExport, Sampler};
-pub use spans::{GenAiCall, LAST_TOKEN_EVENT, REQUEST_SPAN, SampledRequest, Stage};
+pub use spans::{
+    GenAiCall, LAST_TOKEN_EVENT, PipelineTask, REQUEST_SPAN, SampledRequest, Stage, StepCount,
+};
 
 use crate::collect::catalog::Labels;
 use crate::collect::timeline::Window;

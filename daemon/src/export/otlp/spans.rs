@@ -60,6 +60,28 @@ pub struct SampledRequest {
     /// An LLM call: what the `gen_ai.client.*` metrics and the span's `gen_ai.*` attributes
     /// need. `None` for vector searches, plain HTTP and pipeline tasks.
     pub gen_ai: Option<GenAiCall>,
+    /// A pipeline task: its tool-call depth and what each step did. `None` otherwise.
+    pub pipeline: Option<PipelineTask>,
+}
+
+/// A pipeline task as the orchestration metrics count it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PipelineTask {
+    /// Tool calls of its `tools` step (its depth), when it has one.
+    pub tool_depth: Option<u32>,
+    /// Each step it ran.
+    pub steps: Vec<StepCount>,
+}
+
+/// One step of a pipeline task: the hop it called.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepCount {
+    /// The step (`embed`, `search`, `rerank`, `chat`, `tools`): the `inferscope.step` attribute.
+    pub step: &'static str,
+    /// HTTP exchanges it made.
+    pub calls: u32,
+    /// Whether its fallback stood in (it failed or passed its deadline).
+    pub fallback: bool,
 }
 
 /// An LLM call as the generative-AI semantic conventions describe it.
