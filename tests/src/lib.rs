@@ -1,6 +1,7 @@
 //! Helpers for inferscope's integration tests that need root and a real kernel.
 
 pub mod cases;
+pub mod chroma;
 pub mod collector;
 pub mod daemon;
 pub mod engine;

@@ -255,6 +255,10 @@ fn gpu_memory(engine: ServerKind) -> &'static str {
     }
 }
 
+/// Searches waiting inside a vector service: no engine's admission, slots or KV cache (those
+/// hold generation requests); its search threads, and the index writes they wait behind.
+pub const VECTOR_QUEUE: &str = "searches wait inside the service: add replicas or search threads; an index being written under them (an ingest, a rebuild) holds them back where the service locks it: ingest off-peak or on a replica";
+
 fn queue_lead(engine: ServerKind) -> &'static str {
     match engine {
         ServerKind::LlamaCpp => "requests wait for a free slot",

@@ -56,6 +56,11 @@ pub enum Role {
     /// Must hold when it can be evaluated: a required condition that fails zeroes the rule
     /// (when its signal is missing, it only lowers the coverage).
     Require,
+    /// The cause's own evidence, without which the rule cannot name it: it must be present
+    /// and hold (an index rebuild for `vector_index`: a slower tail alone is the load's).
+    /// Missing, it zeroes the rule and stays in the verdict's missing evidence, since it could
+    /// have changed the verdict.
+    Proof,
 }
 
 /// One weighted condition of a rule.
@@ -98,6 +103,15 @@ const fn supp(signal: Signal, test: Test, weight: f64) -> Condition {
         test,
         weight,
         role: Role::Support,
+    }
+}
+
+const fn proof(signal: Signal, test: Test, weight: f64) -> Condition {
+    Condition {
+        signal,
+        test,
+        weight,
+        role: Role::Proof,
     }
 }
 
@@ -380,11 +394,24 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         cause: Cause::VectorIndex,
+        signature: "recall",
+        conditions: &[
+            need(S::VectorShare, AtLeast(1.0), 1.0),
+            // The index answers worse: the client's recall is the index's own evidence.
+            trig(S::RecallMean, Falls { ratio: 0.97, min_delta: 0.02 }, 3.0),
+            supp(S::E2eP99Ms, Rises { ratio: 3.0, min_delta: 20.0 }, 1.0),
+            supp(S::PhaseEvents, Above(0.0), 1.0),
+        ],
+    },
+    Rule {
+        cause: Cause::VectorIndex,
         signature: "tail",
         conditions: &[
             need(S::VectorShare, AtLeast(1.0), 1.0),
             trig(S::E2eP99Ms, Rises { ratio: 3.0, min_delta: 20.0 }, 3.0),
-            trig(S::RecallMean, Falls { ratio: 0.97, min_delta: 0.02 }, 3.0),
+            // The service says its index was being rebuilt: without that evidence a slower
+            // tail is the load's (queueing, CPUs), not the index's.
+            proof(S::IndexRebuild, Above(0.0), 3.0),
             // A rebuild (or any operator action) sent in this phase before the tail.
             supp(S::PhaseEvents, Above(0.0), 2.0),
             // Not the CPU, not the network.
@@ -404,7 +431,7 @@ pub const RULES: &[Rule] = &[
             trig(S::KernelExchangeP99Ms, Rises { ratio: 3.0, min_delta: 20.0 }, 3.0),
             // ... while it says its index was being rebuilt: without that evidence a slower tail
             // is the load's (queueing, CPUs), not the index's.
-            need(S::IndexRebuild, Above(0.0), 3.0),
+            proof(S::IndexRebuild, Above(0.0), 3.0),
             supp(S::RunqP99Us, Flat { ratio: 2.0, slack: 5000.0 }, 1.0),
             supp(S::SrttMeanUs, Flat { ratio: 2.0, slack: 1000.0 }, 1.0),
         ],

@@ -559,3 +559,72 @@ fn a_vector_service_rebuilding_is_vector_index_without_client_records() {
     }
     assert_ne!(peak(&attribute(&unknown)).dominant, Cause::VectorIndex);
 }
+
+/// Searches sent to a vector service that exports no index metrics (Chroma): their slowest
+/// answers 10x slower in the peak, the CPUs and the network flat. Without evidence of an index
+/// rebuild that tail is not `vector_index` (it is the load's), and the peak says the rebuild
+/// evidence was missing; the same windows from a service that says its index was being
+/// rebuilt are `vector_index`.
+#[test]
+fn a_search_tail_is_vector_index_only_with_the_services_rebuild_evidence() {
+    use crate::collect::timeline::{
+        LoadSignals, NetSignals, Quantiles, RunqSignals, ServerSignals,
+    };
+    let timeline = |rebuild_said: bool| {
+        let mut t = Timeline::new(0, 1000);
+        for i in 0..20u64 {
+            let peak = i >= 10;
+            let w = t.at(i * 1000 + 500);
+            w.phase = Some(if peak { "peak" } else { "baseline" }.into());
+            let p99 = if peak { 300.0 } else { 6.0 + (i % 2) as f64 };
+            w.load = Some(LoadSignals {
+                requests: 30,
+                achieved_rps: 30.0,
+                target_rps: Some(30.0),
+                endpoint: Some(crate::measure::Endpoint::VectorSearch),
+                e2e_ms: Some(Quantiles {
+                    p50: 5.0 + (i % 3) as f64 * 0.1,
+                    p95: p99 * 0.8,
+                    p99,
+                    max: p99 * 1.1,
+                }),
+                send_lag_ms: Some(Quantiles::default()),
+                ..LoadSignals::default()
+            });
+            w.net = Some(NetSignals {
+                exchanges: 30,
+                exchange_p50_ms: Some(4.0),
+                exchange_p99_ms: Some(p99 - 1.0),
+                srtt_mean_us: Some(30.0),
+                ..NetSignals::default()
+            });
+            w.runq = Some(RunqSignals {
+                samples: 100,
+                p50_us: 5.0,
+                p99_us: 200.0,
+                mean_us: 20.0,
+                total_ms: 2.0,
+                ..RunqSignals::default()
+            });
+            w.server = rebuild_said.then(|| ServerSignals {
+                vector_searches_per_s: Some(30.0),
+                index_rebuild: Some(if peak { 1.0 } else { 0.0 }),
+                ..ServerSignals::default()
+            });
+        }
+        t
+    };
+    let chroma = attribute(&timeline(false));
+    let p = peak(&chroma);
+    assert_ne!(p.dominant, Cause::VectorIndex, "{:#?}", p.shares);
+    // What the report shows: the rebuild evidence could have changed the verdict.
+    let missing = p.missing_decisive.join("\n");
+    assert!(missing.contains("index rebuild"), "{missing}");
+    let said = attribute(&timeline(true));
+    assert_eq!(
+        peak(&said).dominant,
+        Cause::VectorIndex,
+        "{:#?}",
+        peak(&said).shares
+    );
+}

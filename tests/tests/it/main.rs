@@ -1,5 +1,6 @@
 //! The root integration tests: one binary, each file a module. They need root (eBPF) and share
 //! the machine's CPUs, so each takes the machine for itself (`root_or_skip`).
+mod chroma_e2e;
 mod compute_e2e;
 mod confirm_e2e;
 mod cuda_uprobes;

@@ -92,6 +92,18 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
         evidence.extend(error_classes(ctx));
     }
     evidence.extend(xids);
+    // The proof a cause that would explain the winner lacked (an index rebuild behind requests
+    // waiting in the server) could have changed the verdict: it is missing here too.
+    let mut missing = w.missing.clone();
+    for m in results
+        .iter()
+        .filter(|r| outranks(r.cause, w.cause))
+        .flat_map(|r| &r.unproven)
+    {
+        if !missing.contains(m) {
+            missing.push(m.clone());
+        }
+    }
     Verdict {
         cause: w.cause,
         signature: Some(w.signature.to_owned()),
@@ -100,7 +112,7 @@ pub fn verdict(rules: &[Rule], ctx: &Ctx<'_>) -> Verdict {
         evidence,
         contrary,
         runners_up: runners_up(Some(i)),
-        missing: w.missing.clone(),
+        missing,
     }
 }
 

@@ -29,6 +29,9 @@ pub struct RuleResult {
     pub quiet_triggers: Vec<Evidence>,
     /// Conditions that could not be evaluated.
     pub missing: Vec<Missing>,
+    /// The proof the rule lacked when its triggers held and nothing else refuted it: the
+    /// evidence that would have named its cause (`Role::Proof`).
+    pub unproven: Vec<Missing>,
     /// Read by the resource model (a resource full with requests waiting for it): a bottleneck
     /// whatever the baseline, so it needs no latency rise over it.
     pub absolute: bool,
@@ -50,6 +53,7 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
     let mut evidence = Vec::new();
     let mut quiet_triggers = Vec::new();
     let mut missing = Vec::new();
+    let mut unproven = Vec::new();
     for c in rule.conditions {
         let trigger = c.role == Role::Trigger;
         let outcome = c.evaluate(ctx);
@@ -68,20 +72,28 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
                     triggered |= trigger;
                 } else if trigger {
                     quiet_triggers.push(e.clone());
-                } else if c.role == Role::Require {
+                } else if matches!(c.role, Role::Require | Role::Proof) {
                     refuted = true;
                 }
                 evidence.push(e);
             }
-            Outcome::Missing(m) => missing.push(m),
+            Outcome::Missing(m) => {
+                if c.role == Role::Proof {
+                    unproven.push(m.clone());
+                }
+                missing.push(m);
+            }
             Outcome::Inapplicable => {}
         }
     }
-    let score = if triggered && !refuted && evaluated > 0.0 {
+    let score = if triggered && !refuted && unproven.is_empty() && evaluated > 0.0 {
         met / evaluated
     } else {
         0.0
     };
+    if !triggered || refuted {
+        unproven.clear();
+    }
     let coverage = if total > 0.0 { evaluated / total } else { 0.0 };
     if !applies {
         missing.clear();
@@ -96,6 +108,7 @@ pub fn score(rule: &Rule, ctx: &Ctx<'_>) -> RuleResult {
         evidence,
         quiet_triggers,
         missing,
+        unproven,
         absolute: false,
     }
 }
@@ -112,6 +125,7 @@ pub(super) fn resource_result(b: Bottleneck) -> RuleResult {
         evidence: b.evidence,
         quiet_triggers: Vec::new(),
         missing: Vec::new(),
+        unproven: Vec::new(),
         absolute: true,
     }
 }

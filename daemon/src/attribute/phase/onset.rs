@@ -3,6 +3,7 @@
 use super::summary::MIN_CAUSE_WINDOWS;
 use crate::attribute::WindowVerdict;
 use crate::attribute::advice;
+use crate::attribute::baseline::Workload;
 use crate::attribute::resources::Occupancy;
 use crate::attribute::verdict::Cause;
 use crate::collect::timeline::Window;
@@ -24,11 +25,18 @@ pub(super) fn onset(
         .iter()
         .map(|&i| Occupancy::of(&windows[i], admission_cap))
         .collect();
-    let advice = advice::hint(
-        dominant,
-        advice::engine_of(idx.iter().map(|&i| &windows[i])),
-        &advice::Headroom::of(&occupancies),
-    );
+    let searches = idx
+        .first()
+        .is_some_and(|&i| Workload::of(&windows[i]) == Workload::Vector);
+    let advice = if dominant == Cause::Queue && searches {
+        advice::VECTOR_QUEUE.to_owned()
+    } else {
+        advice::hint(
+            dominant,
+            advice::engine_of(idx.iter().map(|&i| &windows[i])),
+            &advice::Headroom::of(&occupancies),
+        )
+    };
     let hint = match order {
         Some(order) if matches!(dominant, Cause::Compute | Cause::Queue) => {
             format!("{order}: {advice}")

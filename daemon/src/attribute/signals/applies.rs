@@ -62,6 +62,10 @@ impl Signal {
             return w.load.is_some();
         }
         let endpoint = w.load.as_ref().and_then(|l| l.endpoint);
+        // Recall is the client's measure of its own searches: no other window has it.
+        if self == Signal::RecallMean {
+            return endpoint == Some(Endpoint::VectorSearch);
+        }
         if matches!(self, Signal::IndexRebuild | Signal::KernelExchangeP99Ms) {
             return match endpoint {
                 Some(e) => e == Endpoint::VectorSearch,
