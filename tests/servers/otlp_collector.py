@@ -73,6 +73,11 @@ def points_of(body):
                     yield point
 
 
+def keep_points(points):
+    for p in points:
+        POINTS[(p["name"], tuple(sorted(p["attributes"].items())))] = p
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -85,26 +90,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        if self.path == "/v1/traces":
-            try:
-                got = list(spans_of(body))
-            except Exception as e:  # a body that is not a trace export
-                self.answer(400, str(e).encode(), "text/plain")
-                return
-            with LOCK:
-                SPANS.extend(got)
-        elif self.path == "/v1/metrics":
-            try:
-                got = list(points_of(body))
-            except Exception as e:  # a body that is not a metrics export
-                self.answer(400, str(e).encode(), "text/plain")
-                return
-            with LOCK:
-                for p in got:
-                    POINTS[(p["name"], tuple(sorted(p["attributes"].items())))] = p
-        elif self.path != "/v1/logs":
+        decode, keep = {
+            "/v1/traces": (spans_of, SPANS.extend),
+            "/v1/metrics": (points_of, keep_points),
+            "/v1/logs": (lambda _: [], lambda _: None),
+        }.get(self.path, (None, None))
+        if decode is None:
             self.answer(404, b"", "text/plain")
             return
+        try:
+            got = list(decode(body))
+        except Exception as e:  # a body that is not such an export
+            self.answer(400, str(e).encode(), "text/plain")
+            return
+        with LOCK:
+            keep(got)
         # An empty Export*ServiceResponse: full success.
         self.answer(200, b"", "application/x-protobuf")
 

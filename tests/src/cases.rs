@@ -2,7 +2,7 @@
 //! (baseline, peak, cooldown) and returning report.json. The root e2e tests assert the peak's
 //! verdict of each; `cargo xtask bench attribution` runs them all and prints expected vs got.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -11,7 +11,7 @@ use crate::{
     explain::{
         BASELINE, FIRST, Load, NO_SERVER_METRICS, Stress, loopback, run, scenario, streams_scenario,
     },
-    faults::{Alloc, CpuQuota, NoMetricsServer, RandomLoss, Writes},
+    faults::{Alloc, CpuQuota, NoMetricsServer, RandomLoss, Writes, during_peak},
 };
 
 /// One case: how the bottleneck is made, and the verdict its peak phase must get.
@@ -386,13 +386,10 @@ fn loss_netns(percent: u32) -> Value {
         &["--allow-remote", "--pid", &pid],
     );
     wait_for_connection(server.pid(), Duration::from_mins(1));
-    std::thread::sleep(BASELINE);
-    let r = {
-        let loss = RandomLoss::on_device(&ns.name, &ns.ns_dev, percent);
-        std::thread::sleep(crate::explain::PEAK);
-        drop(loss);
-        stress.finish()
-    };
+    during_peak(Instant::now(), || {
+        RandomLoss::on_device(&ns.name, &ns.ns_dev, percent)
+    });
+    let r = stress.finish();
     drop(server);
     drop(ns);
     r

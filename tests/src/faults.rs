@@ -2,7 +2,12 @@
 //! without `/metrics` (`tests/servers/openai_nometrics.py`), and random packet loss made by
 //! nftables (`numgen random`), on loopback or inside a test network namespace.
 
-use std::{net::SocketAddr, path::PathBuf, process::Child, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::Child,
+    time::{Duration, Instant},
+};
 
 use crate::{http_get, sh};
 
@@ -173,6 +178,22 @@ fn standin_libcuda() -> PathBuf {
         lib
     })
     .clone()
+}
+
+/// Holds a fault through the peak of a run whose load began at `began` (within a poll): `make`
+/// is called at `began + BASELINE`, and what it made is dropped half a second before the peak
+/// ends, whatever making it took, so none of it reaches the next phase. (A fault removed late
+/// is the next phase's too: a SYN lost in those last ms costs its request a 1 s
+/// retransmission there.)
+pub fn during_peak<F>(began: Instant, make: impl FnOnce() -> F) {
+    let at = |d: Duration| {
+        let t = began + d;
+        std::thread::sleep(t.saturating_duration_since(Instant::now()));
+    };
+    at(crate::explain::BASELINE);
+    let fault = make();
+    at(crate::explain::BASELINE + crate::explain::PEAK.saturating_sub(Duration::from_millis(500)));
+    drop(fault);
 }
 
 /// An nftables table that drops a share of packets at random, deleted when dropped.

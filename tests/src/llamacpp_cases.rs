@@ -3,7 +3,7 @@
 //! process, loss on its socket, a KV cache too small for the sequences it holds, and healthy
 //! runs at two loads. Each case says what the engine's own metrics and logs show.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -15,7 +15,7 @@ use crate::{
         self, BASELINE, FIRST, Load, NO_SERVER_METRICS, PEAK, Stress, loopback, scenario,
         streams_scenario,
     },
-    faults::{CpuQuota, RandomLoss},
+    faults::{CpuQuota, RandomLoss, during_peak},
 };
 
 /// The llama.cpp cases.
@@ -42,7 +42,7 @@ pub fn all() -> Vec<Case> {
         },
         Case {
             name: "llamacpp-loss-netns",
-            mechanism: "llama-server in a netns, nftables drops 15% of segments both ways on its veth, 2 req/s (it closes every connection after a stream, so loss hits connects as well as streams)",
+            mechanism: "llama-server in a netns, nftables drops 15% of segments both ways on its veth, 4 req/s (it closes every connection after a stream, so loss hits connects as well as streams)",
             expected: "network",
             run: loss_netns,
         },
@@ -310,19 +310,16 @@ fn loss_netns() -> Value {
     let name = "llama-lossns";
     let stress = Stress::start(
         name,
-        &engine_scenario(name, &server, &llm(2.0, 2.0, 32)),
+        &engine_scenario(name, &server, &llm(4.0, 4.0, 32)),
         None,
         FIRST,
         &["--allow-remote", "--pid", &pid],
     );
     wait_for_first_request(&server);
-    std::thread::sleep(BASELINE);
-    let r = {
-        let loss = RandomLoss::on_device(&ns.name, &ns.ns_dev, LOSS_PERCENT);
-        std::thread::sleep(PEAK);
-        drop(loss);
-        stress.finish_with_report()
-    };
+    during_peak(Instant::now(), || {
+        RandomLoss::on_device(&ns.name, &ns.ns_dev, LOSS_PERCENT)
+    });
+    let r = stress.finish_with_report();
     drop(server);
     drop(ns);
     r

@@ -501,13 +501,25 @@ fn a_vector_phase_lists_no_token_signal_as_missing() {
     );
 }
 
+/// A server's run queue that stays quiet: its threads barely wait for a CPU.
+fn quiet_runq() -> crate::collect::timeline::RunqSignals {
+    crate::collect::timeline::RunqSignals {
+        samples: 100,
+        p50_us: 5.0,
+        p99_us: 200.0,
+        mean_us: 20.0,
+        total_ms: 2.0,
+        ..Default::default()
+    }
+}
+
 /// A vector service as the node agent sees it: no client's records, only the kernel's timing
 /// of its exchanges and the service's own counters. A rebuild during the peak makes the
 /// slowest searches 10x slower: `vector_index`, by its `server tail`. The same tail on a
 /// server that answered no search (an engine) is not `vector_index`.
 #[test]
 fn a_vector_service_rebuilding_is_vector_index_without_client_records() {
-    use crate::collect::timeline::{NetSignals, RunqSignals, ServerSignals};
+    use crate::collect::timeline::{NetSignals, ServerSignals};
     let timeline = |searches_per_s: f64| {
         let mut t = Timeline::new(0, 1000);
         for i in 0..20u64 {
@@ -522,14 +534,7 @@ fn a_vector_service_rebuilding_is_vector_index_without_client_records() {
                 srtt_mean_us: Some(30.0),
                 ..NetSignals::default()
             });
-            w.runq = Some(RunqSignals {
-                samples: 100,
-                p50_us: 5.0,
-                p99_us: 200.0,
-                mean_us: 20.0,
-                total_ms: 2.0,
-                ..RunqSignals::default()
-            });
+            w.runq = Some(quiet_runq());
             w.server = Some(ServerSignals {
                 vector_searches_per_s: Some(searches_per_s),
                 index_rebuild: Some(if peak && searches_per_s > 0.0 {
@@ -567,9 +572,7 @@ fn a_vector_service_rebuilding_is_vector_index_without_client_records() {
 /// rebuilt are `vector_index`.
 #[test]
 fn a_search_tail_is_vector_index_only_with_the_services_rebuild_evidence() {
-    use crate::collect::timeline::{
-        LoadSignals, NetSignals, Quantiles, RunqSignals, ServerSignals,
-    };
+    use crate::collect::timeline::{LoadSignals, NetSignals, Quantiles, ServerSignals};
     let timeline = |rebuild_said: bool| {
         let mut t = Timeline::new(0, 1000);
         for i in 0..20u64 {
@@ -598,14 +601,7 @@ fn a_search_tail_is_vector_index_only_with_the_services_rebuild_evidence() {
                 srtt_mean_us: Some(30.0),
                 ..NetSignals::default()
             });
-            w.runq = Some(RunqSignals {
-                samples: 100,
-                p50_us: 5.0,
-                p99_us: 200.0,
-                mean_us: 20.0,
-                total_ms: 2.0,
-                ..RunqSignals::default()
-            });
+            w.runq = Some(quiet_runq());
             w.server = rebuild_said.then(|| ServerSignals {
                 vector_searches_per_s: Some(30.0),
                 index_rebuild: Some(if peak { 1.0 } else { 0.0 }),

@@ -233,6 +233,22 @@ impl From<Missing> for String {
 }
 
 impl Verdict {
+    /// `cause` at `confidence` and nothing else (no signature, evidence or runner-up): a
+    /// verdict as a fixture or a replay states it.
+    #[must_use]
+    pub fn bare(cause: Cause, confidence: f64) -> Self {
+        Self {
+            cause,
+            signature: None,
+            confidence,
+            own_confidence: None,
+            evidence: Vec::new(),
+            contrary: Vec::new(),
+            runners_up: Vec::new(),
+            missing: Vec::new(),
+        }
+    }
+
     /// The evidence in one line: `kv_usage=0.98 (>= 0.95); preemptions_per_s=3 (> 0)`.
     #[must_use]
     pub fn evidence_line(&self) -> String {

@@ -267,16 +267,7 @@ mod tests {
             values: [("kv_usage".to_owned(), 0.97)].into(),
             baselines: std::collections::BTreeMap::new(),
             server: None,
-            verdict: Verdict {
-                cause: Cause::KvCache,
-                signature: None,
-                confidence: 0.8,
-                own_confidence: None,
-                evidence: Vec::new(),
-                contrary: Vec::new(),
-                runners_up: Vec::new(),
-                missing: Vec::new(),
-            },
+            verdict: Verdict::bare(Cause::KvCache, 0.8),
             action: "run".into(),
             outcome: None,
         }

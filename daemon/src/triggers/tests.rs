@@ -15,16 +15,7 @@ fn verdict(index: usize, cause: Cause) -> WindowVerdict {
         index,
         start_unix_ms: index as u64 * 1000,
         phase: None,
-        verdict: Verdict {
-            cause,
-            signature: None,
-            confidence: 0.9,
-            own_confidence: None,
-            evidence: Vec::new(),
-            contrary: Vec::new(),
-            runners_up: Vec::new(),
-            missing: Vec::new(),
-        },
+        verdict: Verdict::bare(cause, 0.9),
         hops: None,
         orchestration: None,
     }

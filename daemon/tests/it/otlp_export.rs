@@ -79,16 +79,7 @@ fn kv_verdict() -> WindowVerdict {
         index: 0,
         start_unix_ms: 0,
         phase: None,
-        verdict: Verdict {
-            cause: Cause::KvCache,
-            signature: None,
-            confidence: 0.7,
-            own_confidence: None,
-            evidence: Vec::new(),
-            contrary: Vec::new(),
-            runners_up: Vec::new(),
-            missing: Vec::new(),
-        },
+        verdict: Verdict::bare(Cause::KvCache, 0.7),
         hops: None,
         orchestration: Some(Orchestration {
             requests: 4,

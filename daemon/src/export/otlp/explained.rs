@@ -174,16 +174,7 @@ mod tests {
             index: i,
             start_unix_ms: start,
             phase: None,
-            verdict: crate::attribute::Verdict {
-                cause: crate::attribute::Cause::KvCache,
-                signature: None,
-                confidence: 0.9,
-                own_confidence: None,
-                evidence: Vec::new(),
-                contrary: Vec::new(),
-                runners_up: Vec::new(),
-                missing: Vec::new(),
-            },
+            verdict: crate::attribute::Verdict::bare(crate::attribute::Cause::KvCache, 0.9),
             hops: None,
             orchestration: None,
         };
