@@ -63,6 +63,12 @@ pub(super) fn orchestration(
     gateway: &Line,
     at: u64,
 ) -> Option<Orchestration> {
+    let requests = gateway
+        .timeline
+        .windows
+        .get(gateway.timeline.index(at))
+        .and_then(|w| w.net.as_ref())
+        .map_or(0, |n| n.exchanges);
     let calls: Vec<HopCalls> = lines
         .values()
         .filter(|h| h.key != gateway.key && h.gone_at.is_none())
@@ -77,26 +83,13 @@ pub(super) fn orchestration(
             (calls > 0).then(|| HopCalls {
                 hop: h.identity.server.clone(),
                 calls,
-                per_request: None,
+                per_request: (requests > 0).then(|| calls as f64 / requests as f64),
             })
         })
         .collect();
     if calls.is_empty() {
         return None;
     }
-    let requests = gateway
-        .timeline
-        .windows
-        .get(gateway.timeline.index(at))
-        .and_then(|w| w.net.as_ref())
-        .map_or(0, |n| n.exchanges);
-    let calls = calls
-        .into_iter()
-        .map(|c| HopCalls {
-            per_request: (requests > 0).then(|| c.calls as f64 / requests as f64),
-            ..c
-        })
-        .collect();
     Some(Orchestration { requests, calls })
 }
 
