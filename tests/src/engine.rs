@@ -25,7 +25,8 @@ fn paths() -> Result<(PathBuf, PathBuf), String> {
         Ok((bin, model))
     } else {
         Err(format!(
-            "{} or {} is missing: cargo xtask setup builds them",
+            "{} or {} is missing: cargo xtask setup builds them (cargo xtask test runs a \
+             test that needs them only if its name holds `llama`)",
             bin.display(),
             model.display()
         ))
@@ -33,7 +34,8 @@ fn paths() -> Result<(PathBuf, PathBuf), String> {
 }
 
 /// Whether the engine is built; when it is not, the calling test is skipped, saying why (and
-/// fails under `CI=true`: [`crate::missing_peer`]).
+/// fails under `CI=true`: [`crate::missing_peer`]). A test that calls this has `llama` in its
+/// name: `cargo xtask test` runs those once the engine is built, the others while it builds.
 #[must_use]
 pub fn built_or_skip(test: &str) -> bool {
     match paths() {

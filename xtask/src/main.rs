@@ -94,11 +94,17 @@ fn man() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a test that needs the engine (llama.cpp's server) has in its name: `cargo xtask test`
+/// runs those after the engine is built, and every other test while it builds.
+const ENGINE_TESTS: &str = "llama";
+
 fn test(args: &[String]) -> anyhow::Result<()> {
-    // The Python venv and the engine (a C++ build of many minutes when cold) are set up while
-    // cargo compiles the tests: cargo's serial tail (the daemon crate, linking) leaves a CPU
-    // free for them. So are the deploy checks' own tools (a minute or more of pip when cold).
-    let engine = std::thread::spawn(setup::beside_the_build);
+    // The Python venv and the deploy checks' tools (a minute or more of pip each when cold) are
+    // installed while cargo compiles the tests. The engine (a C++ build of many CPU-minutes when
+    // cold) builds at idle priority from now until the tests that need it, on what cargo and the
+    // other tests leave free.
+    let venv = std::thread::spawn(setup::python_venv);
+    let engine = std::thread::spawn(engine::server);
     let filtered = !args.is_empty();
     let tools = std::thread::spawn(move || {
         if !filtered {
@@ -113,34 +119,44 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         "probe-ebpf",
         "--no-run",
     ]));
-    let engine = engine
+    let venv = venv
         .join()
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("the engine build panicked")));
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the venv setup panicked")));
     let _ = tools.join();
     compiled?;
-    engine?;
+    venv?;
+    // The engine's model is written with the venv's Python, once the server is built.
+    let engine_ready = move || {
+        engine
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the engine build panicked")))
+            .and_then(|()| engine::write_model())
+    };
+    // --no-fail-fast: one CI run reports every failing test binary, not just the first.
+    let tests = |filter: &[&str]| {
+        let mut cmd = run::cargo(&[
+            "test",
+            "--workspace",
+            "--exclude",
+            "probe-ebpf",
+            "--no-fail-fast",
+        ]);
+        run::status(cmd.arg("--").args(filter))
+    };
+    if filtered {
+        println!("xtask: deploy/validate.sh skipped: a test filter was given");
+        engine_ready()?;
+        let filter: Vec<&str> = args.iter().map(String::as_str).collect();
+        return tests(&filter);
+    }
     // The deploy checks (a minute or two) run first and the tests after them whatever their
     // outcome, so one run reports both and the tests' failures are the last thing it prints
     // (CI shows the run's tail).
-    let deploy = if args.is_empty() {
-        deploy_checks()
-    } else {
-        println!("xtask: deploy/validate.sh skipped: a test filter was given");
-        Ok(())
-    };
-    // --no-fail-fast: one CI run reports every failing test binary, not just the first.
-    let mut cmd = run::cargo(&[
-        "test",
-        "--workspace",
-        "--exclude",
-        "probe-ebpf",
-        "--no-fail-fast",
-    ]);
-    if !args.is_empty() {
-        cmd.arg("--").args(args);
-    }
-    let tests = run::status(&mut cmd);
-    tests.and(deploy)
+    let deploy = deploy_checks();
+    let without_engine = tests(&["--skip", ENGINE_TESTS]);
+    println!("xtask: the tests that need the engine (named {ENGINE_TESTS:?}), once it is built");
+    let with_engine = engine_ready().and_then(|()| tests(&[ENGINE_TESTS]));
+    without_engine.and(with_engine).and(deploy)
 }
 
 /// `deploy/validate.sh --install-only`: the manifests' checkers into `target/venv-deploy`.

@@ -214,7 +214,7 @@ fn debian_packages() -> anyhow::Result<()> {
 }
 
 /// The venv whose interpreter the tests run: `target/venv/bin/python`.
-fn python_venv() -> anyhow::Result<()> {
+pub fn python_venv() -> anyhow::Result<()> {
     let venv = run::root().join("target/venv");
     let python = venv.join("bin/python");
     let have = |pkg: &str| {

@@ -3,7 +3,8 @@
 //! one whose metric families name a known server: the sim (vLLM's names) listening on every
 //! address of its own network namespace, as a pod without `hostNetwork` does (reached on the
 //! namespace's address, read from its `fib_trie`); llama.cpp's `llama-server`, a server this
-//! project did not write; and a server without metrics, which is said and not scraped.
+//! project did not write (its own test: `cargo xtask test` runs the tests named `llama` once the
+//! engine is built); and a server without metrics, which is said and not scraped.
 use std::{
     net::SocketAddr,
     process::{Child, Command, Stdio},
@@ -107,7 +108,14 @@ fn the_daemon_finds_and_scrapes_each_server_s_metrics_by_itself() {
         "the server without metrics is said: {log}"
     );
     d.stop();
+}
 
+/// llama.cpp's server, found the same way: a server this project did not write.
+#[test]
+fn the_daemon_finds_and_scrapes_llama_servers_metrics_by_itself() {
+    let Some(_m) = root_or_skip("daemon_metrics (llama-server)") else {
+        return;
+    };
     if !engine::built_or_skip("daemon_metrics (llama-server)") {
         return;
     }
