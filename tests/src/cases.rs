@@ -30,13 +30,19 @@ pub struct Case {
 /// setup`; otherwise says they were left out).
 #[must_use]
 pub fn all() -> Vec<Case> {
+    let mut all = without_the_engine();
+    if crate::engine::built_or_skip("the llama.cpp cases") {
+        all.extend(crate::llamacpp_cases::all());
+    }
+    all
+}
+
+/// The cases that do not need llama.cpp's server.
+fn without_the_engine() -> Vec<Case> {
     let mut all = sim_and_python();
     all.extend(without_metrics());
     all.extend(crate::pipeline::cases());
     all.extend(crate::stampede::cases());
-    if crate::engine::built_or_skip("the llama.cpp cases") {
-        all.extend(crate::llamacpp_cases::all());
-    }
     all
 }
 
@@ -167,11 +173,13 @@ fn without_metrics() -> Vec<Case> {
     ]
 }
 
-/// The case called `name`.
+/// The case called `name` (a llama.cpp case whether or not the engine is built: its test asks
+/// [`crate::engine::built_or_skip`] before running it).
 #[must_use]
 pub fn named(name: &str) -> Case {
-    all()
+    without_the_engine()
         .into_iter()
+        .chain(crate::llamacpp_cases::all())
         .find(|c| c.name == name)
         .unwrap_or_else(|| panic!("no case {name}"))
 }

@@ -116,7 +116,7 @@ pub fn server() -> anyhow::Result<()> {
         fetch_source()?;
     }
     println!(
-        "setup: llama-server: building llama.cpp {VERSION} (about 15 minutes on 2 cores, once)"
+        "setup: llama-server: building llama.cpp {VERSION} at idle priority (about 11 CPU-minutes, once)"
     );
     let t = Instant::now();
     let build_dir = dir().join("build");
