@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 /// Why a connection was not opened.
 #[derive(Debug, thiserror::Error)]
 pub enum DialError {
-    /// Every address of the host is outside loopback and remote targets are not allowed.
+    /// Every address of the host is outside loopback and the reach is [`Reach::Loopback`].
     #[error(
         "refusing to connect to {host} ({addrs}): not a loopback address; pass --allow-remote to reach a remote service"
     )]
@@ -88,18 +88,61 @@ pub fn raise_fd_limit() -> io::Result<(u64, u64)> {
     Ok((old, lim.rlim_cur))
 }
 
-/// Whether `addr` may be dialled.
-#[must_use]
-pub fn allowed(addr: &SocketAddr, allow_remote: bool) -> bool {
-    allow_remote || addr.ip().is_loopback() || addr.ip().to_canonical().is_loopback()
+/// Where the load generator and trigger webhooks may connect: loopback only (the default), or
+/// anywhere (`--allow-remote`). Read from the flag once ([`Reach::from_flag`]) and asked at
+/// every dial ([`Reach::allows`]) and of every URL before a run sends anything
+/// ([`Reach::admits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reach {
+    /// Loopback addresses only.
+    #[default]
+    Loopback,
+    /// Any address (`--allow-remote`).
+    Anywhere,
+}
+
+impl Reach {
+    /// The reach the `--allow-remote` flag asks for: its one conversion.
+    #[must_use]
+    pub const fn from_flag(allow_remote: bool) -> Self {
+        if allow_remote {
+            Reach::Anywhere
+        } else {
+            Reach::Loopback
+        }
+    }
+
+    /// Whether `addr` may be dialled.
+    #[must_use]
+    pub fn allows(self, addr: &SocketAddr) -> bool {
+        self == Reach::Anywhere || addr.ip().is_loopback() || addr.ip().to_canonical().is_loopback()
+    }
+
+    /// Whether `url`, whose host (without an IPv6 address's brackets) is `host`, may be loaded:
+    /// the one decision a run, a posted run and the model list make before sending anything.
+    /// It reads the host as written (`localhost`, `127.0.0.0/8`, `::1`); [`dial`] checks the
+    /// address each connection actually reaches.
+    pub fn admits(self, host: &str, url: &str) -> Result<(), OutOfReach> {
+        if self == Reach::Anywhere || is_loopback(host) {
+            Ok(())
+        } else {
+            Err(OutOfReach {
+                url: url.to_owned(),
+            })
+        }
+    }
+}
+
+/// A URL outside loopback where only loopback may be reached ([`Reach::admits`]); each caller
+/// words the refusal for its user (`RunError::Remote`, `LaunchError::Remote`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutOfReach {
+    /// The URL as written.
+    pub url: String,
 }
 
 /// Resolves `host:port` and keeps only the addresses the guardrail allows.
-pub async fn resolve(
-    host: &str,
-    port: u16,
-    allow_remote: bool,
-) -> Result<Vec<SocketAddr>, DialError> {
+pub async fn resolve(host: &str, port: u16, reach: Reach) -> Result<Vec<SocketAddr>, DialError> {
     let all: Vec<SocketAddr> = match literal(host) {
         Some(ip) => vec![SocketAddr::new(ip, port)],
         None => tokio::net::lookup_host((bare(host), port))
@@ -110,16 +153,16 @@ pub async fn resolve(
             })?
             .collect(),
     };
-    screen(host, &all, allow_remote)
+    screen(host, &all, reach)
 }
 
 /// The guardrail's answer for `host:port` now, on the same resolver [`resolve`] asks but
 /// blocking: for a check made before anything starts (a trigger rule's webhook), so that a
 /// URL the guard will refuse is said at once. A name that does not resolve now passes here;
 /// [`dial`] checks it again on every connection.
-pub fn check_blocking(host: &str, port: u16, allow_remote: bool) -> Result<(), DialError> {
+pub fn check_blocking(host: &str, port: u16, reach: Reach) -> Result<(), DialError> {
     use std::net::ToSocketAddrs as _;
-    if allow_remote {
+    if reach == Reach::Anywhere {
         return Ok(());
     }
     let all: Vec<SocketAddr> = match literal(host) {
@@ -129,20 +172,12 @@ pub fn check_blocking(host: &str, port: u16, allow_remote: bool) -> Result<(), D
             Err(_) => return Ok(()),
         },
     };
-    screen(host, &all, allow_remote).map(drop)
+    screen(host, &all, reach).map(drop)
 }
 
 /// The addresses of `all` the guardrail allows; [`DialError::Remote`] when there are none.
-pub fn screen(
-    host: &str,
-    all: &[SocketAddr],
-    allow_remote: bool,
-) -> Result<Vec<SocketAddr>, DialError> {
-    let ok: Vec<SocketAddr> = all
-        .iter()
-        .copied()
-        .filter(|a| allowed(a, allow_remote))
-        .collect();
+pub fn screen(host: &str, all: &[SocketAddr], reach: Reach) -> Result<Vec<SocketAddr>, DialError> {
+    let ok: Vec<SocketAddr> = all.iter().copied().filter(|a| reach.allows(a)).collect();
     if ok.is_empty() {
         let addrs = all
             .iter()
@@ -173,10 +208,10 @@ fn literal(host: &str) -> Option<std::net::IpAddr> {
 pub async fn dial(
     host: &str,
     port: u16,
-    allow_remote: bool,
+    reach: Reach,
     timeout: Duration,
 ) -> Result<TcpStream, DialError> {
-    let addrs = resolve(host, port, allow_remote).await?;
+    let addrs = resolve(host, port, reach).await?;
     let attempt = async {
         let mut last = None;
         for a in &addrs {
@@ -196,7 +231,7 @@ pub async fn dial(
         })?;
     // Belt and braces: the peer is the address the kernel actually connected to.
     if let Ok(peer) = stream.peer_addr()
-        && !allowed(&peer, allow_remote)
+        && !reach.allows(&peer)
     {
         return Err(DialError::Remote {
             host: host.to_string(),
@@ -271,8 +306,8 @@ impl Opened {
 /// (`crate::tls::TlsConnector` adds TLS on top for `https://` targets).
 #[derive(Debug, Clone)]
 pub struct GuardedConnector {
-    /// Allow addresses outside loopback.
-    pub allow_remote: bool,
+    /// Where it may connect.
+    pub reach: Reach,
     /// Connect timeout.
     pub timeout: Duration,
 }
@@ -287,10 +322,10 @@ impl tower_service::Service<Uri> for GuardedConnector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let (allow_remote, timeout) = (self.allow_remote, self.timeout);
+        let (reach, timeout) = (self.reach, self.timeout);
         Box::pin(async move {
             let (host, port) = host_port(&uri)?;
-            let s = dial(&host, port, allow_remote, timeout).await?;
+            let s = dial(&host, port, reach, timeout).await?;
             let _ = socket_keepalive(&s);
             Ok(TokioIo::new(s))
         })
@@ -319,8 +354,7 @@ fn socket_keepalive(s: &TcpStream) -> io::Result<()> {
 }
 
 /// Whether `host` is loopback (`localhost`, `127.0.0.0/8`, `::1`).
-#[must_use]
-pub fn is_loopback(host: &str) -> bool {
+fn is_loopback(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
         || host
             .parse::<std::net::IpAddr>()
@@ -336,18 +370,18 @@ mod tests {
         // 192.0.2.0/24 is TEST-NET-1: nothing answers there, so a connect attempt would
         // hang until the timeout; a refusal is immediate.
         let t = std::time::Instant::now();
-        let e = dial("192.0.2.7", 80, false, Duration::from_secs(5))
+        let e = dial("192.0.2.7", 80, Reach::Loopback, Duration::from_secs(5))
             .await
             .unwrap_err();
         assert!(matches!(e, DialError::Remote { .. }), "{e}");
         assert!(e.to_string().contains("--allow-remote"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(1));
         for ip in ["[::ffff:10.0.0.1]", "0.0.0.0", "[::]"] {
-            assert!(resolve(ip, 1, false).await.is_err(), "{ip}");
+            assert!(resolve(ip, 1, Reach::Loopback).await.is_err(), "{ip}");
         }
-        assert_eq!(resolve("[::1]", 9, false).await.unwrap().len(), 1);
-        assert!(resolve("localhost", 9, false).await.is_ok());
-        assert!(resolve("192.0.2.7", 80, true).await.is_ok());
+        assert_eq!(resolve("[::1]", 9, Reach::Loopback).await.unwrap().len(), 1);
+        assert!(resolve("localhost", 9, Reach::Loopback).await.is_ok());
+        assert!(resolve("192.0.2.7", 80, Reach::Anywhere).await.is_ok());
     }
 
     #[test]
@@ -356,19 +390,45 @@ mod tests {
         let lo: SocketAddr = "127.0.0.1:80".parse().unwrap();
         // A DNS name that resolves elsewhere is refused whatever it is called; one with a
         // loopback address among others is dialled on that address only.
-        let e = screen("db.internal", &[ten], false).unwrap_err();
+        let e = screen("db.internal", &[ten], Reach::Loopback).unwrap_err();
         assert!(e.to_string().contains("db.internal (10.0.0.1:80)"), "{e}");
-        assert_eq!(screen("db.internal", &[ten, lo], false).unwrap(), [lo]);
-        assert_eq!(screen("db.internal", &[ten], true).unwrap(), [ten]);
+        assert_eq!(
+            screen("db.internal", &[ten, lo], Reach::Loopback).unwrap(),
+            [lo]
+        );
+        assert_eq!(
+            screen("db.internal", &[ten], Reach::Anywhere).unwrap(),
+            [ten]
+        );
         // The same guard before anything starts (the resolver reads hex and decimal too).
-        assert!(check_blocking("0x7f000001", 80, false).is_ok());
-        assert!(check_blocking("localhost", 80, false).is_ok());
+        assert!(check_blocking("0x7f000001", 80, Reach::Loopback).is_ok());
+        assert!(check_blocking("localhost", 80, Reach::Loopback).is_ok());
         for host in ["167772161", "10.0.0.1", "[::ffff:10.0.0.1]"] {
             assert!(matches!(
-                check_blocking(host, 80, false),
+                check_blocking(host, 80, Reach::Loopback),
                 Err(DialError::Remote { .. })
             ));
-            assert!(check_blocking(host, 80, true).is_ok());
+            assert!(check_blocking(host, 80, Reach::Anywhere).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_url_is_admitted_by_its_host_as_written() {
+        assert_eq!(Reach::from_flag(false), Reach::Loopback);
+        assert_eq!(Reach::from_flag(true), Reach::Anywhere);
+        assert_eq!(Reach::default(), Reach::Loopback);
+        for host in ["localhost", "LocalHost", "127.0.0.1", "127.9.9.9", "::1"] {
+            assert_eq!(Reach::Loopback.admits(host, "u"), Ok(()), "{host}");
+        }
+        for host in ["vllm", "10.0.0.1", "[::1]", "0.0.0.0"] {
+            assert_eq!(
+                Reach::Loopback.admits(host, "http://x/"),
+                Err(OutOfReach {
+                    url: "http://x/".into()
+                }),
+                "{host}"
+            );
+            assert_eq!(Reach::Anywhere.admits(host, "http://x/"), Ok(()));
         }
     }
 
@@ -376,7 +436,7 @@ mod tests {
     async fn loopback_connects() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
-        let s = dial("127.0.0.1", port, false, Duration::from_secs(5))
+        let s = dial("127.0.0.1", port, Reach::Loopback, Duration::from_secs(5))
             .await
             .unwrap();
         assert_eq!(s.peer_addr().unwrap().port(), port);

@@ -1,13 +1,15 @@
 //! A run's target, parsed once where the scenario is read (`target:` or `--target`): scheme,
-//! host, port, base URL and whether it is loopback. Everything after (the run's guardrail, the
-//! model list, the engine probe, the server's processes, the metrics URL, span labels, the
-//! control API's refusal) reads these parts; nothing parses the text again. The connection
-//! guard enforces the same loopback rule at dial time ([`crate::dial`]).
+//! host, port, base URL and whether a [`Reach`] admits it. Everything after (the run's
+//! guardrail, the model list, the engine probe, the server's processes, the metrics URL, span
+//! labels, the control API's refusal) reads these parts; nothing parses the text again. The
+//! connection guard enforces the same reach at dial time ([`crate::dial`]).
 
 use std::fmt;
 
 use hyper::{Uri, http::uri::Authority};
 use serde::{Deserialize, Deserializer};
+
+use crate::dial::{OutOfReach, Reach};
 
 /// An absolute `http://` or `https://` URL, as written and in parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,11 +102,11 @@ impl TargetUrl {
         self.text.trim_end_matches('/')
     }
 
-    /// Whether the host is loopback (`localhost`, `127.0.0.0/8`, `::1`): the one decision a
-    /// run, a posted run and the model list make before sending anything.
-    #[must_use]
-    pub fn is_loopback(&self) -> bool {
-        crate::dial::is_loopback(&self.host)
+    /// Whether `reach` admits this target ([`Reach::admits`]: its host is loopback, or any
+    /// host may be reached): the one check a run, a posted run and the model list make before
+    /// sending anything. The refusal carries the URL as written.
+    pub fn within(&self, reach: Reach) -> Result<(), OutOfReach> {
+        reach.admits(&self.host, &self.text)
     }
 }
 
@@ -141,18 +143,25 @@ mod tests {
         );
         assert_eq!(t.base(), "http://127.0.0.1:8000");
         assert_eq!(t.trimmed(), "http://127.0.0.1:8000/v1");
-        assert!(t.is_loopback());
+        assert_eq!(t.within(Reach::Loopback), Ok(()));
         let v6 = TargetUrl::parse("https://[::1]").unwrap();
         assert_eq!((v6.host(), v6.port()), ("::1", 443));
         assert_eq!(v6.base(), "https://[::1]");
-        assert!(v6.is_loopback());
+        assert_eq!(v6.within(Reach::Loopback), Ok(()));
         let remote = TargetUrl::parse("http://vllm/").unwrap();
         assert_eq!(remote.port(), 80);
-        assert!(!remote.is_loopback());
+        assert_eq!(
+            remote.within(Reach::Loopback),
+            Err(OutOfReach {
+                url: "http://vllm/".into()
+            })
+        );
+        assert_eq!(remote.within(Reach::Anywhere), Ok(()));
         assert!(
             TargetUrl::parse("http://localhost:9")
                 .unwrap()
-                .is_loopback()
+                .within(Reach::Loopback)
+                .is_ok()
         );
     }
 

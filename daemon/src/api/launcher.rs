@@ -16,6 +16,7 @@ use tracing::Instrument as _;
 use super::runs::{LaunchError, RunHandle, RunLauncher, RunState, RunStatus};
 use crate::{
     clock::unix_ms,
+    dial::Reach,
     export::otlp::{OtlpExporter, Sampler, live},
     loadgen::{self, Options, Plan, StopKind},
     tls::TlsOptions,
@@ -90,7 +91,7 @@ struct State {
 
 /// Runs scenarios posted to the control API with the embedded load generator.
 ///
-/// Targets outside loopback are refused unless the launcher was built with `allow_remote`
+/// Targets outside loopback are refused unless the launcher was built with [`Reach::Anywhere`]
 /// (the daemon's `--allow-remote`). A posted scenario reads dataset and trace files only from
 /// below `data_dir` (the daemon's `--data-dir`; none without one: inline `prompts:` and
 /// synthetic datasets still work), regular files of bounded size, read off the async workers.
@@ -100,7 +101,7 @@ struct State {
 /// the target's `/v1/models`; a model the target does not list fails the run before any
 /// request is sent, with the served models in its error.
 pub struct LoadgenLauncher {
-    allow_remote: bool,
+    reach: Reach,
     data_dir: Option<PathBuf>,
     tls: TlsOptions,
     otlp: Option<(Arc<OtlpExporter>, Sampler)>,
@@ -108,12 +109,12 @@ pub struct LoadgenLauncher {
 }
 
 impl LoadgenLauncher {
-    /// A launcher; `allow_remote` permits targets outside loopback; `data_dir` is the only
-    /// folder posted scenarios may read files from.
+    /// A launcher whose runs connect within `reach`; `data_dir` is the only folder posted
+    /// scenarios may read files from.
     #[must_use]
-    pub fn new(allow_remote: bool, data_dir: Option<PathBuf>) -> Self {
+    pub fn new(reach: Reach, data_dir: Option<PathBuf>) -> Self {
         Self {
-            allow_remote,
+            reach,
             data_dir,
             tls: TlsOptions::default(),
             otlp: None,
@@ -164,11 +165,7 @@ impl RunLauncher for LoadgenLauncher {
         let plan =
             off_workers(|| Plan::from_posted_yaml(text, "scenario", self.data_dir.as_deref()))?;
         let scenario = plan.scenario();
-        if !self.allow_remote && !scenario.target.is_loopback() {
-            return Err(LaunchError::Remote {
-                target: scenario.target.to_string(),
-            });
-        }
+        scenario.target.within(self.reach)?;
         let mut st = self.lock();
         if let Some((n, _)) = st
             .runs
@@ -214,7 +211,7 @@ impl RunLauncher for LoadgenLauncher {
         }
         drop(st);
         let mut opts = Options {
-            allow_remote: self.allow_remote,
+            reach: self.reach,
             keep_records: false,
             tls: self.tls.clone(),
             ..Options::new()

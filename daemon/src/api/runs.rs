@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::loadgen::PlanError;
+use crate::{dial::OutOfReach, loadgen::PlanError};
 
 /// A started run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -69,6 +69,12 @@ pub enum LaunchError {
     /// No run with that id.
     #[error("no run {0}")]
     NotFound(String),
+}
+
+impl From<OutOfReach> for LaunchError {
+    fn from(e: OutOfReach) -> Self {
+        LaunchError::Remote { target: e.url }
+    }
 }
 
 /// Starts, follows and stops load-generator runs for the API.

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use inferscope::{
     api::Bind,
     daemon::{Daemon, DaemonOptions, Finder},
+    dial::Reach,
     triggers,
 };
 
@@ -91,10 +92,11 @@ impl Args {
         if self.tls.insecure() {
             tracing::warn!("{}", super::tls::INSECURE_WARNING);
         }
+        let reach = Reach::from_flag(self.allow_remote);
         let triggers = match &self.triggers {
             Some(file) => {
                 let rules = triggers::load_file(file)?;
-                triggers::check_remote(&rules, self.allow_remote)?;
+                triggers::check_remote(&rules, reach)?;
                 rules
             }
             None => Vec::new(),
@@ -114,7 +116,7 @@ impl Args {
             keep: self.keep,
             api_listen: self.api_listen.clone(),
             api_token_file: self.api_token_file.clone(),
-            allow_remote: self.allow_remote,
+            reach,
             data_dir: self.data_dir.clone(),
             tls,
             show_cmdlines: self.show_cmdlines,

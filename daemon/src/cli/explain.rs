@@ -155,7 +155,7 @@ pub async fn run(
             .clone()
             .unwrap_or_else(|| format!("{}/metrics", scenario.target.trimmed())),
         window: args.window,
-        triggers: super::triggers::rules(scenario, args.triggers.as_deref(), opts.allow_remote)?,
+        triggers: super::triggers::rules(scenario, args.triggers.as_deref(), opts.reach)?,
         confirm: args.confirm,
     };
     let (lg, explained) = explain.run(plan, opts, cancel).await?;

@@ -20,6 +20,7 @@ use std::sync::{
 use anyhow::{Context as _, bail};
 use inferscope::atomic;
 use inferscope::collect::load_fold::LoadFold;
+use inferscope::dial::Reach;
 use inferscope::loadgen::{
     self, Endpoint, Notes, Options, Plan, Scenario, Shard, StopKind,
     client::Target,
@@ -221,8 +222,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.tls.insecure() {
         eprintln!("inferscope: {}", super::tls::INSECURE_WARNING);
     }
+    let reach = Reach::from_flag(args.allow_remote);
     let opts = Options {
-        allow_remote: args.allow_remote,
+        reach,
         keep_records: !args.no_records,
         observer: None,
         progress: !args.quiet && std::io::stderr().is_terminal(),
@@ -244,7 +246,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     .enable_all()
     .build()
     .context("starting the tokio runtime")?;
-    check_before_run(args, scenario)?;
+    check_before_run(args, scenario, reach)?;
     let signalled = Arc::new(AtomicU8::new(0));
     if let Some(spec) = search {
         let searched = rt.block_on(async {
@@ -353,7 +355,7 @@ fn check_output_flags(args: &Args, searching: bool) -> anyhow::Result<()> {
 
 /// What can be checked before the run spends its time, not after: the outputs can be
 /// written, the trigger rules hold.
-fn check_before_run(args: &Args, scenario: &Scenario) -> anyhow::Result<()> {
+fn check_before_run(args: &Args, scenario: &Scenario, reach: Reach) -> anyhow::Result<()> {
     if let Some(out) = &args.out {
         atomic::check_output_file(out)
             .with_context(|| format!("--out {} cannot be written", out.display()))?;
@@ -362,7 +364,7 @@ fn check_before_run(args: &Args, scenario: &Scenario) -> anyhow::Result<()> {
         scenario,
         args.explain.triggers_file(),
         args.explain.explain,
-        args.allow_remote,
+        reach,
     )?;
     if args.explain.explain {
         let dir = args.explain.report_dir();

@@ -5,17 +5,13 @@ use std::path::Path;
 
 use anyhow::bail;
 use inferscope::{
+    dial::Reach,
     loadgen::Scenario,
     triggers::{self, Rule},
 };
 
-/// The scenario's rules and the file's, checked: unique names, webhooks on loopback unless
-/// `allow_remote`.
-pub fn rules(
-    scenario: &Scenario,
-    file: Option<&Path>,
-    allow_remote: bool,
-) -> anyhow::Result<Vec<Rule>> {
+/// The scenario's rules and the file's, checked: unique names, webhooks within `reach`.
+pub fn rules(scenario: &Scenario, file: Option<&Path>, reach: Reach) -> anyhow::Result<Vec<Rule>> {
     let mut rules = triggers::of_scenario(scenario)?;
     if let Some(path) = file {
         for r in triggers::load_file(path)? {
@@ -29,7 +25,7 @@ pub fn rules(
             rules.push(r);
         }
     }
-    triggers::check_remote(&rules, allow_remote)?;
+    triggers::check_remote(&rules, reach)?;
     Ok(rules)
 }
 
@@ -39,9 +35,9 @@ pub fn check_stress(
     scenario: &Scenario,
     file: Option<&Path>,
     explain: bool,
-    allow_remote: bool,
+    reach: Reach,
 ) -> anyhow::Result<()> {
-    let rules = rules(scenario, file, allow_remote)?;
+    let rules = rules(scenario, file, reach)?;
     if !rules.is_empty() && !explain {
         bail!(
             "trigger rules are judged on the explained windows: add --explain (or remove `triggers:` / --triggers)"

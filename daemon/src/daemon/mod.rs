@@ -35,6 +35,7 @@ use crate::{
         Api, ApiConfig, ApiError, Bind, LoadgenLauncher, MarkingLauncher, Marks, Token,
         check_distinct, node, require_token, serve,
     },
+    dial::Reach,
     export::otlp::{OtlpError, OtlpExporter, Sampler, live::DEFAULT_SAMPLE},
     node::Node,
     probes::privileges,
@@ -65,8 +66,9 @@ pub struct DaemonOptions {
     pub api_listen: Bind,
     /// Bearer token file for the control API.
     pub api_token_file: Option<PathBuf>,
-    /// Whether posted runs (and trigger webhooks) may reach beyond loopback.
-    pub allow_remote: bool,
+    /// Where posted runs and trigger webhooks may connect (beyond loopback with
+    /// `--allow-remote`).
+    pub reach: Reach,
     /// The folder posted runs may read dataset and trace files from.
     pub data_dir: Option<PathBuf>,
     /// TLS for an https:// `metrics_url`, the pod list and posted runs' targets.
@@ -92,7 +94,7 @@ impl Default for DaemonOptions {
             keep: 3600,
             api_listen: Bind::Tcp(SocketAddr::from(([127, 0, 0, 1], 7070))),
             api_token_file: None,
-            allow_remote: false,
+            reach: Reach::Loopback,
             data_dir: None,
             tls: TlsOptions::default(),
             show_cmdlines: false,
@@ -190,7 +192,7 @@ impl Daemon {
         let mut node_opts = pipeline::options(&opts, marks, otlp.as_ref());
         let rules = std::mem::take(&mut opts.triggers);
         let triggers = (!rules.is_empty())
-            .then(|| triggers::start(rules, opts.allow_remote, otlp.as_ref(), &mut node_opts));
+            .then(|| triggers::start(rules, opts.reach, otlp.as_ref(), &mut node_opts));
         let (node, handle) = Node::start(node_opts);
         if !node.session().has_kernel() {
             stop.cancel();
@@ -322,7 +324,7 @@ async fn bind_api(
         ..ApiConfig::default()
     };
     let mut loadgen =
-        LoadgenLauncher::new(opts.allow_remote, opts.data_dir.clone()).with_tls(opts.tls.clone());
+        LoadgenLauncher::new(opts.reach, opts.data_dir.clone()).with_tls(opts.tls.clone());
     if let Some(x) = otlp {
         // Posted runs' requests go out live too; spans as OTEL_TRACES_SAMPLER says, else 1%.
         let env = |k: &str| std::env::var(k).ok();

@@ -7,6 +7,7 @@ use tokio::task::JoinHandle;
 
 use crate::{
     collect::identity::ServerIdentity,
+    dial::Reach,
     export::otlp::OtlpExporter,
     node::NodeOptions,
     triggers::{self, Counts, Engine, Firing, Outcome, Rule, action::OnDone},
@@ -15,7 +16,7 @@ use crate::{
 /// Hooks `rules` onto the pipeline. Returns the action task and the counts for `/metrics`.
 pub(super) fn start(
     rules: Vec<Rule>,
-    allow_remote: bool,
+    reach: Reach,
     otlp: Option<&Arc<OtlpExporter>>,
     node: &mut NodeOptions,
 ) -> (JoinHandle<Vec<Firing>>, Arc<Counts>) {
@@ -32,7 +33,7 @@ pub(super) fn start(
         Arc::new(move |f: &Firing| x.record_trigger(std::time::SystemTime::now(), &attributes(f)))
             as OnDone
     });
-    let started = triggers::start(Engine::new(rules), on_done, allow_remote);
+    let started = triggers::start(Engine::new(rules), on_done, reach);
     node.observers.push(started.observer);
     (started.runner, started.counts)
 }

@@ -32,7 +32,7 @@ pub(super) fn start(
             f.action
         );
     });
-    let started = triggers::start(engine, Some(say), opts.allow_remote);
+    let started = triggers::start(engine, Some(say), opts.reach);
     node.observers.push(started.observer);
     started.runner
 }

@@ -13,8 +13,8 @@
 //! - `webhook: URL`: the firing as a JSON body, `POST`ed; each attempt has the timeout; a
 //!   connection error, a timeout, a 429 or a 5xx is retried [`RETRIES`] times after 0.25 s,
 //!   0.5 s and 1 s; other statuses are final. The connection is opened through the load
-//!   generator's guard ([`crate::dial`]): the address actually dialled must be on
-//!   loopback unless remote targets are allowed, whatever the URL's spelling; a refusal is
+//!   generator's guard ([`crate::dial`]): the address actually dialled must be within the
+//!   [`Reach`] (loopback unless `--allow-remote`), whatever the URL's spelling; a refusal is
 //!   final.
 
 use std::{process::Stdio, sync::Arc, time::Duration};
@@ -27,7 +27,7 @@ use tokio::{sync::mpsc, task::JoinSet};
 use super::{Firing, Outcome, rule::Action};
 use crate::{
     collect::identity::ServerIdentity,
-    dial::{DialError, GuardedConnector},
+    dial::{DialError, GuardedConnector, Reach},
 };
 
 /// Retries of a webhook after its first attempt.
@@ -51,11 +51,11 @@ pub struct Job {
 pub type OnDone = Arc<dyn Fn(&Firing) + Send + Sync>;
 
 /// Runs jobs until the sender is dropped and every action is done; returns the firings with
-/// their outcomes, in firing order. `allow_remote` lets webhooks connect outside loopback.
+/// their outcomes, in firing order. Webhooks connect within `reach`.
 pub async fn serve(
     mut rx: mpsc::Receiver<Job>,
     on_done: Option<OnDone>,
-    allow_remote: bool,
+    reach: Reach,
 ) -> Vec<Firing> {
     let mut running = JoinSet::new();
     let mut done = Vec::new();
@@ -70,7 +70,7 @@ pub async fn serve(
         tokio::select! {
             job = rx.recv() => match job {
                 Some(job) => {
-                    running.spawn(execute(job, allow_remote));
+                    running.spawn(execute(job, reach));
                 }
                 None => break,
             },
@@ -99,11 +99,11 @@ fn log(f: &Firing) {
     }
 }
 
-async fn execute(job: Job, allow_remote: bool) -> Firing {
+async fn execute(job: Job, reach: Reach) -> Firing {
     let mut firing = job.firing;
     let outcome = match &job.action {
         Action::Run(argv) => run(argv, job.timeout, &firing).await,
-        Action::Webhook(url) => webhook(url, job.timeout, allow_remote, BACKOFF, &firing).await,
+        Action::Webhook(url) => webhook(url, job.timeout, reach, BACKOFF, &firing).await,
     };
     firing.outcome = Some(outcome);
     firing
@@ -174,14 +174,11 @@ async fn run(argv: &[String], timeout: Duration, f: &Firing) -> Outcome {
 async fn webhook(
     url: &str,
     timeout: Duration,
-    allow_remote: bool,
+    reach: Reach,
     backoff: Duration,
     f: &Firing,
 ) -> Outcome {
-    let guard = GuardedConnector {
-        allow_remote,
-        timeout,
-    };
+    let guard = GuardedConnector { reach, timeout };
     let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(guard);
     let body = Bytes::from(f.json());
     let mut last = String::new();
@@ -343,8 +340,8 @@ mod tests {
     }
 
     /// [`webhook`] with the test's firing.
-    async fn post(url: &str, timeout: Duration, allow_remote: bool, backoff: Duration) -> Outcome {
-        webhook(url, timeout, allow_remote, backoff, &firing()).await
+    async fn post(url: &str, timeout: Duration, reach: Reach, backoff: Duration) -> Outcome {
+        webhook(url, timeout, reach, backoff, &firing()).await
     }
 
     #[tokio::test]
@@ -356,7 +353,7 @@ mod tests {
         let o = post(
             &url,
             Duration::from_secs(2),
-            false,
+            Reach::Loopback,
             Duration::from_millis(1),
         )
         .await;
@@ -380,7 +377,7 @@ mod tests {
         let dead = format!("http://127.0.0.1:{port}/hook");
         let t = tokio::time::Instant::now();
         let attempt = Duration::from_millis(200);
-        let o = post(&dead, attempt, false, BACKOFF).await;
+        let o = post(&dead, attempt, Reach::Loopback, BACKOFF).await;
         assert!(matches!(o, Outcome::Failed { attempts: 4, .. }), "{o:?}");
         // The three pauses (0.25 s, 0.5 s, 1 s), and each attempt refused at once or given up
         // at its timeout.
@@ -415,7 +412,7 @@ mod tests {
             "http://[::ffff:10.0.0.1]:9/h",
         ] {
             let t = tokio::time::Instant::now();
-            let o = post(url, Duration::from_secs(5), false, BACKOFF).await;
+            let o = post(url, Duration::from_secs(5), Reach::Loopback, BACKOFF).await;
             assert_refused(&o, url);
             // Refused before any packet: no connect timeout, no retry pauses.
             assert_eq!(t.elapsed(), Duration::ZERO, "{url}");
@@ -431,7 +428,7 @@ mod tests {
             format!("http://2130706433:{port}/hook"),
             format!("http://localhost:{port}/hook"),
         ] {
-            let o = post(&url, Duration::from_secs(2), false, BACKOFF).await;
+            let o = post(&url, Duration::from_secs(2), Reach::Loopback, BACKOFF).await;
             assert!(o.ok(), "{url}: {o:?}");
         }
         assert_eq!(calls.load(Ordering::SeqCst), 3);
@@ -460,9 +457,9 @@ mod tests {
             format!("http://{addr}/hook"),
             format!("http://{}:{port}/hook", u32::from(v4)),
         ] {
-            let o = post(&url, Duration::from_secs(2), false, BACKOFF).await;
+            let o = post(&url, Duration::from_secs(2), Reach::Loopback, BACKOFF).await;
             assert_refused(&o, &url);
-            let o = post(&url, Duration::from_secs(2), true, BACKOFF).await;
+            let o = post(&url, Duration::from_secs(2), Reach::Anywhere, BACKOFF).await;
             assert_eq!(
                 o,
                 Outcome::Delivered {

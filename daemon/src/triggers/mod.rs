@@ -11,13 +11,13 @@
 //!
 //! ```
 //! # async fn demo() {
-//! use inferscope::triggers::{self, Engine};
+//! use inferscope::{dial::Reach, triggers::{self, Engine}};
 //! let rules = triggers::parse_yaml(
 //!     "triggers:\n  - {name: kv, when: [verdict == kv_cache], for: 60s, run: [/bin/true]}\n",
 //!     "t.yaml",
 //! )
 //! .unwrap();
-//! let started = triggers::start(Engine::new(rules), None, false);
+//! let started = triggers::start(Engine::new(rules), None, Reach::Loopback);
 //! // node_options.observers.push(started.observer);
 //! # drop(started.observer);
 //! let firings = started.runner.await.unwrap(); // once the node has stopped
@@ -57,6 +57,7 @@ use self::{
 use crate::{
     attribute::{Verdict, WindowVerdict},
     collect::{identity::ServerIdentity, timeline::Window},
+    dial::Reach,
     loadgen::scenario::{Scenario, WrittenTrigger, line_of},
     node::{MAX_SERVERS, Observer},
 };
@@ -447,12 +448,12 @@ pub struct Started {
 }
 
 /// Starts the action task (needs a tokio runtime) and returns the observer that feeds it;
-/// `allow_remote` lets webhooks connect outside loopback (checked on the address dialled).
+/// webhooks connect within `reach` (checked on the address dialled).
 #[must_use]
-pub fn start(engine: Engine, on_done: Option<OnDone>, allow_remote: bool) -> Started {
+pub fn start(engine: Engine, on_done: Option<OnDone>, reach: Reach) -> Started {
     let (tx, rx) = mpsc::channel::<Job>(QUEUE);
     let counts = Arc::new(Counts::new(engine.rules()));
-    let runner = tokio::spawn(action::serve(rx, on_done, allow_remote));
+    let runner = tokio::spawn(action::serve(rx, on_done, reach));
     let c = Arc::clone(&counts);
     let mut engine = engine;
     let observer: Observer = Box::new(move |s: &ServerIdentity, w: &Window, v: &WindowVerdict| {
@@ -477,15 +478,15 @@ pub fn start(engine: Engine, on_done: Option<OnDone>, allow_remote: bool) -> Sta
     }
 }
 
-/// Webhooks outside loopback are refused unless `allow_remote`, before anything starts: asked
-/// of the guard that every webhook connection goes through ([`crate::dial`]), which
-/// checks again on the address it dials.
-pub fn check_remote(rules: &[Rule], allow_remote: bool) -> Result<(), RemoteWebhook> {
+/// Webhooks outside `reach` are refused before anything starts: asked of the guard that every
+/// webhook connection goes through ([`crate::dial`]), which checks again on the address it
+/// dials.
+pub fn check_remote(rules: &[Rule], reach: Reach) -> Result<(), RemoteWebhook> {
     for r in rules {
         if let Action::Webhook(url) = &r.action
             && let Ok(uri) = url.parse::<hyper::Uri>()
             && let Ok((host, port)) = crate::dial::host_port(&uri)
-            && let Err(why) = crate::dial::check_blocking(&host, port, allow_remote)
+            && let Err(why) = crate::dial::check_blocking(&host, port, reach)
         {
             return Err(RemoteWebhook {
                 rule: r.name.clone(),

@@ -207,28 +207,30 @@ fn files_are_checked_with_their_lines() {
     assert!(e.msg.contains("is empty"), "{e}");
     let remote =
         rules("triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://10.0.0.1/h'}\n");
-    let e = check_remote(&remote, false).unwrap_err();
+    let e = check_remote(&remote, Reach::Loopback).unwrap_err();
     assert_eq!(
         (e.rule.as_str(), e.url.as_str()),
         ("w", "http://10.0.0.1/h")
     );
     assert!(e.to_string().contains("--allow-remote"), "{e}");
-    check_remote(&remote, true).unwrap();
+    check_remote(&remote, Reach::Anywhere).unwrap();
     let local = rules(
         "triggers:\n  - {name: w, when: [kv_usage > 0.9], webhook: 'http://localhost:9/h'}\n",
     );
-    check_remote(&local, false).unwrap();
+    check_remote(&local, Reach::Loopback).unwrap();
     // Before anything starts, the guard that dials them judges every spelling by address.
     let hook = |url: &str| {
         rules(&format!(
             "triggers:\n  - {{name: w, when: [kv_usage > 0.9], webhook: '{url}'}}\n"
         ))
     };
-    check_remote(&hook("http://0x7f000001:9/h"), false).unwrap();
+    check_remote(&hook("http://0x7f000001:9/h"), Reach::Loopback).unwrap();
     for url in ["http://167772161/h", "http://[::ffff:10.0.0.1]/h"] {
-        let e = check_remote(&hook(url), false).unwrap_err().to_string();
+        let e = check_remote(&hook(url), Reach::Loopback)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("refusing to connect") && e.contains(url), "{e}");
-        check_remote(&hook(url), true).unwrap();
+        check_remote(&hook(url), Reach::Anywhere).unwrap();
     }
 }
 
@@ -236,7 +238,7 @@ fn files_are_checked_with_their_lines() {
 async fn the_observer_counts_and_the_runner_returns_outcomes() {
     let r =
         rules("triggers:\n  - {name: kv, when: [kv_usage >= 0.9], run: [/bin/sh, -c, 'exit 0']}\n");
-    let started = start(Engine::new(r), None, false);
+    let started = start(Engine::new(r), None, Reach::Loopback);
     let mut observer = started.observer;
     for i in 0..4 {
         let kv = if i == 1 || i == 3 { 0.95 } else { 0.2 };
@@ -285,7 +287,7 @@ async fn a_rule_fires_once_per_episode_of_each_server_with_its_identity() {
         "triggers:\n  - name: kv\n    when: [verdict == kv_cache]\n    for: 2s\n    cooldown: 0s\n    run: [/bin/sh, -c, 'echo \"$INFERSCOPE_SERVER $INFERSCOPE_K8S_POD_NAME $INFERSCOPE_K8S_NAMESPACE_NAME\" >> {}']\n",
         out.display()
     );
-    let started = start(Engine::new(rules(&yaml)), None, false);
+    let started = start(Engine::new(rules(&yaml)), None, Reach::Loopback);
     let mut observer = started.observer;
     let a = ServerIdentity {
         server: "pod:u-a".into(),

@@ -34,7 +34,10 @@ async fn api(data_dir: Option<std::path::PathBuf>) -> std::net::SocketAddr {
         bind: "127.0.0.1:0".parse().unwrap(),
         ..ApiConfig::default()
     };
-    let launcher = Arc::new(LoadgenLauncher::new(false, data_dir));
+    let launcher = Arc::new(LoadgenLauncher::new(
+        inferscope::dial::Reach::Loopback,
+        data_dir,
+    ));
     let api = Api::bind(&config, launcher, Marks::default())
         .await
         .unwrap();

@@ -12,6 +12,7 @@ use hyper::{Method, Request};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use inferscope::api::{Api, ApiConfig, LoadgenLauncher, Marks};
+use inferscope::dial::Reach;
 use serde_json::Value;
 
 async fn call(base: &str, method: Method, path: &str, body: &str) -> (u16, Value) {
@@ -36,12 +37,12 @@ async fn sim() -> inferscope::sim::SimServer {
     inferscope::sim::start(cfg, l).await.unwrap()
 }
 
-async fn api(allow_remote: bool, marks: Marks) -> String {
+async fn api(reach: Reach, marks: Marks) -> String {
     let config = ApiConfig {
         bind: "127.0.0.1:0".parse().unwrap(),
         ..ApiConfig::default()
     };
-    let launcher = Arc::new(LoadgenLauncher::new(allow_remote, None));
+    let launcher = Arc::new(LoadgenLauncher::new(reach, None));
     let api = Api::bind(&config, launcher, marks).await.unwrap();
     let addr = api.local_addr().unwrap();
     tokio::spawn(api.serve(std::future::pending()));
@@ -76,7 +77,7 @@ async fn wait_done(base: &str, id: &str) -> Value {
 async fn a_run_over_the_api_is_marked_and_reported() {
     let sim = sim().await;
     let marks = Marks::default();
-    let base = api(false, marks.clone()).await;
+    let base = api(Reach::Loopback, marks.clone()).await;
 
     let (s, created) = call(
         &base,
@@ -165,7 +166,7 @@ async fn a_run_over_the_api_is_marked_and_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_run_says_so_and_keeps_its_report() {
     let sim = sim().await;
-    let base = api(false, Marks::default()).await;
+    let base = api(Reach::Loopback, Marks::default()).await;
     let (s, created) = call(
         &base,
         Method::POST,
@@ -188,7 +189,7 @@ async fn a_stopped_run_says_so_and_keeps_its_report() {
 
 #[tokio::test]
 async fn bad_scenarios_get_400_with_the_place_and_remote_targets_need_allow_remote() {
-    let base = api(false, Marks::default()).await;
+    let base = api(Reach::Loopback, Marks::default()).await;
     let bad = "target: http://127.0.0.1:9\nphases:\n  - name: a\n    duration: 1s\n    load: {shape: constant, rat: 5}\n";
     let (s, e) = call(&base, Method::POST, "/api/v1/runs", bad).await;
     assert_eq!(s, 400, "{e}");
@@ -199,8 +200,9 @@ async fn bad_scenarios_get_400_with_the_place_and_remote_targets_need_allow_remo
     let remote = scenario("http://10.1.2.3:8000", 1);
     let (s, e) = call(&base, Method::POST, "/api/v1/runs", &remote).await;
     assert_eq!(s, 400, "{e}");
-    assert!(
-        e["error"].as_str().unwrap().contains("--allow-remote"),
+    assert_eq!(
+        e["error"].as_str().unwrap(),
+        "invalid scenario: target http://10.1.2.3:8000 is not a loopback address: start the daemon with --allow-remote to load a remote service",
         "{e}"
     );
     let (s, _) = call(&base, Method::GET, "/api/v1/runs/run-7", "").await;
@@ -226,7 +228,8 @@ async fn a_posted_run_is_exported_live_over_otlp() {
     let exporter = Arc::new(OtlpExporter::start(&config, &[]).unwrap());
     let sim = sim().await;
     let launcher = Arc::new(
-        LoadgenLauncher::new(false, None).with_otlp(exporter.clone(), Sampler::new(1.0).unwrap()),
+        LoadgenLauncher::new(Reach::Loopback, None)
+            .with_otlp(exporter.clone(), Sampler::new(1.0).unwrap()),
     );
     let api = Api::bind(
         &ApiConfig {

@@ -146,7 +146,7 @@ async fn runs_posted_to_the_control_api_discover_the_model_too() {
     cfg.vector.corpus_size = 10;
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sim = inferscope::sim::start(cfg, l).await.unwrap();
-    let launcher = LoadgenLauncher::new(false, None);
+    let launcher = LoadgenLauncher::new(inferscope::dial::Reach::Loopback, None);
     let scenario = |request: &str| {
         format!(
             "target: {}\nphases:\n  - {{name: a, duration: 1s, load: {{shape: constant, rate: 10}}, request: {request}}}\n",

@@ -102,7 +102,11 @@ async fn chroma() -> Option<Chroma> {
 fn client(url: &str) -> (HttpClient, Target) {
     let target = Target::new(url, []).unwrap();
     (
-        build_client(&target, Duration::from_secs(10), false),
+        build_client(
+            &target,
+            Duration::from_secs(10),
+            inferscope::dial::Reach::Loopback,
+        ),
         target,
     )
 }

@@ -166,7 +166,11 @@ async fn a_json_path_that_matches_nothing_stops_the_run_in_one_line() {
 async fn put(addr: std::net::SocketAddr, path: &str, body: &str) {
     use inferscope::loadgen::client::{Target, build_client};
     let target = Target::new(&format!("http://{addr}"), []).unwrap();
-    let client = build_client(&target, std::time::Duration::from_secs(5), false);
+    let client = build_client(
+        &target,
+        std::time::Duration::from_secs(5),
+        inferscope::dial::Reach::Loopback,
+    );
     let req = target
         .request(
             &hyper::Method::PUT,

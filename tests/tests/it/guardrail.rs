@@ -12,9 +12,12 @@ use std::{
     time::Duration,
 };
 
-use inferscope::loadgen::{
-    self, Options, Plan,
-    client::{OwnConn, Target, build_client, via::Via},
+use inferscope::{
+    dial::Reach,
+    loadgen::{
+        self, Options, Plan,
+        client::{OwnConn, Target, build_client, via::Via},
+    },
 };
 use inferscope_tests::{NetNs, free_port, inferscope_bin, root_or_skip};
 use tokio_util::sync::CancellationToken;
@@ -170,7 +173,7 @@ fn nothing_reaches_a_non_loopback_listener_without_allow_remote() {
 
         // The connector itself: the pool and a closed-loop user's own connection.
         let target = Target::new(&format!("http://{remote}"), []).expect("target");
-        let client = build_client(&target, Duration::from_secs(2), false);
+        let client = build_client(&target, Duration::from_secs(2), Reach::Loopback);
         let e = client
             .request(get(&target, "/"))
             .await
@@ -179,7 +182,7 @@ fn nothing_reaches_a_non_loopback_listener_without_allow_remote() {
             inferscope::loadgen::client::error_chain(&e).contains("--allow-remote"),
             "{e:?}"
         );
-        let mut own = OwnConn::new(&target, Duration::from_secs(2), false);
+        let mut own = OwnConn::new(&target, Duration::from_secs(2), Reach::Loopback);
         let mut via = Via::Own(&mut own);
         let (_, msg) = via.request(get(&target, "/")).await.expect_err("refused");
         assert!(msg.contains("--allow-remote"), "{msg}");
@@ -189,7 +192,7 @@ fn nothing_reaches_a_non_loopback_listener_without_allow_remote() {
     // The control: with permission the same listener is reached, so the count can move.
     rt.block_on(async {
         let target = Target::new(&format!("http://{remote}"), []).expect("target");
-        let mut own = OwnConn::new(&target, Duration::from_secs(2), true);
+        let mut own = OwnConn::new(&target, Duration::from_secs(2), Reach::Anywhere);
         let mut via = Via::Own(&mut own);
         let _ =
             tokio::time::timeout(Duration::from_millis(500), via.request(get(&target, "/"))).await;

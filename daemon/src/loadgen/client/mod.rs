@@ -43,7 +43,7 @@ use resend::{closed_before_answer, copy_request};
 pub struct OwnConn {
     host_name: String,
     port: u16,
-    allow_remote: bool,
+    reach: dial::Reach,
     host: HeaderValue,
     connect_timeout: Duration,
     tls: Option<tokio_rustls::TlsConnector>,
@@ -55,16 +55,16 @@ pub struct OwnConn {
 }
 
 impl OwnConn {
-    /// A not-yet-connected connection to the target; `allow_remote` lifts the loopback
-    /// guardrail.
+    /// A not-yet-connected connection to the target, dialled within `reach` (the loopback
+    /// guardrail).
     #[must_use]
-    pub fn new(target: &Target, connect_timeout: Duration, allow_remote: bool) -> Self {
+    pub fn new(target: &Target, connect_timeout: Duration, reach: dial::Reach) -> Self {
         OwnConn {
             host: HeaderValue::from_str(target.authority.as_str())
                 .unwrap_or(HeaderValue::from_static("localhost")),
             host_name: target.host.clone(),
             port: target.port,
-            allow_remote,
+            reach,
             connect_timeout,
             tls: target.tls.clone().map(tokio_rustls::TlsConnector::from),
             conn: None,
@@ -75,14 +75,9 @@ impl OwnConn {
 
     /// A new TCP connection to the target, or the failure's class and text.
     async fn dial(&self) -> Result<tokio::net::TcpStream, (ErrorClass, String)> {
-        dial::dial(
-            &self.host_name,
-            self.port,
-            self.allow_remote,
-            self.connect_timeout,
-        )
-        .await
-        .map_err(|e| (connect_class(&e), e.to_string()))
+        dial::dial(&self.host_name, self.port, self.reach, self.connect_timeout)
+            .await
+            .map_err(|e| (connect_class(&e), e.to_string()))
     }
 
     async fn connect(&mut self) -> Result<(), (ErrorClass, String)> {

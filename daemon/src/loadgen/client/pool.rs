@@ -10,7 +10,7 @@ use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 
 use super::resend::{closed_before_answer, copy_request};
 use super::target::Target;
-use crate::dial::{self, GuardedConnector};
+use crate::dial::{self, GuardedConnector, Reach};
 use crate::tls::TlsConnector;
 
 type Hyper = Client<TlsConnector<GuardedConnector>, Full<Bytes>>;
@@ -28,11 +28,11 @@ pub struct HttpClient {
 /// A client for `target` with keep-alive, `TCP_NODELAY`, a connect timeout (the TLS
 /// handshake of an `https://` target gets as long again) and an unbounded idle pool (the
 /// engine's in-flight caps bound the number of connections). Every connection goes through
-/// the loopback guardrail ([`dial`]); `allow_remote` lifts it.
+/// the loopback guardrail ([`dial`]) within `reach`.
 #[must_use]
-pub fn build_client(target: &Target, connect_timeout: Duration, allow_remote: bool) -> HttpClient {
+pub fn build_client(target: &Target, connect_timeout: Duration, reach: Reach) -> HttpClient {
     let conn = GuardedConnector {
-        allow_remote,
+        reach,
         timeout: connect_timeout,
     };
     let opened = Arc::new(dial::Opened::default());

@@ -13,6 +13,7 @@ use tokio::{
 
 use super::via::{Via, plain, send};
 use super::*;
+use crate::dial::Reach;
 use crate::measure::record::{Endpoint, RequestRecord};
 
 /// A raw HTTP/1.1 server that announces `Keep-Alive: timeout=5, max=100` but answers only
@@ -119,9 +120,9 @@ async fn both_ways(answers: usize, n: usize) -> [(Vec<String>, usize); 2] {
 async fn ways(addr: std::net::SocketAddr, n: usize) -> [(Vec<String>, usize); 2] {
     let target = Target::new(&format!("http://{addr}"), []).unwrap();
     let timeout = Duration::from_secs(5);
-    let client = build_client(&target, timeout, false);
+    let client = build_client(&target, timeout, Reach::Loopback);
     let pooled = run(&mut Via::Pool(&client), &target, n).await;
-    let mut own = OwnConn::new(&target, timeout, false);
+    let mut own = OwnConn::new(&target, timeout, Reach::Loopback);
     let owned = run(&mut Via::Own(&mut own), &target, n).await;
     [pooled, owned]
 }
@@ -163,7 +164,7 @@ async fn a_server_that_never_answers_is_still_an_error() {
     // Closes every connection unanswered: the resend fails too, and the request with it.
     let addr = closing_server(0).await;
     let target = Target::new(&format!("http://{addr}"), []).unwrap();
-    let client = build_client(&target, Duration::from_secs(5), false);
+    let client = build_client(&target, Duration::from_secs(5), Reach::Loopback);
     let (failed, _) = run(&mut Via::Pool(&client), &target, 3).await;
     assert_eq!(failed.len(), 3, "{failed:?}");
 }
@@ -187,9 +188,9 @@ async fn run_plain(via: &mut Via<'_>, target: &Target, n: usize) -> Vec<RequestR
 async fn plain_both_ways(addr: std::net::SocketAddr, n: usize) -> [Vec<RequestRecord>; 2] {
     let target = Target::new(&format!("http://{addr}"), []).unwrap();
     let timeout = Duration::from_secs(5);
-    let client = build_client(&target, timeout, false);
+    let client = build_client(&target, timeout, Reach::Loopback);
     let pooled = run_plain(&mut Via::Pool(&client), &target, n).await;
-    let mut own = OwnConn::new(&target, timeout, false);
+    let mut own = OwnConn::new(&target, timeout, Reach::Loopback);
     let owned = run_plain(&mut Via::Own(&mut own), &target, n).await;
     [pooled, owned]
 }
@@ -327,7 +328,7 @@ async fn a_request_that_waited_for_its_connection_carries_the_connect_time() {
         let target = Target::new(&format!("http://{addr}"), []).unwrap();
         let timeout = Duration::from_secs(5);
         // The own connection through hyper (an LLM request's way), then plain requests.
-        let mut own = OwnConn::new(&target, timeout, false);
+        let mut own = OwnConn::new(&target, timeout, Reach::Loopback);
         let mut hyper_own = Vec::new();
         for i in 0..6 {
             let req = target

@@ -303,7 +303,7 @@ pub(super) async fn user(
         tokio::select! { () = tokio::time::sleep_until(start.at) => {}, () = cancel.cancelled() => return }
     }
     // Each user owns one connection, as a wrk/oha connection does.
-    let mut own = OwnConn::new(&shared.target, shared.timeout, shared.allow_remote);
+    let mut own = OwnConn::new(&shared.target, shared.timeout, shared.reach);
     let mut n = 0;
     while Instant::now() < caps.end() && !cancel.is_cancelled() {
         let seq = shared.seq.fetch_add(1, Ordering::Relaxed);

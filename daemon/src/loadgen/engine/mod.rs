@@ -38,6 +38,7 @@ use self::{
 };
 
 use crate::clock::RunClock;
+use crate::dial::{OutOfReach, Reach};
 
 use futures_util::FutureExt as _;
 use rand::{RngCore as _, SeedableRng as _, rngs::SmallRng};
@@ -81,8 +82,8 @@ pub const RECORDS_BUDGET: usize = 256 << 20;
 /// targets, has no observer and draws no progress line.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Allow targets outside loopback.
-    pub allow_remote: bool,
+    /// Where the run may connect: loopback only unless `--allow-remote`.
+    pub reach: Reach,
     /// Keep request records in the report.
     pub keep_records: bool,
     /// Bytes of records kept at most (estimated, [`RequestRecord::footprint`]); records
@@ -143,7 +144,7 @@ pub enum Fault {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            allow_remote: false,
+            reach: Reach::Loopback,
             keep_records: true,
             records_budget: RECORDS_BUDGET,
             observer: None,
@@ -186,12 +187,18 @@ pub enum RunError {
     Vector(#[from] vector::errors::SetupError),
 }
 
+impl From<OutOfReach> for RunError {
+    fn from(e: OutOfReach) -> Self {
+        RunError::Remote(e.url)
+    }
+}
+
 struct Shared {
     client: HttpClient,
     target: Target,
     t0: std::time::Instant,
     timeout: Duration,
-    allow_remote: bool,
+    reach: Reach,
     shard: Shard,
     hard_stop: CancellationToken,
     tx: mpsc::Sender<Msg>,
@@ -245,7 +252,7 @@ pub async fn run(
         client: setup.client,
         truth: setup.truth,
         fault: opts.fault,
-        allow_remote: opts.allow_remote,
+        reach: opts.reach,
         shard: share,
         target: setup.target,
         t0: started.t0,

@@ -25,6 +25,7 @@ use http_body_util::{BodyExt as _, Limited};
 use hyper::Method;
 
 use super::Options;
+use crate::dial::Reach;
 use crate::loadgen::{
     client::{Target, build_client},
     scenario::Scenario,
@@ -99,7 +100,7 @@ pub async fn discover(scenario: &Scenario, opts: &Options) -> Result<Discovery, 
     }
     // A target the run will refuse (not loopback, a bad URL, an unusable TLS setup) is not
     // asked either: the run says why.
-    if !opts.allow_remote && !scenario.target.is_loopback() {
+    if scenario.target.within(opts.reach).is_err() {
         return Ok(Discovery::NotNeeded);
     }
     let Ok(target) =
@@ -110,7 +111,7 @@ pub async fn discover(scenario: &Scenario, opts: &Options) -> Result<Discovery, 
     let url = format!("{}{MODELS_PATH}", scenario.target.base());
     let fallback = asks.contains(&Wants::Unset);
     let timeout = scenario.timeout.min(DISCOVERY_TIMEOUT);
-    let (served, owned_by) = match list(&target, opts.allow_remote, timeout).await {
+    let (served, owned_by) = match list(&target, opts.reach, timeout).await {
         Ok(list) if !list.0.is_empty() => list,
         Ok(_) => {
             let why = "the list is empty".to_string();
@@ -144,10 +145,10 @@ pub async fn discover(scenario: &Scenario, opts: &Options) -> Result<Discovery, 
 /// Errors are one line.
 async fn list(
     target: &Target,
-    allow_remote: bool,
+    reach: Reach,
     timeout: Duration,
 ) -> Result<(Vec<String>, Option<String>), String> {
-    let client = build_client(target, timeout, allow_remote);
+    let client = build_client(target, timeout, reach);
     let req = target
         .request(&Method::GET, MODELS_PATH, bytes::Bytes::new(), &[])
         .map_err(|e| e.to_string())?;

@@ -144,7 +144,7 @@ async fn engine(scenario: &Scenario, opts: &Options, owned_by: Option<&str>) -> 
         .and_then(|t| t.with_tls(&opts.tls))
         .ok()?;
     let timeout = scenario.timeout.min(PROBE_TIMEOUT);
-    let client = build_client(&target, timeout, opts.allow_remote);
+    let client = build_client(&target, timeout, opts.reach);
     let ask = Ask {
         client: &client,
         target: &target,

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use crate::clock::{self};
-use crate::dial::is_loopback;
 
 use rand::{SeedableRng as _, rngs::SmallRng};
 
@@ -40,9 +39,7 @@ pub(super) struct Setup {
 impl Setup {
     pub(super) async fn new(plan: &Plan, opts: &Options) -> Result<Self, RunError> {
         let scenario = plan.scenario();
-        if !opts.allow_remote && !scenario.target.is_loopback() {
-            return Err(RunError::Remote(scenario.target.to_string()));
-        }
+        scenario.target.within(opts.reach)?;
         // Once per plan (a knee search's steps share their base's): a model the target does
         // not serve ends the run here, not in N failed requests.
         let models = models::discover_once(plan, opts).await?;
@@ -69,22 +66,16 @@ impl Setup {
                 PhaseCtx::new(i as u32, &p, plan, &target)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if !opts.allow_remote {
-            let remote = ctxs
-                .iter()
-                .filter_map(|c| c.pipeline.as_ref())
-                .flat_map(pipeline::Pipeline::hosts)
-                .chain(
-                    ctxs.iter()
-                        .filter_map(|c| c.session.as_deref())
-                        .flat_map(session::plan::SessionPlan::hosts),
-                )
-                .find(|(host, _)| !is_loopback(host));
-            if let Some((_, url)) = remote {
-                return Err(RunError::Remote(url));
-            }
-        }
-        let client = build_client(&target, scenario.timeout, opts.allow_remote);
+        ctxs.iter()
+            .filter_map(|c| c.pipeline.as_ref())
+            .flat_map(pipeline::Pipeline::hosts)
+            .chain(
+                ctxs.iter()
+                    .filter_map(|c| c.session.as_deref())
+                    .flat_map(session::plan::SessionPlan::hosts),
+            )
+            .try_for_each(|(host, url)| opts.reach.admits(&host, &url))?;
+        let client = build_client(&target, scenario.timeout, opts.reach);
         vector_setup(&mut ctxs, &client, &target, scenario.seed).await?;
         let truth = if ctxs
             .iter()

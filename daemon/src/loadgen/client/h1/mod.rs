@@ -396,7 +396,11 @@ mod tests {
         // The engine moves a request's future several times per request: a large one is a
         // large memcpy each time (issue 30: 7 KB, 8% of a plain-HTTP run's CPU).
         let target = super::super::Target::new("http://127.0.0.1:9", []).unwrap();
-        let mut conn = OwnConn::new(&target, std::time::Duration::from_secs(1), false);
+        let mut conn = OwnConn::new(
+            &target,
+            std::time::Duration::from_secs(1),
+            crate::dial::Reach::Loopback,
+        );
         let mut via = super::super::via::Via::Own(&mut conn);
         let req = target
             .request(&hyper::Method::GET, "/", Bytes::new(), &[])
@@ -410,7 +414,11 @@ mod tests {
     #[test]
     fn a_body_gets_its_length_and_the_host_its_header() {
         let target = super::super::Target::new("http://127.0.0.1:9", []).unwrap();
-        let conn = OwnConn::new(&target, std::time::Duration::from_secs(1), false);
+        let conn = OwnConn::new(
+            &target,
+            std::time::Duration::from_secs(1),
+            crate::dial::Reach::Loopback,
+        );
         for n in [7usize, 1234] {
             let body = vec![b'x'; n];
             let req = target
