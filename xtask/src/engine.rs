@@ -127,7 +127,7 @@ pub fn server() -> anyhow::Result<()> {
             .arg("-B")
             .arg(&build_dir)
             .args(CONFIGURE)
-            // Unity builds for the non-compute libraries (xtask/engine/unity.cmake).
+            // Unity builds at -O1 for the non-compute libraries (xtask/engine/unity.cmake).
             .arg(format!(
                 "-DCMAKE_PROJECT_INCLUDE={}",
                 run::root().join("xtask/engine/unity.cmake").display()

@@ -35,9 +35,13 @@ const PYTHON_PACKAGES: [(&str, &str); 4] = [
     ("opentelemetry-proto", "opentelemetry.proto"),
 ];
 
+/// Everything: what the build needs, then what the tests need (the Python venv, then the
+/// engine, whose model writer runs in the venv). `cargo xtask test` runs [`build`] first and
+/// the rest beside cargo (xtask/src/main.rs).
 pub fn all() -> anyhow::Result<()> {
     build()?;
-    beside_the_build()
+    python_venv()?;
+    crate::engine::setup()
 }
 
 /// What the build needs: the eBPF toolchain, the mounts and the Debian packages.
@@ -46,13 +50,6 @@ pub fn build() -> anyhow::Result<()> {
     bpf_linker()?;
     mounts();
     debian_packages()
-}
-
-/// What only the tests need, which `cargo xtask test` installs while cargo compiles: the
-/// Python venv, then the engine (its model writer runs in the venv).
-pub fn beside_the_build() -> anyhow::Result<()> {
-    python_venv()?;
-    crate::engine::setup()
 }
 
 fn rust_src() -> anyhow::Result<()> {
