@@ -35,7 +35,7 @@ use crate::{
     },
     export::{
         prometheus::{self, DropCounter},
-        report::{Report, ReportError, RunMeta},
+        report::{CallsSeen, Report, ReportError, RunMeta},
     },
     node::{NodeGone, NodeHandle, Selection},
 };
@@ -268,7 +268,12 @@ async fn report(node: &NodeHandle, q: ReportQueryResult) -> Result<Report, Respo
         let meta = RunMeta::new(&title, &who.server, start, end, selected.timeline.len_ms);
         Report::new(meta, selected.timeline)
             .with_missing_evidence(selected.missing)
-            .with_hops(selected.called, Some(&selected.pids))
+            .with_hops(
+                selected.called,
+                &CallsSeen::Windows {
+                    callers: &selected.pids,
+                },
+            )
     })
     .await
     .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e))

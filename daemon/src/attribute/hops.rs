@@ -5,17 +5,26 @@
 //! target's and attributed against their own baseline. A hop's part of the rise is the rise
 //! of its kernel-side first token on the exchanges another watched server asked for (what
 //! the target waits for when it calls the hop; scrapes and other clients left out), median
-//! over the phase's windows against the baseline phase's. The target's own part (`orchestration`) is the rise of the target's
-//! kernel-side first token less the hops'. The rise split is the target's decomposition
+//! over the phase against the baseline phase's. With the kernel's exchanges kept (`stress
+//! --explain`), each call counts in the phase its request arrived in, as the client's rise
+//! counts each request in the phase that sent it ([`by_arrival_phase`]); the daemon, which
+//! keeps no exchanges, takes the median of the phase's windows ([`by_window_phase`]). The
+//! target's own part (`orchestration`) is the rise of the target's kernel-side first token
+//! less the hops'. The rise split is the target's decomposition
 //! (the client's latency); the parts are medians of other populations, so when they add up
 //! to more than the rise they are scaled down to it together, and what they do not cover is
 //! `rest` (the network and the client). A hop holds the rise when its part is at least
 //! [`HOLDS`] of it and the target's own verdict is not `none`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::{Cause, PhaseSummary, baseline::is_baseline_name, fmt_num};
-use crate::collect::timeline::{Timeline, Window};
+use crate::collect::{
+    kernel::Exchange,
+    timeline::{Timeline, Window},
+};
 
 /// Share of the rise a hop must hold to be named.
 pub const HOLDS: f64 = 0.3;
@@ -120,38 +129,36 @@ impl Hops {
     }
 }
 
-/// A hop's time line with its phases attributed.
+/// A server's kernel-side first token in each phase, median, ms: a hop's on the calls the
+/// target made to it, or the target's own on its answers.
+pub type ByPhase = BTreeMap<String, f64>;
+
+/// A hop with its phases attributed and its first token on the target's calls.
 pub struct HopLine<'a> {
     /// The hop's name.
     pub name: &'a str,
-    /// Its windows, labelled with the target's phases.
-    pub timeline: &'a Timeline,
     /// Its phases, attributed against its own baseline.
     pub phases: &'a [PhaseSummary],
-    /// Whose calls count: the target's processes (the daemon, where several gateways may call
-    /// one hop), or `None` for any other watched server's (`stress --service`).
-    pub callers: Option<&'a [u32]>,
+    /// Its first token on the target's calls, per phase.
+    pub first_token_ms: &'a ByPhase,
 }
 
-/// The hops of phase `phase` of the target (its time line `target`), `None` for the baseline
-/// phase, a phase without a rise, or no hops. The rise is the client's (the phase's
-/// decomposition); without a client (the daemon) it is the rise of the target's own kernel-side
-/// first token, what its clients wait for.
+/// The hops of phase `phase` against the baseline phase `base`, from the target's own first
+/// token (`own`) and each hop's; `None` for the baseline phase, a phase without a rise, or no
+/// hops. The rise is the client's (the phase's decomposition); without a client (the daemon)
+/// it is the rise of the target's own kernel-side first token, what its clients wait for.
 #[must_use]
-pub fn of_phase(target: &Timeline, phase: &PhaseSummary, hops: &[HopLine<'_>]) -> Option<Hops> {
-    let base = baseline_phase(target)?;
+pub fn of_phase(
+    own: &ByPhase,
+    base: &str,
+    phase: &PhaseSummary,
+    hops: &[HopLine<'_>],
+) -> Option<Hops> {
     if hops.is_empty() || phase.name == base {
         return None;
     }
-    let in_phase = |t: &Timeline, name: &str| -> Vec<usize> {
-        (0..t.windows.len())
-            .filter(|&i| t.windows[i].phase.as_deref() == Some(name))
-            .collect()
-    };
-    let own = (
-        first_answer_ms(target, &in_phase(target, &base), None),
-        first_answer_ms(target, &in_phase(target, &phase.name), None),
-    );
+    let at = |m: &ByPhase| (m.get(base).copied(), m.get(&phase.name).copied());
+    let own = at(own);
     let rise = match &phase.decomposition {
         Some(d) => d.increase_ms,
         None => rise_of(own.0, own.1),
@@ -159,11 +166,7 @@ pub fn of_phase(target: &Timeline, phase: &PhaseSummary, hops: &[HopLine<'_>]) -
     let parts = hops
         .iter()
         .map(|h| {
-            let calls = Calls(h.callers);
-            let (baseline_ms, value_ms) = (
-                first_answer_ms(h.timeline, &in_phase(h.timeline, &base), Some(calls)),
-                first_answer_ms(h.timeline, &in_phase(h.timeline, &phase.name), Some(calls)),
-            );
+            let (baseline_ms, value_ms) = at(h.first_token_ms);
             let verdict = h.phases.iter().find(|p| p.name == phase.name);
             HopPart {
                 hop: h.name.to_owned(),
@@ -176,6 +179,54 @@ pub fn of_phase(target: &Timeline, phase: &PhaseSummary, hops: &[HopLine<'_>]) -
         })
         .collect();
     split(rise, phase.dominant, parts, own)
+}
+
+/// Each phase's first token of `t`: the median over the phase's windows of their first token
+/// (`first_answer_ms`), as a time line keeps them (the daemon, which keeps no exchanges).
+#[must_use]
+pub fn by_window_phase(t: &Timeline, calls: Option<Calls<'_>>) -> ByPhase {
+    let mut windows: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, w) in t.windows.iter().enumerate() {
+        if let Some(p) = w.phase.as_deref() {
+            windows.entry(p).or_default().push(i);
+        }
+    }
+    windows
+        .into_iter()
+        .filter_map(|(p, idx)| Some((p.to_owned(), first_answer_ms(t, &idx, calls)?)))
+        .collect()
+}
+
+/// Each phase's first token of `exchanges`: the median over the exchanges whose request
+/// arrived during the phase (the phase of `target`'s window holding the arrival, its Unix ms
+/// from `unix_ms` of the kernel's monotonic ns). An exchange is counted in the phase that asked
+/// for it, as the client's rise counts each request in the phase that sent it: under a growing
+/// queue, the windows in which exchanges end hold the earlier, shorter waits.
+#[must_use]
+pub fn by_arrival_phase<'a>(
+    target: &Timeline,
+    exchanges: impl IntoIterator<Item = &'a Exchange>,
+    unix_ms: impl Fn(u64) -> u64,
+) -> ByPhase {
+    let mut samples: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for e in exchanges {
+        let at = unix_ms(e.req_in_ns);
+        let phase = target
+            .windows
+            .get(target.index(at))
+            .filter(|w| at >= w.start_unix_ms)
+            .and_then(|w| w.phase.as_deref());
+        if let Some(p) = phase {
+            samples
+                .entry(p)
+                .or_default()
+                .push(e.first_token_ns() as f64 / 1e6);
+        }
+    }
+    samples
+        .into_iter()
+        .filter_map(|(p, v)| Some((p.to_owned(), crate::quantile::exact::median(&v)?)))
+        .collect()
 }
 
 /// Splits `rise` between the hops' `parts` and the target's own time (its first answer's
@@ -247,7 +298,8 @@ pub fn label_phases(target: &Timeline, hop: &mut Timeline) {
 }
 
 /// The baseline phase of `t`: one named `baseline`, else the first.
-fn baseline_phase(t: &Timeline) -> Option<String> {
+#[must_use]
+pub fn baseline_phase(t: &Timeline) -> Option<String> {
     let phases = || t.windows.iter().filter_map(|w| w.phase.as_deref());
     phases()
         .find(|p| is_baseline_name(p))
@@ -329,6 +381,25 @@ mod tests {
         t
     }
 
+    /// The hop `name` of time line `t`, its phases not attributed.
+    fn hop<'a>(name: &'a str, first_token_ms: &'a ByPhase) -> HopLine<'a> {
+        HopLine {
+            name,
+            phases: &[],
+            first_token_ms,
+        }
+    }
+
+    /// A hop's first token per phase, from its time line.
+    fn calls(t: &Timeline) -> ByPhase {
+        by_window_phase(t, Some(Calls(None)))
+    }
+
+    /// The target's own first token per phase.
+    fn own(t: &Timeline) -> ByPhase {
+        by_window_phase(t, None)
+    }
+
     fn peak(rise: f64, dominant: Cause) -> PhaseSummary {
         let t = line(&[("baseline", 3, 10.0), ("peak", 3, 10.0 + rise)]);
         let mut p = attribute(&t)
@@ -349,22 +420,15 @@ mod tests {
         let target = line(&[("baseline", 3, 40.0), ("peak", 3, 540.0)]);
         let search = line(&[("baseline", 3, 5.0), ("peak", 3, 485.0)]);
         let chat = line(&[("baseline", 3, 20.0), ("peak", 3, 25.0)]);
-        let none: Vec<PhaseSummary> = Vec::new();
-        let hops = [
-            HopLine {
-                name: "search",
-                timeline: &search,
-                phases: &none,
-                callers: None,
-            },
-            HopLine {
-                name: "chat",
-                timeline: &chat,
-                phases: &none,
-                callers: None,
-            },
-        ];
-        let h = of_phase(&target, &peak(510.0, Cause::Unexplained), &hops).unwrap();
+        let (search, chat) = (calls(&search), calls(&chat));
+        let hops = [hop("search", &search), hop("chat", &chat)];
+        let h = of_phase(
+            &own(&target),
+            "baseline",
+            &peak(510.0, Cause::Unexplained),
+            &hops,
+        )
+        .unwrap();
         assert_eq!(h.holder.as_deref(), Some("search"));
         let part = |n: &str| h.parts.iter().find(|p| p.hop == n).unwrap().part_ms;
         assert!((part("search") - 480.0).abs() < 1e-9);
@@ -385,13 +449,9 @@ mod tests {
         // The gateway's own time rose 300 ms, its calls did not; the client saw only 200.
         let target = line(&[("baseline", 3, 40.0), ("peak", 3, 340.0)]);
         let search = line(&[("baseline", 3, 5.0), ("peak", 3, 5.0)]);
-        let hops = [HopLine {
-            name: "search",
-            timeline: &search,
-            phases: &[],
-            callers: None,
-        }];
-        let h = of_phase(&target, &peak(200.0, Cause::Queue), &hops).unwrap();
+        let search = calls(&search);
+        let hops = [hop("search", &search)];
+        let h = of_phase(&own(&target), "baseline", &peak(200.0, Cause::Queue), &hops).unwrap();
         assert_eq!(h.holder.as_deref(), Some(ORCHESTRATION));
         let sum: f64 = h.parts.iter().map(|p| p.part_ms).sum();
         assert!((sum - 200.0).abs() < 1e-9 && h.rest_ms == 0.0, "{h:?}");
@@ -402,18 +462,46 @@ mod tests {
     fn a_healthy_phase_names_no_hop_and_the_baseline_has_no_hops() {
         let target = line(&[("baseline", 3, 40.0), ("peak", 3, 140.0)]);
         let search = line(&[("baseline", 3, 5.0), ("peak", 3, 105.0)]);
-        let hops = [HopLine {
-            name: "search",
-            timeline: &search,
-            phases: &[],
-            callers: None,
-        }];
-        let h = of_phase(&target, &peak(100.0, Cause::None), &hops).unwrap();
+        let search = calls(&search);
+        let hops = [hop("search", &search)];
+        let h = of_phase(&own(&target), "baseline", &peak(100.0, Cause::None), &hops).unwrap();
         assert_eq!(h.holder, None);
         assert!(h.line().starts_with("no hop holds"));
         let mut base = peak(100.0, Cause::Queue);
         base.name = "baseline".into();
-        assert!(of_phase(&target, &base, &hops).is_none());
+        assert!(of_phase(&own(&target), "baseline", &base, &hops).is_none());
+    }
+
+    #[test]
+    fn an_exchange_counts_in_the_phase_its_request_arrived_in() {
+        let target = line(&[("baseline", 2, 1.0), ("peak", 2, 1.0), ("cooldown", 2, 1.0)]);
+        // Arrived at `at` ms, its first token `wait` ms later.
+        let ex = |at: u64, wait: u64| Exchange {
+            tgid: 1,
+            client: None,
+            req_in_ns: at * 1_000_000,
+            first_out_ns: (at + wait) * 1_000_000,
+            second_out_ns: 0,
+            last_out_ns: (at + wait) * 1_000_000,
+            retrans: 0,
+            caller: Some(2),
+        };
+        // A queue grew in the peak: its calls waited seconds and ended in the cooldown.
+        let all = [
+            ex(500, 10),
+            ex(1500, 12),
+            ex(2100, 3000),
+            ex(3900, 4000),
+            ex(4500, 20),
+        ];
+        let by = by_arrival_phase(&target, &all, |ns| ns / 1_000_000);
+        let phases: Vec<(&str, f64)> = by.iter().map(|(p, &ms)| (p.as_str(), ms)).collect();
+        let close = |(a, x): (&str, f64), (b, y): (&str, f64)| a == b && (x - y).abs() < 1e-9;
+        let want = [("baseline", 11.0), ("cooldown", 20.0), ("peak", 3500.0)];
+        assert!(
+            phases.len() == 3 && phases.iter().zip(want).all(|(&p, w)| close(p, w)),
+            "{phases:?}"
+        );
     }
 
     #[test]

@@ -183,6 +183,7 @@ mod tests {
             second_out_ns: second_ms * 1_000_000,
             last_out_ns: second_ms * 1_000_000,
             retrans: 0,
+            caller: None,
         }
     }
 

@@ -197,8 +197,18 @@ pub struct Finished {
     pub missing: Vec<String>,
     /// Servers that had a time line when it stopped.
     pub servers: usize,
-    /// The time line of each of [`NodeOptions::services`], by name.
-    pub services: Vec<(String, Timeline)>,
+    /// The time line of each of [`NodeOptions::services`].
+    pub services: Vec<ServiceLine>,
+}
+
+/// A hop's time line when the node stopped (`stress --explain --service`).
+pub struct ServiceLine {
+    /// Its name (`--service NAME=PORT`).
+    pub name: String,
+    /// Its processes.
+    pub pids: Vec<u32>,
+    /// Its windows.
+    pub timeline: Timeline,
 }
 
 /// The collectors and the servers' time lines they fill; see the module docs.
@@ -292,7 +302,11 @@ impl Node {
         let mut target = None;
         for (key, l) in self.lines {
             match key {
-                ServerKey::Service(name) => services.push((name, l.timeline)),
+                ServerKey::Service(name) => services.push(ServiceLine {
+                    name,
+                    pids: l.pids,
+                    timeline: l.timeline,
+                }),
                 _ if target.is_none() => target = Some((l.timeline, l.verdicts.into())),
                 _ => {}
             }

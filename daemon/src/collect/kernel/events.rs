@@ -66,14 +66,13 @@ impl KernelCollector {
             // A server's own calls out (a gateway calling its services) are not its exchanges.
             SockEventKind::Request if self.is_server(ev.tgid) && ev.conn.role != ROLE_CLIENT => {
                 let ex = ev.conn.exchange;
-                let exchange = Exchange::of(ev.tgid, &ev.conn);
+                let exchange = Exchange::of(ev.tgid, &ev.conn, self.caller(ev.tgid, &ev.conn));
                 let p = self.pending.entry(ev.tgid).or_default();
                 let ms = |ns: u64| ns as f64 / 1e6;
                 p.ttfb_ms
                     .push(ms(ex.first_out_ns.saturating_sub(ex.req_in_ns)));
                 p.first_token_ms.push(ms(exchange.first_token_ns()));
-                let caller = endpoints(&ev.conn.tuple).and_then(|(_, r)| self.callers.get(&r));
-                if let Some(&t) = caller.filter(|&&t| t != ev.tgid) {
+                if let Some(t) = exchange.caller {
                     p.called_first_token_ms
                         .push((t, ms(exchange.first_token_ns())));
                 }
@@ -111,6 +110,12 @@ impl KernelCollector {
             }
             _ => {}
         }
+    }
+
+    /// The watched server other than `tgid` that dialled `conn` (one of `tgid`'s), if one did.
+    pub(super) fn caller(&self, tgid: u32, conn: &probe_common::sockets::Conn) -> Option<u32> {
+        let (_, remote) = endpoints(&conn.tuple)?;
+        self.callers.get(&remote).copied().filter(|&t| t != tgid)
     }
 
     /// An accept of `tgid`'s: counted when it is a watched server.

@@ -22,11 +22,15 @@ pub struct Exchange {
     pub last_out_ns: u64,
     /// Segments the server's side of the connection retransmitted during the exchange.
     pub retrans: u32,
+    /// The watched server that asked for it (a gateway calling this hop), found by the
+    /// connection's remote end; `None` for any other client.
+    pub caller: Option<u32>,
 }
 
 impl Exchange {
-    /// The exchange of `conn`, a connection of server process `tgid`.
-    pub(super) fn of(tgid: u32, conn: &Conn) -> Self {
+    /// The exchange of `conn`, a connection of server process `tgid` that watched server
+    /// `caller` dialled, if one did.
+    pub(super) fn of(tgid: u32, conn: &Conn, caller: Option<u32>) -> Self {
         let ex = conn.exchange;
         Self {
             tgid,
@@ -36,6 +40,7 @@ impl Exchange {
             second_out_ns: ex.second_out_ns,
             last_out_ns: ex.last_out_ns,
             retrans: conn.retrans.saturating_sub(ex.retrans_start),
+            caller,
         }
     }
 

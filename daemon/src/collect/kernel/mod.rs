@@ -199,7 +199,7 @@ impl KernelCollector {
                             && self.is_server(c.tgid)
                             && c.role != ROLE_CLIENT
                     })
-                    .map(|(_, c)| Exchange::of(c.tgid, c)),
+                    .map(|(_, c)| Exchange::of(c.tgid, c, self.caller(c.tgid, c))),
             );
         }
         all

@@ -14,6 +14,7 @@
 
 pub mod colour;
 mod hops;
+pub use hops::CallsSeen;
 mod html;
 pub mod load_only;
 mod of_run;

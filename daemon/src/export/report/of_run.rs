@@ -4,7 +4,7 @@
 //! [`Node`](crate::node::Node) beside the load) and `stress --html` (the load alone,
 //! `load_only.rs`) build their reports here.
 
-use super::{PhaseLatency, Report, RunMeta, waterfall};
+use super::{CallsSeen, PhaseLatency, Report, RunMeta, waterfall};
 use crate::collect::{
     load,
     load_fold::LoadFold,
@@ -29,14 +29,28 @@ impl Report {
         // collectors: label them so, and the load's last requests fall in the last window.
         timeline.realign(start_ms(lg));
         let report = Self::of_load(lg, fold, timeline, &server_side, missing);
+        let pids = services
+            .iter()
+            .map(|s| (s.name.clone(), s.pids.clone()))
+            .collect();
         let services = services
             .into_iter()
-            .map(|(name, mut t)| {
-                t.realign(start_ms(lg));
-                (name, t)
+            .map(|mut s| {
+                s.timeline.realign(start_ms(lg));
+                (s.name, s.timeline)
             })
             .collect();
-        report.with_hops(services, None)
+        // The kernel's monotonic clock against the Unix clock, both read at the load's start.
+        let unix_ms =
+            |ns: u64| (lg.started_unix_ns + ns.saturating_sub(lg.started_monotonic_ns)) / 1_000_000;
+        report.with_hops(
+            services,
+            &CallsSeen::Exchanges {
+                exchanges: &server_side.exchanges,
+                pids: &pids,
+                unix_ms: &unix_ms,
+            },
+        )
     }
 
     /// The report of `lg`'s requests (`fold`) set into `timeline`, joined with the kernel's
