@@ -180,6 +180,8 @@ pub struct Exchange {
     pub last_out_ns: u64,
     /// Largest gap between two response writes.
     pub max_gap_ns: u64,
+    /// The write that ended that gap (its time); 0 until a second write.
+    pub max_gap_end_ns: u64,
     /// Request bytes read.
     pub bytes_in: u64,
     /// Response bytes written.
@@ -194,7 +196,7 @@ pub struct Exchange {
     /// Explicit padding.
     pub pad: u32,
 }
-assert_size!(Exchange, 80);
+assert_size!(Exchange, 88);
 
 /// [`Conn::role`] of a connection this side connected (a client, or a server calling out).
 pub const ROLE_CLIENT: u32 = 1;
@@ -235,7 +237,7 @@ pub struct Conn {
     /// The request in progress (watched processes only).
     pub exchange: Exchange,
 }
-assert_size!(Conn, 40 + 8 + 48 + 16 + 80);
+assert_size!(Conn, 40 + 8 + 48 + 16 + 88);
 
 /// What the kernel reports through [`MAP_EVENTS`].
 #[repr(C)]
@@ -254,7 +256,7 @@ pub struct SockEvent {
     /// The connection's state at the event.
     pub conn: Conn,
 }
-assert_size!(SockEvent, 32 + 192);
+assert_size!(SockEvent, 32 + 200);
 
 #[cfg(feature = "user")]
 mod pod {

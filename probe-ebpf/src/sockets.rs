@@ -425,6 +425,7 @@ fn on_send(sk: u64, ret: i32, flags: i32) -> u32 {
         let gap = now.saturating_sub(ex.last_out_ns);
         if gap > ex.max_gap_ns {
             ex.max_gap_ns = gap;
+            ex.max_gap_end_ns = now;
         }
         if ex.writes == 1 {
             ex.second_out_ns = now;

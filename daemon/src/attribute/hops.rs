@@ -483,6 +483,8 @@ mod tests {
             first_out_ns: (at + wait) * 1_000_000,
             second_out_ns: 0,
             last_out_ns: (at + wait) * 1_000_000,
+            max_gap_ns: 0,
+            max_gap_end_ns: 0,
             retrans: 0,
             caller: Some(2),
         };

@@ -29,6 +29,8 @@ pub struct Joined<'a> {
     pub sent_ns: u64,
     /// Client read the first token, when one came.
     pub client_first_token_ns: Option<u64>,
+    /// The longest gap between two of the client's token reads, ns (0 with fewer than two).
+    pub client_max_gap_ns: u64,
 }
 
 impl<'a> Exchanges<'a> {
@@ -67,6 +69,10 @@ impl<'a> Exchanges<'a> {
             exchange,
             sent_ns,
             client_first_token_ns: r.token_us.first().map(|&t| self.ns(t)),
+            client_max_gap_ns: (r.token_us.windows(2))
+                .map(|w| w[1].saturating_sub(w[0]) * 1000)
+                .max()
+                .unwrap_or(0),
         })
     }
 }
@@ -106,14 +112,35 @@ impl Retransmits {
 
 impl Joined<'_> {
     /// When the server wrote the first token: its second write when that came before the
-    /// client read the token (headers first, as streamed responses do), else its first.
+    /// client read the token (headers first, as streamed responses do), else its first;
+    /// unless the server fell silent after its second write and spoke again before the client
+    /// read the token ([`Joined::silent_before_the_token`]): then the write that ended the
+    /// silence carried the token, and the second carried something else (a role announcement
+    /// sent, or relayed by a gateway, ahead of a queued answer; a keep-alive).
     #[must_use]
     pub fn server_first_token_ns(&self) -> u64 {
         let e = self.exchange;
         match self.client_first_token_ns {
+            Some(_) if self.silent_before_the_token() => e.max_gap_end_ns,
             Some(c) if e.second_out_ns != 0 && e.second_out_ns <= c => e.second_out_ns,
             _ => e.first_out_ns,
         }
+    }
+
+    /// Whether the server's longest silence between writes came after its second write and
+    /// ended before the client read the first token, and the client saw no gap as long
+    /// between its tokens (at most half of it): a silence between tokens reaches the client
+    /// as a gap between their reads, the path keeping their order, so this one came before the
+    /// first token.
+    #[must_use]
+    pub fn silent_before_the_token(&self) -> bool {
+        let e = self.exchange;
+        self.client_first_token_ns.is_some_and(|c| {
+            e.second_out_ns != 0
+                && e.max_gap_end_ns > e.second_out_ns
+                && e.max_gap_end_ns <= c
+                && self.client_max_gap_ns.saturating_mul(2) < e.max_gap_ns
+        })
     }
 
     /// Client sent -> the server's first read of the request, ms: the request's transit plus
@@ -182,6 +209,8 @@ mod tests {
             first_out_ns: first_ms * 1_000_000,
             second_out_ns: second_ms * 1_000_000,
             last_out_ns: second_ms * 1_000_000,
+            max_gap_ns: (second_ms - first_ms) * 1_000_000,
+            max_gap_end_ns: second_ms * 1_000_000,
             retrans: 0,
             caller: None,
         }
@@ -269,6 +298,36 @@ mod tests {
             (p.to_server_ms + p.server_first_ms + p.to_client_first_ms,),
             (207.0,)
         );
+    }
+
+    #[test]
+    fn a_silence_after_the_second_write_puts_the_token_at_its_end() {
+        // A gateway: its head at 1001, the upstream's role announcement relayed at 1002, then
+        // silent until the queued answer's first token at 4000; the client reads it at 4001
+        // and its next tokens 2 ms apart.
+        let mut relay = exchange("127.0.0.1:5000", 1000, 1001, 1002);
+        relay.max_gap_ns = 2_998_000_000;
+        relay.max_gap_end_ns = 4_000_000_000;
+        relay.last_out_ns = 4_100_000_000;
+        let ex = [relay];
+        let rep = report();
+        let idx = Exchanges::new(&ex, &rep);
+        let mut r = record("127.0.0.1:5000", 999, 4001, 4200);
+        r.token_us.extend([4_003_000, 4_005_000]);
+        let j = idx.find(&r).unwrap();
+        assert!(j.silent_before_the_token());
+        assert_eq!(j.server_first_token_ns(), 4_000_000_000);
+        assert!((j.transit_ms().unwrap() - 2.0).abs() < 1e-9, "1 up, 1 down");
+        // A silence between tokens reaches the client as a gap between their reads, however
+        // late the path delivers them (here 3.5 s): the second write was the first token.
+        r.token_us = vec![4_502_000, 7_500_000, 7_502_000];
+        let j = idx.find(&r).unwrap();
+        assert!(!j.silent_before_the_token());
+        assert_eq!(j.server_first_token_ns(), 1_002_000_000);
+        // A silence that ended after the client read the token was not before it.
+        r.token_us = vec![1_050_000];
+        let j = idx.find(&r).unwrap();
+        assert_eq!(j.server_first_token_ns(), 1_002_000_000);
     }
 
     #[test]

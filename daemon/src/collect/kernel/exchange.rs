@@ -20,6 +20,10 @@ pub struct Exchange {
     pub second_out_ns: u64,
     /// Last response write.
     pub last_out_ns: u64,
+    /// The longest silence between two response writes, ns.
+    pub max_gap_ns: u64,
+    /// The write that ended it; 0 with fewer than two writes.
+    pub max_gap_end_ns: u64,
     /// Segments the server's side of the connection retransmitted during the exchange.
     pub retrans: u32,
     /// The watched server that asked for it (a gateway calling this hop), found by the
@@ -39,6 +43,8 @@ impl Exchange {
             first_out_ns: ex.first_out_ns,
             second_out_ns: ex.second_out_ns,
             last_out_ns: ex.last_out_ns,
+            max_gap_ns: ex.max_gap_ns,
+            max_gap_end_ns: ex.max_gap_end_ns,
             retrans: conn.retrans.saturating_sub(ex.retrans_start),
             caller,
         }
