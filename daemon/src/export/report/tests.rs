@@ -417,3 +417,57 @@ fn what_to_do_speaks_the_recognised_engine() {
     }
     assert!(peak("kv_cache").contains("gpu_memory_utilization"));
 }
+
+#[test]
+fn hops_from_exchanges_count_the_targets_calls_in_the_phase_they_were_asked_in() {
+    use crate::collect::kernel::Exchange;
+    // The kv_cache fixture: baseline 0..6 s, peak 6..14 s; its clock is the kernel's here.
+    let r = report("kv_cache");
+    let origin_ns = r.timeline.origin_unix_ms * 1_000_000;
+    let ex = |tgid: u32, caller: Option<u32>, at_ms: u64, wait_ms: u64| Exchange {
+        tgid,
+        client: None,
+        req_in_ns: origin_ns + at_ms * 1_000_000,
+        first_out_ns: origin_ns + (at_ms + wait_ms) * 1_000_000,
+        second_out_ns: 0,
+        last_out_ns: origin_ns + (at_ms + wait_ms) * 1_000_000,
+        max_gap_ns: 0,
+        max_gap_end_ns: 0,
+        retrans: 0,
+        caller,
+    };
+    let exchanges = [
+        // The target (pid 1) answers its clients; it calls chat (pid 2).
+        ex(1, None, 1_000, 40),
+        ex(1, None, 8_000, 540),
+        ex(2, Some(1), 1_010, 20),
+        ex(2, Some(1), 2_010, 20),
+        // Asked in the peak, its answer waited into the phase's last seconds.
+        ex(2, Some(1), 7_000, 5_020),
+        ex(2, Some(1), 8_010, 520),
+        // A scrape of chat by nobody watched, and chat calling itself: not the target's calls.
+        ex(2, None, 9_000, 9_000),
+        ex(2, Some(2), 9_500, 9_000),
+    ];
+    let pids = std::collections::BTreeMap::from([("chat".to_owned(), vec![2])]);
+    let unix_ms = |ns: u64| ns / 1_000_000;
+    let hop = Timeline::new(r.timeline.origin_unix_ms, r.timeline.len_ms);
+    let r = r.with_hops(
+        vec![("chat".to_owned(), hop)],
+        &CallsSeen::Exchanges {
+            exchanges: &exchanges,
+            pids: &pids,
+            unix_ms: &unix_ms,
+        },
+    );
+    let peak = r.phases.iter().find(|p| p.name == "peak").unwrap();
+    let hops = peak.hops.as_ref().expect("the peak's hops");
+    let part = |n: &str| hops.parts.iter().find(|p| p.hop == n).unwrap();
+    let chat = part("chat");
+    assert_eq!(
+        (chat.baseline_ms, chat.value_ms),
+        (Some(20.0), Some(2770.0))
+    );
+    let own = part(crate::attribute::hops::ORCHESTRATION);
+    assert_eq!((own.baseline_ms, own.value_ms), (Some(40.0), Some(540.0)));
+}
