@@ -4,7 +4,7 @@
 //!
 //! [`LoadFold`]: super::load_fold::LoadFold
 
-mod clock;
+pub mod clock;
 mod duplicates;
 mod fold;
 mod joins;

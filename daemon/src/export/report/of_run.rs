@@ -40,9 +40,7 @@ impl Report {
                 (s.name, s.timeline)
             })
             .collect();
-        // The kernel's monotonic clock against the Unix clock, both read at the load's start.
-        let unix_ms =
-            |ns: u64| (lg.started_unix_ns + ns.saturating_sub(lg.started_monotonic_ns)) / 1_000_000;
+        let unix_ms = |ns: u64| load::clock::kernel_unix_ms(lg, ns);
         report.with_hops(
             services,
             &CallsSeen::Exchanges {
