@@ -52,6 +52,9 @@ mod gpu_tests;
 #[cfg(test)]
 mod saturated_tests;
 
+#[cfg(test)]
+mod vector_tests;
+
 use serde::{Deserialize, Serialize};
 
 use crate::collect::timeline::Timeline;
