@@ -18,7 +18,7 @@ pub(super) fn peak(a: &Attribution) -> &PhaseSummary {
     a.phase("peak").expect("fixture has a peak phase")
 }
 
-pub(super) fn peak_verdicts(a: &Attribution) -> Vec<&Verdict> {
+fn peak_verdicts(a: &Attribution) -> Vec<&Verdict> {
     a.windows
         .iter()
         .filter(|w| w.phase.as_deref() == Some("peak"))
