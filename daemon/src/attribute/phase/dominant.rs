@@ -55,16 +55,17 @@ pub(super) fn dominant(
         .unwrap_or(Cause::None)
 }
 
-/// Whether the phase's p99 (TTFT, else E2E; request-weighted over its windows) is at least
-/// twice the baseline windows' median p99 and beyond their noise.
+/// Whether the phase's p99 of what a client waits for, its first token or its whole answer
+/// (request-weighted over its windows), is at least twice the baseline windows' median p99 and
+/// beyond their noise. Either counts: a stall after the first token (a lost segment of the
+/// stream, a preempted sequence) leaves TTFT where it was and doubles the answer's tail.
 fn tail_rose(latency: &PhaseLatency, base: &Baseline) -> bool {
     let check = |q: Option<Quantiles>, s: Signal| {
         let (q, level) = (q?, base.level(s)?);
         Some(q.p99 >= level.risen_bar(2.0, 0.0))
     };
-    check(latency.ttft_ms, Signal::TtftP99Ms)
-        .or_else(|| check(latency.e2e_ms, Signal::E2eP99Ms))
-        .unwrap_or(false)
+    check(latency.ttft_ms, Signal::TtftP99Ms) == Some(true)
+        || check(latency.e2e_ms, Signal::E2eP99Ms) == Some(true)
 }
 
 /// Whether the phase's latency rose as a window's must to be off its baseline: its TTFT or
@@ -80,4 +81,86 @@ fn rose(latency: &PhaseLatency, base: &Baseline) -> bool {
         check(latency.e2e_ms, Signal::E2eP50Ms),
     ];
     medians.iter().all(Option::is_none) || medians.contains(&Some(true)) || tail_rose(latency, base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribute::baseline::Workload;
+    use crate::collect::timeline::{LoadSignals, Timeline, Window};
+
+    fn q(p50: f64, p99: f64) -> Quantiles {
+        Quantiles {
+            p50,
+            p95: p99,
+            p99,
+            max: p99,
+        }
+    }
+
+    /// Eight baseline windows of a stream: TTFT p99 ~10 ms, E2E p99 ~190 ms.
+    fn baseline() -> Baseline {
+        let mut t = Timeline::new(0, 1000);
+        for i in 0..8u32 {
+            let jitter = 1.0 + 0.03 * f64::from(i % 3);
+            t.windows.push(Window {
+                start_unix_ms: u64::from(i) * 1000,
+                len_ms: 1000,
+                phase: Some("baseline".to_owned()),
+                load: Some(LoadSignals {
+                    requests: 4,
+                    ttft_ms: Some(q(6.5, 10.0 * jitter)),
+                    e2e_ms: Some(q(152.0, 190.0 * jitter)),
+                    endpoint: Some(crate::loadgen::Endpoint::Chat),
+                    ..LoadSignals::default()
+                }),
+                ..Window::default()
+            });
+        }
+        Baseline::of(&t, Workload::Llm).unwrap()
+    }
+
+    fn shares(network: usize, none: usize) -> Vec<CauseShare> {
+        let n = (network + none) as f64;
+        vec![
+            CauseShare {
+                cause: Cause::None,
+                windows: none,
+                share: none as f64 / n,
+            },
+            CauseShare {
+                cause: Cause::Network,
+                windows: network,
+                share: network as f64 / n,
+            },
+        ]
+    }
+
+    /// Loss on the server's segments: two windows of ten hold a request that waited for a
+    /// retransmission mid-stream. Its first token came on time; its answer took 3.5x longer.
+    #[test]
+    fn a_stall_after_the_first_token_is_a_tail_that_rose() {
+        let stalled = PhaseLatency {
+            exact: true,
+            ttft_ms: Some(q(6.6, 11.6)),
+            itl_ms: None,
+            e2e_ms: Some(q(158.0, 671.0)),
+        };
+        let got = dominant(&shares(2, 8), false, Some(&baseline()), &stalled);
+        assert_eq!(got, Cause::Network);
+    }
+
+    /// The same two windows in a phase whose first tokens and answers kept their baseline's
+    /// tail: chance, not the phase's cause.
+    #[test]
+    fn a_minority_cause_without_a_risen_tail_is_none() {
+        let flat = PhaseLatency {
+            exact: true,
+            ttft_ms: Some(q(6.6, 11.6)),
+            itl_ms: None,
+            e2e_ms: Some(q(158.0, 230.0)),
+        };
+        let got = dominant(&shares(2, 8), false, Some(&baseline()), &flat);
+        assert_eq!(got, Cause::None);
+    }
 }
