@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::{
     Sim,
     cases::{Case, kv_pressure_load, llm},
-    explain::{FIRST, Load, PEAK, Stress, loopback, scenario},
+    explain::{FIRST, Load, PEAK, SECOND, Stress, loopback, scenario},
     http_get, http_post_json,
 };
 
@@ -21,14 +21,15 @@ pub struct RagGateway {
 }
 
 impl RagGateway {
-    /// Starts the gateway on a free loopback port, calling `embed`, `search`, `rerank` and
-    /// `chat`; waits until it answers.
+    /// Starts the gateway under `prefix` (`["nice", "-n", "-5"]`) on a free loopback port,
+    /// calling `embed`, `search`, `rerank` and `chat`; waits until it answers.
     #[must_use]
-    pub fn start(embed: &str, search: &str, rerank: &str, chat: &str) -> Self {
+    pub fn start(prefix: &[&str], embed: &str, search: &str, rerank: &str, chat: &str) -> Self {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("servers/rag_gateway.py");
         let addr = loopback();
-        let child = std::process::Command::new("nice")
-            .args(["-n", &FIRST.to_string(), "python3"])
+        let child = std::process::Command::new(prefix[0])
+            .args(&prefix[1..])
+            .arg("python3")
             .arg(&script)
             .args(["--port", &addr.port().to_string()])
             .args(["--embed", embed, "--rerank", rerank, "--search", search])
@@ -111,7 +112,8 @@ pub enum HopFault {
 /// Runs the pipeline under `load` with `fault`; returns report.json.
 #[must_use]
 pub fn run(name: &str, fault: HopFault, load: &Load) -> Value {
-    let nice = ["nice", "-n", &FIRST.to_string()];
+    // The servers one step below the generator, which shares the two CPUs with them.
+    let nice = ["nice", "-n", &SECOND.to_string()];
     let embed = Sim::start(&nice, "healthy", loopback(), &[]);
     let search = Sim::start(&nice, "healthy", loopback(), &[]);
     // A process of its own, so that a fault on it is on this hop alone.
@@ -125,7 +127,13 @@ pub fn run(name: &str, fault: HopFault, load: &Load) -> Value {
         ),
         _ => Sim::start(&nice, "healthy", loopback(), &[]),
     };
-    let gateway = RagGateway::start(&embed.url(), &search.url(), &rerank.url(), &chat.url());
+    let gateway = RagGateway::start(
+        &nice,
+        &embed.url(),
+        &search.url(),
+        &rerank.url(),
+        &chat.url(),
+    );
     let port = |s: &Sim| s.url().rsplit(':').next().unwrap().to_owned();
     let hops = [
         ("embed", &embed),

@@ -30,7 +30,13 @@ fn the_daemon_names_the_hop_holding_a_gateways_rise() {
     let search = Sim::start(&nice, "healthy", loopback(), &[]);
     let rerank = Sim::start(&nice, "healthy", loopback(), &["--rerank-on-cpu"]);
     let chat = Sim::start(&nice, "kv-pressure", loopback(), &KV_PRESSURE_SIM);
-    let gateway = RagGateway::start(&embed.url(), &search.url(), &rerank.url(), &chat.url());
+    let gateway = RagGateway::start(
+        &nice,
+        &embed.url(),
+        &search.url(),
+        &rerank.url(),
+        &chat.url(),
+    );
     let port = |url: &str| url.rsplit(':').next().unwrap().to_owned();
     let ports: Vec<String> = [&embed, &search, &rerank, &chat]
         .iter()
