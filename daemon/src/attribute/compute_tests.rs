@@ -1,19 +1,9 @@
 //! `compute`: an engine whose steps slow down as its batch grows, told apart from a queue, a
 //! starved CPU and a healthy engine that batches more, with and without server metrics.
 
+use super::tests::q;
 use super::*;
-use crate::collect::timeline::{
-    LoadSignals, NetSignals, Quantiles, RunqSignals, ServerSignals, Window,
-};
-
-fn q(p50: f64, p99: f64) -> Quantiles {
-    Quantiles {
-        p50,
-        p95: p99,
-        p99,
-        max: p99,
-    }
-}
+use crate::collect::timeline::{LoadSignals, NetSignals, RunqSignals, ServerSignals, Window};
 
 /// One window of `streams` streams whose tokens come every `itl` ms, the first after `ttft` ms.
 struct W {

@@ -3,10 +3,11 @@
 //! power cap or a thermal limit that starts with the rise is the cause; one the baseline had
 //! too, or one without a rise, is not; an XID during the rise is named in the evidence.
 
+use super::tests::q;
 use super::*;
 use crate::collect::server::gpu_window;
 use crate::collect::timeline::{
-    GpuSignals, LoadSignals, Quantiles, RunqSignals, ServerSignals, Timeline, Window,
+    GpuSignals, LoadSignals, RunqSignals, ServerSignals, Timeline, Window,
 };
 use crate::gpu::nvml::{DeviceSample, GpuSource};
 use crate::gpu::nvml_double::{
@@ -28,15 +29,6 @@ fn gpu(state: State, xid: Option<u64>) -> GpuSignals {
     let mut double = NvmlTestDouble::new(vec![first, tick(devices)]);
     let samples = vec![double.sample(), double.sample()];
     gpu_window(&samples, &samples[1].devices, &[PID]).expect("the server is on GPU 0")
-}
-
-fn q(p50: f64, p99: f64) -> Quantiles {
-    Quantiles {
-        p50,
-        p95: p99,
-        p99,
-        max: p99,
-    }
 }
 
 /// One window of 8 streams whose tokens come every `itl` ms, on a GPU in `state`.

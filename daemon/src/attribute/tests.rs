@@ -2,7 +2,7 @@
 //! where causes overlap, and two where the honest answer is `none`.
 
 use super::*;
-use crate::collect::timeline::Timeline;
+use crate::collect::timeline::{Quantiles, Timeline};
 
 /// Loads a fixture time line by file stem.
 pub(crate) fn fixture(name: &str) -> Timeline {
@@ -12,6 +12,16 @@ pub(crate) fn fixture(name: &str) -> Timeline {
     );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A window's quantiles with its tail at `p99` (p95 and max with it).
+pub(super) fn q(p50: f64, p99: f64) -> Quantiles {
+    Quantiles {
+        p50,
+        p95: p99,
+        p99,
+        max: p99,
+    }
 }
 
 pub(super) fn peak(a: &Attribution) -> &PhaseSummary {

@@ -87,16 +87,8 @@ fn rose(latency: &PhaseLatency, base: &Baseline) -> bool {
 mod tests {
     use super::*;
     use crate::attribute::baseline::Workload;
+    use crate::attribute::tests::q;
     use crate::collect::timeline::{LoadSignals, Timeline, Window};
-
-    fn q(p50: f64, p99: f64) -> Quantiles {
-        Quantiles {
-            p50,
-            p95: p99,
-            p99,
-            max: p99,
-        }
-    }
 
     /// Eight baseline windows of a stream: TTFT p99 ~10 ms, E2E p99 ~190 ms.
     fn baseline() -> Baseline {
