@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     Sim,
-    cases::{Case, kv_pressure_load, llm},
+    cases::{Case, KV_PRESSURE_SIM, kv_pressure_load, llm},
     explain::{FIRST, Load, PEAK, SECOND, Stress, loopback, scenario},
     http_get, http_post_json,
 };
@@ -109,31 +109,58 @@ pub enum HopFault {
     RerankCpuQuota(u32),
 }
 
+/// The gateway and its four sims, one process a hop, all under one `prefix`.
+pub struct Chain {
+    pub embed: Sim,
+    pub search: Sim,
+    /// A process of its own, so that a fault on it is on this hop alone.
+    pub rerank: Sim,
+    pub chat: Sim,
+    pub gateway: RagGateway,
+}
+
+impl Chain {
+    /// Starts the four sims (the chat hop with the KV cache of [`KV_PRESSURE_SIM`] when
+    /// `kv_pressure`) and the gateway in front of them, each under `prefix`.
+    #[must_use]
+    pub fn start(prefix: &[&str], kv_pressure: bool) -> Self {
+        let embed = Sim::start(prefix, "healthy", loopback(), &[]);
+        let search = Sim::start(prefix, "healthy", loopback(), &[]);
+        let rerank = Sim::start(prefix, "healthy", loopback(), &["--rerank-on-cpu"]);
+        let chat = if kv_pressure {
+            Sim::start(prefix, "kv-pressure", loopback(), &KV_PRESSURE_SIM)
+        } else {
+            Sim::start(prefix, "healthy", loopback(), &[])
+        };
+        let gateway = RagGateway::start(
+            prefix,
+            &embed.url(),
+            &search.url(),
+            &rerank.url(),
+            &chat.url(),
+        );
+        Self {
+            embed,
+            search,
+            rerank,
+            chat,
+            gateway,
+        }
+    }
+}
+
 /// Runs the pipeline under `load` with `fault`; returns report.json.
 #[must_use]
 pub fn run(name: &str, fault: HopFault, load: &Load) -> Value {
     // The servers one step below the generator, which shares the two CPUs with them.
     let nice = ["nice", "-n", &SECOND.to_string()];
-    let embed = Sim::start(&nice, "healthy", loopback(), &[]);
-    let search = Sim::start(&nice, "healthy", loopback(), &[]);
-    // A process of its own, so that a fault on it is on this hop alone.
-    let rerank = Sim::start(&nice, "healthy", loopback(), &["--rerank-on-cpu"]);
-    let chat = match fault {
-        HopFault::KvPressure => Sim::start(
-            &nice,
-            "kv-pressure",
-            loopback(),
-            &crate::cases::KV_PRESSURE_SIM,
-        ),
-        _ => Sim::start(&nice, "healthy", loopback(), &[]),
-    };
-    let gateway = RagGateway::start(
-        &nice,
-        &embed.url(),
-        &search.url(),
-        &rerank.url(),
-        &chat.url(),
-    );
+    let Chain {
+        embed,
+        search,
+        rerank,
+        chat,
+        gateway,
+    } = Chain::start(&nice, fault == HopFault::KvPressure);
     let port = |s: &Sim| s.url().rsplit(':').next().unwrap().to_owned();
     let hops = [
         ("embed", &embed),

@@ -11,11 +11,9 @@
 use std::time::{Duration, Instant};
 
 use inferscope_tests::{
-    Sim,
-    cases::KV_PRESSURE_SIM,
     daemon::{Daemon, generator},
-    explain::{FIRST, loopback},
-    pipeline::RagGateway,
+    explain::FIRST,
+    pipeline::Chain,
     root_or_skip,
 };
 use serde_json::Value;
@@ -26,17 +24,13 @@ fn the_daemon_names_the_hop_holding_a_gateways_rise() {
         return;
     };
     let nice = ["nice", "-n", &FIRST.to_string()];
-    let embed = Sim::start(&nice, "healthy", loopback(), &[]);
-    let search = Sim::start(&nice, "healthy", loopback(), &[]);
-    let rerank = Sim::start(&nice, "healthy", loopback(), &["--rerank-on-cpu"]);
-    let chat = Sim::start(&nice, "kv-pressure", loopback(), &KV_PRESSURE_SIM);
-    let gateway = RagGateway::start(
-        &nice,
-        &embed.url(),
-        &search.url(),
-        &rerank.url(),
-        &chat.url(),
-    );
+    let Chain {
+        embed,
+        search,
+        rerank,
+        chat,
+        gateway,
+    } = Chain::start(&nice, true);
     let port = |url: &str| url.rsplit(':').next().unwrap().to_owned();
     let ports: Vec<String> = [&embed, &search, &rerank, &chat]
         .iter()
