@@ -147,6 +147,18 @@ impl Chain {
             gateway,
         }
     }
+
+    /// Each hop's name and listening port.
+    #[must_use]
+    pub fn hops(&self) -> [(&'static str, String); 4] {
+        let port = |s: &Sim| s.url().rsplit(':').next().unwrap().to_owned();
+        [
+            ("embed", port(&self.embed)),
+            ("search", port(&self.search)),
+            ("rerank", port(&self.rerank)),
+            ("chat", port(&self.chat)),
+        ]
+    }
 }
 
 /// Runs the pipeline under `load` with `fault`; returns report.json.
@@ -154,23 +166,12 @@ impl Chain {
 pub fn run(name: &str, fault: HopFault, load: &Load) -> Value {
     // The servers one step below the generator, which shares the two CPUs with them.
     let nice = ["nice", "-n", &SECOND.to_string()];
-    let Chain {
-        embed,
-        search,
-        rerank,
-        chat,
-        gateway,
-    } = Chain::start(&nice, fault == HopFault::KvPressure);
-    let port = |s: &Sim| s.url().rsplit(':').next().unwrap().to_owned();
-    let hops = [
-        ("embed", &embed),
-        ("search", &search),
-        ("rerank", &rerank),
-        ("chat", &chat),
-    ];
-    let flags: Vec<String> = hops
+    let chain = Chain::start(&nice, fault == HopFault::KvPressure);
+    let gateway = &chain.gateway;
+    let flags: Vec<String> = chain
+        .hops()
         .iter()
-        .flat_map(|(n, s)| ["--service".to_owned(), format!("{n}={}", port(s))])
+        .flat_map(|(n, port)| ["--service".to_owned(), format!("{n}={port}")])
         .collect();
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     // The gateway has no /metrics: its verdict rests on the kernel and the client.
@@ -195,7 +196,7 @@ pub fn run(name: &str, fault: HopFault, load: &Load) -> Value {
     }
     std::thread::sleep(crate::explain::BASELINE);
     if let HopFault::RerankCpuQuota(percent) = fault {
-        let group = crate::faults::CpuQuota::holding(rerank.pid());
+        let group = crate::faults::CpuQuota::holding(chain.rerank.pid());
         group.limit(percent);
         std::thread::sleep(PEAK);
         drop(group);
@@ -206,7 +207,12 @@ pub fn run(name: &str, fault: HopFault, load: &Load) -> Value {
         gateway.lock(0);
     }
     if fault == HopFault::IndexRebuild {
-        let addr: SocketAddr = search.url().trim_start_matches("http://").parse().unwrap();
+        let addr: SocketAddr = chain
+            .search
+            .url()
+            .trim_start_matches("http://")
+            .parse()
+            .unwrap();
         let until = std::time::Instant::now() + PEAK;
         while std::time::Instant::now() < until {
             // A rebuild takes at least 2 s; the next starts as it ends.

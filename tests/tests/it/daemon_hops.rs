@@ -24,17 +24,13 @@ fn the_daemon_names_the_hop_holding_a_gateways_rise() {
         return;
     };
     let nice = ["nice", "-n", &FIRST.to_string()];
-    let Chain {
-        embed,
-        search,
-        rerank,
-        chat,
-        gateway,
-    } = Chain::start(&nice, true);
+    let chain = Chain::start(&nice, true);
+    let (gateway, chat) = (&chain.gateway, &chain.chat);
     let port = |url: &str| url.rsplit(':').next().unwrap().to_owned();
-    let ports: Vec<String> = [&embed, &search, &rerank, &chat]
-        .iter()
-        .map(|s| port(&s.url()))
+    let ports: Vec<String> = chain
+        .hops()
+        .into_iter()
+        .map(|(_, p)| p)
         .chain([port(&gateway.url())])
         .collect();
     let mut args = Vec::new();
