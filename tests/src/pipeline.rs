@@ -17,7 +17,8 @@ use crate::{
 /// The gateway process, killed when dropped.
 pub struct RagGateway {
     child: Child,
-    addr: SocketAddr,
+    /// Where it listens.
+    pub addr: SocketAddr,
 }
 
 impl RagGateway {
@@ -150,13 +151,12 @@ impl Chain {
 
     /// Each hop's name and listening port.
     #[must_use]
-    pub fn hops(&self) -> [(&'static str, String); 4] {
-        let port = |s: &Sim| s.url().rsplit(':').next().unwrap().to_owned();
+    pub fn hops(&self) -> [(&'static str, u16); 4] {
         [
-            ("embed", port(&self.embed)),
-            ("search", port(&self.search)),
-            ("rerank", port(&self.rerank)),
-            ("chat", port(&self.chat)),
+            ("embed", self.embed.addr.port()),
+            ("search", self.search.addr.port()),
+            ("rerank", self.rerank.addr.port()),
+            ("chat", self.chat.addr.port()),
         ]
     }
 }
@@ -207,12 +207,7 @@ pub fn run(name: &str, fault: HopFault, load: &Load) -> Value {
         gateway.lock(0);
     }
     if fault == HopFault::IndexRebuild {
-        let addr: SocketAddr = chain
-            .search
-            .url()
-            .trim_start_matches("http://")
-            .parse()
-            .unwrap();
+        let addr = chain.search.addr;
         let until = std::time::Instant::now() + PEAK;
         while std::time::Instant::now() < until {
             // A rebuild takes at least 2 s; the next starts as it ends.

@@ -26,12 +26,12 @@ fn the_daemon_names_the_hop_holding_a_gateways_rise() {
     let nice = ["nice", "-n", &FIRST.to_string()];
     let chain = Chain::start(&nice, true);
     let (gateway, chat) = (&chain.gateway, &chain.chat);
-    let port = |url: &str| url.rsplit(':').next().unwrap().to_owned();
     let ports: Vec<String> = chain
         .hops()
         .into_iter()
         .map(|(_, p)| p)
-        .chain([port(&gateway.url())])
+        .chain([gateway.addr.port()])
+        .map(|p| p.to_string())
         .collect();
     let mut args = Vec::new();
     for p in &ports {
@@ -39,8 +39,8 @@ fn the_daemon_names_the_hop_holding_a_gateways_rise() {
     }
     let d = Daemon::start(&args);
     let (g, c) = (
-        format!("port:{}", port(&gateway.url())),
-        format!("port:{}", port(&chat.url())),
+        format!("port:{}", gateway.addr.port()),
+        format!("port:{}", chat.addr.port()),
     );
     let mut load = generator(
         &gateway.url(),
