@@ -342,8 +342,10 @@ fn three_servers_on_one_node_each_get_their_own_verdict() {
         b_addr,
         &[],
     );
-    // C: no metrics, 2 requests at a time.
-    let c = NoMetricsServer::start(&[], c_addr, 2, 4.0, Writes::NoDelay);
+    // C: no metrics, 2 requests at a time; first on the CPUs like B: at niceness 0 beside A's
+    // peak its threads waited for a CPU in 8 of 13 peak windows of one fresh-clone run and the
+    // verdict was (rightly) cpu_runqueue, where this test reads its slots.
+    let c = NoMetricsServer::start(&["nice", "-n", "-15"], c_addr, 2, 4.0, Writes::NoDelay);
 
     let netns_b = std::fs::read_link(format!("/proc/{}/ns/net", sim_b.pid())).unwrap();
     let netns_b = netns_b.to_string_lossy();
